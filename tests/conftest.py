@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+SCRUB_PREFIXES = ("CONDA_", "PIXI_", "HIP_", "ROCM_", "HSA_", "RATTLER_", "MAMBA_")
+SCRUB_NAMES = ("RATTLER_AUTH_FILE", "ROCM_PATH", "HIP_PATH", "HIP_PLATFORM", "MAX_JOBS", "PYTORCH_ROCM_ARCH",
+               "GPU_ARCHS", "FLASH_ATTENTION_TRITON_AMD_ENABLE")
+
+
+@pytest.fixture(autouse=True)
+def _scrub_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Environment variables that change behaviour never leak in from the developer's shell."""
+    for name in list(os.environ):
+        if name.startswith(SCRUB_PREFIXES) or name in SCRUB_NAMES:
+            monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def channels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A conda-forge-like channel and a private ROCm channel, built once per test session."""
+    from channels import build_channel, forge_packages, private_packages
+
+    root = tmp_path_factory.mktemp("channels")
+    return {
+        "forge": build_channel(root / "forge", forge_packages()),
+        "private": build_channel(root / "private", private_packages()),
+    }

@@ -1,0 +1,5 @@
+import sys
+
+from rocmlock.cli import main
+
+sys.exit(main())

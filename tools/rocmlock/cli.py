@@ -1,0 +1,87 @@
+"""The command line: the only module that touches argv, output streams and exit codes.
+
+Exit codes: 0 ok, 1 an operation failed, 2 bad input.
+Each subcommand is a pair ``_add_<name>(subparsers)`` / ``_cmd_<name>(args) -> int``; core modules
+take data, return data and raise :class:`rocmlock.errors.RocmlockError`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rocmlock import __version__
+from rocmlock.credentials import redact_text
+from rocmlock.errors import RocmlockError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _err(message: str) -> None:
+    print(redact_text(message), file=sys.stderr)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _manifest_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--manifest-path", type=Path, default=Path("pixi.toml"),
+                        help="the workspace's pixi.toml (default: ./pixi.toml)")
+
+
+def _env_arg(parser: argparse.ArgumentParser, multiple: bool = True) -> None:
+    if multiple:
+        parser.add_argument("-e", "--environment", action="append", default=[], dest="environments",
+                            metavar="ENV", help="only this environment (repeatable; default: all)")
+    else:
+        parser.add_argument("-e", "--environment", dest="environment", metavar="ENV", help="the environment")
+
+
+# ----------------------------------------------------------------------------- subcommands
+# (each command registers itself in _SUBCOMMANDS at the bottom)
+
+
+# ----------------------------------------------------------------------------- main
+
+_SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Handler]] = []
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for ``rocmlock``."""
+    parser = argparse.ArgumentParser(
+        prog="rocmlock",
+        description="Per-GPU-target conda/pixi environments for LLM fine-tuning on AMD GPUs.",
+    )
+    parser.add_argument("--version", action="version", version=f"rocmlock {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, help_text, add, handler in _SUBCOMMANDS:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add(p)
+        p.set_defaults(handler=handler)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``rocmlock``; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except RocmlockError as exc:
+        _err(f"error: {exc}")
+        if exc.hint:
+            _err(f"hint: {exc.hint}")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Exceptions that render their own user-facing message.
+
+Core code raises these; only the CLI turns them into a message and an exit code
+(2 for bad input, 1 for an operation that failed).
+"""
+
+from __future__ import annotations
+
+
+class RocmlockError(Exception):
+    """Base class: ``str(err)`` is the one-line message, ``hint`` the fix."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InputError(RocmlockError):
+    """The user's input (manifest, flags, recipe) is wrong: exit code 2."""
+
+    exit_code = 2
+
+
+class OperationError(RocmlockError):
+    """A well-formed request failed (solve, build, network): exit code 1."""
+
+    exit_code = 1

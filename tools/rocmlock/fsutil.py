@@ -1,0 +1,66 @@
+"""Atomic file writes: one file, or a set of files that land all together or not at all."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def _temp_beside(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return Path(tmp)
+
+
+def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
+    write_set_atomic({Path(path): text})
+
+
+def write_set_atomic(files: Mapping[Path, str | bytes]) -> None:
+    """Write several files so that either all of them change or none does.
+
+    Every new content is first written to a temporary file beside its target. Only
+    when all of them exist are they moved into place; if a move fails, the files
+    already replaced are restored from backups.
+    """
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, text in files.items():
+            data = text.encode() if isinstance(text, str) else text
+            staged.append((Path(path), _temp_beside(Path(path), data)))
+    except BaseException:
+        for _, tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    done: list[tuple[Path, Path | None]] = []
+    try:
+        for path, tmp in staged:
+            backup = None
+            if path.exists():
+                backup = path.with_name(f".{path.name}.bak")
+                os.replace(path, backup)
+            done.append((path, backup))
+            os.replace(tmp, path)
+    except BaseException:
+        for path, backup in reversed(done):
+            if backup is not None:
+                os.replace(backup, path)
+            else:
+                path.unlink(missing_ok=True)
+        for _, tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    for _, backup in done:
+        if backup is not None:
+            backup.unlink(missing_ok=True)

@@ -1,0 +1,447 @@
+"""The pixi workspace model: pixi.toml read once, validated, and resolved into environments.
+
+Only the keys that decide a solve are modelled. Keys that would change a solve but are not
+supported here are an error (use ``pixi lock`` for such workspaces); keys that do not change
+a solve (tasks, activation, ...) are ignored.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rocmlock.errors import InputError
+from rocmlock.targets import GpuTarget, get_target, target_for_isa
+
+ChannelPriority = Literal["strict", "flexible", "disabled"]
+KNOWN_SUBDIRS = frozenset(
+    {"linux-64", "linux-aarch64", "linux-ppc64le", "osx-64", "osx-arm64", "win-64", "win-arm64", "noarch"}
+)
+# Keys that change what gets solved but that rocmlock does not implement.
+UNSUPPORTED_SOLVE_KEYS = ("pypi-dependencies", "pypi-options", "host-dependencies", "build-dependencies")
+# Dependency table keys that point at sources rocmlock cannot lock.
+UNSUPPORTED_SOURCE_KEYS = ("path", "git", "url", "branch", "tag", "rev", "subdirectory")
+# Rich-platform keys that are not virtual packages.
+PLATFORM_META_KEYS = ("name", "platform")
+# Short names pixi accepts for virtual packages in rich platforms.
+SHORT_VIRTUAL_KEYS = {"glibc": "__glibc", "linux": "__linux", "cuda": "__cuda", "osx": "__osx",
+                      "archspec": "__archspec", "libc": "__glibc", "win": "__win"}
+DEFAULT_GLIBC = "2.28"
+DEFAULT_LINUX = "4.18"
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """A conda dependency: ``"2.9.*"`` or ``{ version, build, channel }``."""
+
+    name: str
+    version: str = "*"
+    build: str | None = None
+    channel: str | None = None
+
+    def matchspec(self) -> str:
+        """The MatchSpec string the solver gets (``name version build`` or ``channel::name ...``)."""
+        version = self.version or "*"
+        spec = f"{self.name} {version}" if self.build is None else f"{self.name} {version} {self.build}"
+        return f"{self.channel}::{spec}" if self.channel else spec
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A platform: a plain subdir (``linux-64``) or a pixi rich platform with virtual packages."""
+
+    name: str
+    subdir: str
+    virtual_packages: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_rich(self) -> bool:
+        return self.name != self.subdir or bool(self.virtual_packages)
+
+    def virtual_package(self, name: str) -> str | None:
+        return dict(self.virtual_packages).get(name)
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A pixi feature (``default`` is the workspace's own tables)."""
+
+    name: str
+    dependencies: tuple[Dependency, ...] = ()
+    target_dependencies: tuple[tuple[str, tuple[Dependency, ...]], ...] = ()
+    channels: tuple[tuple[str, int], ...] = ()
+    platforms: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class EnvironmentSpec:
+    """An ``[environments]`` entry as written."""
+
+    name: str
+    features: tuple[str, ...]
+    solve_group: str | None = None
+    no_default_feature: bool = False
+
+
+@dataclass(frozen=True)
+class Environment:
+    """An environment resolved against its features: what one solve per platform needs."""
+
+    name: str
+    features: tuple[str, ...]
+    channels: tuple[str, ...]
+    platforms: tuple[Platform, ...]
+    dependencies: tuple[tuple[str, tuple[Dependency, ...]], ...]
+    gpu_target: GpuTarget | None
+    solve_group: str | None = None
+
+    def dependencies_for(self, platform: Platform) -> tuple[Dependency, ...]:
+        """The dependencies of this environment on ``platform`` (target-specific ones merged in)."""
+        return dict(self.dependencies)[platform.name]
+
+    def dependency(self, name: str, platform: Platform | None = None) -> Dependency | None:
+        """The dependency named ``name`` (on the first platform unless one is given)."""
+        plat = platform or self.platforms[0]
+        return next((d for d in self.dependencies_for(plat) if d.name == name), None)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A validated pixi.toml."""
+
+    path: Path
+    name: str
+    channels: tuple[tuple[str, int], ...]
+    platforms: tuple[Platform, ...]
+    channel_priority: ChannelPriority
+    exclude_newer: str | None
+    features: dict[str, Feature] = field(hash=False)
+    environment_specs: dict[str, EnvironmentSpec] = field(hash=False)
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    def environment_names(self) -> list[str]:
+        """Environment names as declared; ``default`` first when pixi would create it."""
+        return list(self.environment_specs)
+
+    def environment(self, name: str) -> Environment:
+        """Resolve environment ``name``; an unknown name is an error that lists the known ones."""
+        spec = self.environment_specs.get(name)
+        if spec is None:
+            known = ", ".join(self.environment_specs)
+            raise InputError(f"{self.path}: unknown environment '{name}'", hint=f"known environments: {known}")
+        return _resolve(self, spec)
+
+    def environments(self, names: list[str] | None = None) -> list[Environment]:
+        """Resolve the named environments (all when ``names`` is empty)."""
+        return [self.environment(n) for n in (names or self.environment_names())]
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def load_workspace(path: str | Path) -> Workspace:
+    """Read and validate ``pixi.toml`` (a file or the directory holding it)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "pixi.toml"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such manifest", hint="pass --manifest-path to a pixi.toml") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read manifest: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: invalid TOML: {exc}", hint="fix the syntax at that line") from None
+    return parse_workspace(data, path.resolve())
+
+
+def _where(path: Path, key: str) -> str:
+    return f"{path}: [{key}]" if "." not in key or key.startswith("[") else f"{path}: {key}"
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], path: Path, key: str, what: str) -> Any:
+    if not isinstance(value, kind):
+        raise InputError(f"{path}: key '{key}' must be {what}, got {type(value).__name__}")
+    return value
+
+
+def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
+    """Build a :class:`Workspace` from parsed TOML; every error names ``path`` and the key."""
+    table_key = "workspace" if "workspace" in data else "project" if "project" in data else None
+    if table_key is None:
+        raise InputError(f"{path}: missing [workspace] table", hint="add [workspace] with name, channels, platforms")
+    ws = _expect(data[table_key], dict, path, table_key, "a table")
+    for key in ("channels", "platforms"):
+        if key not in ws:
+            raise InputError(f"{path}: [{table_key}] has no '{key}'", hint=f"add {key} = [...] to [{table_key}]")
+    _reject_unsupported(data, path)
+    channels = _parse_channels(ws["channels"], path, f"{table_key}.channels")
+    platforms = _parse_platforms(ws["platforms"], path, f"{table_key}.platforms")
+    priority = ws.get("channel-priority", "strict")
+    if priority not in ("strict", "flexible", "disabled"):
+        raise InputError(
+            f"{path}: key '{table_key}.channel-priority' is '{priority}'",
+            hint="use one of: strict, flexible, disabled",
+        )
+    exclude_newer = ws.get("exclude-newer")
+    if exclude_newer is not None:
+        exclude_newer = str(exclude_newer)
+    features = {"default": _parse_feature("default", data, path, "", platforms, top=True)}
+    for fname, ftable in _expect(data.get("feature", {}), dict, path, "feature", "a table").items():
+        _expect(ftable, dict, path, f"feature.{fname}", "a table")
+        features[fname] = _parse_feature(fname, ftable, path, f"feature.{fname}.", platforms)
+    envs = _parse_environments(data.get("environments", {}), path, features)
+    return Workspace(
+        path=path,
+        name=str(ws.get("name", path.parent.name)),
+        channels=channels,
+        platforms=platforms,
+        channel_priority=priority,
+        exclude_newer=exclude_newer,
+        features=features,
+        environment_specs=envs,
+    )
+
+
+def _reject_unsupported(data: dict[str, Any], path: Path) -> None:
+    tables: list[tuple[str, dict[str, Any]]] = [("", data)]
+    for fname, ftable in data.get("feature", {}).items():
+        if isinstance(ftable, dict):
+            tables.append((f"feature.{fname}.", ftable))
+    for prefix, table in list(tables):
+        for plat, ttable in table.get("target", {}).items():
+            if isinstance(ttable, dict):
+                tables.append((f"{prefix}target.{plat}.", ttable))
+    for prefix, table in tables:
+        for key in UNSUPPORTED_SOLVE_KEYS:
+            if key in table:
+                raise InputError(
+                    f"{path}: key '{prefix}{key}' is not supported by rocmlock",
+                    hint="rocmlock locks conda packages only; use `pixi lock` for such workspaces",
+                )
+
+
+def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], ...]:
+    out: list[tuple[str, int]] = []
+    for i, item in enumerate(_expect(value, list, path, key, "a list")):
+        if isinstance(item, str):
+            out.append((item, 0))
+        elif isinstance(item, dict) and isinstance(item.get("channel"), str):
+            out.append((item["channel"], int(item.get("priority", 0))))
+        else:
+            raise InputError(
+                f"{path}: key '{key}[{i}]' must be a channel name, URL or {{ channel, priority }} table"
+            )
+    return tuple(out)
+
+
+def _parse_platforms(value: Any, path: Path, key: str) -> tuple[Platform, ...]:
+    out: list[Platform] = []
+    for i, item in enumerate(_expect(value, list, path, key, "a list")):
+        where = f"{key}[{i}]"
+        if isinstance(item, str):
+            _check_subdir(item, path, where)
+            out.append(Platform(item, item))
+            continue
+        if not isinstance(item, dict) or "name" not in item:
+            raise InputError(f"{path}: key '{where}' must be a platform name or a table with 'name'")
+        name = str(item["name"])
+        subdir = str(item.get("platform", name))
+        _check_subdir(subdir, path, f"{where}.platform")
+        vpkgs: dict[str, str] = {}
+        for vkey, vval in item.items():
+            if vkey in PLATFORM_META_KEYS:
+                continue
+            vname = SHORT_VIRTUAL_KEYS.get(vkey, vkey)
+            if not vname.startswith("__"):
+                raise InputError(
+                    f"{path}: key '{where}.{vkey}' is not a known platform key",
+                    hint="use name, platform, glibc, linux, cuda, archspec or a raw __virtual package",
+                )
+            vpkgs[vname] = str(vval)
+        if "__amdgpu_arch" in vpkgs:
+            target_for_isa(vpkgs["__amdgpu_arch"], f"{path}: key '{where}.__amdgpu_arch'")
+        out.append(Platform(name, subdir, tuple(sorted(vpkgs.items()))))
+    names = [p.name for p in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise InputError(f"{path}: key '{key}' lists platform '{dupes[0]}' twice")
+    return tuple(out)
+
+
+def _check_subdir(subdir: str, path: Path, key: str) -> None:
+    if subdir not in KNOWN_SUBDIRS:
+        raise InputError(
+            f"{path}: key '{key}' has unknown platform '{subdir}'",
+            hint=f"use one of: {', '.join(sorted(KNOWN_SUBDIRS))}",
+        )
+
+
+def _parse_dependencies(value: Any, path: Path, key: str) -> tuple[Dependency, ...]:
+    out: list[Dependency] = []
+    for name, spec in sorted(_expect(value, dict, path, key, "a table").items()):
+        where = f"{key}.{name}"
+        if isinstance(spec, str):
+            out.append(Dependency(name, spec))
+            continue
+        if not isinstance(spec, dict):
+            raise InputError(f"{path}: key '{where}' must be a version string or a table")
+        for skey in UNSUPPORTED_SOURCE_KEYS:
+            if skey in spec:
+                raise InputError(
+                    f"{path}: key '{where}.{skey}' (a source dependency) is not supported by rocmlock",
+                    hint="use `pixi lock` for workspaces with path/git/url dependencies",
+                )
+        unknown = sorted(set(spec) - {"version", "build", "channel", "build-number", "md5", "sha256"})
+        if unknown:
+            raise InputError(f"{path}: key '{where}.{unknown[0]}' is not a dependency key",
+                             hint="a dependency table takes version, build and channel")
+        out.append(Dependency(name, str(spec.get("version", "*")), spec.get("build"), spec.get("channel")))
+    return tuple(out)
+
+
+def _parse_feature(
+    name: str, table: dict[str, Any], path: Path, prefix: str, ws_platforms: tuple[Platform, ...], top: bool = False
+) -> Feature:
+    deps = _parse_dependencies(table.get("dependencies", {}), path, f"{prefix}dependencies")
+    known = {p.name for p in ws_platforms}
+    target: list[tuple[str, tuple[Dependency, ...]]] = []
+    for plat, ttable in sorted(_expect(table.get("target", {}), dict, path, f"{prefix}target", "a table").items()):
+        _expect(ttable, dict, path, f"{prefix}target.{plat}", "a table")
+        target.append((plat, _parse_dependencies(ttable.get("dependencies", {}), path,
+                                                 f"{prefix}target.{plat}.dependencies")))
+    channels: tuple[tuple[str, int], ...] = ()
+    platforms: tuple[str, ...] | None = None
+    if not top:
+        channels = _parse_channels(table.get("channels", []), path, f"{prefix}channels")
+        if "platforms" in table:
+            plats = _expect(table["platforms"], list, path, f"{prefix}platforms", "a list")
+            for p in plats:
+                if p not in known:
+                    raise InputError(
+                        f"{path}: key '{prefix}platforms' names platform '{p}' that the workspace does not list",
+                        hint=f"add it to [workspace] platforms (known: {', '.join(sorted(known))})",
+                    )
+            platforms = tuple(plats)
+    return Feature(name, deps, tuple(target), channels, platforms)
+
+
+def _parse_environments(
+    value: Any, path: Path, features: dict[str, Feature]
+) -> dict[str, EnvironmentSpec]:
+    envs: dict[str, EnvironmentSpec] = {}
+    for name, spec in _expect(value, dict, path, "environments", "a table").items():
+        where = f"environments.{name}"
+        if isinstance(spec, list):
+            feats, group, no_default = spec, None, False
+        elif isinstance(spec, dict):
+            feats = spec.get("features", [])
+            group = spec.get("solve-group")
+            no_default = bool(spec.get("no-default-feature", False))
+        else:
+            raise InputError(f"{path}: key '{where}' must be a list of features or a table")
+        _expect(feats, list, path, f"{where}.features" if isinstance(spec, dict) else where, "a list")
+        for f in feats:
+            if f not in features or f == "default":
+                known = ", ".join(sorted(set(features) - {"default"})) or "none"
+                raise InputError(f"{path}: key '{where}' uses unknown feature '{f}'",
+                                 hint=f"known features: {known}")
+        envs[name] = EnvironmentSpec(name, tuple(feats), group, no_default)
+    if "default" not in envs:
+        envs = {"default": EnvironmentSpec("default", ()), **envs}
+    return envs
+
+
+# ----------------------------------------------------------------------------- resolving
+
+
+def _resolve(ws: Workspace, spec: EnvironmentSpec) -> Environment:
+    # pixi orders an environment's features as listed, then the default feature.
+    feats = [ws.features[f] for f in spec.features]
+    if not spec.no_default_feature:
+        feats.append(ws.features["default"])
+    where = f"{ws.path}: environment '{spec.name}'"
+    channels = _merge_channels(ws, feats)
+    platforms = _environment_platforms(ws, feats, where)
+    deps_by_platform: list[tuple[str, tuple[Dependency, ...]]] = []
+    for plat in platforms:
+        merged: dict[str, Dependency] = {}
+        # Later features do not override earlier ones' specs in pixi; the first feature wins.
+        for feat in reversed(feats):
+            for dep in feat.dependencies:
+                merged[dep.name] = dep
+            for tname, tdeps in feat.target_dependencies:
+                if tname in (plat.name, plat.subdir):
+                    for dep in tdeps:
+                        merged[dep.name] = dep
+        deps_by_platform.append((plat.name, tuple(sorted(merged.values(), key=lambda d: d.name))))
+    target = _gpu_target(platforms, deps_by_platform, where)
+    return Environment(
+        name=spec.name,
+        features=tuple(f.name for f in feats),
+        channels=channels,
+        platforms=platforms,
+        dependencies=tuple(deps_by_platform),
+        gpu_target=target,
+        solve_group=spec.solve_group,
+    )
+
+
+def _merge_channels(ws: Workspace, feats: list[Feature]) -> tuple[str, ...]:
+    entries: list[tuple[str, int]] = []
+    for feat in feats:
+        entries.extend(ws.channels if feat.name == "default" else feat.channels)
+    seen: dict[str, int] = {}
+    order: list[str] = []
+    for chan, prio in entries:
+        if chan not in seen:
+            seen[chan] = prio
+            order.append(chan)
+    # Higher priority first; equal priority keeps declaration order (feature channels before default).
+    return tuple(sorted(order, key=lambda c: -seen[c]))
+
+
+def _environment_platforms(ws: Workspace, feats: list[Feature], where: str) -> tuple[Platform, ...]:
+    names = [p.name for p in ws.platforms]
+    for feat in feats:
+        if feat.platforms is not None:
+            names = [n for n in names if n in feat.platforms]
+    if not names:
+        raise InputError(f"{where} has no platform left after intersecting its features' platforms",
+                         hint="make the features' `platforms` lists overlap")
+    by_name = {p.name: p for p in ws.platforms}
+    return tuple(by_name[n] for n in names)
+
+
+def _gpu_target(
+    platforms: tuple[Platform, ...], deps: list[tuple[str, tuple[Dependency, ...]]], where: str
+) -> GpuTarget | None:
+    from_dep: GpuTarget | None = None
+    for _, plat_deps in deps:
+        for dep in plat_deps:
+            if dep.name == "amdgpu-target" and dep.build:
+                from_dep = get_target(dep.build, f"{where}, dependency 'amdgpu-target' build")
+    from_platform: GpuTarget | None = None
+    for plat in platforms:
+        isa = plat.virtual_package("__amdgpu_arch")
+        if isa is None:
+            continue
+        found = target_for_isa(isa, f"{where}, platform '{plat.name}'")
+        if from_platform is not None and found != from_platform:
+            raise InputError(f"{where} spans platforms of two GPU targets ({from_platform.gfx}, {found.gfx})",
+                             hint="restrict the environment to one GPU target's platforms")
+        from_platform = found
+    if from_dep and from_platform and from_dep != from_platform:
+        raise InputError(
+            f"{where}: amdgpu-target build '{from_dep.gfx}' conflicts with platform "
+            f"__amdgpu_arch {from_platform.isa} ({from_platform.gfx})",
+            hint="make the amdgpu-target build and the platform's __amdgpu_arch name the same GPU",
+        )
+    return from_dep or from_platform
