@@ -428,20 +428,20 @@ def _gpu_target(
         for dep in plat_deps:
             if dep.name == "amdgpu-target" and dep.build:
                 from_dep = get_target(dep.build, f"{where}, dependency 'amdgpu-target' build")
-    from_platform: GpuTarget | None = None
-    for plat in platforms:
-        isa = plat.virtual_package("__amdgpu_arch")
-        if isa is None:
-            continue
-        found = target_for_isa(isa, f"{where}, platform '{plat.name}'")
-        if from_platform is not None and found != from_platform:
-            raise InputError(f"{where} spans platforms of two GPU targets ({from_platform.gfx}, {found.gfx})",
-                             hint="restrict the environment to one GPU target's platforms")
-        from_platform = found
-    if from_dep and from_platform and from_dep != from_platform:
-        raise InputError(
-            f"{where}: amdgpu-target build '{from_dep.gfx}' conflicts with platform "
-            f"__amdgpu_arch {from_platform.isa} ({from_platform.gfx})",
-            hint="make the amdgpu-target build and the platform's __amdgpu_arch name the same GPU",
-        )
+    platform_targets = {
+        plat.name: target_for_isa(isa, f"{where}, platform '{plat.name}'")
+        for plat in platforms
+        if (isa := plat.virtual_package("__amdgpu_arch")) is not None
+    }
+    for plat_name, found in platform_targets.items():
+        if from_dep and found != from_dep:
+            raise InputError(
+                f"{where}: amdgpu-target build '{from_dep.gfx}' conflicts with platform '{plat_name}' "
+                f"(__amdgpu_arch {found.isa} is {found.gfx})",
+                hint="make the amdgpu-target build and the platform's __amdgpu_arch name the same GPU",
+            )
+    # An environment over several GPU platforms without an amdgpu-target pin has no single target;
+    # each platform is still solved with its own __amdgpu_arch.
+    distinct = set(platform_targets.values())
+    from_platform = distinct.pop() if len(distinct) == 1 and len(platform_targets) == len(platforms) else None
     return from_dep or from_platform
