@@ -46,9 +46,33 @@ def _env_arg(parser: argparse.ArgumentParser, multiple: bool = True) -> None:
 # (each command registers itself in _SUBCOMMANDS at the bottom)
 
 
+def _add_doctor(p: argparse.ArgumentParser) -> None:
+    _manifest_arg(p)
+    _env_arg(p)
+    p.add_argument("--build", action="store_true",
+                   help="also check the build toolchain: compiler, a kernel per GPU target, jobs, disk, ccache")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from rocmlock.doctor import render_report, run_doctor, workspace_rocm_versions, workspace_targets
+    from rocmlock.workspace import load_workspace
+
+    ws = load_workspace(args.manifest_path)
+    report = run_doctor(workspace_targets(ws, args.environments), build=args.build,
+                        rocm_wanted=workspace_rocm_versions(ws, args.environments), workdir=ws.root)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(render_report(report))
+    return 0 if report.ok else 1
+
+
 # ----------------------------------------------------------------------------- main
 
-_SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Handler]] = []
+_SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Handler]] = [
+    ("doctor", "check this host's ROCm toolchain before building or running", _add_doctor, _cmd_doctor),
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,205 @@
+"""rocmlock doctor against Debian's real ROCm 5.2 hipcc (installed by .ci/run), plus a described host."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import rocmlock.doctor as doctor
+from rocmlock.cli import main
+from rocmlock.doctor import Host, Resources, max_jobs_for, run_doctor
+from rocmlock.targets import get_target
+
+GIB = 1024**3
+PLENTY = Resources(cores=64, memory_bytes=512 * GIB, free_disk_bytes=500 * GIB)
+WORKSPACE = """
+[workspace]
+name = "doctor-test"
+channels = ["./channel"]
+platforms = ["linux-64"]
+
+[dependencies]
+rocm-version = "{rocm}.*"
+
+[feature.gfx90a.dependencies]
+amdgpu-target = {{ version = "*", build = "gfx90a" }}
+
+[feature.gfx942.dependencies]
+amdgpu-target = {{ version = "*", build = "gfx942" }}
+
+[environments]
+mi250 = ["gfx90a"]
+mi300x = ["gfx942"]
+"""
+
+
+def _hipcc() -> str:
+    found = shutil.which("hipcc")
+    assert found, "Debian's hipcc is required (apt-get install hipcc; .ci/run installs it)"
+    return found
+
+
+@pytest.fixture
+def debian_rocm(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Debian's ROCm prefix (where hip_runtime.h lives), exported the way doctor's fix says."""
+    prefix = Path(_hipcc()).resolve().parent.parent
+    assert (prefix / "include/hip/hip_runtime.h").is_file()
+    monkeypatch.setenv("HIP_PATH", str(prefix))
+    monkeypatch.setenv("ROCM_PATH", str(prefix))
+    monkeypatch.setenv("HIP_PLATFORM", "amd")
+    return prefix
+
+
+def _workspace(tmp_path: Path, rocm: str = "5.2") -> Path:
+    path = tmp_path / "pixi.toml"
+    path.write_text(WORKSPACE.format(rocm=rocm))
+    return path
+
+
+def _doctor_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, dict[str, str]]]:
+    code = main(["doctor", "--json", *argv])
+    report = json.loads(capsys.readouterr().out)
+    return code, {c["name"]: c for c in report["checks"]}
+
+
+def test_real_hipcc_rejects_gfx942_as_too_old(tmp_path: Path, debian_rocm: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code, checks = _doctor_json(capsys, "--build", "-e", "mi300x", "--manifest-path", str(_workspace(tmp_path)))
+    assert code == 1
+    check = checks["offload-arch:gfx942"]
+    assert check["status"] == "fail"
+    assert "toolchain too old for gfx942, needs ROCm >= 6.0" in check["message"]
+    assert "found ROCm 5.2" in check["message"]
+    assert "ROCm >= 6.0" in check["fix"]
+    assert checks["rocm-version"]["status"] == "ok"
+    assert checks["hip-path"]["status"] == "ok"
+
+
+def test_real_hipcc_compiles_gfx90a(tmp_path: Path, debian_rocm: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, checks = _doctor_json(capsys, "--build", "-e", "mi250", "--manifest-path", str(_workspace(tmp_path)))
+    assert checks["offload-arch:gfx90a"]["status"] == "ok", checks["offload-arch:gfx90a"]
+    assert "offload-arch:gfx942" not in checks
+    assert checks["compiler"]["status"] == "ok" and "hipcc" in checks["compiler"]["message"]
+    # With enough disk nothing else can fail here; warnings (ccache, jobs, no GPU) do not fail the doctor.
+    failed = [c for c in checks.values() if c["status"] == "fail"]
+    assert code == (1 if failed else 0)
+    assert all(c["name"] == "disk" for c in failed)
+
+
+def test_gfx90a_host_passes_with_resources(debian_rocm: Path) -> None:
+    report = run_doctor([get_target("gfx90a")], build=True, rocm_wanted=("5.2",), resources=PLENTY)
+    assert report.ok, report.failures
+    assert report.max_jobs == 64
+    assert report.rocm_version == "5.2"
+
+
+def _fake_nvcc(tmp_path: Path) -> Path:
+    bindir = tmp_path / "cuda-bin"
+    bindir.mkdir()
+    nvcc = bindir / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho \"nvcc fatal   : Unknown option '$1'\" >&2\nexit 1\n")
+    nvcc.chmod(0o755)
+    return bindir
+
+
+def test_hip_platform_trap_is_real_and_reported(tmp_path: Path, debian_rocm: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    path = f"{_fake_nvcc(tmp_path)}:{os.environ['PATH']}"
+    monkeypatch.setenv("PATH", path)
+    monkeypatch.delenv("HIP_PLATFORM")
+    # The trap itself: Debian's hipcc hands the compile to nvcc when it sees one and HIP_PLATFORM is unset.
+    src = tmp_path / "k.hip"
+    src.write_text(doctor.KERNEL)
+    proc = subprocess.run([_hipcc(), "--offload-arch=gfx90a", "-c", str(src), "-o", str(tmp_path / "k.o")],
+                          capture_output=True, text=True, env=dict(os.environ), check=False)
+    assert proc.returncode != 0 and "nvcc" in proc.stderr
+    report = run_doctor([get_target("gfx90a")], build=True, resources=PLENTY)
+    checks = {c.name: c for c in report.checks}
+    assert checks["hip-platform"].status == "fail"
+    assert "nvcc is on PATH" in checks["hip-platform"].message
+    assert checks["hip-platform"].fix == "export HIP_PLATFORM=amd"
+    # The per-target compile is judged as the fixed environment would run it.
+    assert checks["offload-arch:gfx90a"].status == "ok"
+    monkeypatch.setenv("HIP_PLATFORM", "amd")
+    assert {c.name: c for c in run_doctor([], resources=PLENTY).checks}["hip-platform"].status == "ok"
+
+
+def test_missing_hip_path_names_the_real_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix = Path(_hipcc()).resolve().parent.parent
+    monkeypatch.setattr(doctor, "DEFAULT_ROCM", tmp_path / "no-opt-rocm")
+    report = run_doctor([], build=True, resources=PLENTY)
+    check = report.checks[0]
+    assert check.name == "hip-path" and check.status == "fail"
+    assert "hip_runtime.h not found" in check.message
+    assert check.fix == f"export HIP_PATH={prefix} ROCM_PATH={prefix}"
+    # Without --build it is only a warning (a workstation's activation script sets the variables).
+    assert run_doctor([]).checks[0].status == "warn"
+
+
+def test_hip_path_without_header_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HIP_PATH", str(tmp_path / "opt-rocm-7.2"))
+    code, checks = _doctor_json(capsys, "--manifest-path", str(_workspace(tmp_path)))
+    assert code == 1
+    assert checks["hip-path"]["status"] == "fail"
+    assert "does not hold include/hip/hip_runtime.h" in checks["hip-path"]["message"]
+
+
+def _fake_rocm(tmp_path: Path, version: str, compiler_rc: int) -> Path:
+    root = tmp_path / f"rocm-{version}"
+    (root / "include/hip").mkdir(parents=True)
+    (root / "include/hip/hip_runtime.h").write_text("")
+    (root / ".info").mkdir()
+    (root / ".info/version").write_text(f"{version}-48\n")
+    (root / "bin").mkdir()
+    hipcc = root / "bin/hipcc"
+    hipcc.write_text(f"#!/bin/sh\necho \"$@\" >> {root}/calls\n"
+                     f"[ \"$1\" = --version ] && echo 'HIP version: {version}' && exit 0\nexit {compiler_rc}\n")
+    hipcc.chmod(0o755)
+    return root
+
+
+def test_described_rocm7_host_reads_info_version_and_compiles_each_target(tmp_path: Path) -> None:
+    root = _fake_rocm(tmp_path, "7.2.0", 0)
+    host = Host(env={"PATH": "/usr/bin:/bin", "ROCM_PATH": str(root), "HIP_PLATFORM": "amd"},
+                which=lambda name, path: None, kfd=tmp_path / "kfd")
+    report = run_doctor([get_target("gfx942"), get_target("gfx950")], build=True, rocm_wanted=("7.2",),
+                        host=host, resources=PLENTY)
+    assert report.ok, report.failures
+    assert report.rocm_version == "7.2.0" and report.compiler == str(root / "bin/hipcc")
+    calls = (root / "calls").read_text()
+    assert "--offload-arch=gfx942" in calls and "--offload-arch=gfx950" in calls
+
+
+def test_rocm_version_mismatch_with_the_plan_fails_build(tmp_path: Path) -> None:
+    root = _fake_rocm(tmp_path, "6.4.1", 0)
+    host = Host(env={"PATH": "", "ROCM_PATH": str(root)}, which=lambda name, path: None)
+    checks = {c.name: c for c in run_doctor([], build=True, rocm_wanted=("7.2",), host=host,
+                                            resources=PLENTY).checks}
+    assert checks["rocm-version"].status == "fail"
+    assert "rocm-version 7.2" in checks["rocm-version"].message
+
+
+def test_no_compiler_fails_every_target(tmp_path: Path) -> None:
+    host = Host(env={"PATH": str(tmp_path)}, which=lambda name, path: None)
+    checks = {c.name: c for c in run_doctor([get_target("gfx90a")], build=True, host=host,
+                                            resources=PLENTY).checks}
+    assert checks["compiler"].status == "fail"
+    assert checks["offload-arch:gfx90a"].status == "fail"
+
+
+def test_max_jobs_from_memory_and_cores() -> None:
+    assert max_jobs_for(Resources(64, 256 * GIB, 0), {}) == 51
+    assert max_jobs_for(Resources(8, 256 * GIB, 0), {}) == 8
+    assert max_jobs_for(Resources(2, 3 * GIB, 0), {}) == 1
+    assert max_jobs_for(Resources(64, 256 * GIB, 0), {"MAX_JOBS": "12"}) == 12
+
+
+def test_low_disk_fails(debian_rocm: Path) -> None:
+    report = run_doctor([], build=True, resources=Resources(64, 512 * GIB, 5 * GIB))
+    assert [c.name for c in report.failures] == ["disk"]

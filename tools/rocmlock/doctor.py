@@ -1,0 +1,394 @@
+"""Preflight checks of a ROCm host, so a build fails in seconds instead of at minute 90.
+
+Each check is ok / warn / fail with a one-line fix. The toolchain checks run the host's real tools
+(``hipconfig``, ``hipcc``/``amdclang++``) through an injectable runner; a tiny HIP kernel is compiled
+with ``--offload-arch=<gfx>`` for every target the selected environments need, which is the only
+reliable way to learn whether this toolchain can emit code for that GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rocmlock.runner import CommandError, CommandResult, Runner, run_command
+from rocmlock.targets import GpuTarget, all_targets, version_tuple
+from rocmlock.workspace import Workspace
+
+Status = Literal["ok", "warn", "fail"]
+Which = Callable[[str, str | None], str | None]
+
+HIP_HEADER = Path("include/hip/hip_runtime.h")
+DEFAULT_ROCM = Path("/opt/rocm")
+GIB = 1024**3
+# PyTorch's own guidance: about 4-5 GB of RAM per parallel compile job (research/rocm-stack.md).
+GIB_PER_JOB = 5
+MIN_USEFUL_JOBS = 4
+# A PyTorch ROCm build tree plus ccache and the package cache.
+DISK_FAIL_GIB = 20
+DISK_WARN_GIB = 50
+COMPILE_TIMEOUT_S = 300.0
+KERNEL = """#include <hip/hip_runtime.h>
+__global__ void rocmlock_probe(float* x) { x[threadIdx.x] += 1.0f; }
+"""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding: ``name`` is stable (``offload-arch:gfx942``), ``fix`` says what to do."""
+
+    name: str
+    status: Status
+    message: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What the host offers a build: CPU cores, memory, free disk where the build writes."""
+
+    cores: int
+    memory_bytes: int
+    free_disk_bytes: int
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """All checks, plus the facts a build uses (``max_jobs``, the toolchain found)."""
+
+    checks: tuple[Check, ...]
+    targets: tuple[str, ...]
+    max_jobs: int
+    rocm_version: str | None = None
+    hip_path: str | None = None
+    compiler: str | None = None
+    build: bool = False
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.status == "fail")
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data (``rocmlock doctor --json``)."""
+        return {
+            "ok": self.ok,
+            "build": self.build,
+            "targets": list(self.targets),
+            "max_jobs": self.max_jobs,
+            "rocm_version": self.rocm_version,
+            "hip_path": self.hip_path,
+            "compiler": self.compiler,
+            "checks": [{"name": c.name, "status": c.status, "message": c.message, "fix": c.fix}
+                       for c in self.checks],
+        }
+
+
+@dataclass(frozen=True)
+class Host:
+    """The host as doctor sees it; every part is injectable so tests can describe another machine."""
+
+    env: Mapping[str, str]
+    runner: Runner = run_command
+    which: Which = field(default=lambda name, path: shutil.which(name, path=path))
+    kfd: Path = Path("/dev/kfd")
+
+    def find(self, name: str) -> str | None:
+        return self.which(name, self.env.get("PATH", os.defpath))
+
+    def run(self, argv: list[str], env: Mapping[str, str] | None = None, cwd: Path | None = None,
+            timeout: float = 60.0) -> CommandResult | None:
+        """Run a probe command; ``None`` when it cannot even start (a finding, not a crash)."""
+        try:
+            return self.runner(argv, env=env or self.env, cwd=cwd, timeout=timeout, check=False)
+        except CommandError:
+            return None
+
+
+# ----------------------------------------------------------------------------- inputs from the workspace
+
+
+def workspace_targets(workspace: Workspace, environments: list[str] | None = None) -> tuple[GpuTarget, ...]:
+    """The GPU targets the selected environments need, in the order of the target table."""
+    wanted: set[str] = set()
+    for env in workspace.environments(environments):
+        if env.gpu_target is not None:
+            wanted.add(env.gpu_target.gfx)
+    return tuple(t for gfx, t in all_targets().items() if gfx in wanted)
+
+
+def workspace_rocm_versions(workspace: Workspace, environments: list[str] | None = None) -> tuple[str, ...]:
+    """The ROCm versions (``7.2``) the selected environments pin through ``rocm-version``."""
+    found: set[str] = set()
+    for env in workspace.environments(environments):
+        dep = env.dependency("rocm-version")
+        if dep is not None and dep.version not in ("", "*"):
+            found.add(".".join(str(p) for p in version_tuple(dep.version.lstrip("=<>~!"))[:2]))
+    return tuple(sorted(found - {""}))
+
+
+def detect_resources(where: Path) -> Resources:
+    """Cores usable by this process, total memory and free disk at ``where`` (or its nearest parent)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    memory = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = int(line.split()[1]) * 1024
+    except OSError:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    probe = where.resolve()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return Resources(cores, memory, shutil.disk_usage(probe).free)
+
+
+def max_jobs_for(resources: Resources, env: Mapping[str, str]) -> int:
+    """``MAX_JOBS`` when set, else ~5 GiB of memory per job, bounded by the cores."""
+    if env.get("MAX_JOBS", "").isdigit() and int(env["MAX_JOBS"]) > 0:
+        return int(env["MAX_JOBS"])
+    return max(1, min(resources.cores, resources.memory_bytes // (GIB_PER_JOB * GIB)))
+
+
+# ----------------------------------------------------------------------------- toolchain checks
+
+
+def _holds_header(path: str | Path) -> bool:
+    return (Path(path) / HIP_HEADER).is_file()
+
+
+def _candidate_rocm(host: Host) -> Path | None:
+    """Where ROCm actually is when the variables do not say: /opt/rocm, else what ``hipconfig`` reports."""
+    if _holds_header(DEFAULT_ROCM):
+        return DEFAULT_ROCM
+    hipconfig = host.find("hipconfig")
+    if hipconfig:
+        res = host.run([hipconfig, "--path"])
+        if res is not None and res.ok and res.stdout.strip() and _holds_header(res.stdout.strip()):
+            return Path(res.stdout.strip())
+    return None
+
+
+def check_hip_path(host: Host, build: bool) -> tuple[Check, Path | None]:
+    """HIP_PATH / ROCM_PATH set and holding ``include/hip/hip_runtime.h``."""
+    candidate = _candidate_rocm(host)
+    export = f"export HIP_PATH={candidate} ROCM_PATH={candidate}" if candidate else \
+        "install ROCm (hipcc) and export HIP_PATH/ROCM_PATH to its prefix"
+    for var in ("HIP_PATH", "ROCM_PATH"):
+        value = host.env.get(var)
+        if value and not _holds_header(value):
+            return Check("hip-path", "fail", f"{var}={value} does not hold {HIP_HEADER} "
+                         "(the build stops with 'hip_runtime.h not found')", export), candidate
+    set_vars = [v for v in ("HIP_PATH", "ROCM_PATH") if host.env.get(v)]
+    if set_vars:
+        path = Path(host.env[set_vars[0]])
+        both = " and ".join(f"{v}={host.env[v]}" for v in set_vars)
+        return Check("hip-path", "ok", f"{both}: {HIP_HEADER} found"), path
+    if candidate == DEFAULT_ROCM:
+        return Check("hip-path", "ok", f"HIP_PATH/ROCM_PATH unset; the default {DEFAULT_ROCM} holds {HIP_HEADER}"), \
+            candidate
+    where = f"ROCm is at {candidate}, not the default {DEFAULT_ROCM}" if candidate else "no ROCm found"
+    return Check("hip-path", "fail" if build else "warn",
+                 f"HIP_PATH/ROCM_PATH unset and {where}: builds fail with 'hip_runtime.h not found'", export), \
+        candidate
+
+
+def _version_from_file(root: Path | None) -> str | None:
+    if root is None:
+        return None
+    for rel in (".info/version", ".info/version-dev"):
+        try:
+            text = (root / rel).read_text().strip()
+        except OSError:
+            continue
+        if text:
+            return text.split("-")[0]
+    return None
+
+
+def find_rocm_version(host: Host, rocm: Path | None) -> tuple[str | None, str]:
+    """The host's ROCm version and where it came from (``.info/version`` or ``hipconfig --version``)."""
+    version = _version_from_file(rocm)
+    if version:
+        return version, f"{rocm}/.info/version"
+    hipconfig = (str(rocm / "bin" / "hipconfig") if rocm and (rocm / "bin" / "hipconfig").exists()
+                 else host.find("hipconfig"))
+    if hipconfig:
+        res = host.run([hipconfig, "--version"])
+        if res is not None and res.ok and version_tuple(res.stdout.strip()):
+            # HIP's version is major.minor.build; major.minor is the ROCm release it ships with.
+            return ".".join(str(p) for p in version_tuple(res.stdout.strip())[:2]), "hipconfig --version"
+    return None, ""
+
+
+def check_rocm_version(version: str | None, source: str, wanted: tuple[str, ...], build: bool) -> Check:
+    """The ROCm version is known, and matches what the plan builds for."""
+    if version is None:
+        return Check("rocm-version", "fail" if build else "warn", "no ROCm version found (.info/version, hipconfig)",
+                     "install ROCm and set ROCM_PATH to it")
+    mine = version_tuple(version)[:2]
+    if wanted and all(version_tuple(w)[:2] != mine for w in wanted):
+        return Check("rocm-version", "fail" if build else "warn",
+                     f"ROCm {version} (from {source}) but the environments pin rocm-version {', '.join(wanted)}",
+                     f"build on a host with ROCm {wanted[-1]} and point ROCM_PATH/HIP_PATH at it")
+    return Check("rocm-version", "ok", f"ROCm {version} (from {source})")
+
+
+def check_hip_platform(host: Host, build: bool) -> Check:
+    """``HIP_PLATFORM=amd`` when ``nvcc`` is on PATH: hipcc otherwise compiles for NVIDIA without saying so."""
+    platform = host.env.get("HIP_PLATFORM", "")
+    nvcc = host.find("nvcc")
+    status: Status = "fail" if build else "warn"
+    if platform and platform not in ("amd", "hcc"):
+        return Check("hip-platform", status, f"HIP_PLATFORM={platform}: hipcc compiles for NVIDIA",
+                     "export HIP_PLATFORM=amd")
+    if nvcc and not platform:
+        return Check("hip-platform", status,
+                     f"nvcc is on PATH ({nvcc}) and HIP_PLATFORM is unset: hipcc picks the NVIDIA platform",
+                     "export HIP_PLATFORM=amd")
+    return Check("hip-platform", "ok", f"HIP_PLATFORM={platform}" if platform else "no nvcc on PATH")
+
+
+def find_compiler(host: Host, rocm: Path | None) -> str | None:
+    """``hipcc`` (or ``amdclang++``) from ROCm's bin directory first, then PATH."""
+    for name in ("hipcc", "amdclang++"):
+        if rocm is not None and (rocm / "bin" / name).is_file():
+            return str(rocm / "bin" / name)
+        found = host.find(name)
+        if found:
+            return found
+    return None
+
+
+def check_compiler(host: Host, compiler: str | None) -> Check:
+    if compiler is None:
+        return Check("compiler", "fail", "neither hipcc nor amdclang++ found (ROCm bin or PATH)",
+                     "install ROCm's hipcc and put $ROCM_PATH/bin on PATH")
+    res = host.run([compiler, "--version"], env={**host.env, "HIP_PLATFORM": "amd"})
+    first = res.stdout.strip().splitlines()[0] if res is not None and res.stdout.strip() else "version unknown"
+    return Check("compiler", "ok", f"{compiler} ({first})")
+
+
+def _compile_env(host: Host, rocm: Path | None) -> dict[str, str]:
+    # Compile as the fixed environment would: the HIP_PLATFORM trap is reported on its own, so the
+    # per-target result says only whether the toolchain can emit code for that GPU.
+    env = {**host.env, "HIP_PLATFORM": "amd"}
+    if rocm is not None:
+        env.setdefault("HIP_PATH", str(rocm))
+        env.setdefault("ROCM_PATH", str(rocm))
+    return env
+
+
+def check_offload_arch(host: Host, compiler: str | None, rocm: Path | None, rocm_version: str | None,
+                       target: GpuTarget) -> Check:
+    """Compile a tiny HIP kernel with ``--offload-arch=<gfx>``."""
+    name = f"offload-arch:{target.gfx}"
+    if compiler is None:
+        return Check(name, "fail", f"cannot test {target.gfx}: no HIP compiler", "see the 'compiler' check")
+    with tempfile.TemporaryDirectory(prefix="rocmlock-doctor-") as tmp:
+        src = Path(tmp) / "probe.hip"
+        src.write_text(KERNEL)
+        argv = [compiler, *(["-x", "hip"] if "clang" in Path(compiler).name else []),
+                f"--offload-arch={target.gfx}", "-c", str(src), "-o", str(Path(tmp) / "probe.o")]
+        res = host.run(argv, env=_compile_env(host, rocm), cwd=Path(tmp), timeout=COMPILE_TIMEOUT_S)
+    if res is not None and res.ok:
+        return Check(name, "ok", f"compiled a HIP kernel for {target.gfx} ({', '.join(target.products)})")
+    verdict = res.last_error_line() if res is not None else "the compiler did not start"
+    verdict = verdict.split(";")[0][:160]
+    too_old = rocm_version is not None and version_tuple(rocm_version) < version_tuple(target.first_rocm)
+    if too_old or "invalid target id" in verdict.lower():
+        found = f" (found ROCm {rocm_version})" if rocm_version else ""
+        return Check(name, "fail",
+                     f"toolchain too old for {target.gfx}, needs ROCm >= {target.first_rocm}{found}: {verdict}",
+                     f"install ROCm >= {target.first_rocm} and point HIP_PATH/ROCM_PATH at it")
+    return Check(name, "fail", f"cannot compile for {target.gfx}: {verdict}",
+                 f"run: HIP_PLATFORM=amd {Path(compiler).name} --offload-arch={target.gfx} -c probe.hip")
+
+
+def check_jobs(resources: Resources, env: Mapping[str, str]) -> tuple[Check, int]:
+    jobs = max_jobs_for(resources, env)
+    by_memory = max(1, resources.memory_bytes // (GIB_PER_JOB * GIB))
+    facts = f"{resources.cores} cores, {resources.memory_bytes / GIB:.0f} GiB memory"
+    if env.get("MAX_JOBS") and jobs > by_memory:
+        return Check("max-jobs", "warn", f"MAX_JOBS={jobs} but {facts} supports {by_memory} (~{GIB_PER_JOB} GiB/job)",
+                     f"export MAX_JOBS={min(by_memory, resources.cores)} or the compiler may be OOM-killed"), jobs
+    if jobs < MIN_USEFUL_JOBS:
+        return Check("max-jobs", "warn", f"MAX_JOBS={jobs} from {facts}: a PyTorch build will take many hours",
+                     "build on a host with more cores and memory"), jobs
+    return Check("max-jobs", "ok", f"MAX_JOBS={jobs} from {facts}"), jobs
+
+
+def check_disk(resources: Resources, where: Path) -> Check:
+    free = resources.free_disk_bytes / GIB
+    if free < DISK_FAIL_GIB:
+        return Check("disk", "fail", f"{free:.0f} GiB free at {where}; a PyTorch build needs ~{DISK_WARN_GIB} GiB",
+                     "free space or pass --output on a larger disk")
+    if free < DISK_WARN_GIB:
+        return Check("disk", "warn", f"{free:.0f} GiB free at {where}; a PyTorch build needs ~{DISK_WARN_GIB} GiB",
+                     "free space or pass --output on a larger disk")
+    return Check("disk", "ok", f"{free:.0f} GiB free at {where}")
+
+
+def check_ccache(host: Host) -> Check:
+    found = host.find("ccache")
+    if found:
+        return Check("ccache", "ok", f"{found} (rebuilds after a failure reuse compiled objects)")
+    return Check("ccache", "warn", "ccache not found: a rebuild after a failure recompiles everything",
+                 "apt-get install ccache (or dnf install ccache)")
+
+
+def check_gpu_driver(host: Host) -> Check:
+    if host.kfd.exists():
+        return Check("gpu-driver", "ok", f"{host.kfd} present (amdgpu kernel driver loaded)")
+    return Check("gpu-driver", "warn", f"{host.kfd} missing: no AMD GPU driver on this host (building needs none; "
+                 "running and `rocmlock verify` do)", "on a GPU host: load amdgpu, add the user to video and render")
+
+
+def run_doctor(
+    targets: Iterable[GpuTarget],
+    *,
+    build: bool = False,
+    rocm_wanted: tuple[str, ...] = (),
+    host: Host | None = None,
+    workdir: Path = Path("."),
+    resources: Resources | None = None,
+) -> DoctorReport:
+    """Run every check; ``build`` adds the build-host checks (compiler, per-target compile, jobs, disk, ccache)."""
+    host = host or Host(env=dict(os.environ))
+    targets = tuple(targets)
+    hip_check, rocm = check_hip_path(host, build)
+    version, source = find_rocm_version(host, rocm)
+    checks = [hip_check, check_rocm_version(version, source, rocm_wanted, build), check_hip_platform(host, build),
+              check_gpu_driver(host)]
+    compiler = None
+    jobs = 1
+    if build:
+        resources = resources or detect_resources(workdir)
+        compiler = find_compiler(host, rocm)
+        checks.append(check_compiler(host, compiler))
+        checks.extend(check_offload_arch(host, compiler, rocm, version, t) for t in targets)
+        jobs_check, jobs = check_jobs(resources, host.env)
+        checks.extend([jobs_check, check_disk(resources, workdir), check_ccache(host)])
+    return DoctorReport(tuple(checks), tuple(t.gfx for t in targets), jobs, version,
+                        str(rocm) if rocm else None, compiler, build)
+
+
+def render_report(report: DoctorReport) -> str:
+    """The report as aligned text lines, a fix under each warn/fail."""
+    width = max((len(c.name) for c in report.checks), default=0)
+    lines = []
+    for c in report.checks:
+        lines.append(f"{c.status:<4}  {c.name:<{width}}  {c.message}")
+        if c.fix and c.status != "ok":
+            lines.append(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
+    verdict = "ok" if report.ok else f"{len(report.failures)} check(s) failed"
+    lines.append(f"doctor: {verdict}")
+    return "\n".join(lines)
