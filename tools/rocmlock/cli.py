@@ -68,9 +68,65 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _add_lock(p: argparse.ArgumentParser) -> None:
+    _manifest_arg(p)
+    _env_arg(p)
+    p.add_argument("-p", "--platform", action="append", default=[], dest="platforms", metavar="PLATFORM",
+                   help="only this platform (repeatable; default: all)")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 and list each stale output if anything would change")
+    p.add_argument("--update", nargs="*", metavar="PKG", default=None,
+                   help="let these packages (all when none are named) move to newer versions")
+    p.add_argument("--json", action="store_true", help="print the changes as JSON on stdout")
+
+
+def _report_lock(result: Any, args: argparse.Namespace, verb: str) -> int:
+    data = result.to_json()
+    if args.json:
+        _print_json(data)
+    for env, plats in sorted(data["changes"].items()):
+        for plat, changes in sorted(plats.items()):
+            _err(f"{env} [{plat}]")
+            for c in changes:
+                old, new = c["old"], c["new"]
+                text = f"~ {c['name']} {old} -> {new}" if c["kind"] == "~" else f"{c['kind']} {c['name']} {new or old}"
+                _err(f"  {text}")
+    if args.check:
+        for path in data["stale"]:
+            _err(f"stale: {path}")
+        _err("up to date" if result.up_to_date else f"{len(data['stale'])} output(s) would change; run `rocmlock {verb}`")
+        return 0 if result.up_to_date else 1
+    _err(f"wrote {len(data['stale'])} file(s)" if result.written else "up to date, nothing written")
+    return 0
+
+
+def _cmd_lock(args: argparse.Namespace) -> int:
+    from rocmlock.lock import lock_workspace
+
+    result = lock_workspace(args.manifest_path, environments=args.environments or None,
+                            platforms=args.platforms or None, update=args.update, check=args.check)
+    return _report_lock(result, args, "lock")
+
+
+def _add_export(p: argparse.ArgumentParser) -> None:
+    _manifest_arg(p)
+    _env_arg(p)
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if an export is stale")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from rocmlock.lock import export_workspace
+
+    result = export_workspace(args.manifest_path, environments=args.environments or None, check=args.check)
+    return _report_lock(result, args, "export")
+
+
 # ----------------------------------------------------------------------------- main
 
 _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Handler]] = [
+    ("lock", "solve every environment x platform; write pixi.lock and envs/ exports", _add_lock, _cmd_lock),
+    ("export", "regenerate envs/<env>/ conda exports from pixi.lock without solving", _add_export, _cmd_export),
     ("doctor", "check this host's ROCm toolchain before building or running", _add_doctor, _cmd_doctor),
 ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +31,81 @@ SHORT_VIRTUAL_KEYS = {"glibc": "__glibc", "linux": "__linux", "cuda": "__cuda", 
                       "archspec": "__archspec", "libc": "__glibc", "win": "__win"}
 DEFAULT_GLIBC = "2.28"
 DEFAULT_LINUX = "4.18"
+# pixi's subdir defaults (pixi_manifest/src/platform.rs, subdir_default_virtual_packages) as
+# (name, version, build); a platform's lock entry lists them unless the user overrides them.
+DEFAULT_OSX = {"osx-64": "13.0", "osx-arm64": "13.0"}
+ARCHSPEC = {"linux-64": "x86_64", "osx-64": "x86_64", "win-64": "x86_64", "linux-aarch64": "aarch64",
+            "win-arm64": "aarch64", "osx-arm64": "m1", "linux-ppc64le": "ppc64le"}
+# Virtual packages whose friendly value is a build string (``archspec = "x86_64"`` is ``__archspec=0=x86_64``).
+BUILD_VALUED = frozenset({"__archspec"})
+LIBC_NAMES = frozenset({"__glibc", "__musl", "__eglibc"})
+# A bare channel name resolves like pixi's default channel alias does.
+CHANNEL_ALIAS = "https://conda.anaconda.org/"
+VirtualPackage = tuple[str, str, str]
+
+
+def subdir_default_virtual_packages(subdir: str) -> list[VirtualPackage]:
+    """pixi's default virtual packages for ``subdir``: ``__unix``, ``__linux``/``__glibc``/... and ``__archspec``."""
+    out: list[VirtualPackage] = []
+    if not subdir.startswith("win") and subdir != "noarch":
+        out.append(("__unix", "0", "0"))
+    if subdir.startswith("linux"):
+        out += [("__linux", DEFAULT_LINUX, ""), ("__glibc", DEFAULT_GLIBC, "")]
+    if subdir.startswith("win"):
+        out.append(("__win", "10.0", ""))
+    if subdir in DEFAULT_OSX:
+        out.append(("__osx", DEFAULT_OSX[subdir], ""))
+    if subdir in ARCHSPEC:
+        out.append(("__archspec", "0", ARCHSPEC[subdir]))
+    return out
+
+
+def format_virtual_package(vp: VirtualPackage) -> str:
+    """The ``__name=version[=build]`` form pixi.lock stores (rattler's GenericVirtualPackage display)."""
+    name, version, build = vp
+    return f"{name}={version}={build}" if build else f"{name}={version}"
+
+
+def parse_virtual_package(text: str) -> VirtualPackage:
+    """Inverse of :func:`format_virtual_package`."""
+    name, _, rest = text.partition("=")
+    version, _, build = rest.partition("=")
+    return (name, version, build)
+
+
+def is_local_channel(channel: str) -> bool:
+    """True for a channel written as a path (``./channel``, ``../x``, ``/srv/x``, ``~/x``)."""
+    return channel.startswith(("./", "../", "/", "~", ".\\")) or channel in (".", "..")
+
+
+def channel_base_url(channel: str, root: Path) -> str:
+    """The channel's base URL with a trailing slash, resolved as pixi does.
+
+    Paths are relative to the manifest directory, bare names go through the default channel
+    alias (``conda-forge`` -> ``https://conda.anaconda.org/conda-forge/``), URLs stay as written.
+    """
+    if "://" in channel:
+        url = channel
+    elif is_local_channel(channel):
+        url = (root / Path(channel).expanduser()).resolve().as_uri()
+    else:
+        url = CHANNEL_ALIAS + channel.strip("/")
+    return url.rstrip("/") + "/"
+
+
+def parse_exclude_newer(value: Any, path: Path, key: str) -> datetime | None:
+    """``exclude-newer`` as a UTC datetime (a TOML date/datetime or an ISO string)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+    try:
+        return parse_exclude_newer(datetime.fromisoformat(str(value)), path, key)
+    except ValueError:
+        raise InputError(f"{path}: key '{key}' is '{value}', not a date or date-time",
+                         hint='write it as "2026-01-31" or "2026-01-31T12:00:00Z"') from None
 
 
 @dataclass(frozen=True)
@@ -61,7 +137,29 @@ class Platform:
         return self.name != self.subdir or bool(self.virtual_packages)
 
     def virtual_package(self, name: str) -> str | None:
-        return dict(self.virtual_packages).get(name)
+        """The declared version of virtual package ``name`` (``__amdgpu_arch`` -> ``9.4.2``)."""
+        value = dict(self.virtual_packages).get(name)
+        return None if value is None else value.split("=", 1)[0]
+
+    def declared_virtual_packages(self) -> list[VirtualPackage]:
+        """What pixi records for this platform: the declared packages, then the subdir defaults not overridden."""
+        declared: list[VirtualPackage] = []
+        for name, value in self.virtual_packages:
+            version, _, build = value.partition("=")
+            if name in BUILD_VALUED and not build:
+                version, build = "0", version
+            declared.append((name, version, build))
+        names = {d[0] for d in declared}
+        for default in subdir_default_virtual_packages(self.subdir):
+            if default[0] in names or (default[0] == "__glibc" and names & LIBC_NAMES):
+                continue
+            declared.append(default)
+        return declared
+
+    def customised_virtual_packages(self) -> list[str]:
+        """The declared packages that differ from the subdir defaults, sorted (pixi's platform identity)."""
+        defaults = set(subdir_default_virtual_packages(self.subdir))
+        return sorted(format_virtual_package(vp) for vp in self.declared_virtual_packages() if vp not in defaults)
 
 
 @dataclass(frozen=True)
@@ -71,8 +169,10 @@ class Feature:
     name: str
     dependencies: tuple[Dependency, ...] = ()
     target_dependencies: tuple[tuple[str, tuple[Dependency, ...]], ...] = ()
-    channels: tuple[tuple[str, int], ...] = ()
+    # None: the feature names no channels and so uses the workspace's (pixi's rule).
+    channels: tuple[tuple[str, int], ...] | None = None
     platforms: tuple[str, ...] | None = None
+    channel_priority: ChannelPriority | None = None
 
 
 @dataclass(frozen=True)
@@ -96,10 +196,18 @@ class Environment:
     dependencies: tuple[tuple[str, tuple[Dependency, ...]], ...]
     gpu_target: GpuTarget | None
     solve_group: str | None = None
+    channel_priority: ChannelPriority = "strict"
 
     def dependencies_for(self, platform: Platform) -> tuple[Dependency, ...]:
-        """The dependencies of this environment on ``platform`` (target-specific ones merged in)."""
+        """The dependencies of this environment on ``platform`` (target-specific ones merged in).
+
+        A name may appear more than once when several features constrain it; every spec applies.
+        """
         return dict(self.dependencies)[platform.name]
+
+    def platform(self, name: str) -> Platform:
+        """This environment's platform called ``name``."""
+        return next(p for p in self.platforms if p.name == name)
 
     def dependency(self, name: str, platform: Platform | None = None) -> Dependency | None:
         """The dependency named ``name`` (on the first platform unless one is given)."""
@@ -116,13 +224,17 @@ class Workspace:
     channels: tuple[tuple[str, int], ...]
     platforms: tuple[Platform, ...]
     channel_priority: ChannelPriority
-    exclude_newer: str | None
+    exclude_newer: datetime | None
     features: dict[str, Feature] = field(hash=False)
     environment_specs: dict[str, EnvironmentSpec] = field(hash=False)
 
     @property
     def root(self) -> Path:
         return self.path.parent
+
+    def channel_url(self, channel: str) -> str:
+        """``channel`` (as written in the manifest) as a base URL; paths are relative to :attr:`root`."""
+        return channel_base_url(channel, self.root)
 
     def environment_names(self) -> list[str]:
         """Environment names as declared; ``default`` first when pixi would create it."""
@@ -190,9 +302,7 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
             f"{path}: key '{table_key}.channel-priority' is '{priority}'",
             hint="use one of: strict, flexible, disabled",
         )
-    exclude_newer = ws.get("exclude-newer")
-    if exclude_newer is not None:
-        exclude_newer = str(exclude_newer)
+    exclude_newer = parse_exclude_newer(ws.get("exclude-newer"), path, f"{table_key}.exclude-newer")
     features = {"default": _parse_feature("default", data, path, "", platforms, top=True)}
     for fname, ftable in _expect(data.get("feature", {}), dict, path, "feature", "a table").items():
         _expect(ftable, dict, path, f"feature.{fname}", "a table")
@@ -317,10 +427,16 @@ def _parse_feature(
         _expect(ttable, dict, path, f"{prefix}target.{plat}", "a table")
         target.append((plat, _parse_dependencies(ttable.get("dependencies", {}), path,
                                                  f"{prefix}target.{plat}.dependencies")))
-    channels: tuple[tuple[str, int], ...] = ()
+    channels: tuple[tuple[str, int], ...] | None = None
     platforms: tuple[str, ...] | None = None
+    priority = None
     if not top:
-        channels = _parse_channels(table.get("channels", []), path, f"{prefix}channels")
+        if "channels" in table:
+            channels = _parse_channels(table["channels"], path, f"{prefix}channels")
+        priority = table.get("channel-priority")
+        if priority not in (None, "strict", "flexible", "disabled"):
+            raise InputError(f"{path}: key '{prefix}channel-priority' is '{priority}'",
+                             hint="use one of: strict, flexible, disabled")
         if "platforms" in table:
             plats = _expect(table["platforms"], list, path, f"{prefix}platforms", "a list")
             for p in plats:
@@ -330,7 +446,7 @@ def _parse_feature(
                         hint=f"add it to [workspace] platforms (known: {', '.join(sorted(known))})",
                     )
             platforms = tuple(plats)
-    return Feature(name, deps, tuple(target), channels, platforms)
+    return Feature(name, deps, tuple(target), channels, platforms, priority)
 
 
 def _parse_environments(
@@ -370,18 +486,7 @@ def _resolve(ws: Workspace, spec: EnvironmentSpec) -> Environment:
     where = f"{ws.path}: environment '{spec.name}'"
     channels = _merge_channels(ws, feats)
     platforms = _environment_platforms(ws, feats, where)
-    deps_by_platform: list[tuple[str, tuple[Dependency, ...]]] = []
-    for plat in platforms:
-        merged: dict[str, Dependency] = {}
-        # Later features do not override earlier ones' specs in pixi; the first feature wins.
-        for feat in reversed(feats):
-            for dep in feat.dependencies:
-                merged[dep.name] = dep
-            for tname, tdeps in feat.target_dependencies:
-                if tname in (plat.name, plat.subdir):
-                    for dep in tdeps:
-                        merged[dep.name] = dep
-        deps_by_platform.append((plat.name, tuple(sorted(merged.values(), key=lambda d: d.name))))
+    deps_by_platform = [(plat.name, _platform_dependencies(feats, plat)) for plat in platforms]
     target = _gpu_target(platforms, deps_by_platform, where)
     return Environment(
         name=spec.name,
@@ -391,21 +496,50 @@ def _resolve(ws: Workspace, spec: EnvironmentSpec) -> Environment:
         dependencies=tuple(deps_by_platform),
         gpu_target=target,
         solve_group=spec.solve_group,
+        channel_priority=_channel_priority(ws, feats, where),
     )
 
 
+def _selector_rank(selector: str, plat: Platform) -> int | None:
+    """How specific ``[target.<selector>]`` is for ``plat`` (higher wins), or None when it does not apply."""
+    family = plat.subdir.split("-", 1)[0]
+    ranks = {plat.name: 3, plat.subdir: 2, family: 1, "unix": 0 if family in ("linux", "osx") else None}
+    return ranks.get(selector)
+
+
+def _platform_dependencies(feats: list[Feature], plat: Platform) -> tuple[Dependency, ...]:
+    # pixi (pixi_manifest feature.rs, combined_dependencies): within a feature a more specific
+    # target replaces the spec of the same name; across features every spec is kept and all apply.
+    out: list[Dependency] = []
+    for feat in feats:
+        merged = {dep.name: dep for dep in feat.dependencies}
+        targets = [(r, deps) for sel, deps in feat.target_dependencies
+                   if (r := _selector_rank(sel, plat)) is not None]
+        for _, tdeps in sorted(targets, key=lambda t: t[0]):
+            merged.update({dep.name: dep for dep in tdeps})
+        out.extend(dep for dep in merged.values() if dep not in out)
+    return tuple(sorted(out, key=lambda d: (d.name, d.matchspec())))
+
+
+def _channel_priority(ws: Workspace, feats: list[Feature], where: str) -> ChannelPriority:
+    found = {f.channel_priority for f in feats if f.channel_priority is not None}
+    if len(found) > 1:
+        raise InputError(f"{where} combines features with different channel-priority values",
+                         hint="set channel-priority once, in [workspace]")
+    return found.pop() if found else ws.channel_priority
+
+
 def _merge_channels(ws: Workspace, feats: list[Feature]) -> tuple[str, ...]:
+    # pixi (features_ext.rs, prioritized_channels): every feature contributes its own channels or,
+    # when it names none, the workspace's; a stable sort by priority (high first), then first wins.
     entries: list[tuple[str, int]] = []
     for feat in feats:
-        entries.extend(ws.channels if feat.name == "default" else feat.channels)
-    seen: dict[str, int] = {}
+        entries.extend(ws.channels if feat.channels is None else feat.channels)
     order: list[str] = []
-    for chan, prio in entries:
-        if chan not in seen:
-            seen[chan] = prio
+    for chan, _ in sorted(entries, key=lambda e: -e[1]):
+        if chan not in order:
             order.append(chan)
-    # Higher priority first; equal priority keeps declaration order (feature channels before default).
-    return tuple(sorted(order, key=lambda c: -seen[c]))
+    return tuple(order)
 
 
 def _environment_platforms(ws: Workspace, feats: list[Feature], where: str) -> tuple[Platform, ...]:

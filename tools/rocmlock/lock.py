@@ -1,0 +1,271 @@
+"""The lock engine: pixi.toml in; pixi.lock and envs/<env>/ exports out, as one atomic set.
+
+``lock_workspace`` keeps every locked environment x platform that still satisfies the manifest
+(pixi's rules, see :mod:`rocmlock.satisfy`) and solves the rest, passing the previous lock's
+records to the solver so nothing moves unless it must. ``export_workspace`` renders the exports
+of an existing pixi.lock without solving. Both return a :class:`LockResult`; with ``check=True``
+nothing is written and ``LockResult.stale`` lists what would change.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rattler import RepoDataRecord
+
+from rocmlock import fsutil
+from rocmlock.errors import InputError
+from rocmlock.exports import render_exports
+from rocmlock.lockfile import (
+    LockedEnvironment,
+    LockedPlatform,
+    LockedWorkspace,
+    lock_platform,
+    read_lockfile,
+    render_lockfile,
+)
+from rocmlock.satisfy import environment_unsat, platform_unsat
+from rocmlock.solve import SolveJob, SolveKey, default_cache_dir, make_job, merge_jobs, solve_jobs, subset_for
+from rocmlock.solve import redact_record
+from rocmlock.workspace import Environment, Workspace, channel_base_url, is_local_channel, load_workspace
+
+LOCK_NAME = "pixi.lock"
+ENVS_DIR = "envs"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One package change of one environment on one platform (``+`` added, ``-`` removed, ``~`` changed)."""
+
+    environment: str
+    platform: str
+    kind: str
+    name: str
+    old: str | None = None
+    new: str | None = None
+
+    def line(self) -> str:
+        if self.kind == "~":
+            return f"~ {self.name} {self.old} -> {self.new}"
+        return f"{self.kind} {self.name} {self.new if self.kind == '+' else self.old}"
+
+
+@dataclass(frozen=True)
+class LockResult:
+    """What a lock/export did or (with ``check``) would do."""
+
+    manifest: Path
+    files: dict[Path, str] = field(hash=False)
+    stale: tuple[Path, ...]
+    changes: tuple[Change, ...]
+    solved: tuple[SolveKey, ...]
+    written: bool
+    reasons: dict[SolveKey, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def up_to_date(self) -> bool:
+        return not self.stale
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as plain data (``--json``): changes per environment and platform, stale files."""
+        envs: dict[str, dict[str, list[dict[str, str | None]]]] = defaultdict(lambda: defaultdict(list))
+        for c in self.changes:
+            envs[c.environment][c.platform].append({"kind": c.kind, "name": c.name, "old": c.old, "new": c.new})
+        root = self.manifest.parent
+        return {
+            "manifest": str(self.manifest),
+            "up_to_date": self.up_to_date,
+            "written": self.written,
+            "stale": [_rel(p, root) for p in self.stale],
+            "solved": [{"environment": e, "platform": p, "reason": self.reasons.get((e, p))}
+                       for e, p in self.solved],
+            "changes": {e: dict(p) for e, p in envs.items()},
+        }
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _pin(record: RepoDataRecord) -> str:
+    return f"{record.version} {record.build}"
+
+
+def diff_records(env: str, platform: str, old: Sequence[RepoDataRecord] | None,
+                 new: Sequence[RepoDataRecord] | None) -> list[Change]:
+    """The changes from ``old`` to ``new`` records, sorted by package name."""
+    before = {r.name.normalized: _pin(r) for r in old or []}
+    after = {r.name.normalized: _pin(r) for r in new or []}
+    out: list[Change] = []
+    for name in sorted(before.keys() | after.keys()):
+        a, b = before.get(name), after.get(name)
+        if a is None:
+            out.append(Change(env, platform, "+", name, None, b))
+        elif b is None:
+            out.append(Change(env, platform, "-", name, a, None))
+        elif a != b:
+            out.append(Change(env, platform, "~", name, a, b))
+    return out
+
+
+def _select(ws: Workspace, environments: Sequence[str] | None, platforms: Sequence[str] | None
+            ) -> tuple[list[Environment], set[str], set[str]]:
+    envs = ws.environments()  # resolves (and so validates) every environment
+    names = set(environments or [e.name for e in envs])
+    for name in names:
+        ws.environment(name)  # an unknown name is an InputError listing the known ones
+    known = {p.name for p in ws.platforms}
+    plats = set(platforms or known)
+    unknown = sorted(plats - known)
+    if unknown:
+        raise InputError(f"{ws.path}: unknown platform '{unknown[0]}'",
+                         hint=f"known platforms: {', '.join(sorted(known))}")
+    return envs, names, plats
+
+
+def _plan(ws: Workspace, envs: list[Environment], names: set[str], plats: set[str],
+          old: LockedWorkspace | None, update: Sequence[str] | None
+          ) -> tuple[dict[SolveKey, list[RepoDataRecord]], list[SolveJob], dict[SolveKey, str]]:
+    """Split env x platform into kept (still satisfied) records and solve jobs."""
+    kept: dict[SolveKey, list[RepoDataRecord]] = {}
+    jobs: list[SolveJob] = []
+    reasons: dict[SolveKey, str] = {}
+    movable = set(update or [])
+    for env in envs:
+        env_reason = environment_unsat(ws, env, old) if old else "no lock yet"
+        for plat in env.platforms:
+            key = (env.name, plat.name)
+            previous = old.records(env.name, plat.name) if old else None
+            selected = env.name in names and plat.name in plats
+            reason = env_reason or (platform_unsat(env, plat, old, ws.exclude_newer) if old else None)
+            if previous is not None and reason is None and (update is None or not selected):
+                kept[key] = previous
+                continue
+            if previous is not None and not selected and env_reason is None:
+                kept[key] = previous  # outside -e/-p: left as locked
+                continue
+            reasons[key] = reason or ("--update" if not movable else f"--update {' '.join(sorted(movable))}")
+            prefs = [] if update is not None and not movable else [
+                r for r in previous or [] if r.name.normalized not in movable]
+            jobs.append(make_job(ws, env, plat, prefs))
+    return kept, jobs, reasons
+
+
+def _solve(ws: Workspace, envs: list[Environment], jobs: list[SolveJob],
+           cache_dir: Path | None) -> dict[SolveKey, list[RepoDataRecord]]:
+    """Solve ``jobs``; environments of one solve-group share one solve per platform (pixi's rule)."""
+    group_of = {e.name: e.solve_group for e in envs}
+    grouped: dict[SolveKey, list[SolveJob]] = defaultdict(list)
+    for job in jobs:
+        group = group_of[job.key[0]]
+        grouped[(f"solve-group {group}", job.key[1]) if group else job.key].append(job)
+    merged = [merge_jobs(key, js) if len(js) > 1 else js[0] for key, js in grouped.items()]
+    solved = solve_jobs(merged, cache_dir or default_cache_dir(ws.root))
+    out: dict[SolveKey, list[RepoDataRecord]] = {}
+    for key, js in grouped.items():
+        for job in js:
+            recs = solved[key if len(js) > 1 else job.key]
+            recs = subset_for(recs, job.specs) if len(js) > 1 else recs
+            out[job.key] = [redact_record(r) for r in recs]
+    return out
+
+
+def _lock_channel(ws: Workspace, channel: str) -> str:
+    # Paths stay relative to the manifest (pixi resolves both sides against the workspace root),
+    # so the lock does not embed the checkout's location; the rest become base URLs like pixi writes.
+    from rocmlock.credentials import redact_url
+
+    return channel if is_local_channel(channel) else redact_url(ws.channel_url(channel))
+
+
+def _assemble(ws: Workspace, envs: list[Environment],
+              records: dict[SolveKey, list[RepoDataRecord]]) -> LockedWorkspace:
+    platforms: dict[str, LockedPlatform] = {}
+    locked_envs: dict[str, LockedEnvironment] = {}
+    for env in envs:
+        for plat in env.platforms:
+            platforms.setdefault(plat.name, lock_platform(plat))
+        locked_envs[env.name] = LockedEnvironment(
+            tuple(_lock_channel(ws, c) for c in env.channels),
+            {p.name: records[(env.name, p.name)] for p in env.platforms if (env.name, p.name) in records},
+        )
+    return LockedWorkspace(platforms, locked_envs)
+
+
+def render_outputs(ws: Workspace, locked: LockedWorkspace, envs: Iterable[Environment]) -> dict[Path, str]:
+    """pixi.lock plus every environment's exports, as path -> text."""
+    files = {ws.root / LOCK_NAME: render_lockfile(locked)}
+    for env in envs:
+        lenv = locked.environments.get(env.name)
+        if lenv is None:
+            continue
+        plats = [locked.platforms[p.name] for p in env.platforms if p.name in locked.platforms]
+        # conda reads a relative channel path against the current directory, so exports name it absolutely.
+        channels = [channel_base_url(c, ws.root) if is_local_channel(c) else c for c in lenv.channels]
+        files.update(render_exports(ws.root / ENVS_DIR, env.name, channels, plats, lenv.records))
+    return files
+
+
+def _stale(files: dict[Path, str]) -> tuple[Path, ...]:
+    def differs(path: Path, text: str) -> bool:
+        try:
+            return path.read_text() != text
+        except OSError:
+            return True
+
+    return tuple(sorted(p for p, t in files.items() if differs(p, t)))
+
+
+def _finish(ws: Workspace, files: dict[Path, str], changes: list[Change], solved: Sequence[SolveKey],
+            reasons: dict[SolveKey, str], check: bool) -> LockResult:
+    stale = _stale(files)
+    if stale and not check:
+        fsutil.write_set_atomic({p: files[p] for p in stale})
+    return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons)
+
+
+def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
+                   platforms: Sequence[str] | None = None, update: Sequence[str] | None = None,
+                   check: bool = False, cache_dir: Path | None = None) -> LockResult:
+    """Lock the workspace of ``manifest_path`` (pixi.toml or its directory).
+
+    ``environments``/``platforms`` limit what is re-solved (the rest stays as locked);
+    ``update=None`` keeps locked packages, ``update=[]`` lets every package move and
+    ``update=["pytorch"]`` only those named. ``check=True`` writes nothing.
+    """
+    ws = load_workspace(manifest_path)
+    envs, names, plats = _select(ws, environments, platforms)
+    old = read_lockfile(ws.root / LOCK_NAME)
+    kept, jobs, reasons = _plan(ws, envs, names, plats, old, update)
+    records = {**kept, **_solve(ws, envs, jobs, cache_dir)}
+    locked = _assemble(ws, envs, records)
+    changes = [c for env in envs for p in env.platforms
+               for c in diff_records(env.name, p.name, old.records(env.name, p.name) if old else None,
+                                     records.get((env.name, p.name)))]
+    files = render_outputs(ws, locked, envs)
+    return _finish(ws, files, changes, [j.key for j in jobs], reasons, check)
+
+
+def export_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
+                     check: bool = False) -> LockResult:
+    """Regenerate ``envs/`` from the existing pixi.lock, without solving (for teams that lock with pixi)."""
+    ws = load_workspace(manifest_path)
+    envs, names, _ = _select(ws, environments, None)
+    locked = read_lockfile(ws.root / LOCK_NAME)
+    if locked is None:
+        raise InputError(f"{ws.root / LOCK_NAME}: no lock file", hint="run `rocmlock lock` (or `pixi lock`) first")
+    missing = sorted(n for n in names if n not in locked.environments)
+    if missing:
+        raise InputError(f"{ws.root / LOCK_NAME}: environment '{missing[0]}' is not locked",
+                         hint="run `rocmlock lock` (or `pixi lock`) first")
+    selected = [e for e in envs if e.name in names]
+    files = render_outputs(ws, locked, selected)
+    files.pop(ws.root / LOCK_NAME)
+    return _finish(ws, files, [], [], {}, check)

@@ -1,0 +1,124 @@
+"""pixi.lock (v7) through ``rattler.LockFile``: build one from solved records, render it, read one back.
+
+Platforms are written the way pixi writes them (pixi_core/src/lock_file/update.rs): one top-level
+entry per manifest platform used by some environment, named like the manifest platform, with the
+subdir and every declared virtual package (subdir defaults included) as ``__name=version[=build]``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rattler import LockChannel, LockFile, LockPlatform, RepoDataRecord
+from rattler import Platform as Subdir
+from rattler.exceptions import ParseCondaLockError
+
+from rocmlock.credentials import redact_url
+from rocmlock.errors import InputError
+from rocmlock.workspace import Platform, format_virtual_package
+
+
+@dataclass(frozen=True)
+class LockedPlatform:
+    """A top-level lock platform: name, subdir and the virtual packages it records."""
+
+    name: str
+    subdir: str
+    virtual_packages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LockedEnvironment:
+    """One environment of a lock: its channels (as written) and records per platform name."""
+
+    channels: tuple[str, ...]
+    records: dict[str, list[RepoDataRecord]] = field(hash=False)
+
+
+@dataclass(frozen=True)
+class LockedWorkspace:
+    """What a pixi.lock holds, in plain data."""
+
+    platforms: dict[str, LockedPlatform] = field(hash=False)
+    environments: dict[str, LockedEnvironment] = field(hash=False)
+
+    def records(self, env: str, platform: str) -> list[RepoDataRecord] | None:
+        """The records of ``env`` on ``platform``, or None when the lock lacks either."""
+        locked = self.environments.get(env)
+        return None if locked is None else locked.records.get(platform)
+
+
+def lock_platform(platform: Platform) -> LockedPlatform:
+    """The lock entry pixi expects for a manifest platform."""
+    vps = tuple(format_virtual_package(vp) for vp in platform.declared_virtual_packages())
+    return LockedPlatform(platform.name, platform.subdir, vps)
+
+
+def build_lockfile(locked: LockedWorkspace) -> LockFile:
+    """A ``rattler.LockFile`` with ``locked``'s platforms, channels and records (sorted, so output is stable)."""
+    platforms = {
+        name: LockPlatform(name, subdir=Subdir(p.subdir), virtual_packages=list(p.virtual_packages))
+        for name, p in sorted(locked.platforms.items())
+    }
+    lock = LockFile(list(platforms.values()))
+    for env_name, env in sorted(locked.environments.items()):
+        lock.set_channels(env_name, [LockChannel(redact_url(c)) for c in env.channels])
+        for plat_name, records in sorted(env.records.items()):
+            for record in sorted(records, key=lambda r: r.name.normalized):
+                lock.add_conda_package(env_name, platforms[plat_name], record)
+    return lock
+
+
+def render_lockfile(locked: LockedWorkspace) -> str:
+    """The text of pixi.lock for ``locked`` (rattler writes it; nothing is hand-formatted)."""
+    with tempfile.TemporaryDirectory(prefix="rocmlock-") as tmp:
+        out = Path(tmp) / "pixi.lock"
+        build_lockfile(locked).to_path(out)
+        return out.read_text()
+
+
+def read_lockfile(path: Path) -> LockedWorkspace | None:
+    """Read ``path`` back; None when it does not exist. A lock rattler cannot parse is an input error."""
+    if not path.exists():
+        return None
+    try:
+        lock = LockFile.from_path(path)
+    except (ParseCondaLockError, OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read the lock file: {exc}",
+                         hint="delete it and run `rocmlock lock` again") from None
+    return _from_lockfile(lock)
+
+
+def _from_lockfile(lock: LockFile) -> LockedWorkspace:
+    platforms = {
+        p.name: LockedPlatform(p.name, str(p.subdir), tuple(p.virtual_packages)) for p in lock.platforms()
+    }
+    envs: dict[str, LockedEnvironment] = {}
+    for name, env in lock.environments():
+        records: dict[str, list[RepoDataRecord]] = {}
+        for plat in env.platforms():
+            records[plat.name] = list(env.conda_repodata_records_for_platform(plat) or [])
+        envs[name] = LockedEnvironment(tuple(str(c) for c in _channels(env)), records)
+    return LockedWorkspace(platforms, envs)
+
+
+def _channels(env: object) -> Sequence[LockChannel]:
+    return env.channels()  # type: ignore[attr-defined,no-any-return]
+
+
+def merge(old: LockedWorkspace | None, new: LockedWorkspace, keep_envs: Mapping[str, bool]) -> LockedWorkspace:
+    """``new`` plus the environments of ``old`` that ``keep_envs`` marks as kept (a partial ``-e`` lock)."""
+    if old is None:
+        return new
+    envs = dict(new.environments)
+    platforms = dict(new.platforms)
+    for name, env in old.environments.items():
+        if name not in envs and keep_envs.get(name, False):
+            envs[name] = env
+            for plat in env.records:
+                if plat in old.platforms:
+                    platforms.setdefault(plat, old.platforms[plat])
+    return LockedWorkspace(platforms, envs)

@@ -1,0 +1,102 @@
+"""Is a locked environment still what the manifest asks for? pixi's satisfiability rules, in Python.
+
+A lock that passes is kept as is (no solve), as `pixi lock` does. The rules follow
+pixi_core/src/lock_file/satisfiability/{environment.rs,platform.rs}:
+- the environment's channels, after resolving names/paths to base URLs, equal the locked ones;
+- the locked platform has the manifest platform's subdir and the same non-default virtual packages;
+- the lock lists no platform the environment does not have;
+- every manifest spec matches the locked record of that name (or a virtual package of the platform);
+- every ``depends`` of every reached record matches a locked record or a virtual package;
+- every locked record is reached (nothing extra).
+rocmlock adds one rule pixi checks through the lock's solve options: with ``exclude-newer`` set,
+no record may be newer than it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from rattler import BuildString, MatchSpec, PackageRecord, RepoDataRecord
+
+from rocmlock.credentials import redact_url
+from rocmlock.lockfile import LockedWorkspace
+from rocmlock.workspace import (
+    Environment,
+    Platform,
+    VirtualPackage,
+    Workspace,
+    channel_base_url,
+    parse_virtual_package,
+    subdir_default_virtual_packages,
+)
+
+
+def _virtual_records(vps: Sequence[VirtualPackage], subdir: str) -> dict[str, PackageRecord]:
+    return {name: PackageRecord(name, version, BuildString(build or "0"), 0, subdir)
+            for name, version, build in vps}
+
+
+def environment_unsat(ws: Workspace, env: Environment, locked: LockedWorkspace) -> str | None:
+    """Why the lock's copy of ``env`` no longer fits the manifest as a whole, or None."""
+    lenv = locked.environments.get(env.name)
+    if lenv is None:
+        return "not in the lock"
+    want = [redact_url(ws.channel_url(c)) for c in env.channels]
+    have = [channel_base_url(c, ws.root) for c in lenv.channels]
+    if want != have:
+        return f"channels changed ({', '.join(have)} -> {', '.join(want)})"
+    names = {p.name for p in env.platforms}
+    subdirs = {p.subdir for p in env.platforms}
+    extra = sorted(p for p in lenv.records
+                   if p not in names and locked.platforms.get(p) and locked.platforms[p].subdir not in subdirs)
+    if extra:
+        return f"the lock has platform(s) the environment does not: {', '.join(extra)}"
+    return None
+
+
+def platform_unsat(env: Environment, platform: Platform, locked: LockedWorkspace,
+                   exclude_newer: datetime | None = None) -> str | None:
+    """Why the lock's records of ``env`` on ``platform`` no longer satisfy the manifest, or None."""
+    lplat = locked.platforms.get(platform.name)
+    records = locked.records(env.name, platform.name)
+    if lplat is None or records is None:
+        return f"platform '{platform.name}' is not locked"
+    if lplat.subdir != platform.subdir:
+        return f"platform '{platform.name}' changed subdir ({lplat.subdir} -> {platform.subdir})"
+    defaults = set(subdir_default_virtual_packages(platform.subdir))
+    locked_vps = sorted(v for v in lplat.virtual_packages if parse_virtual_package(v) not in defaults)
+    if locked_vps != platform.customised_virtual_packages():
+        return f"platform '{platform.name}' changed its virtual packages"
+    if exclude_newer is not None:
+        newer = [r.name.normalized for r in records if r.timestamp and r.timestamp > exclude_newer]
+        if newer:
+            return f"{', '.join(sorted(newer))} newer than exclude-newer"
+    specs = [d.matchspec() for d in env.dependencies_for(platform)]
+    return _records_unsat(specs, records, platform.declared_virtual_packages(), platform.subdir)
+
+
+def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
+                   vps: Sequence[VirtualPackage], subdir: str) -> str | None:
+    by_name = {r.name.normalized: r for r in records}
+    virtual = _virtual_records(vps, subdir)
+    visited: set[str] = set()
+    stack = [(s, "the manifest") for s in specs]
+    while stack:
+        text, source = stack.pop()
+        spec = MatchSpec(text)
+        name = spec.name.normalized
+        record = by_name.get(name)
+        if record is None:
+            vrec = virtual.get(name)
+            if vrec is not None and spec.matches(vrec):
+                continue
+            return f"'{text}' (from {source}) has no matching locked package"
+        if not spec.matches(record):
+            return f"locked {name} {record.version} {record.build} does not match '{text}' (from {source})"
+        if name in visited:
+            continue
+        visited.add(name)
+        stack.extend((dep, name) for dep in record.depends)
+    extra = sorted(set(by_name) - visited)
+    return f"locked package(s) no longer needed: {', '.join(extra)}" if extra else None

@@ -1,0 +1,181 @@
+"""Solving: every environment (or solve group) x platform with ``rattler.solve``, concurrently.
+
+The solve sees the platform's virtual packages (pixi's subdir defaults plus what a rich platform
+declares) and, for an environment with a GPU target, ``__amdgpu=0`` and ``__amdgpu_arch=<ISA>``,
+so a locking machine needs no GPU and a package built for another target cannot enter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from rattler import (
+    BuildString,
+    Channel,
+    ChannelPriority,
+    Gateway,
+    GenericVirtualPackage,
+    MatchSpec,
+    PackageName,
+    RepoDataRecord,
+    Version,
+    solve,
+)
+from rattler.exceptions import GatewayError, InvalidMatchSpecError, SolverError
+
+from rocmlock.credentials import redact_text, redact_url
+from rocmlock.errors import InputError, OperationError
+from rocmlock.targets import GpuTarget
+from rocmlock.workspace import Environment, Platform, VirtualPackage, Workspace
+
+_PRIORITY = {"strict": ChannelPriority.Strict, "flexible": ChannelPriority.Flexible,
+             "disabled": ChannelPriority.Disabled}
+# Key of one solve: (environment name, platform name).
+SolveKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class SolveJob:
+    """One solve: the specs of one environment (or solve group) on one platform."""
+
+    key: SolveKey
+    platform: Platform
+    channels: tuple[str, ...]
+    specs: tuple[str, ...]
+    virtual_packages: tuple[VirtualPackage, ...]
+    channel_priority: str
+    exclude_newer: datetime | None
+    target: GpuTarget | None
+    locked: tuple[RepoDataRecord, ...] = ()
+
+    def describe(self) -> str:
+        env, plat = self.key
+        target = f", GPU target {self.target.gfx} (__amdgpu_arch {self.target.isa})" if self.target else ""
+        return f"environment '{env}' on platform '{plat}'{target}"
+
+
+def default_cache_dir(workspace_root: Path) -> Path:
+    """The repodata cache: ``$ROCMLOCK_CACHE_DIR``, else ``$XDG_CACHE_HOME/rocmlock``, else ``<workspace>/.rocmlock/cache``."""
+    if env := os.environ.get("ROCMLOCK_CACHE_DIR"):
+        return Path(env)
+    if xdg := os.environ.get("XDG_CACHE_HOME"):
+        return Path(xdg) / "rocmlock"
+    return workspace_root / ".rocmlock" / "cache"
+
+
+def virtual_packages_for(env: Environment, platform: Platform) -> tuple[VirtualPackage, ...]:
+    """The solve's virtual packages: the platform's, plus the environment's GPU target when it has one."""
+    vps = platform.declared_virtual_packages()
+    names = {vp[0] for vp in vps}
+    if env.gpu_target is not None and platform.subdir.startswith("linux"):
+        if "__amdgpu" not in names:
+            vps.append(("__amdgpu", "0", ""))
+        if "__amdgpu_arch" not in names:
+            vps.append(("__amdgpu_arch", env.gpu_target.isa, ""))
+    return tuple(vps)
+
+
+def make_job(ws: Workspace, env: Environment, platform: Platform,
+             locked: Sequence[RepoDataRecord] = ()) -> SolveJob:
+    """The solve of ``env`` on ``platform``; ``locked`` are the previous lock's records (kept when possible)."""
+    return SolveJob(
+        key=(env.name, platform.name),
+        platform=platform,
+        channels=tuple(ws.channel_url(c) for c in env.channels),
+        specs=tuple(d.matchspec() for d in env.dependencies_for(platform)),
+        virtual_packages=virtual_packages_for(env, platform),
+        channel_priority=env.channel_priority,
+        exclude_newer=ws.exclude_newer,
+        target=env.gpu_target,
+        locked=tuple(locked),
+    )
+
+
+def merge_jobs(key: SolveKey, jobs: Sequence[SolveJob]) -> SolveJob:
+    """One solve for a solve group on one platform: the union of its environments' specs."""
+    first = jobs[0]
+    channels: list[str] = []
+    for job in jobs:
+        channels.extend(c for c in job.channels if c not in channels)
+    specs = sorted({s for job in jobs for s in job.specs})
+    locked = {(r.name.normalized, r.url): r for job in jobs for r in job.locked}
+    return SolveJob(key, first.platform, tuple(channels), tuple(specs), first.virtual_packages,
+                    first.channel_priority, first.exclude_newer, first.target, tuple(locked.values()))
+
+
+def _vp(vp: VirtualPackage) -> GenericVirtualPackage:
+    name, version, build = vp
+    return GenericVirtualPackage(PackageName(name), Version(version), BuildString(build or "0"))
+
+
+async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
+    try:
+        specs = [MatchSpec(s) for s in job.specs]
+    except InvalidMatchSpecError as exc:
+        raise InputError(f"{job.describe()}: invalid dependency spec: {exc}",
+                         hint="fix the version/build of that dependency in pixi.toml") from None
+    try:
+        records = await solve(
+            [Channel(c) for c in job.channels], specs, gateway=gateway,
+            platforms=[job.platform.subdir, "noarch"], locked_packages=list(job.locked),
+            virtual_packages=[_vp(v) for v in job.virtual_packages],
+            channel_priority=_PRIORITY[job.channel_priority], exclude_newer=job.exclude_newer,
+        )
+    except SolverError as exc:
+        raise OperationError(
+            f"cannot solve {job.describe()}:\n{redact_text(str(exc))}",
+            hint="relax the dependency versions, or build/publish the missing package for this target",
+        ) from None
+    except GatewayError as exc:
+        raise OperationError(
+            f"cannot read the channels of {job.describe()}: {redact_text(str(exc))}",
+            hint="check the channel URL/path in pixi.toml, the network, and RATTLER_AUTH_FILE credentials",
+        ) from None
+    return sorted(records, key=lambda r: r.name.normalized)
+
+
+async def _solve_all(jobs: Sequence[SolveJob], cache_dir: Path) -> list[list[RepoDataRecord]]:
+    # One gateway for all jobs: repodata of a channel is fetched once and shared by every solve.
+    gateway = Gateway(cache_dir=cache_dir)
+    return list(await asyncio.gather(*(_solve_one(job, gateway) for job in jobs)))
+
+
+def solve_jobs(jobs: Sequence[SolveJob], cache_dir: Path) -> dict[SolveKey, list[RepoDataRecord]]:
+    """Run ``jobs`` concurrently; raises the first solve's error (they name environment and platform)."""
+    if not jobs:
+        return {}
+    results = asyncio.run(_solve_all(jobs, cache_dir))
+    return {job.key: recs for job, recs in zip(jobs, results)}
+
+
+def subset_for(records: Iterable[RepoDataRecord], specs: Iterable[str]) -> list[RepoDataRecord]:
+    """The records that ``specs`` pull in (transitively): one environment's share of a solve group."""
+    by_name = {r.name.normalized: r for r in records}
+    todo = [MatchSpec(s).name.normalized for s in specs]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        todo.extend(MatchSpec(d).name.normalized for d in by_name[name].depends)
+    return [by_name[n] for n in sorted(seen)]
+
+
+def redact_record(record: RepoDataRecord) -> RepoDataRecord:
+    """``record`` with credentials removed from its URL and channel (for anything written)."""
+    url, channel = redact_url(record.url), redact_url(record.channel or "")
+    if url == record.url and channel == (record.channel or ""):
+        return record
+    clean = RepoDataRecord(record, record.file_name, url, channel)
+    return clean
+
+
+def record_maps(records: Mapping[SolveKey, list[RepoDataRecord]]) -> dict[SolveKey, list[RepoDataRecord]]:
+    """Redact every record of every solve."""
+    return {key: [redact_record(r) for r in recs] for key, recs in records.items()}
