@@ -26,6 +26,9 @@ class GpuTarget:
     bf16: bool
     peak_bf16_tflops: float
     memory_gib: int
+    # First ROCm whose upstream bitsandbytes ROCm build includes the target ("" = none).
+    bnb_first_rocm: str = ""
+    wavefront_size: int = 64
 
     @property
     def is_rdna(self) -> bool:
@@ -34,6 +37,10 @@ class GpuTarget:
     def supports_rocm(self, rocm_version: str) -> bool:
         """True when ROCm ``rocm_version`` (``"7.2"``) can target this GPU."""
         return version_tuple(rocm_version) >= version_tuple(self.first_rocm)
+
+    def supports_bitsandbytes(self, rocm_version: str) -> bool:
+        """True when bitsandbytes' ROCm backend builds for this GPU with ROCm ``rocm_version``."""
+        return bool(self.bnb_first_rocm) and version_tuple(rocm_version) >= version_tuple(self.bnb_first_rocm)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -63,6 +70,8 @@ def all_targets() -> dict[str, GpuTarget]:
             bf16=row["bf16"],
             peak_bf16_tflops=float(row["peak_bf16_tflops"]),
             memory_gib=int(row["memory_gib"]),
+            bnb_first_rocm=str(row.get("bnb_first_rocm", "")),
+            wavefront_size=int(row.get("wavefront_size", 64)),
         )
         for gfx, row in raw.items()
     }
