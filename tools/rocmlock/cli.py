@@ -122,9 +122,34 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return _report_lock(result, args, "export")
 
 
+def _add_plan(p: argparse.ArgumentParser) -> None:
+    _manifest_arg(p)
+    _env_arg(p)
+    p.add_argument("--json", action="store_true", help="print the build matrix as JSON on stdout")
+    p.add_argument("--channel", metavar="URL", help="mark the variants this channel (URL or directory) already holds")
+    p.add_argument("--recipes-dir", type=Path, default=None,
+                   help="the recipes (default: recipes/ beside the manifest)")
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from rocmlock.plan import make_plan, render_plan
+    from rocmlock.workspace import load_workspace
+
+    plan = make_plan(load_workspace(args.manifest_path), args.environments or None, channel=args.channel,
+                     recipes_dir=args.recipes_dir)
+    if args.json:
+        _print_json(plan.to_json())
+    else:
+        print(render_plan(plan))
+    for problem in plan.problems:
+        _err(f"warning: {problem}")
+    return 0
+
+
 # ----------------------------------------------------------------------------- main
 
 _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Handler]] = [
+    ("plan", "which package variants the environments need, in build order", _add_plan, _cmd_plan),
     ("lock", "solve every environment x platform; write pixi.lock and envs/ exports", _add_lock, _cmd_lock),
     ("export", "regenerate envs/<env>/ conda exports from pixi.lock without solving", _add_export, _cmd_export),
     ("doctor", "check this host's ROCm toolchain before building or running", _add_doctor, _cmd_doctor),
