@@ -1,0 +1,1135 @@
+#!/usr/bin/env python3
+"""rocm-env-check: is this environment able to fine-tune an LLM on an AMD GPU?
+
+One standalone file, run by the environment's own python (``pixi run -e mi300x verify``,
+``rocmlock verify -e mi300x``, or ``rocm-env-check`` inside a conda environment). It uses the
+standard library, plus torch / flash_attn / transformers / peft / llamafactory when they import.
+It never imports rocmlock: the expected GPU target and ROCm version come from flags
+(``--expect-arch``, ``--expect-rocm``, ``--peak-tflops``) or from the environment's conda-meta
+(the ``amdgpu-target`` and ``rocm-version`` packages), with a small built-in table as fallback.
+
+Checks run in order, from the device files up to a training step; each one reports a status
+(ok / warn / fail / skipped), the evidence it saw and a fix. A readable table goes to stderr,
+``--json`` prints the report on stdout. Exit code: 0 when no required check failed, 1 otherwise,
+2 for bad arguments.
+
+Adding a check is adding one function decorated with ``@check(id, title)`` below the others:
+it takes the :class:`Context` and returns an :class:`Outcome` (``ok(...)``, ``warn(...)``,
+``fail(...)``, ``skip(...)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROBE_VERSION = "0.1.0"
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "warn", "fail", "skipped")
+
+# gfx -> (ISA, dense bf16 peak TFLOP/s of the reference product (0 = unknown), flash-attn CK kernels exist).
+# A copy of rocmlock's data/gpu_targets.toml (a test keeps the two equal); flags override it.
+TARGETS: dict[str, tuple[str, float, bool]] = {
+    "gfx908": ("9.0.8", 92.3, False),
+    "gfx90a": ("9.0.10", 383.0, True),
+    "gfx942": ("9.4.2", 1307.0, True),
+    "gfx950": ("9.5.0", 2500.0, True),
+    "gfx1100": ("11.0.0", 122.0, False),
+    "gfx1101": ("11.0.1", 0.0, False),
+    "gfx1151": ("11.5.1", 0.0, False),
+    "gfx1201": ("12.0.1", 0.0, False),
+}
+
+DRIVER_FIX = ("install and load the amdgpu kernel driver on the host: AMD's `amdgpu-install --usecase=dkms`, "
+              "then `sudo modprobe amdgpu` (or reboot); `dmesg | grep -i amdgpu` shows why it did not load")
+CONTAINER_FIX = ("start the container with `--device=/dev/kfd --device=/dev/dri --group-add video "
+                 "--group-add render` (docker/podman; Kubernetes: request amd.com/gpu from the AMD device plugin)")
+# What amd-smi / rocm-smi / rocminfo print when the kernel driver is missing; they may still exit 0.
+DRIVER_MISSING_MARKERS = ("rock module is not loaded", "driver not initialized", "amdgpu not found in modules",
+                          "driver_not_loaded", "amdgpu driver is not loaded", "unable to open /dev/kfd")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+# ----------------------------------------------------------------------------- report model
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one check found: status, the evidence it saw, the fix, machine-readable data."""
+
+    status: str
+    evidence: str
+    fix: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+def ok(evidence: str, **data: Any) -> Outcome:
+    return Outcome("ok", evidence, "", data)
+
+
+def warn(evidence: str, fix: str, **data: Any) -> Outcome:
+    return Outcome("warn", evidence, fix, data)
+
+
+def fail(evidence: str, fix: str, **data: Any) -> Outcome:
+    return Outcome("fail", evidence, fix, data)
+
+
+def skip(evidence: str, fix: str = "", **data: Any) -> Outcome:
+    return Outcome("skipped", evidence, fix, data)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A registered check; ``option`` names the flag (bench, train) that turns it on."""
+
+    id: str
+    title: str
+    func: Callable[[Context], Outcome]
+    required: bool = True
+    option: str | None = None
+
+
+CHECKS: list[Check] = []
+
+
+def check(check_id: str, title: str, *, required: bool = True,
+          option: str | None = None) -> Callable[[Callable[[Context], Outcome]], Callable[[Context], Outcome]]:
+    """Register a check; checks run in registration order."""
+
+    def register(func: Callable[[Context], Outcome]) -> Callable[[Context], Outcome]:
+        CHECKS.append(Check(check_id, title, func, required, option))
+        return func
+
+    return register
+
+
+@dataclass
+class Context:
+    """What the checks share: the options, the host view (``root``) and facts found so far."""
+
+    root: Path
+    prefix: Path
+    environ: Mapping[str, str]
+    expect_arch: str | None = None
+    expect_arch_source: str = ""
+    expect_rocm: str | None = None
+    expect_rocm_source: str = ""
+    peak_tflops: float | None = None
+    device_mode: str = "auto"
+    min_ratio: float = 0.3
+    train_steps: int = 30
+    train_backend: str = "auto"
+    uid: int = field(default_factory=os.getuid)
+    gids: tuple[int, ...] = field(default_factory=lambda: tuple(sorted({os.getegid(), *os.getgroups()})))
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def path(self, absolute: str) -> Path:
+        """A system path (``/dev/kfd``) seen through ``--root``."""
+        return self.root / absolute.lstrip("/")
+
+    @property
+    def real_root(self) -> bool:
+        return self.root.resolve() == Path("/")
+
+    @property
+    def torch(self) -> Any:
+        """The torch module, imported on first use (None when the import fails: see ``torch_error``)."""
+        if "torch" not in self.facts:
+            try:
+                import torch
+            except Exception as exc:  # noqa: BLE001 - an import fails with anything (missing .so, ABI, ...)
+                self.facts["torch"], self.facts["torch_error"] = None, exc_text(exc)
+            else:
+                self.facts["torch"] = torch
+        return self.facts["torch"]
+
+    @property
+    def is_rocm(self) -> bool:
+        return self.torch is not None and bool(getattr(self.torch.version, "hip", None))
+
+    @property
+    def gpu_count(self) -> int:
+        torch = self.torch
+        return torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
+
+    @property
+    def device(self) -> str | None:
+        """Where compute checks run: ``cuda`` (ROCm keeps the name), ``cpu`` on request, else None."""
+        if self.torch is None:
+            return None
+        if self.device_mode == "cpu":
+            return "cpu"
+        return "cuda" if self.gpu_count else None
+
+
+# ----------------------------------------------------------------------------- small helpers
+
+
+def gfx_of(name: str) -> str:
+    """``gfx942:sramecc+:xnack-`` -> ``gfx942``."""
+    return name.split(":", 1)[0].strip().lower()
+
+
+def gfx_from_kfd_version(value: int) -> str:
+    """KFD's gfx_target_version (``90402``, ``90010``, ``110000``) -> ``gfx942``, ``gfx90a``, ``gfx1100``."""
+    major, minor, step = value // 10000, (value // 100) % 100, value % 100
+    return f"gfx{major}{minor:x}{step:x}"
+
+
+def major_minor(version: str) -> tuple[int, ...]:
+    nums = re.findall(r"\d+", version)
+    return tuple(int(n) for n in nums[:2])
+
+
+def read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def conda_meta_record(prefix: Path, name: str) -> dict[str, Any] | None:
+    """The installed record of package ``name`` in ``prefix/conda-meta`` (None when not installed)."""
+    for path in sorted(prefix.joinpath("conda-meta").glob(f"{name}-*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("name") == name:
+            return record
+    return None
+
+
+def group_db(ctx: Context) -> dict[int, tuple[str, tuple[str, ...]]]:
+    """gid -> (name, members) from ``<root>/etc/group``."""
+    out: dict[int, tuple[str, tuple[str, ...]]] = {}
+    for line in (read_text(ctx.path("/etc/group")) or "").splitlines():
+        parts = line.split(":")
+        if len(parts) >= 4 and parts[2].isdigit():
+            out[int(parts[2])] = (parts[0], tuple(m for m in parts[3].split(",") if m))
+    return out
+
+
+def user_name(ctx: Context) -> str:
+    for line in (read_text(ctx.path("/etc/passwd")) or "").splitlines():
+        parts = line.split(":")
+        if len(parts) > 2 and parts[2] == str(ctx.uid):
+            return parts[0]
+    return ctx.environ.get("USER", f"uid {ctx.uid}")
+
+
+def in_container(ctx: Context) -> str | None:
+    """Why this looks like a container (None when it does not)."""
+    for marker in ("/.dockerenv", "/run/.containerenv"):
+        if ctx.path(marker).exists():
+            return marker
+    if ctx.environ.get("container"):
+        return f"container={ctx.environ['container']}"
+    if ctx.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "KUBERNETES_SERVICE_HOST is set"
+    cgroup = read_text(ctx.path("/proc/1/cgroup")) or ""
+    for word in ("docker", "kubepods", "containerd", "libpod", "lxc"):
+        if word in cgroup:
+            return f"/proc/1/cgroup mentions {word}"
+    return None
+
+
+def can_read_write(ctx: Context, path: Path) -> bool:
+    """Would the kernel let this user open ``path`` read-write, judged from its mode bits?
+
+    Mode bits are what a fake ``--root`` can express; on the real root ``os.access`` also counts,
+    because desktops grant render nodes to the logged-in user through ACLs.
+    """
+    st = path.stat()
+    if ctx.uid == 0:
+        return True
+    if st.st_uid == ctx.uid:
+        bits = (stat.S_IRUSR | stat.S_IWUSR)
+    elif st.st_gid in ctx.gids:
+        bits = (stat.S_IRGRP | stat.S_IWGRP)
+    else:
+        bits = (stat.S_IROTH | stat.S_IWOTH)
+    allowed = st.st_mode & bits == bits
+    return allowed or (ctx.real_root and os.access(path, os.R_OK | os.W_OK))
+
+
+def describe_file(ctx: Context, path: Path, groups: dict[int, tuple[str, tuple[str, ...]]]) -> str:
+    st = path.stat()
+    group = groups.get(st.st_gid, (str(st.st_gid),))[0]
+    return f"/{path.relative_to(ctx.root)} (group {group}, mode {stat.S_IMODE(st.st_mode):04o})"
+
+
+def find_tool(ctx: Context, name: str) -> str | None:
+    """``name`` on PATH, else in ``$ROCM_PATH/bin``, ``$HIP_PATH/bin``, ``/opt/rocm/bin``."""
+    dirs = [ctx.environ.get("PATH", "")]
+    dirs += [str(Path(ctx.environ[v]) / "bin") for v in ("ROCM_PATH", "HIP_PATH") if ctx.environ.get(v)]
+    dirs.append(str(ctx.path("/opt/rocm/bin")))
+    return shutil.which(name, path=os.pathsep.join(dirs))
+
+
+def run_tool(ctx: Context, argv: Sequence[str], timeout: float = 30.0) -> tuple[int, str]:
+    """Run a host tool; returns (exit code, stdout+stderr without colour codes)."""
+    try:
+        proc = subprocess.run(list(argv), check=False, capture_output=True, text=True, timeout=timeout,
+                              env=dict(ctx.environ), errors="replace")
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {timeout:.0f} s"
+    except OSError as exc:
+        return 127, str(exc)
+    return proc.returncode, ANSI.sub("", proc.stdout + proc.stderr)
+
+
+def driver_marker(output: str) -> str | None:
+    """The line in which a tool says the kernel driver is missing."""
+    for line in output.splitlines():
+        if any(m in line.lower() for m in DRIVER_MISSING_MARKERS):
+            return line.strip()
+    return None
+
+
+def first_line(text: str, limit: int = 160) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def exc_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {first_line(str(exc)) or '(no message)'}"
+
+
+# ----------------------------------------------------------------------------- host
+
+
+@check("host.driver", "amdgpu kernel driver loaded")
+def check_driver(ctx: Context) -> Outcome:
+    module = ctx.path("/sys/module/amdgpu")
+    gpus = []
+    for props in sorted(glob.glob(str(ctx.path("/sys/class/kfd/kfd/topology/nodes/*/properties")))):
+        m = re.search(r"^gfx_target_version\s+(\d+)", read_text(Path(props)) or "", re.MULTILINE)
+        if m and int(m.group(1)):
+            gpus.append(gfx_from_kfd_version(int(m.group(1))))
+    if not module.is_dir():
+        nvidia = " (an NVIDIA driver is loaded: not ROCm)" if ctx.path("/sys/module/nvidia").is_dir() else ""
+        return fail(f"/sys/module/amdgpu does not exist: the amdgpu driver is not loaded{nvidia}", DRIVER_FIX)
+    state = (read_text(module / "initstate") or "live").strip()
+    if state != "live":
+        return fail(f"amdgpu initstate is '{state}'", DRIVER_FIX)
+    if not gpus:
+        return warn("amdgpu is loaded but KFD lists no GPU node (/sys/class/kfd/kfd/topology)",
+                    "a GPU without compute support, or KFD disabled; check `dmesg | grep -i kfd`")
+    summary = ", ".join(f"{g} x{gpus.count(g)}" for g in sorted(set(gpus)))
+    return ok(f"amdgpu loaded; KFD GPUs: {summary}", gfx=gpus)
+
+
+def device_files(ctx: Context) -> tuple[Path | None, list[Path]]:
+    """(/dev/kfd or None, the /dev/dri/renderD* nodes) under ``--root``."""
+    kfd = ctx.path("/dev/kfd")
+    return (kfd if kfd.exists() else None), sorted(Path(r) for r in glob.glob(str(ctx.path("/dev/dri/renderD*"))))
+
+
+@check("host.devices", "/dev/kfd and /dev/dri/renderD* present")
+def check_devices(ctx: Context) -> Outcome:
+    kfd, renders = device_files(ctx)
+    container = in_container(ctx)
+    missing = [n for n, present in (("/dev/kfd", kfd), ("/dev/dri/renderD*", renders)) if not present]
+    if not missing:
+        names = ", ".join(f"/{p.relative_to(ctx.root)}" for p in [kfd, *renders] if p)
+        return ok(names + (f" (container: {container})" if container else ""))
+    evidence = f"missing {' and '.join(missing)}"
+    if container:
+        return fail(f"{evidence}; in a container ({container})", CONTAINER_FIX)
+    return fail(evidence, "the amdgpu driver creates these files; see host.driver. " + DRIVER_FIX)
+
+
+@check("host.access", "this user can open the GPU device files")
+def check_access(ctx: Context) -> Outcome:
+    kfd, renders = device_files(ctx)
+    files = [p for p in [kfd, *renders] if p]
+    if not files:
+        return skip("no device files (see host.devices)")
+    groups = group_db(ctx)
+    user = user_name(ctx)
+    mine = sorted(groups.get(g, (str(g),))[0] for g in ctx.gids)
+    denied = [f for f in files if not can_read_write(ctx, f)]
+    who = f"user {user} (uid {ctx.uid}) in groups {', '.join(mine) or 'none'}"
+    if not denied:
+        return ok(f"read-write for {who}", groups=mine)
+    needed = sorted({groups.get(f.stat().st_gid, (str(f.stat().st_gid),))[0] for f in denied})
+    listed = [g for gid, (g, members) in groups.items() if g in needed and user in members and gid not in ctx.gids]
+    evidence = f"{who} cannot open " + "; ".join(describe_file(ctx, f, groups) for f in denied)
+    if listed:
+        return fail(evidence + f"; /etc/group lists {user} in {', '.join(listed)} but this session lacks it",
+                    "log out and back in (or run `newgrp render`) so the new group membership applies")
+    if in_container(ctx):
+        return fail(evidence, "add the device files' groups to the container: `--group-add video --group-add "
+                              "render` (or the numeric gid: `--group-add $(stat -c %g /dev/kfd)`)")
+    return fail(evidence, f"sudo usermod -aG {','.join(sorted(set(needed) | {'render', 'video'}))} {user}, "
+                          "then log out and back in")
+
+
+# ----------------------------------------------------------------------------- host tools
+
+
+def _smi_gpus(tool: str, output: str) -> list[str]:
+    if tool == "amd-smi":
+        return re.findall(r"^\s*GPU:\s*(\d+)", output, re.MULTILINE)
+    return sorted(set(re.findall(r"GPU\[(\d+)\]", output)), key=int)
+
+
+@check("tools.smi", "amd-smi / rocm-smi lists the GPUs")
+def check_smi(ctx: Context) -> Outcome:
+    for tool, argv in (("amd-smi", ["list"]), ("rocm-smi", ["--showproductname"])):
+        exe = find_tool(ctx, tool)
+        if exe:
+            break
+    else:
+        return warn("neither amd-smi nor rocm-smi found (PATH, $ROCM_PATH/bin, /opt/rocm/bin)",
+                    "install the host's ROCm (amd-smi ships with it) or add /opt/rocm/bin to PATH")
+    code, output = run_tool(ctx, [exe, *argv])
+    marker = driver_marker(output)
+    if marker:
+        return fail(f"{exe} exited {code} but says: {marker}", DRIVER_FIX)
+    gpus = _smi_gpus(tool, output)
+    if code != 0:
+        return fail(f"{exe} {' '.join(argv)} exited {code}: {first_line(output)}",
+                    "run it by hand; a ROCm install that does not match the driver is the usual cause")
+    if not gpus:
+        return fail(f"{exe} ran but lists no GPU: {first_line(output) or '(no output)'}",
+                    "see host.driver and host.devices; in a container pass the --device flags")
+    return ok(f"{tool} lists {len(gpus)} GPU(s)", count=len(gpus))
+
+
+@check("tools.rocminfo", "rocminfo reports the GPU targets")
+def check_rocminfo(ctx: Context) -> Outcome:
+    exe = find_tool(ctx, "rocminfo")
+    if not exe:
+        return warn("rocminfo not found (PATH, $ROCM_PATH/bin, /opt/rocm/bin)",
+                    "install the host's ROCm runtime (rocminfo) or add /opt/rocm/bin to PATH")
+    code, output = run_tool(ctx, [exe])
+    marker = driver_marker(output)
+    if marker:
+        return fail(f"rocminfo exited {code} and says: {marker}", DRIVER_FIX)
+    names = re.findall(r"^\s*Name:\s+(gfx[0-9a-f]+)", output, re.MULTILINE)
+    if code != 0 or not names:
+        return fail(f"rocminfo exited {code} with no gfx agent: {first_line(output) or '(no output)'}",
+                    "see host.devices and host.access: rocminfo needs read-write /dev/kfd")
+    found = ", ".join(sorted(set(names)))
+    if ctx.expect_arch and ctx.expect_arch not in names:
+        return fail(f"rocminfo sees {found}; this environment is for {ctx.expect_arch}",
+                    f"install the environment built for {names[0]} (its amdgpu-target), not {ctx.expect_arch}")
+    return ok(f"GPU agents: {found}", gfx=sorted(set(names)))
+
+
+# ----------------------------------------------------------------------------- ROCm install
+
+
+def rocm_version(root: Path) -> tuple[str, str] | None:
+    """(version, file) of the ROCm at ``root``: .info/version, rocm-core's header, else HIP's."""
+    text = read_text(root / ".info" / "version")
+    if text and text.strip():
+        return text.strip().split("-")[0], ".info/version"
+    for rel, prefix in (("include/rocm-core/rocm_version.h", "ROCM_VERSION"),
+                        ("include/hip/hip_version.h", "HIP_VERSION")):
+        text = read_text(root / rel) or ""
+        parts = [re.search(rf"#define\s+{prefix}_{p}\s+(\d+)", text) for p in ("MAJOR", "MINOR", "PATCH")]
+        if parts[0] and parts[1]:
+            return ".".join(m.group(1) for m in parts if m), rel
+    return None
+
+
+@check("rocm.path", "HIP_PATH / ROCM_PATH point at a ROCm install")
+def check_rocm_path(ctx: Context) -> Outcome:
+    set_vars = {v: ctx.environ[v] for v in ("HIP_PATH", "ROCM_PATH") if ctx.environ.get(v)}
+    export_fix = ("export ROCM_PATH=/opt/rocm HIP_PATH=/opt/rocm (the rocm-version package sets both when the "
+                  "environment is activated: `pixi shell -e ENV`, `conda activate ENV`)")
+    if not set_vars:
+        default = ctx.path("/opt/rocm")
+        if (default / "include/hip/hip_runtime.h").is_file():
+            return warn("HIP_PATH and ROCM_PATH are unset; /opt/rocm exists", export_fix)
+        return fail("HIP_PATH and ROCM_PATH are unset and there is no /opt/rocm",
+                    "install ROCm on the host, then " + export_fix)
+    problems = []
+    for var, value in set_vars.items():
+        path = Path(value)
+        if not path.is_dir():
+            problems.append(f"{var}={value} does not exist")
+        elif not (path / "include/hip/hip_runtime.h").is_file():
+            problems.append(f"{var}={value} has no include/hip/hip_runtime.h (builds fail with "
+                            "'hip_runtime.h not found')")
+        elif rocm_version(path) is None:
+            problems.append(f"{var}={value} has no version file (.info/version, include/rocm-core/"
+                            "rocm_version.h, include/hip/hip_version.h)")
+    if problems:
+        return fail("; ".join(problems), "point it at the ROCm install (usually /opt/rocm or /opt/rocm-X.Y.Z): "
+                                         + export_fix)
+    version, source = rocm_version(Path(next(iter(set_vars.values())))) or ("?", "")
+    described = ", ".join(f"{k}={v}" for k, v in set_vars.items())
+    if len({Path(v).resolve() for v in set_vars.values()}) > 1:
+        return warn(f"{described} differ", "point HIP_PATH and ROCM_PATH at the same ROCm")
+    return ok(f"{described}: ROCm {version} ({source})", version=version)
+
+
+def host_rocm(ctx: Context) -> tuple[Path, str | None] | None:
+    """(root, version) of the ROCm the environment uses: HIP_PATH, ROCM_PATH, else /opt/rocm."""
+    for var in ("HIP_PATH", "ROCM_PATH"):
+        if ctx.environ.get(var):
+            root = Path(ctx.environ[var])
+            return root, (rocm_version(root) or (None, ""))[0]
+    default = ctx.path("/opt/rocm")
+    return (default, (rocm_version(default) or (None, ""))[0]) if default.is_dir() else None
+
+
+@check("rocm.version", "host ROCm matches the environment's rocm-version")
+def check_rocm_version(ctx: Context) -> Outcome:
+    root, found = host_rocm(ctx) or (None, None)
+    if not ctx.expect_rocm:
+        return skip("no rocm-version pin (no rocm-version package in conda-meta; --expect-rocm sets one)")
+    if not found:
+        return skip("host ROCm version unknown (see rocm.path)")
+    if major_minor(found) != major_minor(ctx.expect_rocm):
+        return fail(f"host ROCm {found} at {root}; the environment is built for ROCm "
+                    f"{ctx.expect_rocm} ({ctx.expect_rocm_source})",
+                    f"install ROCm {ctx.expect_rocm} on the host and point ROCM_PATH/HIP_PATH at it, or use an "
+                    f"environment built for ROCm {'.'.join(map(str, major_minor(found)))}")
+    return ok(f"ROCm {found} matches {ctx.expect_rocm} ({ctx.expect_rocm_source})")
+
+
+# ----------------------------------------------------------------------------- torch
+
+REINSTALL_FIX = ("install the ROCm build of pytorch for this GPU: `pixi install -e ENV` (the rocmlock channel "
+                 "first, strict channel priority), or `conda install -c <rocmlock channel> pytorch`; "
+                 "`conda list pytorch` must show a build string like rocm72_gfx942_py312_...")
+
+
+@check("torch.import", "torch imports")
+def check_torch_import(ctx: Context) -> Outcome:
+    start = time.perf_counter()
+    torch = ctx.torch
+    if torch is None:
+        return fail(f"import torch failed: {ctx.facts['torch_error']}", REINSTALL_FIX)
+    took = time.perf_counter() - start
+    return ok(f"torch {torch.__version__} from {Path(torch.__file__).parent} ({took:.1f} s)",
+              version=torch.__version__)
+
+
+def _conda_build(ctx: Context, name: str) -> str:
+    record = conda_meta_record(ctx.prefix, name)
+    return f"; conda-meta: {name} {record.get('version')} {record.get('build')}" if record else ""
+
+
+@check("torch.build", "torch is a ROCm build")
+def check_torch_build(ctx: Context) -> Outcome:
+    torch = ctx.torch
+    if torch is None:
+        return skip("torch did not import")
+    hip, cuda = getattr(torch.version, "hip", None), getattr(torch.version, "cuda", None)
+    installed = _conda_build(ctx, "pytorch")
+    if hip:
+        return ok(f"ROCm build: torch {torch.__version__}, HIP {hip}{installed}", hip=hip)
+    if cuda:
+        return fail(f"not ROCm: a CUDA {cuda} build (torch {torch.__version__}){installed}", REINSTALL_FIX,
+                    cuda=cuda)
+    return fail(f"not ROCm: a CPU build (torch {torch.__version__}; torch.version.hip and .cuda are None)"
+                f"{installed}", REINSTALL_FIX)
+
+
+def _visible_devices(ctx: Context) -> str:
+    names = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+    shown = [f"{n}={ctx.environ[n]!r}" for n in names if n in ctx.environ]
+    return f"; {', '.join(shown)}" if shown else ""
+
+
+@check("torch.gpu", "torch sees the GPUs")
+def check_torch_gpu(ctx: Context) -> Outcome:
+    torch = ctx.torch
+    if torch is None:
+        return skip("torch did not import")
+    count = ctx.gpu_count
+    if count == 0:
+        if not ctx.is_rocm:
+            return fail(f"torch.cuda.is_available() is False: this torch has no ROCm support{_visible_devices(ctx)}",
+                        "see torch.build")
+        return fail(f"torch.cuda.is_available() is False with a ROCm build{_visible_devices(ctx)}",
+                    "fix the host checks above (driver, /dev/kfd access); unset or correct HIP_VISIBLE_DEVICES / "
+                    "ROCR_VISIBLE_DEVICES")
+    names = [torch.cuda.get_device_name(i) for i in range(count)]
+    summary = ", ".join(f"{n} x{names.count(n)}" for n in sorted(set(names)))
+    return ok(f"{count} device(s): {summary}{_visible_devices(ctx)}", count=count, names=names)
+
+
+def _device_targets(torch: Any) -> list[str]:
+    return [gfx_of(getattr(torch.cuda.get_device_properties(i), "gcnArchName", "") or "")
+            for i in range(torch.cuda.device_count())]
+
+
+def _not_rocm(ctx: Context) -> Outcome | None:
+    """The skip for identity checks when torch is not a ROCm build or sees no GPU."""
+    torch = ctx.torch
+    if torch is None or not ctx.gpu_count:
+        return skip("no GPU visible to torch (see torch.gpu)")
+    if not ctx.is_rocm:
+        props = torch.cuda.get_device_properties(0)
+        return skip(f"not ROCm: {props.name} (compute capability {props.major}.{props.minor}) has no gfx target")
+    return None
+
+
+@check("torch.arch", "each GPU is the environment's target")
+def check_torch_arch(ctx: Context) -> Outcome:
+    early = _not_rocm(ctx)
+    if early:
+        return early
+    targets = _device_targets(ctx.torch)
+    found = ", ".join(f"{t} x{targets.count(t)}" for t in sorted(set(targets)))
+    override = ctx.environ.get("HSA_OVERRIDE_GFX_VERSION")
+    if not ctx.expect_arch:
+        return warn(f"GPUs: {found}; no expected target", "pass --expect-arch, or install the environment's "
+                    "amdgpu-target package (rocmlock environments have one)", gfx=targets)
+    wrong = sorted({t for t in targets if t != ctx.expect_arch})
+    if wrong:
+        return fail(f"GPUs: {found}; the environment is for {ctx.expect_arch} ({ctx.expect_arch_source})",
+                    f"install the environment built for {wrong[0]}; HSA_OVERRIDE_GFX_VERSION only hides this",
+                    gfx=targets)
+    if override:
+        return warn(f"GPUs: {found}, but HSA_OVERRIDE_GFX_VERSION={override} is set",
+                    "unset HSA_OVERRIDE_GFX_VERSION: it is a diagnostic workaround, not a fix", gfx=targets)
+    return ok(f"GPUs: {found} == expected {ctx.expect_arch} ({ctx.expect_arch_source})", gfx=targets)
+
+
+@check("torch.arch_list", "torch has kernels for the GPU's target")
+def check_torch_arch_list(ctx: Context) -> Outcome:
+    early = _not_rocm(ctx)
+    if early:
+        return early
+    built = sorted({gfx_of(a) for a in ctx.torch.cuda.get_arch_list()})
+    targets = sorted(set(_device_targets(ctx.torch)))
+    missing = [t for t in targets if t not in built]
+    if missing:
+        return fail(f"torch is built for {', '.join(built) or 'nothing'}; the GPU is {', '.join(missing)} "
+                    "(kernels fail with 'invalid device function' / hipErrorNoBinaryForGpu)",
+                    f"install the pytorch build for {missing[0]} (build string rocmXY_{missing[0]}_...)")
+    return ok(f"torch.cuda.get_arch_list(): {', '.join(built)}", arch_list=built)
+
+
+# ----------------------------------------------------------------------------- compute
+
+
+def _device_or_skip(ctx: Context) -> Outcome | None:
+    if ctx.torch is None:
+        return skip("torch did not import")
+    if ctx.device is None:
+        return skip("no GPU (see torch.gpu); `--device cpu` runs the compute checks on the CPU")
+    return None
+
+
+def _where(ctx: Context) -> str:
+    if ctx.device == "cpu":
+        return "on cpu"
+    name = ctx.torch.cuda.get_device_name(0)
+    return f"on {name}" + ("" if ctx.is_rocm else " (not ROCm)")
+
+
+def _rel_err(torch: Any, got: Any, ref: Any) -> float:
+    got, ref = got.detach().double().cpu(), ref.detach().double().cpu()
+    return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+@check("compute.matmul", "fp32 matmul matches the CPU")
+def check_matmul(ctx: Context) -> Outcome:
+    early = _device_or_skip(ctx)
+    if early:
+        return early
+    torch = ctx.torch
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(512, 512, generator=gen), torch.randn(512, 512, generator=gen)
+    ref = a.double() @ b.double()
+    got = (a.to(ctx.device) @ b.to(ctx.device))
+    err = _rel_err(torch, got, ref)
+    # 1e-2 admits TF32/reduced-precision GEMM paths; wrong kernels give errors near 1.
+    if not math.isfinite(err) or err > 1e-2:
+        return fail(f"relative error {err:.2e} {_where(ctx)}", "the GPU math library (hipBLAS/hipBLASLt) "
+                    "returns wrong results: check that ROCm matches the torch build (rocm.version)")
+    return ok(f"512x512 relative error {err:.1e} {_where(ctx)}", rel_err=err)
+
+
+def _mlp(torch: Any, device: str, dtype: Any) -> tuple[Any, float, list[Any]]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 64))
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(64, 256, generator=gen), torch.randn(64, 64, generator=gen)
+    model = model.to(device=device, dtype=dtype)
+    loss = torch.nn.functional.mse_loss(model(x.to(device, dtype)).float(), y.to(device))
+    loss.backward()
+    return model, float(loss.detach()), [p.grad.detach().float().cpu() for p in model.parameters()]
+
+
+@check("compute.bf16", "bf16 forward and backward match fp32")
+def check_bf16(ctx: Context) -> Outcome:
+    early = _device_or_skip(ctx)
+    if early:
+        return early
+    torch = ctx.torch
+    _, loss16, grads16 = _mlp(torch, ctx.device, torch.bfloat16)
+    _, loss32, grads32 = _mlp(torch, "cpu", torch.float32)
+    loss_err = abs(loss16 - loss32) / max(abs(loss32), 1e-12)
+    grad_err = max(_rel_err(torch, g, r) for g, r in zip(grads16, grads32))
+    # bf16 keeps 8 bits of mantissa: a few percent of error is normal, broken kernels are far off.
+    if not (math.isfinite(loss_err) and math.isfinite(grad_err)) or loss_err > 0.05 or grad_err > 0.1:
+        return fail(f"bf16 vs fp32: loss error {loss_err:.2e}, worst gradient error {grad_err:.2e} {_where(ctx)}",
+                    "bf16 training is broken on this device: check the target (torch.arch) and ROCm version")
+    return ok(f"MLP loss error {loss_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}",
+              loss_err=loss_err, grad_err=grad_err)
+
+
+def _attention_inputs(torch: Any, device: str, layout: str) -> list[Any]:
+    """bf16 q, k, v (batch 2, 4 heads, 256 tokens, head dim 64) as leaf tensors in ``layout`` (bhsd/bshd)."""
+    gen = torch.Generator().manual_seed(2)
+    shape = (2, 4, 256, 64) if layout == "bhsd" else (2, 256, 4, 64)
+    return [torch.randn(*shape, generator=gen).to(device, torch.bfloat16).requires_grad_(True) for _ in range(3)]
+
+
+def _reference_attention(torch: Any, q: Any, k: Any, v: Any) -> Any:
+    """Causal softmax(q k^T / sqrt(d)) v in fp32, in (batch, heads, seq, dim)."""
+    q, k, v = (t.float() for t in (q, k, v))
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+
+
+def _compare_attention(torch: Any, out: Any, inputs: list[Any], ref_fn: Callable[..., Any]) -> tuple[float, float]:
+    """(output error, worst gradient error) of ``out`` against ``ref_fn`` on detached copies of ``inputs``."""
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(3)).to(out.device, out.dtype)
+    out.backward(grad)
+    refs = [t.detach().clone().requires_grad_(True) for t in inputs]
+    ref = ref_fn(*refs)
+    ref.backward(grad.float())
+    out_err = _rel_err(torch, out, ref)
+    grad_err = max(_rel_err(torch, t.grad, r.grad) for t, r in zip(inputs, refs))
+    return out_err, grad_err
+
+
+@check("compute.sdpa", "scaled_dot_product_attention forward and backward")
+def check_sdpa(ctx: Context) -> Outcome:
+    early = _device_or_skip(ctx)
+    if early:
+        return early
+    torch = ctx.torch
+    inputs = _attention_inputs(torch, ctx.device, "bhsd")
+    out = torch.nn.functional.scaled_dot_product_attention(*inputs, is_causal=True)
+    out_err, grad_err = _compare_attention(torch, out, inputs, lambda q, k, v: _reference_attention(torch, q, k, v))
+    if not (math.isfinite(out_err) and math.isfinite(grad_err)) or out_err > 0.02 or grad_err > 0.05:
+        return fail(f"SDPA vs reference: output error {out_err:.2e}, gradient error {grad_err:.2e} {_where(ctx)}",
+                    "the attention kernels (AOTriton) are wrong for this GPU: check torch.arch_list and ROCm")
+    return ok(f"bf16 causal, output error {out_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}",
+              out_err=out_err, grad_err=grad_err)
+
+
+# ----------------------------------------------------------------------------- flash-attn
+
+TRITON_VAR = "FLASH_ATTENTION_TRITON_AMD_ENABLE"
+
+
+def _import_flash_attn(ctx: Context) -> tuple[Any, str, bool]:
+    """(flash_attn_func, backend, fell back to Triton); raises what the import raises."""
+    import importlib
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        interface = importlib.import_module("flash_attn.flash_attn_interface")
+    fell_back = any("falling back to triton" in str(w.message).lower() for w in caught)
+    if getattr(interface, "USE_TRITON_ROCM", False):
+        backend = "triton"
+    else:
+        backend = "ck" if ctx.is_rocm else "cuda"
+    return interface.flash_attn_func, backend, fell_back
+
+
+@check("flash_attn", "flash-attn imports; flash_attn_func forward and backward")
+def check_flash_attn(ctx: Context) -> Outcome:
+    import importlib.util
+
+    if ctx.torch is None:
+        return skip("torch did not import")
+    record = conda_meta_record(ctx.prefix, "flash-attn")
+    if importlib.util.find_spec("flash_attn") is None and record is None:
+        return skip("flash-attn is not installed (LLaMA-Factory then uses SDPA: `flash_attn: sdpa`)")
+    try:
+        func, backend, fell_back = _import_flash_attn(ctx)
+    except Exception as exc:  # noqa: BLE001 - a compiled extension fails to import in many ways
+        if "flash_attn_2_cuda" in str(exc) and ctx.environ.get(TRITON_VAR) != "TRUE":
+            return fail(f"import flash_attn failed: {exc_text(exc)}; {TRITON_VAR} is not set",
+                        f"this flash-attn is the Triton build: export {TRITON_VAR}=TRUE (at import time too)")
+        return fail(f"import flash_attn failed: {exc_text(exc)}{_conda_build(ctx, 'flash-attn')}",
+                    "reinstall the flash-attn built for this torch and target (`pixi install -e ENV`); "
+                    "'undefined symbol' means it was built against another torch")
+    import flash_attn
+
+    name = f"flash-attn {getattr(flash_attn, '__version__', '?')} ({backend} backend)"
+    if ctx.device != "cuda":
+        return skip(f"{name} imports; no GPU to run it on (see torch.gpu)")
+    inputs = _attention_inputs(ctx.torch, "cuda", "bshd")
+    out = func(*inputs, causal=True)
+
+    def reference(q: Any, k: Any, v: Any) -> Any:
+        return _reference_attention(ctx.torch, *(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
+
+    out_err, grad_err = _compare_attention(ctx.torch, out, inputs, reference)
+    if not (math.isfinite(out_err) and math.isfinite(grad_err)) or out_err > 0.02 or grad_err > 0.05:
+        return fail(f"{name}: output error {out_err:.2e}, gradient error {grad_err:.2e} {_where(ctx)}",
+                    "flash-attn kernels are wrong for this GPU: reinstall the build for this target")
+    evidence = f"{name}: output error {out_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}"
+    if fell_back:
+        return warn(evidence + "; flash_attn_2_cuda missing, fell back to Triton",
+                    f"export {TRITON_VAR}=TRUE to choose the Triton backend on purpose, or install the CK build")
+    return ok(evidence, backend=backend, out_err=out_err, grad_err=grad_err)
+
+
+# ----------------------------------------------------------------------------- --bench
+
+
+def _peak(ctx: Context) -> tuple[float, str]:
+    if ctx.peak_tflops:
+        return ctx.peak_tflops, "--peak-tflops"
+    gfx = (_device_targets(ctx.torch) or [ctx.expect_arch])[0] if ctx.is_rocm and ctx.gpu_count else None
+    if gfx and TARGETS.get(gfx, ("", 0.0))[1] > 0:
+        return TARGETS[gfx][1], f"{gfx} table"
+    return 0.0, ""
+
+
+def _time_gemm(torch: Any, device: str, n: int, budget_s: float) -> float:
+    """TFLOP/s of repeated bf16 n x n matmuls for about ``budget_s`` seconds."""
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(3):  # warm-up: library heuristics, clocks
+        a @ b
+    sync()
+    iters, start = 0, time.perf_counter()
+    while True:
+        for _ in range(10):
+            a @ b
+        sync()
+        iters += 10
+        elapsed = time.perf_counter() - start
+        if elapsed >= budget_s:
+            return 2.0 * n**3 * iters / elapsed / 1e12
+
+
+@check("bench.gemm", "bf16 GEMM throughput against the target's peak", option="bench")
+def check_bench(ctx: Context) -> Outcome:
+    early = _device_or_skip(ctx)
+    if early:
+        return early
+    n = 8192 if ctx.device == "cuda" else 256
+    tflops = _time_gemm(ctx.torch, ctx.device, n, 2.0 if ctx.device == "cuda" else 0.5)
+    peak, source = _peak(ctx)
+    if not peak:
+        return ok(f"{tflops:.1f} TFLOP/s ({n}x{n} bf16) {_where(ctx)}; peak unknown (--peak-tflops)",
+                  tflops=round(tflops, 1))
+    ratio = tflops / peak
+    evidence = f"{tflops:.1f} TFLOP/s ({n}x{n} bf16) = {ratio:.0%} of {peak:g} ({source}) {_where(ctx)}"
+    if ratio < ctx.min_ratio:
+        return warn(evidence + f", below {ctx.min_ratio:.0%}",
+                    "look for other processes on the GPU (`amd-smi process`), low clocks or power caps "
+                    "(`amd-smi metric`), and a torch without hipBLASLt", tflops=round(tflops, 1),
+                    ratio=round(ratio, 3))
+    return ok(evidence, tflops=round(tflops, 1), peak=peak, ratio=round(ratio, 3))
+
+
+# ----------------------------------------------------------------------------- --train
+
+TRAIN_TEXTS = (
+    "the gpu trains a small model with low rank adapters",
+    "a tiny llama learns these few sentences by heart",
+    "loss goes down when the gradients reach the adapters",
+    "bf16 kernels and attention run forward and backward",
+    "rocm and pytorch agree on the target of this device",
+    "the probe builds its own tokenizer and needs no download",
+    "eight short lines are enough for a smoke test",
+    "when the loss falls the environment can fine tune",
+)
+
+
+# The adapter on lm_head lets a randomly initialised model memorise the texts within a few dozen steps.
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+
+
+def _tiny_llama(torch: Any) -> tuple[Any, Any]:
+    """A 2-layer Llama and a word-level tokenizer trained on TRAIN_TEXTS: nothing is downloaded."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    raw.train_from_iterator(TRAIN_TEXTS, trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<s>", "</s>"]))
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
+                                  eos_token="</s>")
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config), tok
+
+
+def _train_peft(ctx: Context, workdir: Path) -> list[float]:
+    """LoRA on the tiny Llama with transformers + peft; the loss of each step."""
+    import contextlib
+
+    from peft import LoraConfig, get_peft_model
+
+    torch = ctx.torch
+    model, tok = _tiny_llama(torch)
+    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM", target_modules=list(LORA_TARGETS))
+    model = get_peft_model(model, lora).to(ctx.device)
+    batch = tok([f"<s> {t} </s>" for t in TRAIN_TEXTS], padding=True, return_tensors="pt").to(ctx.device)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if ctx.device == "cuda"
+                else contextlib.nullcontext())
+    losses = []
+    for _ in range(ctx.train_steps):
+        with autocast:
+            loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def _llamafactory_config(ctx: Context, workdir: Path) -> Path:
+    """Write the tiny model, a dataset and a LLaMA-Factory LoRA config under ``workdir``."""
+    model, tok = _tiny_llama(ctx.torch)
+    model.save_pretrained(workdir / "model")
+    tok.save_pretrained(workdir / "model")
+    data = workdir / "data"
+    data.mkdir()
+    rows = [{"instruction": a, "input": "", "output": b} for a, b in zip(TRAIN_TEXTS, TRAIN_TEXTS[1:])]  # noqa: RUF007 - pairwise is 3.10+
+    (data / "probe.json").write_text(json.dumps(rows))
+    (data / "dataset_info.json").write_text(json.dumps({"probe": {"file_name": "probe.json"}}))
+    settings = {
+        "model_name_or_path": workdir / "model", "stage": "sft", "do_train": "true", "finetuning_type": "lora",
+        "lora_target": ",".join(LORA_TARGETS), "lora_rank": 8, "dataset": "probe", "dataset_dir": data, "template": "empty",
+        "cutoff_len": 64, "overwrite_cache": "true", "preprocessing_num_workers": 1, "output_dir": workdir / "out",
+        "logging_steps": 1, "save_strategy": "no", "overwrite_output_dir": "true", "report_to": "none",
+        "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1, "learning_rate": 1.0e-2,
+        "max_steps": ctx.train_steps, "lr_scheduler_type": "constant", "disable_tqdm": "true",
+        "bf16": "true" if ctx.device == "cuda" else "false",
+    }
+    config = workdir / "train_lora.yaml"
+    config.write_text("".join(f"{k}: {json.dumps(str(v)) if isinstance(v, Path) else v}\n"
+                              for k, v in settings.items()))
+    return config
+
+
+def _train_llamafactory(ctx: Context, workdir: Path, cli: str) -> list[float]:
+    """``llamafactory-cli train`` on a generated config; the logged losses."""
+    config = _llamafactory_config(ctx, workdir)
+    env = dict(ctx.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WANDB_DISABLED="true")
+    # One device: with several visible, llamafactory-cli would start torchrun on all of them.
+    visible = ctx.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    env["CUDA_VISIBLE_DEVICES"] = "" if ctx.device == "cpu" else visible
+    proc = subprocess.run([cli, "train", str(config)], check=False, capture_output=True, text=True, env=env,
+                          timeout=900, errors="replace")
+    log = workdir / "out" / "trainer_log.jsonl"
+    losses = [json.loads(ln)["loss"] for ln in (read_text(log) or "").splitlines() if '"loss"' in ln]
+    if proc.returncode != 0 or not losses:
+        lines = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+        # The last error line names the cause (a missing module, a bad config key); the rest is traceback.
+        cause = next((ln for ln in reversed(lines) if re.search(r"Error|error:", ln)), lines[-1] if lines else "")
+        raise TrainError(f"llamafactory-cli train {config.name} exited {proc.returncode}: {first_line(cause)}")
+    return [float(x) for x in losses]
+
+
+class TrainError(Exception):
+    """The training command failed; the message is the evidence."""
+
+
+def _train_backend(ctx: Context) -> tuple[str, str | None]:
+    import importlib.util
+
+    choice = ctx.train_backend
+    cli = shutil.which("llamafactory-cli", path=os.pathsep.join([str(Path(sys.executable).parent),
+                                                                  ctx.environ.get("PATH", "")]))
+    if choice == "llamafactory" or (choice == "auto" and cli and importlib.util.find_spec("llamafactory")):
+        return "llamafactory", cli
+    return "peft", None
+
+
+@check("train.lora", "LoRA fine-tuning of a tiny local Llama: the loss falls", option="train")
+def check_train(ctx: Context) -> Outcome:
+    early = _device_or_skip(ctx)
+    if early:
+        return early
+    backend, cli = _train_backend(ctx)
+    missing = [m for m in ("transformers", "peft", "tokenizers") if not _importable(m)]
+    if backend == "peft" and missing:
+        return fail(f"{', '.join(missing)} not installed: cannot fine-tune",
+                    "install llamafactory (it brings transformers and peft): `pixi install -e ENV`")
+    if backend == "llamafactory" and not cli:
+        return fail("llamafactory-cli not found", "reinstall llamafactory in this environment")
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="rocm-env-check-") as tmp:
+        try:
+            losses = _train_llamafactory(ctx, Path(tmp), cli) if cli and backend == "llamafactory" \
+                else _train_peft(ctx, Path(tmp))
+        except TrainError as exc:
+            return fail(str(exc), "LLaMA-Factory itself fails: `llamafactory-cli env` shows its stack; install "
+                                  "what it names; `--train-backend peft` checks torch + peft without it")
+    took = time.perf_counter() - start
+    first, last = sum(losses[:3]) / len(losses[:3]), sum(losses[-3:]) / len(losses[-3:])
+    evidence = (f"{backend}: {len(losses)} steps in {took:.1f} s, loss {first:.3f} -> {last:.3f} {_where(ctx)}")
+    data = {"backend": backend, "losses": [round(x, 4) for x in losses], "seconds": round(took, 2)}
+    if not all(math.isfinite(x) for x in losses) or not last < 0.8 * first:
+        return fail(evidence + ": the loss did not fall",
+                    "gradients do not reach the LoRA weights or are wrong: see compute.bf16 and compute.sdpa",
+                    **data)
+    return ok(evidence, **data)
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# ----------------------------------------------------------------------------- running and reporting
+
+
+def resolve_expectations(ctx: Context, args: argparse.Namespace) -> None:
+    """Expected target / ROCm / peak: flags first, then the prefix's amdgpu-target and rocm-version packages."""
+    if args.expect_arch:
+        ctx.expect_arch, ctx.expect_arch_source = gfx_of(args.expect_arch), "--expect-arch"
+    elif (record := conda_meta_record(ctx.prefix, "amdgpu-target")) is not None:
+        ctx.expect_arch, ctx.expect_arch_source = gfx_of(str(record.get("build", ""))), "amdgpu-target package"
+    if args.expect_rocm:
+        ctx.expect_rocm, ctx.expect_rocm_source = args.expect_rocm.rstrip(".*"), "--expect-rocm"
+    elif (record := conda_meta_record(ctx.prefix, "rocm-version")) is not None:
+        ctx.expect_rocm, ctx.expect_rocm_source = str(record.get("version")), "rocm-version package"
+    ctx.peak_tflops = args.peak_tflops
+
+
+def selected_checks(options: set[str], only: Sequence[str]) -> list[Check]:
+    """Registered checks in order: those without an option, those whose option was given, filtered by --only."""
+    chosen = [c for c in CHECKS if c.option is None or c.option in options]
+    if only:
+        chosen = [c for c in chosen if any(c.id == o or c.id.startswith(o.rstrip(".") + ".") for o in only)]
+    return chosen
+
+
+def run_check(ctx: Context, chk: Check, debug: bool) -> dict[str, Any]:
+    """Run one check; an exception becomes a failure with its message, never a traceback (unless --debug)."""
+    start = time.perf_counter()
+    try:
+        outcome = chk.func(ctx)
+    except Exception as exc:
+        if debug:
+            raise
+        outcome = fail(f"the check raised {exc_text(exc)}",
+                       "rerun with --debug for the traceback; an unexpected environment or a probe bug")
+    return {
+        "id": chk.id, "title": chk.title, "status": outcome.status, "evidence": outcome.evidence,
+        "fix": outcome.fix, "required": chk.required, "seconds": round(time.perf_counter() - start, 2),
+        "data": dict(outcome.data),
+    }
+
+
+def build_report(ctx: Context, results: list[dict[str, Any]]) -> dict[str, Any]:
+    failed = [r["id"] for r in results if r["required"] and r["status"] == "fail"]
+    return {
+        "schema": SCHEMA_VERSION, "probe": "rocm-env-check", "version": PROBE_VERSION, "ok": not failed,
+        "failed": failed, "python": sys.version.split()[0], "prefix": str(ctx.prefix),
+        "expected": {"arch": ctx.expect_arch, "arch_source": ctx.expect_arch_source or None,
+                     "rocm": ctx.expect_rocm, "rocm_source": ctx.expect_rocm_source or None},
+        "checks": results,
+    }
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """The human-readable report: one line per check, the fix under each one that is not ok."""
+    exp = report["expected"]
+    lines = [f"rocm-env-check {report['version']}: python {report['python']}, prefix {report['prefix']}",
+             f"expected target: {exp['arch'] or 'none'}" + (f" ({exp['arch_source']})" if exp["arch"] else "")
+             + f", ROCm: {exp['rocm'] or 'none'}" + (f" ({exp['rocm_source']})" if exp["rocm"] else ""), ""]
+    width = max((len(r["id"]) for r in report["checks"]), default=5)
+    lines.append(f"  {'STATUS':<8} {'CHECK':<{width}}  EVIDENCE")
+    for r in report["checks"]:
+        status = r["status"].upper() if r["status"] == "fail" else r["status"]
+        optional = "" if r["required"] or r["status"] != "fail" else " (not required)"
+        lines.append(f"  {status:<8} {r['id']:<{width}}  {r['evidence']}{optional}")
+        if r["fix"] and r["status"] in ("fail", "warn"):
+            lines.append(f"  {'':<8} {'':<{width}}  fix: {r['fix']}")
+    warns = sum(r["status"] == "warn" for r in report["checks"])
+    tail = f" ({warns} warning{'s' if warns != 1 else ''})" if warns else ""
+    if report["ok"]:
+        lines += ["", f"PASS: every required check passed{tail}"]
+    else:
+        lines += ["", f"FAIL: {len(report['failed'])} required check(s) failed: {', '.join(report['failed'])}{tail}"]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rocm-env-check", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=f"rocm-env-check {PROBE_VERSION}")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument("--bench", action="store_true", help="also measure bf16 GEMM TFLOP/s against the peak")
+    p.add_argument("--train", action="store_true", help="also run a LoRA smoke training (no download)")
+    p.add_argument("--expect-arch", metavar="GFX", help="the GPU target the environment is for (gfx942)")
+    p.add_argument("--expect-rocm", metavar="X.Y", help="the ROCm version the environment is built for")
+    p.add_argument("--peak-tflops", type=float, metavar="N", help="dense bf16 peak for --bench's ratio")
+    p.add_argument("--min-ratio", type=float, default=0.3, help="--bench warns below this share of peak (0.3)")
+    p.add_argument("--device", choices=("auto", "cpu"), default="auto",
+                   help="cpu: run compute, bench and train checks on the CPU (tests the probe itself)")
+    p.add_argument("--train-steps", type=int, default=30, help="optimizer steps of --train (30)")
+    p.add_argument("--train-backend", choices=("auto", "llamafactory", "peft"), default="auto",
+                   help="auto: llamafactory-cli when LLaMA-Factory is installed, else transformers + peft")
+    p.add_argument("--only", action="append", default=[], metavar="ID",
+                   help="run only these checks or groups (host, tools, rocm, torch, compute, ...); repeatable")
+    p.add_argument("--prefix", type=Path, default=Path(sys.prefix),
+                   help="the environment whose conda-meta is read (default: this python's prefix)")
+    p.add_argument("--root", type=Path, default=Path("/"),
+                   help="read /sys, /dev, /proc, /etc and /opt/rocm under this directory (for tests)")
+    p.add_argument("--debug", action="store_true", help="let a check's exception propagate with its traceback")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Run the probe; returns the exit code (0: no required check failed)."""
+    args = build_parser().parse_args(argv)
+    ctx = Context(root=args.root, prefix=args.prefix, environ=dict(os.environ if environ is None else environ),
+                  device_mode=args.device, min_ratio=args.min_ratio, train_steps=max(args.train_steps, 4),
+                  train_backend=args.train_backend)
+    resolve_expectations(ctx, args)
+    options = {name for name in ("bench", "train") if getattr(args, name)}
+    only = [o for item in args.only for o in item.split(",") if o]
+    results = []
+    for chk in selected_checks(options, only):
+        results.append(run_check(ctx, chk, args.debug))
+        if not args.json and sys.stderr.isatty():
+            print(f"  ... {chk.id}: {results[-1]['status']}", file=sys.stderr)
+    report = build_report(ctx, results)
+    print(render_table(report), file=sys.stderr)
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
