@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rattler import LockChannel, LockFile, LockPlatform, RepoDataRecord
-from rattler import Platform as Subdir
+from rattler import Subdir
 from rattler.exceptions import ParseCondaLockError
 
 from rocmlock.credentials import redact_url

@@ -13,11 +13,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 from rattler import (
     BuildString,
     Channel,
     ChannelPriority,
+    Client,
     Gateway,
     GenericVirtualPackage,
     MatchSpec,
@@ -132,8 +135,9 @@ async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
             hint="relax the dependency versions, or build/publish the missing package for this target",
         ) from None
     except GatewayError as exc:
+        channels = ", ".join(redact_url(c) for c in job.channels)
         raise OperationError(
-            f"cannot read the channels of {job.describe()}: {redact_text(str(exc))}",
+            f"cannot read the channels of {job.describe()} ({channels}): {redact_text(str(exc))}",
             hint="check the channel URL/path in pixi.toml, the network, and RATTLER_AUTH_FILE credentials",
         ) from None
     return sorted(records, key=lambda r: r.name.normalized)
@@ -141,14 +145,33 @@ async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
 
 async def _solve_all(jobs: Sequence[SolveJob], cache_dir: Path) -> list[list[RepoDataRecord]]:
     # One gateway for all jobs: repodata of a channel is fetched once and shared by every solve.
-    gateway = Gateway(cache_dir=cache_dir)
-    return list(await asyncio.gather(*(_solve_one(job, gateway) for job in jobs)))
+    # Gateway() without a client sends no credentials; Client.default_client() carries rattler's
+    # AuthenticationMiddleware, which reads RATTLER_AUTH_FILE (keyed by host, without port), the
+    # keyring and ~/.rattler/credentials.json.
+    gateway = Gateway(cache_dir=cache_dir, client=Client.default_client())
+    # return_exceptions: let every solve finish before reporting, so no task outlives the event loop.
+    results = await asyncio.gather(*(_solve_one(job, gateway) for job in jobs), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return [r for r in results if not isinstance(r, BaseException)]
+
+
+def check_local_channels(channels: Iterable[str]) -> None:
+    """A ``file://`` channel that is not a directory is reported by name before any solve starts."""
+    for url in channels:
+        if url.startswith("file://"):
+            path = Path(url2pathname(urlsplit(url).path))
+            if not path.is_dir():
+                raise OperationError(f"channel {url} cannot be reached: {path} is not a directory",
+                                     hint="fix the channel path in pixi.toml (paths are relative to it)")
 
 
 def solve_jobs(jobs: Sequence[SolveJob], cache_dir: Path) -> dict[SolveKey, list[RepoDataRecord]]:
     """Run ``jobs`` concurrently; raises the first solve's error (they name environment and platform)."""
     if not jobs:
         return {}
+    check_local_channels(dict.fromkeys(c for job in jobs for c in job.channels))
     results = asyncio.run(_solve_all(jobs, cache_dir))
     return {job.key: recs for job, recs in zip(jobs, results)}
 
@@ -172,8 +195,7 @@ def redact_record(record: RepoDataRecord) -> RepoDataRecord:
     url, channel = redact_url(record.url), redact_url(record.channel or "")
     if url == record.url and channel == (record.channel or ""):
         return record
-    clean = RepoDataRecord(record, record.file_name, url, channel)
-    return clean
+    return RepoDataRecord(record, record.file_name, url, channel)
 
 
 def record_maps(records: Mapping[SolveKey, list[RepoDataRecord]]) -> dict[SolveKey, list[RepoDataRecord]]:

@@ -1,0 +1,373 @@
+"""`rocmlock lock`: per-target solves, strict priority, pixi.lock v7, re-locks, --check, --update, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from rattler import LockFile, install
+
+from channels import Pkg, build_channel
+from rocmlock.cli import main
+from rocmlock.errors import OperationError
+from rocmlock.lock import lock_workspace
+from rocmlock.lockfile import read_lockfile
+from rocmlock.satisfy import environment_unsat, platform_unsat
+from rocmlock.workspace import load_workspace
+
+PLATFORMS = """platforms = [
+    { name = "linux-64-gfx90a", platform = "linux-64", glibc = "2.28", __amdgpu = "0", __amdgpu_arch = "9.0.10" },
+    { name = "linux-64-gfx942", platform = "linux-64", glibc = "2.28", __amdgpu = "0", __amdgpu_arch = "9.4.2" },
+]"""
+
+FEATURES = """
+[dependencies]
+python = "3.12.*"
+
+[feature.rocm72.dependencies]
+rocm-version = "7.2.*"
+
+[feature.train.dependencies]
+pytorch = "2.12.*"
+flash-attn = "2.8.*"
+llamafactory = "0.9.*"
+
+[feature.gfx90a]
+platforms = ["linux-64-gfx90a"]
+dependencies = { amdgpu-target = { version = "*", build = "gfx90a" } }
+
+[feature.gfx942]
+platforms = ["linux-64-gfx942"]
+dependencies = { amdgpu-target = { version = "*", build = "gfx942" } }
+
+[environments]
+mi250 = ["rocm72", "gfx90a", "train"]
+mi300x = { features = ["rocm72", "gfx942", "train"] }
+"""
+
+
+def manifest(private: str, forge: str, extra: str = "", priority: str = "strict") -> str:
+    return (f'[workspace]\nname = "t"\nchannels = ["{private}", "{forge}"]\n'
+            f'channel-priority = "{priority}"\n{PLATFORMS}\n{FEATURES}{extra}')
+
+
+def make_workspace(root: Path, channels: dict[str, Path], **kwargs: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pixi.toml").write_text(manifest(channels["private"].as_uri(), channels["forge"].as_uri(), **kwargs))
+    return root
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and ".rocmlock" not in p.parts}
+
+
+def by_name(lock: Path, env: str) -> dict[str, str]:
+    locked = read_lockfile(lock)
+    assert locked is not None
+    (records,) = locked.environments[env].records.values()
+    return {r.name.normalized: f"{r.version} {r.build}" for r in records}
+
+
+@pytest.fixture(scope="session")
+def locked_ws(channels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace locked once for the session; tests that change it work on a copy."""
+    root = make_workspace(tmp_path_factory.mktemp("locked"), channels)
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 0
+    return root
+
+
+@pytest.fixture
+def ws_copy(locked_ws: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "ws"
+    shutil.copytree(locked_ws, dest)
+    return dest
+
+
+# ----------------------------------------------------------------------------- what gets locked
+
+
+def test_each_environment_gets_its_own_target_builds(locked_ws: Path) -> None:
+    mi250, mi300x = by_name(locked_ws / "pixi.lock", "mi250"), by_name(locked_ws / "pixi.lock", "mi300x")
+    assert "rocm72_gfx90a" in mi250["pytorch"] and "rocm72_gfx90a" in mi250["flash-attn"]
+    assert "rocm72_gfx942" in mi300x["pytorch"] and "rocm72_gfx942" in mi300x["flash-attn"]
+    assert mi250["amdgpu-target"] == "1 gfx90a" and mi300x["amdgpu-target"] == "1 gfx942"
+    assert {"llamafactory", "transformers", "peft", "numpy", "python", "rocm-version"} <= set(mi300x)
+
+
+def test_strict_priority_keeps_forge_pytorch_out(locked_ws: Path, channels: dict[str, Path], tmp_path: Path) -> None:
+    # forge has pytorch 2.99 (CPU and CUDA); the private channel comes first, so only 2.12.1 is visible.
+    assert by_name(locked_ws / "pixi.lock", "mi300x")["pytorch"].startswith("2.12.1 ")
+    extra = '\n[feature.any-torch.dependencies]\npytorch = "*"\n[environments.torch-only]\n' \
+            'features = ["gfx942", "any-torch"]\n'
+    for priority, expected in (("strict", "2.12.1"), ("disabled", "2.99.0")):
+        root = tmp_path / priority
+        root.mkdir()
+        text = manifest(channels["private"].as_uri(), channels["forge"].as_uri(), priority=priority)
+        (root / "pixi.toml").write_text(text.replace("\n[feature.rocm72", extra + "\n[feature.rocm72"))
+        lock_workspace(root, environments=["torch-only"])
+        assert by_name(root / "pixi.lock", "torch-only")["pytorch"].startswith(expected + " ")
+
+
+def test_lock_records_rich_platforms_and_channels(locked_ws: Path, channels: dict[str, Path]) -> None:
+    lock = LockFile.from_path(locked_ws / "pixi.lock")
+    plats = {p.name: p for p in lock.platforms()}
+    assert set(plats) == {"linux-64-gfx90a", "linux-64-gfx942"}
+    assert str(plats["linux-64-gfx942"].subdir) == "linux-64"
+    assert set(plats["linux-64-gfx942"].virtual_packages) == {
+        "__amdgpu=0", "__amdgpu_arch=9.4.2", "__unix=0=0", "__linux=4.18", "__glibc=2.28", "__archspec=0=x86_64"}
+    env = lock.environment("mi300x")
+    assert env is not None
+    assert [str(c) for c in env.channels()] == [channels["private"].as_uri() + "/", channels["forge"].as_uri() + "/"]
+    assert [p.name for p in env.platforms()] == ["linux-64-gfx942"]
+    text = (locked_ws / "pixi.lock").read_text()
+    assert text.startswith("version: 7\n")
+
+
+def test_lock_satisfies_pixi_rules(locked_ws: Path) -> None:
+    ws = load_workspace(locked_ws)
+    locked = read_lockfile(locked_ws / "pixi.lock")
+    assert locked is not None and set(locked.environments) == {"default", "mi250", "mi300x"}
+    for env in ws.environments():
+        assert environment_unsat(ws, env, locked) is None
+        for plat in env.platforms:
+            assert platform_unsat(env, plat, locked) is None
+
+
+def test_lock_installs_into_a_prefix(locked_ws: Path, tmp_path: Path) -> None:
+    env = LockFile.from_path(locked_ws / "pixi.lock").environment("mi300x")
+    assert env is not None
+    records = env.conda_repodata_records_for_platform(env.platforms()[0])
+    assert records
+    asyncio.run(install(records, tmp_path / "prefix", cache_dir=tmp_path / "pkgs", show_progress=False))
+    meta = {p.name for p in (tmp_path / "prefix" / "conda-meta").glob("*.json")}
+    assert any(m.startswith("pytorch-2.12.1-rocm72_gfx942") for m in meta)
+    assert any(m.startswith("flash-attn-2.8.3-rocm72_gfx942") for m in meta)
+
+
+def test_arch_constraint_keeps_other_target_builds_out(channels: dict[str, Path], tmp_path: Path) -> None:
+    # Asking the gfx90a platform for the gfx942 pytorch build: its __amdgpu_arch constraint cannot match.
+    extra = ('\n[feature.wrong.dependencies]\npytorch = { version = "*", build = "rocm72_gfx942*" }\n'
+             '[feature.only90a]\nplatforms = ["linux-64-gfx90a"]\n'
+             '[environments.wrong]\nfeatures = ["wrong", "only90a"]\n')
+    root = make_workspace(tmp_path / "ws", channels, extra=extra)
+    with pytest.raises(OperationError) as err:
+        lock_workspace(root, environments=["wrong"])
+    message = str(err.value)
+    assert "environment 'wrong'" in message and "linux-64-gfx90a" in message and "gfx90a" in message
+    assert "__amdgpu_arch" in message
+    assert not (root / "pixi.lock").exists()
+
+
+# ----------------------------------------------------------------------------- re-locks
+
+
+def test_two_locks_are_byte_identical(locked_ws: Path, channels: dict[str, Path], tmp_path: Path) -> None:
+    other = make_workspace(tmp_path / "again", channels)
+    assert main(["lock", "--manifest-path", str(other / "pixi.toml")]) == 0
+    assert snapshot(other) == snapshot(locked_ws)
+
+
+def test_noop_relock_changes_nothing(ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = snapshot(ws_copy)
+    mtimes = {p: p.stat().st_mtime_ns for p in ws_copy.rglob("*") if p.is_file()}
+    assert main(["lock", "--manifest-path", str(ws_copy / "pixi.toml"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["changes"] == {} and data["solved"] == [] and not data["written"]
+    assert snapshot(ws_copy) == before
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
+
+
+def test_check_passes_after_lock_and_fails_after_manifest_change(
+        ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest_path = str(ws_copy / "pixi.toml")
+    assert main(["lock", "--check", "--manifest-path", manifest_path]) == 0
+    text = (ws_copy / "pixi.toml").read_text().replace('llamafactory = "0.9.*"\n', "")
+    (ws_copy / "pixi.toml").write_text(text)
+    before = snapshot(ws_copy)
+    capsys.readouterr()
+    assert main(["lock", "--check", "--manifest-path", manifest_path]) == 1
+    err = capsys.readouterr().err
+    assert "stale: pixi.lock" in err and "stale: envs/mi300x/environment.yml" in err
+    assert "- llamafactory 0.9.4 pyh0_0" in err
+    assert snapshot(ws_copy) == before
+
+
+def test_change_summary_and_update_moves_a_package(
+        channels: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    private = tmp_path / "private"
+    shutil.copytree(channels["private"], private)
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "pixi.toml").write_text(manifest(private.as_uri(), channels["forge"].as_uri()))
+    args = ["lock", "--manifest-path", str(root / "pixi.toml"), "--json"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    added = first["changes"]["mi300x"]["linux-64-gfx942"]
+    assert {"kind": "+", "name": "llamafactory", "old": None, "new": "0.9.4 pyh0_0"} in added
+
+    build_channel(private, [Pkg("llamafactory", "0.9.5", "pyh0_0", subdir="noarch", noarch="python",
+                                depends=("python >=3.11", "pytorch >=2.4", "transformers >=4.55", "peft >=0.18"))])
+    assert main(args) == 0  # a newer version alone moves nothing
+    assert json.loads(capsys.readouterr().out)["changes"] == {}
+    assert by_name(root / "pixi.lock", "mi300x")["llamafactory"] == "0.9.4 pyh0_0"
+
+    assert main([*args, "--update", "llamafactory"]) == 0
+    out = capsys.readouterr()
+    changes = json.loads(out.out)["changes"]
+    expected = {"kind": "~", "name": "llamafactory", "old": "0.9.4 pyh0_0", "new": "0.9.5 pyh0_0"}
+    assert changes["mi300x"]["linux-64-gfx942"] == [expected]
+    assert changes["mi250"]["linux-64-gfx90a"] == [expected]
+    assert "~ llamafactory 0.9.4 pyh0_0 -> 0.9.5 pyh0_0" in out.err
+    assert by_name(root / "pixi.lock", "mi300x")["llamafactory"] == "0.9.5 pyh0_0"
+    assert "llamafactory=0.9.5=pyh0_0" in (root / "envs" / "mi300x" / "environment.yml").read_text()
+
+
+def test_update_everything_and_partial_environment(ws_copy: Path) -> None:
+    result = lock_workspace(ws_copy, environments=["mi300x"], update=[])
+    assert result.solved == (("mi300x", "linux-64-gfx942"),)
+    assert not result.changes and not result.written
+
+
+def test_relock_after_manifest_change_keeps_other_packages(ws_copy: Path) -> None:
+    before = by_name(ws_copy / "pixi.lock", "mi300x")
+    text = (ws_copy / "pixi.toml").read_text().replace('llamafactory = "0.9.*"\n', "")
+    (ws_copy / "pixi.toml").write_text(text)
+    result = lock_workspace(ws_copy)
+    assert ("mi300x", "linux-64-gfx942") in result.solved
+    after = by_name(ws_copy / "pixi.lock", "mi300x")
+    assert set(before) - set(after) == {"llamafactory", "transformers", "peft"}
+    assert all(after[name] == before[name] for name in after)
+
+
+# ----------------------------------------------------------------------------- credentials
+
+
+class _AuthHandler(SimpleHTTPRequestHandler):
+    token = base64.b64encode(b"alice:s3cret").decode()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        if self.headers.get("Authorization") != f"Basic {self.token}":
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path.startswith("/t/tok123/"):  # an anaconda.org-style token path
+            self.path = self.path[len("/t/tok123"):]
+        super().do_GET()
+
+
+@pytest.fixture
+def auth_server(channels: dict[str, Path]) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_AuthHandler, directory=str(channels["private"].parent)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_credentials_in_urls_are_never_written_or_printed(
+        auth_server: str, channels: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    private = f"http://alice:s3cret@{auth_server}/t/tok123/private"
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "pixi.toml").write_text(manifest(private, channels["forge"].as_uri()))
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml"), "--json", "-e", "mi300x"]) == 0
+    out = capsys.readouterr()
+    files = snapshot(root)
+    written = b"".join(v for k, v in files.items() if k != "pixi.toml").decode() + out.out + out.err
+    assert f"http://{auth_server}/private/" in written
+    for secret in ("s3cret", "alice", "tok123", "/t/"):
+        assert secret not in written
+    assert "rocm72_gfx942" in by_name(root / "pixi.lock", "mi300x")["pytorch"]
+
+
+def test_auth_file_provides_credentials(
+        auth_server: str, channels: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "pixi.toml").write_text(manifest(f"http://{auth_server}/private", channels["forge"].as_uri()))
+    args = ["lock", "--manifest-path", str(root / "pixi.toml"), "-e", "mi300x"]
+    assert main(args) == 1  # no credentials: 401
+    assert "cannot read the channels" in capsys.readouterr().err
+    assert not (root / "pixi.lock").exists()
+    auth = tmp_path / "auth.json"
+    # rattler's auth file is keyed by host (without the port).
+    auth.write_text(json.dumps({"127.0.0.1": {"BasicHTTP": {"username": "alice", "password": "s3cret"}}}))
+    monkeypatch.setenv("RATTLER_AUTH_FILE", str(auth))
+    assert main(args) == 0
+    assert "s3cret" not in (root / "pixi.lock").read_text()
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def _error_case(root: Path, capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str]:
+    before = snapshot(root)
+    capsys.readouterr()
+    code = main(["lock", "--manifest-path", str(root / "pixi.toml"), *args])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert snapshot(root) == before, "an error must leave every output untouched"
+    return code, err
+
+
+def test_error_malformed_toml(ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with (ws_copy / "pixi.toml").open("a") as fh:
+        fh.write("\n[broken\n")
+    code, err = _error_case(ws_copy, capsys, [])
+    assert code == 2 and "pixi.toml" in err and "line" in err
+
+
+def test_error_unknown_feature_and_environment(ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _error_case(ws_copy, capsys, ["-e", "mi999"])
+    assert code == 2 and "unknown environment 'mi999'" in err and "mi300x" in err
+    code, err = _error_case(ws_copy, capsys, ["-p", "linux-64-gfx000"])
+    assert code == 2 and "unknown platform" in err
+    text = (ws_copy / "pixi.toml").read_text().replace('["rocm72", "gfx90a", "train"]', '["rocm72", "gfx90", "train"]')
+    (ws_copy / "pixi.toml").write_text(text)
+    code, err = _error_case(ws_copy, capsys, [])
+    assert code == 2 and "unknown feature 'gfx90'" in err
+
+
+def test_error_unknown_gpu_target(ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (ws_copy / "pixi.toml").read_text().replace('build = "gfx942"', 'build = "gfx943"')
+    (ws_copy / "pixi.toml").write_text(text)
+    code, err = _error_case(ws_copy, capsys, [])
+    assert code == 2 and "unknown GPU target 'gfx943'" in err and "did you mean 'gfx942'" in err
+
+
+def test_error_unsolvable_environment(ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (ws_copy / "pixi.toml").read_text().replace('flash-attn = "2.8.*"', 'flash-attn = "3.0.*"')
+    (ws_copy / "pixi.toml").write_text(text)
+    code, err = _error_case(ws_copy, capsys, [])
+    assert code == 1 and "cannot solve environment" in err and "flash-attn" in err
+    assert "GPU target gfx9" in err and "platform 'linux-64-gfx9" in err
+
+
+def test_error_unreachable_channel(ws_copy: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    text = (ws_copy / "pixi.toml").read_text()
+    start = text.index("channels = [")
+    end = text.index("]", start)
+    missing = (tmp_path / "nowhere").as_uri()
+    (ws_copy / "pixi.toml").write_text(f'{text[:start]}channels = ["{missing}"{text[end:]}')
+    code, err = _error_case(ws_copy, capsys, [])
+    assert code == 1 and "cannot be reached" in err and "nowhere" in err
+    # Port 9 (discard) refuses connections: the error names the channel, with its password removed.
+    (ws_copy / "pixi.toml").write_text(f'{text[:start]}channels = ["http://u:pw@127.0.0.1:9/ch"{text[end:]}')
+    code, err = _error_case(ws_copy, capsys, ["--check"])
+    assert code == 1 and "cannot read the channels" in err and "http://127.0.0.1:9/ch" in err
+    assert "pw" not in err
