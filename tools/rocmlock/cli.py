@@ -146,6 +146,28 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_verify(p: argparse.ArgumentParser) -> None:
+    _manifest_arg(p)
+    _env_arg(p, multiple=False)
+    p.add_argument("--prefix", type=Path, metavar="DIR",
+                   help="a conda environment's prefix instead of a pixi environment (default: $CONDA_PREFIX)")
+    p.add_argument("--json", action="store_true", help="print the probe's report as JSON on stdout")
+    p.add_argument("--bench", action="store_true", help="also measure bf16 GEMM TFLOP/s against the GPU's peak")
+    p.add_argument("--train", action="store_true", help="also run a LoRA smoke training on a tiny local model")
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    import os
+    import shlex
+
+    from rocmlock.verify import probe_command, resolve_target, run_probe
+
+    target = resolve_target(args.manifest_path, args.environment, args.prefix, os.environ.get("CONDA_PREFIX"))
+    cmd = probe_command(target, json_out=args.json, bench=args.bench, train=args.train)
+    _err(f"> {shlex.join(cmd)}")
+    return run_probe(cmd)
+
+
 # ----------------------------------------------------------------------------- main
 
 _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Handler]] = [
@@ -153,6 +175,7 @@ _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Ha
     ("lock", "solve every environment x platform; write pixi.lock and envs/ exports", _add_lock, _cmd_lock),
     ("export", "regenerate envs/<env>/ conda exports from pixi.lock without solving", _add_export, _cmd_export),
     ("doctor", "check this host's ROCm toolchain before building or running", _add_doctor, _cmd_doctor),
+    ("verify", "run the post-install probe with an environment's python", _add_verify, _cmd_verify),
 ]
 
 
