@@ -164,7 +164,7 @@ def channel_contents(channel: str, names: Iterable[str]) -> frozenset[tuple[str,
     except Exception as exc:  # noqa: BLE001 - rattler's fetch errors are many; the message names the channel
         raise OperationError(f"cannot read channel {redact_url(url)}: {str(exc).splitlines()[0]}",
                              hint="check the URL/path and that the channel is indexed (repodata.json)") from None
-    return frozenset((r.name.normalized, str(r.version), r.build) for r in records)
+    return frozenset((r.name.normalized, str(r.version), str(r.build)) for r in records)
 
 
 # ----------------------------------------------------------------------------- per environment

@@ -119,7 +119,7 @@ def load_matrix(recipes_dir: Path) -> Matrix:
     except Exception as exc:  # noqa: BLE001 - py-rattler-build raises its own hierarchy; one message is enough
         raise InputError(f"{path}: cannot read variant configuration: {_first_line(exc)}") from None
     values = tuple((k, tuple(str(v) for v in vals)) for k, vals in sorted(config.to_dict().items()))
-    matrix = Matrix(values, tuple(tuple(g) for g in config.zip_keys))
+    matrix = Matrix(values, tuple(tuple(g) for g in (config.zip_keys or ())))
     for key in ENV_KEYS:
         if not matrix.get(key):
             raise InputError(f"{path}: key '{key}' is missing or empty", hint=f"list at least one {key}")

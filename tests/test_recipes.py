@@ -1,0 +1,292 @@
+"""The recipes: every variant of the shipped matrix renders, skips agree with the GPU table,
+identity (build string, run deps, constraints) is right, the metapackages really build, index and
+install, the activation script behaves, and the build scripts pass bash -n and shellcheck."""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import rattler_build as rb
+from rattler import Channel, GenericVirtualPackage, PackageName, Version, BuildString, install, solve
+from rattler.index import index_fs
+
+from rocmlock.errors import InputError
+from rocmlock.recipes import Matrix, load_matrix, render_recipe
+from rocmlock.targets import get_target
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "recipes"
+ARCH_RECIPES = ("pytorch-rocm", "flash-attn-rocm")
+OURS = ("pytorch-rocm", "flash-attn-rocm", "llamafactory", "rocm-version", "amdgpu-target")
+BUILD_STRING = re.compile(r"^rocm(?P<rocm>\d+)_(?P<gfx>gfx[0-9a-f]+)_py(?P<py>\d+)_h[0-9a-f]{7}_\d+$")
+
+
+@pytest.fixture(scope="module")
+def matrix() -> Matrix:
+    return load_matrix(RECIPES)
+
+
+@pytest.fixture(scope="module")
+def rendered(matrix: Matrix) -> dict[str, list]:
+    return {name: render_recipe(RECIPES / name / "recipe.yaml", matrix) for name in OURS}
+
+
+def expected_skip(recipe: str, rocm: str, gfx: str) -> bool:
+    """The skip rule straight from rocmlock.targets, to hold the recipes' own skip_reason to."""
+    target = get_target(gfx)
+    if not target.supports_rocm(rocm):
+        return True
+    return recipe == "flash-attn-rocm" and not (target.flash_attn_ck or target.flash_attn_triton)
+
+
+def test_shipped_matrix_renders_every_valid_variant_and_no_invalid_one(matrix: Matrix, rendered: dict) -> None:
+    combos = {(r, g, p) for r in matrix.get("rocm_version") for g in matrix.get("gpu_target")
+              for p in matrix.get("python")}
+    for name in ARCH_RECIPES:
+        seen = {(v.variant_value("rocm_version"), v.variant_value("gpu_target"), v.variant_value("python")): v
+                for v in rendered[name]}
+        assert set(seen) == combos, name
+        valid = {c for c, v in seen.items() if not v.skipped}
+        assert valid == {c for c in combos if not expected_skip(name, c[0], c[1])}, name
+        assert valid, name
+    # gfx908 has neither flash-attn backend: the shipped matrix holds an invalid flash-attn variant.
+    gfx908 = [v for v in rendered["flash-attn-rocm"] if v.variant_value("gpu_target") == "gfx908"]
+    assert gfx908 and all("no CK kernels for gfx908" in v.skip_reason for v in gfx908)
+    assert len(rendered["llamafactory"]) == 1 and not rendered["llamafactory"][0].skipped
+    assert {v.build_string for v in rendered["amdgpu-target"]} == set(matrix.get("gpu_target"))
+    assert [v.version for v in rendered["rocm-version"]] == list(matrix.get("rocm_version"))
+
+
+def test_gfx950_needs_rocm_7_and_the_reason_says_so(matrix: Matrix) -> None:
+    older = matrix.narrowed({"rocm_version": ["6.4", "7.2"], "gpu_target": ["gfx950", "gfx942"], "python": ["3.12"]})
+    for name in ARCH_RECIPES:
+        by = {(v.variant_value("rocm_version"), v.variant_value("gpu_target")): v
+              for v in render_recipe(RECIPES / name / "recipe.yaml", older)}
+        assert "gfx950 needs ROCm >= 7.0" in by[("6.4", "gfx950")].skip_reason
+        assert "asks ROCm 6.4" in by[("6.4", "gfx950")].skip_reason
+        assert not by[("7.2", "gfx950")].skipped and not by[("6.4", "gfx942")].skipped
+
+
+def test_build_strings_unique_per_rocm_target_python(rendered: dict) -> None:
+    for name in ARCH_RECIPES:
+        strings = [v.build_string for v in rendered[name]]
+        assert len(set(strings)) == len(strings), name
+        for v in rendered[name]:
+            m = BUILD_STRING.match(v.build_string)
+            assert m, v.build_string
+            assert m["rocm"] == v.variant_value("rocm_version").replace(".", "")
+            assert m["gfx"] == v.variant_value("gpu_target")
+            assert m["py"] == v.variant_value("python").replace(".", "")
+
+
+def test_gpu_identity_in_run_requirements_and_constraints(rendered: dict) -> None:
+    for name in ARCH_RECIPES:
+        for v in rendered[name]:
+            gfx, rocm = v.variant_value("gpu_target"), v.variant_value("rocm_version")
+            assert f"amdgpu-target * {gfx}" in v.specs("run")
+            assert f"rocm-version {rocm}.*" in v.specs("run")
+            assert v.run_constraints == (f"__amdgpu_arch =={get_target(gfx).isa}",)
+    for v in rendered["amdgpu-target"]:
+        assert v.subdir == "noarch"
+        assert v.run_constraints == (f"__amdgpu_arch =={get_target(v.build_string).isa}",)
+
+
+def test_flash_attn_pins_the_exact_pytorch_build_it_was_built_against(rendered: dict) -> None:
+    torches = {(v.variant_value("rocm_version"), v.variant_value("gpu_target"), v.variant_value("python")): v
+               for v in rendered["pytorch-rocm"]}
+    for fa in rendered["flash-attn-rocm"]:
+        key = (fa.variant_value("rocm_version"), fa.variant_value("gpu_target"), fa.variant_value("python"))
+        torch = torches[key]
+        for section in ("host", "run"):
+            (pin,) = [s for s in fa.specs(section) if s.startswith("pytorch ")]
+            _, version, build = pin.split()
+            assert version == f"=={torch.version}"
+            assert fnmatch.fnmatchcase(torch.build_string, build)
+            others = [t for k, t in torches.items() if k != key]
+            assert not any(fnmatch.fnmatchcase(t.build_string, build) for t in others)
+
+
+def _script_env(matrix: Matrix, recipe: str, gfx: str) -> dict:
+    one = matrix.narrowed({"gpu_target": [gfx], "python": ["3.12"]})
+    stage0 = rb.Stage0Recipe.from_file(str(RECIPES / recipe / "recipe.yaml"))
+    from rocmlock.recipes import render_config
+
+    (rv,) = stage0.render(one.to_variant_config(), render_config())
+    return rv.recipe.to_dict()["build"]["script"]["env"]
+
+
+def test_flash_attn_backend_and_pytorch_aotriton_follow_the_table(matrix: Matrix, rendered: dict) -> None:
+    for gfx in ("gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201"):
+        target = get_target(gfx)
+        env = _script_env(matrix, "flash-attn-rocm", gfx)
+        assert env["ROCMLOCK_FLASH_ATTN_BACKEND"] == ("ck" if target.flash_attn_ck else "triton")
+        assert env["ROCMLOCK_GPU_TARGET"] == gfx
+        fa = next(v for v in rendered["flash-attn-rocm"]
+                  if v.variant_value("gpu_target") == gfx and v.variant_value("python") == "3.12")
+        assert ("triton" in fa.specs("run")) == (not target.flash_attn_ck)
+    for gfx in ("gfx908", "gfx942"):
+        env = _script_env(matrix, "pytorch-rocm", gfx)
+        assert env["ROCMLOCK_AOTRITON"] == ("1" if get_target(gfx).aotriton else "0")
+    assert _script_env(matrix, "pytorch-rocm", "gfx908")["ROCMLOCK_AOTRITON"] == "0"
+
+
+def test_llamafactory_is_noarch_with_upstream_bounds(rendered: dict) -> None:
+    (lf,) = rendered["llamafactory"]
+    assert lf.subdir == "noarch" and lf.package == "llamafactory"
+    run = lf.specs("run")
+    assert "pytorch >=2.4.0" in run
+    assert any(s.startswith("transformers >=4.55.0,<=") for s in run)
+    assert all(not s.startswith("torch ") for s in run), "torch is called pytorch on conda-forge"
+    assert "python >=3.11" in run
+
+
+def test_sources_pinned_by_url_and_sha256(matrix: Matrix) -> None:
+    from rocmlock.recipes import render_config
+
+    one = matrix.narrowed({"gpu_target": ["gfx942"], "python": ["3.12"]})
+    versions = dict(one.values)
+    for name, key in (("pytorch-rocm", "pytorch"), ("flash-attn-rocm", "flash_attn"), ("llamafactory", "llamafactory")):
+        (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / name / "recipe.yaml")).render(
+            one.to_variant_config(), render_config())
+        (source,) = rv.recipe.to_dict()["source"]
+        assert re.fullmatch(r"[0-9a-f]{64}", source["sha256"]), name
+        assert source["sha256"] == versions[f"{key}_sha256"][0]
+        assert source["url"].startswith("https://") and source["url"].endswith(f"{versions[f'{key}_version'][0]}.tar.gz")
+
+
+def test_unknown_gpu_target_in_matrix_is_an_input_error(tmp_path: Path) -> None:
+    (tmp_path / "variants.yaml").write_text('rocm_version: ["7.2"]\ngpu_target: [gfx943]\npython: ["3.12"]\n')
+    with pytest.raises(InputError, match="did you mean 'gfx942'"):
+        load_matrix(tmp_path)
+
+
+# ----------------------------------------------------------------------------- build scripts
+
+
+def _shell_files() -> list[Path]:
+    return sorted([*RECIPES.glob("*/build.sh"), RECIPES / "rocm-build-env.sh"])
+
+
+def test_build_scripts_pass_bash_n() -> None:
+    for script in _shell_files():
+        result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert result.returncode == 0, f"{script}: {result.stderr}"
+
+
+def test_build_and_activation_scripts_pass_shellcheck() -> None:
+    assert shutil.which("shellcheck"), "shellcheck is missing: apt-get install shellcheck (.ci/run does)"
+    scripts = [str(p) for p in _shell_files()]
+    result = subprocess.run(["shellcheck", "-x", "-P", "SCRIPTDIR", *scripts], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+    sourced = [*RECIPES.glob("rocm-version/*activate.sh"), *RECIPES.glob("flash-attn-rocm/*activate-triton.sh")]
+    assert len(sourced) == 4
+    result = subprocess.run(["shellcheck", *map(str, sourced)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+# ----------------------------------------------------------------------------- metapackages, for real
+
+
+def _vp(name: str, version: str) -> GenericVirtualPackage:
+    return GenericVirtualPackage(PackageName(name), Version(version), BuildString("0"))
+
+
+@pytest.fixture(scope="module")
+def meta_channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """rocm-version 7.2 and amdgpu-target gfx942/gfx90a built by rattler-build from the recipes, indexed."""
+    from rocmlock.recipes import render_config
+
+    channel = tmp_path_factory.mktemp("meta-channel")
+    one = load_matrix(RECIPES).narrowed({"rocm_version": ["7.2"], "gpu_target": ["gfx942", "gfx90a"]})
+    tool = rb.ToolConfiguration(test_strategy="native")
+    for name in ("rocm-version", "amdgpu-target"):
+        stage0 = rb.Stage0Recipe.from_file(str(RECIPES / name / "recipe.yaml"))
+        for rv in stage0.render(one.to_variant_config(), render_config()):
+            rv.run_build(tool_config=tool, output_dir=str(channel), channels=[], no_build_id=True)
+    shutil.rmtree(channel / "bld", ignore_errors=True)
+    asyncio.run(index_fs(str(channel)))
+    return channel
+
+
+def _solve(channel: Path, specs: list[str], isa: str) -> list:
+    return asyncio.run(solve([Channel(channel.as_uri())], specs, platforms=["linux-64", "noarch"],
+                             virtual_packages=[_vp("__unix", "0"), _vp("__linux", "5.10"), _vp("__glibc", "2.28"),
+                                               _vp("__amdgpu", "0"), _vp("__amdgpu_arch", isa)]))
+
+
+@pytest.fixture(scope="module")
+def meta_prefix(meta_channel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    records = _solve(meta_channel, ["rocm-version 7.2.*", "amdgpu-target * gfx942"], "9.4.2")
+    prefix = tmp_path_factory.mktemp("prefix")
+    asyncio.run(install(records, str(prefix), show_progress=False))
+    return prefix
+
+
+def test_metapackages_build_index_and_install(meta_channel: Path, meta_prefix: Path) -> None:
+    names = sorted(p.name for p in (meta_channel / "noarch").glob("*.conda"))
+    assert names == ["amdgpu-target-1-gfx90a.conda", "amdgpu-target-1-gfx942.conda",
+                     f"{names[2]}"] and names[2].startswith("rocm-version-7.2-h")
+    installed = sorted(p.name for p in (meta_prefix / "conda-meta").glob("*.json"))
+    assert [n.rsplit("-", 2)[0] for n in installed if n != "history"] == ["amdgpu-target", "rocm-version"]
+    assert "amdgpu-target-1-gfx942.json" in installed
+    script = meta_prefix / "etc/conda/activate.d/rocm-version_activate.sh"
+    assert script.is_file() and "7.2" in script.read_text() and "@ROCM_VERSION@" not in script.read_text()
+    assert (meta_prefix / "etc/conda/deactivate.d/rocm-version_deactivate.sh").is_file()
+
+
+def test_amdgpu_target_mutex_refuses_another_gpu(meta_channel: Path) -> None:
+    with pytest.raises(Exception, match="amdgpu"):
+        _solve(meta_channel, ["amdgpu-target * gfx942"], "9.0.10")
+    records = _solve(meta_channel, ["amdgpu-target"], "9.0.10")
+    assert [str(r.build) for r in records] == ["gfx90a"]
+
+
+def _activate(prefix: Path, env: dict[str, str], tail: str = "") -> subprocess.CompletedProcess[str]:
+    script = prefix / "etc/conda/activate.d/rocm-version_activate.sh"
+    body = f'. "{script}"\necho "ROCM_PATH=${{ROCM_PATH:-}}"\necho "HIP_PATH=${{HIP_PATH:-}}"\n{tail}'
+    return subprocess.run(["bash", "-c", body], env={"PATH": "/usr/bin:/bin", **env},
+                          capture_output=True, text=True, check=True)
+
+
+def _fake_rocm(root: Path, version: str) -> Path:
+    (root / ".info").mkdir(parents=True, exist_ok=True)
+    (root / ".info/version").write_text(f"{version}\n")
+    return root
+
+
+def test_activation_sets_paths_when_unset(meta_prefix: Path) -> None:
+    out = _activate(meta_prefix, {})
+    assert "ROCM_PATH=/opt/rocm\n" in out.stdout and "HIP_PATH=/opt/rocm\n" in out.stdout
+
+
+def test_activation_keeps_hip_path_and_follows_it(meta_prefix: Path, tmp_path: Path) -> None:
+    rocm = _fake_rocm(tmp_path / "rocm-7.2.0", "7.2.0-43")
+    out = _activate(meta_prefix, {"HIP_PATH": str(rocm)})
+    assert f"ROCM_PATH={rocm}\n" in out.stdout and f"HIP_PATH={rocm}\n" in out.stdout
+    assert out.stderr == ""
+    rocm_other = _fake_rocm(tmp_path / "other", "7.2.1")
+    out = _activate(meta_prefix, {"HIP_PATH": str(rocm_other), "ROCM_PATH": str(rocm)})
+    assert f"ROCM_PATH={rocm}\n" in out.stdout and f"HIP_PATH={rocm_other}\n" in out.stdout
+
+
+def test_activation_warns_on_host_version_mismatch(meta_prefix: Path, tmp_path: Path) -> None:
+    rocm = _fake_rocm(tmp_path / "rocm-6.4", "6.4.1-120")
+    out = _activate(meta_prefix, {"ROCM_PATH": str(rocm)})
+    assert "built for ROCm 7.2" in out.stderr and "6.4.1-120" in out.stderr
+    assert f"HIP_PATH={rocm}\n" in out.stdout
+    # 7.20 is not 7.2: the match is on the whole minor version.
+    assert "built for ROCm 7.2" in _activate(meta_prefix, {"ROCM_PATH": str(_fake_rocm(tmp_path / "x", "7.20.0"))}).stderr
+
+
+def test_deactivation_undoes_only_what_activation_set(meta_prefix: Path, tmp_path: Path) -> None:
+    rocm = _fake_rocm(tmp_path / "rocm", "7.2.0")
+    deactivate = meta_prefix / "etc/conda/deactivate.d/rocm-version_deactivate.sh"
+    tail = f'. "{deactivate}"\necho "after ROCM_PATH=${{ROCM_PATH:-unset}} HIP_PATH=${{HIP_PATH:-unset}}"\n'
+    out = _activate(meta_prefix, {"ROCM_PATH": str(rocm)}, tail)
+    assert f"after ROCM_PATH={rocm} HIP_PATH=unset" in out.stdout
