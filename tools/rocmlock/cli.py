@@ -168,6 +168,48 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return run_probe(cmd)
 
 
+def _add_preset(p: argparse.ArgumentParser) -> None:
+    _manifest_arg(p)
+    _env_arg(p, multiple=False)
+    p.add_argument("--method", required=True, choices=["lora", "qlora", "full"],
+                   help="LoRA, QLoRA (4-bit bitsandbytes) or full fine-tuning")
+    p.add_argument("--model", default=None, metavar="PATH",
+                   help="model_name_or_path: a local directory or a hub id (default: Qwen/Qwen2.5-7B-Instruct)")
+    p.add_argument("--template", default=None, help="LLaMA-Factory chat template of the model (default: qwen)")
+    p.add_argument("--dataset", default=None, help="LLaMA-Factory dataset name(s) (default: alpaca_en_demo)")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
+                   help="the YAML to write (default: presets/<env>-<method>.yaml beside pixi.toml)")
+    p.add_argument("--json", action="store_true", help="print what was written and why as JSON on stdout")
+
+
+def _cmd_preset(args: argparse.Namespace) -> int:
+    from rocmlock.errors import InputError
+    from rocmlock.preset import (
+        DEFAULT_DATASET,
+        DEFAULT_MODEL,
+        DEFAULT_TEMPLATE,
+        PresetRequest,
+        make_preset,
+        write_preset,
+    )
+    from rocmlock.workspace import load_workspace
+
+    if not args.environment:
+        raise InputError("rocmlock preset needs an environment", hint="pass -e ENV (e.g. -e mi300x-qlora)")
+    request = PresetRequest(args.environment, args.method, args.model or DEFAULT_MODEL,
+                            args.template or DEFAULT_TEMPLATE, args.dataset or DEFAULT_DATASET, args.output)
+    preset = make_preset(load_workspace(args.manifest_path), request)
+    write_preset(preset)
+    for note in preset.notes:
+        _err(note)
+    for path in preset.files():
+        _err(f"wrote {path}")
+    _err(f"train with: {preset.train_command()}")
+    if args.json:
+        _print_json(preset.to_json())
+    return 0
+
+
 # ----------------------------------------------------------------------------- main
 
 _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Handler]] = [
@@ -176,6 +218,7 @@ _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Ha
     ("export", "regenerate envs/<env>/ conda exports from pixi.lock without solving", _add_export, _cmd_export),
     ("doctor", "check this host's ROCm toolchain before building or running", _add_doctor, _cmd_doctor),
     ("verify", "run the post-install probe with an environment's python", _add_verify, _cmd_verify),
+    ("preset", "write a LLaMA-Factory training YAML tuned to an environment's GPU", _add_preset, _cmd_preset),
 ]
 
 
