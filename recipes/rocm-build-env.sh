@@ -50,8 +50,10 @@ rocmlock_max_jobs() {
 }
 
 # ccache when the build host has it: rebuilding a variant after a recipe fix then takes minutes.
+# CCACHE_DIR comes from recipe.yaml (the host's, else ~/.cache/ccache) so the cache outlives the build dir.
 rocmlock_ccache() {
-    if command -v ccache >/dev/null 2>&1; then
+    if command -v ccache >/dev/null 2>&1 && [ -n "${CCACHE_DIR:-}" ]; then
+        export CCACHE_DIR
         export CMAKE_C_COMPILER_LAUNCHER=ccache
         export CMAKE_CXX_COMPILER_LAUNCHER=ccache
         export CMAKE_HIP_COMPILER_LAUNCHER=ccache

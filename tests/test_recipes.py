@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import os
 import re
 import shutil
 import subprocess
@@ -290,3 +291,60 @@ def test_deactivation_undoes_only_what_activation_set(meta_prefix: Path, tmp_pat
     tail = f'. "{deactivate}"\necho "after ROCM_PATH=${{ROCM_PATH:-unset}} HIP_PATH=${{HIP_PATH:-unset}}"\n'
     out = _activate(meta_prefix, {"ROCM_PATH": str(rocm)}, tail)
     assert f"after ROCM_PATH={rocm} HIP_PATH=unset" in out.stdout
+
+
+# ----------------------------------------------------------------------------- the build environment
+
+
+def test_build_host_settings_reach_the_build_script(matrix: Matrix, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rattler-build's strict isolation forwards nothing: the recipe passes them explicitly.
+    env = _script_env(matrix, "pytorch-rocm", "gfx942")
+    # Empty values are left out of the script's environment; build.sh then uses its defaults.
+    assert env["ROCM_PATH"] == "/opt/rocm" and "MAX_JOBS" not in env and "HIP_PATH" not in env
+    monkeypatch.setenv("HIP_PATH", "/opt/rocm-7.2.0")
+    monkeypatch.setenv("MAX_JOBS", "7")
+    for recipe in ARCH_RECIPES:
+        env = _script_env(matrix, recipe, "gfx942")
+        assert env["ROCM_PATH"] == "/opt/rocm-7.2.0" and env["HIP_PATH"] == "/opt/rocm-7.2.0"
+        assert env["MAX_JOBS"] == "7" and env["ROCMLOCK_ROCM_VERSION"] == "7.2"
+
+
+def _build_env(tmp_path: Path, env: dict[str, str], body: str) -> subprocess.CompletedProcess[str]:
+    script = f'set -euo pipefail\n. "{RECIPES / "rocm-build-env.sh"}"\n{body}'
+    return subprocess.run(["bash", "-c", script], env={"PATH": "/usr/bin:/bin", **env},
+                          capture_output=True, text=True)
+
+
+def _fake_rocm_tree(root: Path, version: str) -> Path:
+    _fake_rocm(root, version)
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "hipcc").write_text("#!/bin/sh\n")
+    (root / "bin" / "hipcc").chmod(0o755)
+    (root / "lib/llvm/amdgcn/bitcode").mkdir(parents=True)
+    return root
+
+
+def test_build_env_sets_every_rocm_path_explicitly(tmp_path: Path) -> None:
+    rocm = _fake_rocm_tree(tmp_path / "rocm", "7.2.0-43")
+    out = _build_env(tmp_path, {"ROCM_PATH": str(rocm), "ROCMLOCK_ROCM_VERSION": "7.2", "ROCMLOCK_GPU_TARGET": "gfx942"},
+                     'rocmlock_rocm_env\necho "$ROCM_PATH|$ROCM_HOME|$HIP_PATH|$HIP_DEVICE_LIB_PATH|$HIP_PLATFORM"')
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"{rocm}|{rocm}|{rocm}|{rocm}/lib/llvm/amdgcn/bitcode|amd"
+
+
+def test_build_env_refuses_a_host_rocm_of_another_version_or_none(tmp_path: Path) -> None:
+    rocm = _fake_rocm_tree(tmp_path / "rocm", "6.4.1")
+    base = {"ROCMLOCK_ROCM_VERSION": "7.2", "ROCMLOCK_GPU_TARGET": "gfx942"}
+    out = _build_env(tmp_path, {**base, "HIP_PATH": str(rocm)}, "rocmlock_rocm_env")
+    assert out.returncode == 1 and "for ROCm 7.2" in out.stderr and "'6.4.1'" in out.stderr
+    out = _build_env(tmp_path, {**base, "ROCM_PATH": str(tmp_path / "none")}, "rocmlock_rocm_env")
+    assert out.returncode == 1 and "no ROCm at" in out.stderr
+
+
+def test_max_jobs_from_memory_unless_set(tmp_path: Path) -> None:
+    out = _build_env(tmp_path, {"MAX_JOBS": "3"}, 'rocmlock_max_jobs\necho "$MAX_JOBS"')
+    assert out.stdout.strip() == "3"
+    out = _build_env(tmp_path, {"MAX_JOBS": ""}, 'rocmlock_max_jobs\necho "$MAX_JOBS"')
+    jobs = int(out.stdout.strip())
+    # ~5 GB per job, at least 1, at most one per CPU this process may use.
+    assert 1 <= jobs <= len(os.sched_getaffinity(0))
