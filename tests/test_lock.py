@@ -186,6 +186,21 @@ def test_noop_relock_changes_nothing(ws_copy: Path, capsys: pytest.CaptureFixtur
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
 
 
+def test_noop_fast_path_sees_every_change(ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["lock", "--manifest-path", str(ws_copy / "pixi.toml")]
+    assert main(args) == 0  # records the stamp for this copy
+    yml = ws_copy / "envs" / "mi300x" / "environment.yml"
+    good = yml.read_text()
+    yml.write_text("edited\n")
+    assert main(args) == 0
+    assert yml.read_text() == good
+    assert main([*args, "-e", "nope"]) == 2
+    assert main([*args, "--check"]) == 0
+    (ws_copy / "envs" / "mi250" / "conda-linux-64-gfx90a.lock").unlink()
+    assert main([*args, "--check"]) == 1
+    assert not (ws_copy / "envs" / "mi250" / "conda-linux-64-gfx90a.lock").exists()
+
+
 def test_check_passes_after_lock_and_fails_after_manifest_change(
         ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     manifest_path = str(ws_copy / "pixi.toml")

@@ -17,7 +17,7 @@ from typing import Any
 
 from rattler import RepoDataRecord
 
-from rocmlock import fsutil
+from rocmlock import fsutil, stamp
 from rocmlock.errors import InputError
 from rocmlock.exports import render_exports
 from rocmlock.lockfile import (
@@ -159,7 +159,7 @@ def _plan(ws: Workspace, envs: list[Environment], names: set[str], plats: set[st
 
 
 def _solve(ws: Workspace, envs: list[Environment], jobs: list[SolveJob],
-           cache_dir: Path | None) -> dict[SolveKey, list[RepoDataRecord]]:
+           cache_dir: Path) -> dict[SolveKey, list[RepoDataRecord]]:
     """Solve ``jobs``; environments of one solve-group share one solve per platform (pixi's rule)."""
     group_of = {e.name: e.solve_group for e in envs}
     grouped: dict[SolveKey, list[SolveJob]] = defaultdict(list)
@@ -167,7 +167,7 @@ def _solve(ws: Workspace, envs: list[Environment], jobs: list[SolveJob],
         group = group_of[job.key[0]]
         grouped[(f"solve-group {group}", job.key[1]) if group else job.key].append(job)
     merged = [merge_jobs(key, js) if len(js) > 1 else js[0] for key, js in grouped.items()]
-    solved = solve_jobs(merged, cache_dir or default_cache_dir(ws.root))
+    solved = solve_jobs(merged, cache_dir)
     out: dict[SolveKey, list[RepoDataRecord]] = {}
     for key, js in grouped.items():
         for job in js:
@@ -240,17 +240,30 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
     ``update=None`` keeps locked packages, ``update=[]`` lets every package move and
     ``update=["pytorch"]`` only those named. ``check=True`` writes nothing.
     """
-    ws = load_workspace(manifest_path)
+    manifest = manifest_file(manifest_path)
+    cache = cache_dir or default_cache_dir(manifest.parent)
+    ws = load_workspace(manifest)
     envs, names, plats = _select(ws, environments, platforms)
+    if update is None and (outputs := stamp.unchanged(cache, manifest)) is not None:
+        files = {p: p.read_text() for p in outputs}
+        return LockResult(manifest, files, (), (), (), False)
     old = read_lockfile(ws.root / LOCK_NAME)
     kept, jobs, reasons = _plan(ws, envs, names, plats, old, update)
-    records = {**kept, **_solve(ws, envs, jobs, cache_dir)}
-    locked = _assemble(ws, envs, records)
-    changes = [c for env in envs for p in env.platforms
-               for c in diff_records(env.name, p.name, old.records(env.name, p.name) if old else None,
-                                     records.get((env.name, p.name)))]
+    solved = _solve(ws, envs, jobs, cache)
+    locked = _assemble(ws, envs, {**kept, **solved})
+    changes = [c for env in envs for p in env.platforms if (key := (env.name, p.name)) in solved
+               for c in diff_records(env.name, p.name, old.records(*key) if old else None, solved[key])]
     files = render_outputs(ws, locked, envs)
-    return _finish(ws, files, changes, [j.key for j in jobs], reasons, check)
+    result = _finish(ws, files, changes, [j.key for j in jobs], reasons, check)
+    if not check or not result.stale:
+        stamp.record(cache, manifest, files)
+    return result
+
+
+def manifest_file(manifest_path: str | Path) -> Path:
+    """The absolute pixi.toml path for a manifest file or its directory."""
+    path = Path(manifest_path)
+    return (path / "pixi.toml" if path.is_dir() else path).absolute()
 
 
 def export_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,

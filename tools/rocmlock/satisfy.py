@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import lru_cache
 
 from rattler import BuildString, MatchSpec, PackageRecord, RepoDataRecord
 
@@ -30,6 +31,10 @@ from rocmlock.workspace import (
     parse_virtual_package,
     subdir_default_virtual_packages,
 )
+
+
+# The same dependency strings recur across records and environments; parse each once.
+_spec = lru_cache(maxsize=65536)(MatchSpec)
 
 
 def _virtual_records(vps: Sequence[VirtualPackage], subdir: str) -> dict[str, PackageRecord]:
@@ -84,7 +89,7 @@ def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
     stack = [(s, "the manifest") for s in specs]
     while stack:
         text, source = stack.pop()
-        spec = MatchSpec(text)
+        spec = _spec(text)
         name = spec.name.normalized
         record = by_name.get(name)
         if record is None:
