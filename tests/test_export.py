@@ -12,7 +12,8 @@ from rattler.explicit_environment import ExplicitEnvironmentSpec
 
 from rocmlock.cli import main
 from rocmlock.exports import render_explicit
-from rocmlock.lockfile import LockedPlatform, read_lockfile
+from rocmlock.lock import lock_workspace
+from rocmlock.lockfile import LockedEnvironment, LockedPlatform, LockedWorkspace, read_lockfile, render_lockfile
 from test_lock import locked_ws, snapshot  # noqa: F401 - the shared session fixture
 
 
@@ -32,6 +33,26 @@ def test_export_regenerates_envs_without_solving(ws_copy: Path, locked_ws: Path)
     manifest.write_text(f'{text[:start]}channels = ["file:///nonexistent/x"{text[end:]}')
     assert main(["export", "--manifest-path", str(manifest)]) == 0
     manifest.write_text(text)
+    assert snapshot(ws_copy) == snapshot(locked_ws)
+
+
+def test_export_reads_a_lock_with_pixi_platform_aliases(ws_copy: Path, locked_ws: Path) -> None:
+    # pixi writes rich platforms as p1, p2, ... and maps them back by subdir + virtual packages.
+    locked = read_lockfile(ws_copy / "pixi.lock")
+    assert locked is not None
+    alias = {"linux-64-gfx90a": "p1", "linux-64-gfx942": "p2"}
+    aliased = LockedWorkspace(
+        {alias[n]: LockedPlatform(alias[n], p.subdir, p.virtual_packages) for n, p in locked.platforms.items()},
+        {n: LockedEnvironment(e.channels, {alias[p]: r for p, r in e.records.items()})
+         for n, e in locked.environments.items()})
+    (ws_copy / "pixi.lock").write_text(render_lockfile(aliased))
+    assert "name: p2" in (ws_copy / "pixi.lock").read_text()
+    shutil.rmtree(ws_copy / "envs")
+    assert main(["export", "--manifest-path", str(ws_copy / "pixi.toml")]) == 0
+    assert {k: v for k, v in snapshot(ws_copy).items() if k.startswith("envs")} == \
+        {k: v for k, v in snapshot(locked_ws).items() if k.startswith("envs")}
+    result = lock_workspace(ws_copy)
+    assert result.solved == () and result.changes == ()  # satisfied: nothing re-solved
     assert snapshot(ws_copy) == snapshot(locked_ws)
 
 

@@ -263,6 +263,29 @@ def test_relock_after_manifest_change_keeps_other_packages(ws_copy: Path) -> Non
     assert all(after[name] == before[name] for name in after)
 
 
+def test_platform_change_is_detected_and_recorded(ws_copy: Path) -> None:
+    text = (ws_copy / "pixi.toml").read_text().replace('glibc = "2.28"', 'glibc = "2.31"')
+    (ws_copy / "pixi.toml").write_text(text)
+    result = lock_workspace(ws_copy)
+    assert result.reasons[("mi300x", "linux-64-gfx942")] == "platform 'linux-64-gfx942' changed its virtual packages"
+    assert result.written and not result.changes
+    lock = (ws_copy / "pixi.lock").read_text()
+    assert "__glibc=2.31" in lock and "__glibc=2.28" not in lock
+
+
+def test_solve_group_shares_one_solve(channels: dict[str, Path], tmp_path: Path) -> None:
+    extra = ('\n[feature.np-old.dependencies]\nnumpy = "<2.2"\n[feature.bare.dependencies]\nnumpy = "*"\n'
+             '[environments.a]\nfeatures = ["gfx942", "np-old"]\nsolve-group = "g"\n'
+             '[environments.b]\nfeatures = ["gfx942", "bare"]\nsolve-group = "g"\n'
+             '[environments.c]\nfeatures = ["gfx942", "bare"]\n')
+    root = make_workspace(tmp_path / "ws", channels, extra=extra)
+    lock_workspace(root, environments=["a", "b", "c"])
+    # b alone would take numpy 2.2.0; in a's solve group it gets a's numpy.
+    assert by_name(root / "pixi.lock", "a")["numpy"] == by_name(root / "pixi.lock", "b")["numpy"] == "2.1.3 py312h0_0"
+    assert by_name(root / "pixi.lock", "c")["numpy"] == "2.2.0 py312h0_0"
+    assert set(by_name(root / "pixi.lock", "b")) == {"numpy", "python", "amdgpu-target"}
+
+
 # ----------------------------------------------------------------------------- credentials
 
 

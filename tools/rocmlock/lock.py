@@ -24,6 +24,7 @@ from rocmlock.lockfile import (
     LockedEnvironment,
     LockedPlatform,
     LockedWorkspace,
+    align_platforms,
     lock_platform,
     read_lockfile,
     render_lockfile,
@@ -231,6 +232,11 @@ def _finish(ws: Workspace, files: dict[Path, str], changes: list[Change], solved
     return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons)
 
 
+def _read_lock(ws: Workspace) -> LockedWorkspace | None:
+    locked = read_lockfile(ws.root / LOCK_NAME)
+    return None if locked is None else align_platforms(locked, ws.platforms)
+
+
 def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
                    platforms: Sequence[str] | None = None, update: Sequence[str] | None = None,
                    check: bool = False, cache_dir: Path | None = None) -> LockResult:
@@ -247,7 +253,7 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
     if update is None and (outputs := stamp.unchanged(cache, manifest)) is not None:
         files = {p: p.read_text() for p in outputs}
         return LockResult(manifest, files, (), (), (), False)
-    old = read_lockfile(ws.root / LOCK_NAME)
+    old = _read_lock(ws)
     kept, jobs, reasons = _plan(ws, envs, names, plats, old, update)
     solved = _solve(ws, envs, jobs, cache)
     locked = _assemble(ws, envs, {**kept, **solved})
@@ -271,7 +277,7 @@ def export_workspace(manifest_path: str | Path, environments: Sequence[str] | No
     """Regenerate ``envs/`` from the existing pixi.lock, without solving (for teams that lock with pixi)."""
     ws = load_workspace(manifest_path)
     envs, names, _ = _select(ws, environments, None)
-    locked = read_lockfile(ws.root / LOCK_NAME)
+    locked = _read_lock(ws)
     if locked is None:
         raise InputError(f"{ws.root / LOCK_NAME}: no lock file", hint="run `rocmlock lock` (or `pixi lock`) first")
     missing = sorted(n for n in names if n not in locked.environments)

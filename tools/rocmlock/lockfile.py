@@ -18,7 +18,12 @@ from rattler.exceptions import ParseCondaLockError
 
 from rocmlock.credentials import redact_url
 from rocmlock.errors import InputError
-from rocmlock.workspace import Platform, format_virtual_package
+from rocmlock.workspace import (
+    Platform,
+    format_virtual_package,
+    parse_virtual_package,
+    subdir_default_virtual_packages,
+)
 
 
 @dataclass(frozen=True)
@@ -121,4 +126,35 @@ def merge(old: LockedWorkspace | None, new: LockedWorkspace, keep_envs: Mapping[
             for plat in env.records:
                 if plat in old.platforms:
                     platforms.setdefault(plat, old.platforms[plat])
+    return LockedWorkspace(platforms, envs)
+
+
+def _identity(subdir: str, vps: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    defaults = set(subdir_default_virtual_packages(subdir))
+    return subdir, tuple(sorted(v for v in vps if parse_virtual_package(v) not in defaults))
+
+
+def align_platforms(locked: LockedWorkspace, manifest_platforms: Sequence[Platform]) -> LockedWorkspace:
+    """Rename locked platforms to the manifest's names where subdir + customised virtual packages match.
+
+    pixi writes rich platforms as ``p1``, ``p2``, ... and maps them back by this identity when it
+    reads a lock (pixi_core/src/lock_file/platform_rename.rs); doing the same lets rocmlock read a
+    lock that pixi wrote. A name already used by the manifest, or an ambiguous match, is left alone.
+    """
+    names = {p.name for p in manifest_platforms}
+    by_identity: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for plat in manifest_platforms:
+        key = _identity(plat.subdir, [format_virtual_package(v) for v in plat.declared_virtual_packages()])
+        by_identity.setdefault(key, []).append(plat.name)
+    renames: dict[str, str] = {}
+    for name, lplat in locked.platforms.items():
+        matches = by_identity.get(_identity(lplat.subdir, lplat.virtual_packages), [])
+        if name not in names and len(matches) == 1 and matches[0] not in locked.platforms:
+            renames[name] = matches[0]
+    if not renames:
+        return locked
+    platforms = {renames.get(n, n): LockedPlatform(renames.get(n, n), p.subdir, p.virtual_packages)
+                 for n, p in locked.platforms.items()}
+    envs = {name: LockedEnvironment(env.channels, {renames.get(p, p): r for p, r in env.records.items()})
+            for name, env in locked.environments.items()}
     return LockedWorkspace(platforms, envs)
