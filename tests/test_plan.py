@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from channels import Pkg, build_channel
 from rocmlock.cli import main
 from rocmlock.errors import InputError
@@ -18,8 +17,20 @@ from rocmlock.workspace import load_workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("pytorch-rocm", "flash-attn-rocm", "llamafactory", "rocm-version", "amdgpu-target")
-JSON_KEYS = {"id", "stage", "package", "version", "recipe", "variant", "build_string", "subdir", "depends_on",
-             "environments", "present", "skip_reason"}
+JSON_KEYS = {
+    "id",
+    "stage",
+    "package",
+    "version",
+    "recipe",
+    "variant",
+    "build_string",
+    "subdir",
+    "depends_on",
+    "environments",
+    "present",
+    "skip_reason",
+}
 
 
 def mirror(root: Path, recipes: tuple[str, ...] = OURS) -> Path:
@@ -51,7 +62,9 @@ def workspace(root: Path, envs: dict[str, tuple[str, str, str]], deps: str = "")
         f"platforms = [{', '.join(platforms)}]\n\n"
         f'[feature.train.dependencies]\npytorch = "2.12.*"\nflash-attn = "2.8.*"\nllamafactory = "*"\n{deps}\n'
         + "\n".join(features)
-        + "\n[environments]\n" + "\n".join(environments) + "\n"
+        + "\n[environments]\n"
+        + "\n".join(environments)
+        + "\n"
     )
     (root / "pixi.toml").write_text(text)
     return root / "pixi.toml"
@@ -80,7 +93,13 @@ def test_plan_on_the_root_workspace() -> None:
         assert v.build_string.startswith(f"rocm72_{gfx}_py312_h")
         assert dict(v.variant)["rocm_version"] == "7.2" and dict(v.variant)["python"] == "3.12"
     mi300x = [v for v in plan.variants if "mi300x" in v.environments]
-    assert {v.stage for v in mi300x} >= {"amdgpu-target", "rocm-version", "pytorch", "flash-attn", "llamafactory"}
+    assert {v.stage for v in mi300x} >= {
+        "amdgpu-target",
+        "rocm-version",
+        "pytorch",
+        "flash-attn",
+        "llamafactory",
+    }
     assert not plan.skipped and not plan.problems
     assert len({v.id for v in plan.variants}) == len(plan.variants)
 
@@ -99,8 +118,14 @@ def test_environment_filter_and_text_output(capsys: pytest.CaptureFixture[str]) 
 
 def test_impossible_variants_are_reported_with_their_reason(tmp_path: Path) -> None:
     mirror(tmp_path)
-    manifest = workspace(tmp_path, {"old950": ("gfx950", "6.4.*", "3.12.*"), "mi100": ("gfx908", "7.2.*", "3.12.*"),
-                                    "w7900": ("gfx1100", "7.2.*", "3.11.*")})
+    manifest = workspace(
+        tmp_path,
+        {
+            "old950": ("gfx950", "6.4.*", "3.12.*"),
+            "mi100": ("gfx908", "7.2.*", "3.12.*"),
+            "w7900": ("gfx1100", "7.2.*", "3.11.*"),
+        },
+    )
     plan = make_plan(load_workspace(manifest))
     assert_dependency_order(plan)
     by = {(v.stage, dict(v.variant).get("gpu_target")): v for v in plan.variants}
@@ -154,13 +179,16 @@ def test_present_marking_against_a_channel(tmp_path: Path, capsys: pytest.Captur
     before = make_plan(load_workspace(manifest))
     torch = next(v for v in before.variants if v.stage == "pytorch")
     rocm = next(v for v in before.variants if v.stage == "rocm-version")
-    channel = build_channel(tmp_path / "channel", [
-        Pkg("amdgpu-target", "1", "gfx942", subdir="noarch", noarch="generic"),
-        Pkg("rocm-version", rocm.version, rocm.build_string, subdir="noarch", noarch="generic"),
-        Pkg("pytorch", torch.version, torch.build_string),
-        # Same name and version, another build: not the variant the plan needs.
-        Pkg("flash-attn", "2.8.3", "rocm72_gfx942_py312_h0000000_0"),
-    ])
+    channel = build_channel(
+        tmp_path / "channel",
+        [
+            Pkg("amdgpu-target", "1", "gfx942", subdir="noarch", noarch="generic"),
+            Pkg("rocm-version", rocm.version, rocm.build_string, subdir="noarch", noarch="generic"),
+            Pkg("pytorch", torch.version, torch.build_string),
+            # Same name and version, another build: not the variant the plan needs.
+            Pkg("flash-attn", "2.8.3", "rocm72_gfx942_py312_h0000000_0"),
+        ],
+    )
     assert main(["plan", "--json", "--channel", str(channel), "--manifest-path", str(manifest)]) == 0
     data = json.loads(capsys.readouterr().out)
     present = {v["stage"] for v in data["variants"] if v["present"]}
@@ -177,7 +205,9 @@ def test_missing_channel_directory_is_an_input_error(tmp_path: Path) -> None:
     assert main(["plan", "--channel", str(tmp_path / "nowhere"), "--manifest-path", str(manifest)]) == 2
 
 
-def test_environment_spec_no_recipe_satisfies_is_a_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_environment_spec_no_recipe_satisfies_is_a_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     mirror(tmp_path)
     manifest = workspace(tmp_path, {"a": ("gfx942", "7.2.*", "3.12.*")})
     manifest.write_text(manifest.read_text().replace('pytorch = "2.12.*"', 'pytorch = "2.13.*"'))
@@ -228,16 +258,21 @@ def test_recipes_that_need_each_other_are_an_input_error(tmp_path: Path) -> None
             f"requirements:\n  run:\n    - {other}\n"
         )
     manifest = workspace(tmp_path, {"a": ("gfx942", "7.2.*", "3.12.*")}, deps='aaa = "*"')
-    manifest.write_text(manifest.read_text().replace('pytorch = "2.12.*"\nflash-attn = "2.8.*"\nllamafactory = "*"\n', ""))
+    manifest.write_text(
+        manifest.read_text().replace('pytorch = "2.12.*"\nflash-attn = "2.8.*"\nllamafactory = "*"\n', "")
+    )
     with pytest.raises(InputError, match="cycle: (aaa|bbb)-1-"):
         make_plan(load_workspace(manifest))
 
 
-def test_broken_recipe_is_an_input_error_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_broken_recipe_is_an_input_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     recipes = mirror(tmp_path)
     (recipes / "broken").mkdir()
     (recipes / "broken" / "recipe.yaml").write_text(
-        "schema_version: 1\npackage:\n  name: broken\n  version: ${{ no_such_key }}\n")
+        "schema_version: 1\npackage:\n  name: broken\n  version: ${{ no_such_key }}\n"
+    )
     manifest = workspace(tmp_path, {"a": ("gfx942", "7.2.*", "3.12.*")})
     assert main(["plan", "--manifest-path", str(manifest)]) == 2
     err = capsys.readouterr().err

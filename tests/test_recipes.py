@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 import rattler_build as rb
-from rattler import Channel, GenericVirtualPackage, PackageName, Version, BuildString, install, solve
+from rattler import BuildString, Channel, GenericVirtualPackage, PackageName, Version, install, solve
 from rattler.index import index_fs
-
 from rocmlock.errors import InputError
 from rocmlock.recipes import Matrix, load_matrix, render_recipe
 from rocmlock.targets import get_target
@@ -46,12 +45,20 @@ def expected_skip(recipe: str, rocm: str, gfx: str) -> bool:
     return recipe == "flash-attn-rocm" and not (target.flash_attn_ck or target.flash_attn_triton)
 
 
-def test_shipped_matrix_renders_every_valid_variant_and_no_invalid_one(matrix: Matrix, rendered: dict) -> None:
-    combos = {(r, g, p) for r in matrix.get("rocm_version") for g in matrix.get("gpu_target")
-              for p in matrix.get("python")}
+def test_shipped_matrix_renders_every_valid_variant_and_no_invalid_one(
+    matrix: Matrix, rendered: dict
+) -> None:
+    combos = {
+        (r, g, p)
+        for r in matrix.get("rocm_version")
+        for g in matrix.get("gpu_target")
+        for p in matrix.get("python")
+    }
     for name in ARCH_RECIPES:
-        seen = {(v.variant_value("rocm_version"), v.variant_value("gpu_target"), v.variant_value("python")): v
-                for v in rendered[name]}
+        seen = {
+            (v.variant_value("rocm_version"), v.variant_value("gpu_target"), v.variant_value("python")): v
+            for v in rendered[name]
+        }
         assert set(seen) == combos, name
         valid = {c for c, v in seen.items() if not v.skipped}
         assert valid == {c for c in combos if not expected_skip(name, c[0], c[1])}, name
@@ -65,10 +72,14 @@ def test_shipped_matrix_renders_every_valid_variant_and_no_invalid_one(matrix: M
 
 
 def test_gfx950_needs_rocm_7_and_the_reason_says_so(matrix: Matrix) -> None:
-    older = matrix.narrowed({"rocm_version": ["6.4", "7.2"], "gpu_target": ["gfx950", "gfx942"], "python": ["3.12"]})
+    older = matrix.narrowed(
+        {"rocm_version": ["6.4", "7.2"], "gpu_target": ["gfx950", "gfx942"], "python": ["3.12"]}
+    )
     for name in ARCH_RECIPES:
-        by = {(v.variant_value("rocm_version"), v.variant_value("gpu_target")): v
-              for v in render_recipe(RECIPES / name / "recipe.yaml", older)}
+        by = {
+            (v.variant_value("rocm_version"), v.variant_value("gpu_target")): v
+            for v in render_recipe(RECIPES / name / "recipe.yaml", older)
+        }
         assert "gfx950 needs ROCm >= 7.0" in by[("6.4", "gfx950")].skip_reason
         assert "asks ROCm 6.4" in by[("6.4", "gfx950")].skip_reason
         assert not by[("7.2", "gfx950")].skipped and not by[("6.4", "gfx942")].skipped
@@ -99,8 +110,10 @@ def test_gpu_identity_in_run_requirements_and_constraints(rendered: dict) -> Non
 
 
 def test_flash_attn_pins_the_exact_pytorch_build_it_was_built_against(rendered: dict) -> None:
-    torches = {(v.variant_value("rocm_version"), v.variant_value("gpu_target"), v.variant_value("python")): v
-               for v in rendered["pytorch-rocm"]}
+    torches = {
+        (v.variant_value("rocm_version"), v.variant_value("gpu_target"), v.variant_value("python")): v
+        for v in rendered["pytorch-rocm"]
+    }
     for fa in rendered["flash-attn-rocm"]:
         key = (fa.variant_value("rocm_version"), fa.variant_value("gpu_target"), fa.variant_value("python"))
         torch = torches[key]
@@ -128,8 +141,11 @@ def test_flash_attn_backend_and_pytorch_aotriton_follow_the_table(matrix: Matrix
         env = _script_env(matrix, "flash-attn-rocm", gfx)
         assert env["ROCMLOCK_FLASH_ATTN_BACKEND"] == ("ck" if target.flash_attn_ck else "triton")
         assert env["ROCMLOCK_GPU_TARGET"] == gfx
-        fa = next(v for v in rendered["flash-attn-rocm"]
-                  if v.variant_value("gpu_target") == gfx and v.variant_value("python") == "3.12")
+        fa = next(
+            v
+            for v in rendered["flash-attn-rocm"]
+            if v.variant_value("gpu_target") == gfx and v.variant_value("python") == "3.12"
+        )
         assert ("triton" in fa.specs("run")) == (not target.flash_attn_ck)
     for gfx in ("gfx908", "gfx942"):
         env = _script_env(matrix, "pytorch-rocm", gfx)
@@ -152,13 +168,20 @@ def test_sources_pinned_by_url_and_sha256(matrix: Matrix) -> None:
 
     one = matrix.narrowed({"gpu_target": ["gfx942"], "python": ["3.12"]})
     versions = dict(one.values)
-    for name, key in (("pytorch-rocm", "pytorch"), ("flash-attn-rocm", "flash_attn"), ("llamafactory", "llamafactory")):
+    for name, key in (
+        ("pytorch-rocm", "pytorch"),
+        ("flash-attn-rocm", "flash_attn"),
+        ("llamafactory", "llamafactory"),
+    ):
         (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / name / "recipe.yaml")).render(
-            one.to_variant_config(), render_config())
+            one.to_variant_config(), render_config()
+        )
         (source,) = rv.recipe.to_dict()["source"]
         assert re.fullmatch(r"[0-9a-f]{64}", source["sha256"]), name
         assert source["sha256"] == versions[f"{key}_sha256"][0]
-        assert source["url"].startswith("https://") and source["url"].endswith(f"{versions[f'{key}_version'][0]}.tar.gz")
+        assert source["url"].startswith("https://") and source["url"].endswith(
+            f"{versions[f'{key}_version'][0]}.tar.gz"
+        )
 
 
 def test_unknown_gpu_target_in_matrix_is_an_input_error(tmp_path: Path) -> None:
@@ -176,18 +199,23 @@ def _shell_files() -> list[Path]:
 
 def test_build_scripts_pass_bash_n() -> None:
     for script in _shell_files():
-        result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        result = subprocess.run(["bash", "-n", str(script)], check=False, capture_output=True, text=True)
         assert result.returncode == 0, f"{script}: {result.stderr}"
 
 
 def test_build_and_activation_scripts_pass_shellcheck() -> None:
     assert shutil.which("shellcheck"), "shellcheck is missing: apt-get install shellcheck (.ci/run does)"
     scripts = [str(p) for p in _shell_files()]
-    result = subprocess.run(["shellcheck", "-x", "-P", "SCRIPTDIR", *scripts], capture_output=True, text=True)
+    result = subprocess.run(
+        ["shellcheck", "-x", "-P", "SCRIPTDIR", *scripts], check=False, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout
-    sourced = [*RECIPES.glob("rocm-version/*activate.sh"), *RECIPES.glob("flash-attn-rocm/*activate-triton.sh")]
+    sourced = [
+        *RECIPES.glob("rocm-version/*activate.sh"),
+        *RECIPES.glob("flash-attn-rocm/*activate-triton.sh"),
+    ]
     assert len(sourced) == 4
-    result = subprocess.run(["shellcheck", *map(str, sourced)], capture_output=True, text=True)
+    result = subprocess.run(["shellcheck", *map(str, sourced)], check=False, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
 
 
@@ -216,9 +244,20 @@ def meta_channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _solve(channel: Path, specs: list[str], isa: str) -> list:
-    return asyncio.run(solve([Channel(channel.as_uri())], specs, platforms=["linux-64", "noarch"],
-                             virtual_packages=[_vp("__unix", "0"), _vp("__linux", "5.10"), _vp("__glibc", "2.28"),
-                                               _vp("__amdgpu", "0"), _vp("__amdgpu_arch", isa)]))
+    return asyncio.run(
+        solve(
+            [Channel(channel.as_uri())],
+            specs,
+            platforms=["linux-64", "noarch"],
+            virtual_packages=[
+                _vp("__unix", "0"),
+                _vp("__linux", "5.10"),
+                _vp("__glibc", "2.28"),
+                _vp("__amdgpu", "0"),
+                _vp("__amdgpu_arch", isa),
+            ],
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -231,8 +270,9 @@ def meta_prefix(meta_channel: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 def test_metapackages_build_index_and_install(meta_channel: Path, meta_prefix: Path) -> None:
     names = sorted(p.name for p in (meta_channel / "noarch").glob("*.conda"))
-    assert names == ["amdgpu-target-1-gfx90a.conda", "amdgpu-target-1-gfx942.conda",
-                     f"{names[2]}"] and names[2].startswith("rocm-version-7.2-h")
+    assert names == ["amdgpu-target-1-gfx90a.conda", "amdgpu-target-1-gfx942.conda", f"{names[2]}"] and names[
+        2
+    ].startswith("rocm-version-7.2-h")
     installed = sorted(p.name for p in (meta_prefix / "conda-meta").glob("*.json"))
     assert [n.rsplit("-", 2)[0] for n in installed if n != "history"] == ["amdgpu-target", "rocm-version"]
     assert "amdgpu-target-1-gfx942.json" in installed
@@ -251,8 +291,9 @@ def test_amdgpu_target_mutex_refuses_another_gpu(meta_channel: Path) -> None:
 def _activate(prefix: Path, env: dict[str, str], tail: str = "") -> subprocess.CompletedProcess[str]:
     script = prefix / "etc/conda/activate.d/rocm-version_activate.sh"
     body = f'. "{script}"\necho "ROCM_PATH=${{ROCM_PATH:-}}"\necho "HIP_PATH=${{HIP_PATH:-}}"\n{tail}'
-    return subprocess.run(["bash", "-c", body], env={"PATH": "/usr/bin:/bin", **env},
-                          capture_output=True, text=True, check=True)
+    return subprocess.run(
+        ["bash", "-c", body], env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, check=True
+    )
 
 
 def _fake_rocm(root: Path, version: str) -> Path:
@@ -282,7 +323,10 @@ def test_activation_warns_on_host_version_mismatch(meta_prefix: Path, tmp_path: 
     assert "built for ROCm 7.2" in out.stderr and "6.4.1-120" in out.stderr
     assert f"HIP_PATH={rocm}\n" in out.stdout
     # 7.20 is not 7.2: the match is on the whole minor version.
-    assert "built for ROCm 7.2" in _activate(meta_prefix, {"ROCM_PATH": str(_fake_rocm(tmp_path / "x", "7.20.0"))}).stderr
+    assert (
+        "built for ROCm 7.2"
+        in _activate(meta_prefix, {"ROCM_PATH": str(_fake_rocm(tmp_path / "x", "7.20.0"))}).stderr
+    )
 
 
 def test_deactivation_undoes_only_what_activation_set(meta_prefix: Path, tmp_path: Path) -> None:
@@ -311,8 +355,13 @@ def test_build_host_settings_reach_the_build_script(matrix: Matrix, monkeypatch:
 
 def _build_env(tmp_path: Path, env: dict[str, str], body: str) -> subprocess.CompletedProcess[str]:
     script = f'set -euo pipefail\n. "{RECIPES / "rocm-build-env.sh"}"\n{body}'
-    return subprocess.run(["bash", "-c", script], env={"PATH": "/usr/bin:/bin", **env},
-                          capture_output=True, text=True)
+    return subprocess.run(
+        ["bash", "-c", script],
+        env={"PATH": "/usr/bin:/bin", **env},
+        check=False,
+        capture_output=True,
+        text=True,
+    )
 
 
 def _fake_rocm_tree(root: Path, version: str) -> Path:
@@ -326,8 +375,11 @@ def _fake_rocm_tree(root: Path, version: str) -> Path:
 
 def test_build_env_sets_every_rocm_path_explicitly(tmp_path: Path) -> None:
     rocm = _fake_rocm_tree(tmp_path / "rocm", "7.2.0-43")
-    out = _build_env(tmp_path, {"ROCM_PATH": str(rocm), "ROCMLOCK_ROCM_VERSION": "7.2", "ROCMLOCK_GPU_TARGET": "gfx942"},
-                     'rocmlock_rocm_env\necho "$ROCM_PATH|$ROCM_HOME|$HIP_PATH|$HIP_DEVICE_LIB_PATH|$HIP_PLATFORM"')
+    out = _build_env(
+        tmp_path,
+        {"ROCM_PATH": str(rocm), "ROCMLOCK_ROCM_VERSION": "7.2", "ROCMLOCK_GPU_TARGET": "gfx942"},
+        'rocmlock_rocm_env\necho "$ROCM_PATH|$ROCM_HOME|$HIP_PATH|$HIP_DEVICE_LIB_PATH|$HIP_PLATFORM"',
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"{rocm}|{rocm}|{rocm}|{rocm}/lib/llvm/amdgcn/bitcode|amd"
 

@@ -121,8 +121,12 @@ class _Node:
 # ----------------------------------------------------------------------------- public API
 
 
-def make_plan(workspace: Workspace, environments: list[str] | None = None, channel: str | None = None,
-              recipes_dir: Path | None = None) -> Plan:
+def make_plan(
+    workspace: Workspace,
+    environments: list[str] | None = None,
+    channel: str | None = None,
+    recipes_dir: Path | None = None,
+) -> Plan:
     """The build plan for ``environments`` of ``workspace`` (all when empty).
 
     ``recipes_dir`` defaults to ``recipes/`` beside the manifest. ``channel`` (a URL or a local
@@ -155,22 +159,27 @@ def channel_contents(channel: str, names: Iterable[str]) -> frozenset[tuple[str,
 
     async def query() -> list[Any]:
         with tempfile.TemporaryDirectory(prefix="rocmlock-gateway-") as cache:
-            result = await Gateway(cache_dir=cache).query([Channel(url)], ["linux-64", "noarch"], names,
-                                                          recursive=False)
+            result = await Gateway(cache_dir=cache).query(
+                [Channel(url)], ["linux-64", "noarch"], names, recursive=False
+            )
             return [rec for per_spec in result for rec in per_spec]
 
     try:
         records = asyncio.run(query())
     except Exception as exc:  # noqa: BLE001 - rattler's fetch errors are many; the message names the channel
-        raise OperationError(f"cannot read channel {redact_url(url)}: {str(exc).splitlines()[0]}",
-                             hint="check the URL/path and that the channel is indexed (repodata.json)") from None
+        raise OperationError(
+            f"cannot read channel {redact_url(url)}: {str(exc).splitlines()[0]}",
+            hint="check the URL/path and that the channel is indexed (repodata.json)",
+        ) from None
     return frozenset((r.name.normalized, str(r.version), str(r.build)) for r in records)
 
 
 # ----------------------------------------------------------------------------- per environment
 
 
-def _environment_nodes(env: Environment, recipes: list[Path], matrix: Matrix, problems: list[str]) -> list[_Node]:
+def _environment_nodes(
+    env: Environment, recipes: list[Path], matrix: Matrix, problems: list[str]
+) -> list[_Node]:
     env_matrix = matrix.narrowed(_environment_values(env, matrix))
     subdir = env.platforms[0].subdir
     rendered = [rv for path in recipes for rv in render_recipe(path, env_matrix, subdir)]
@@ -220,7 +229,7 @@ def _values_for(env: Environment, dep: Dependency | None, shipped: tuple[str, ..
     if not chosen:
         raise InputError(
             f"environment '{env.name}': {dep.name} '{dep.version}' matches none of {list(shipped)}",
-            hint=f"pin {dep.name} to a minor version (\"X.Y.*\") or add one to recipes/variants.yaml",
+            hint=f'pin {dep.name} to a minor version ("X.Y.*") or add one to recipes/variants.yaml',
         )
     return chosen
 
@@ -239,16 +248,18 @@ def _needed_packages(env: Environment, by_package: dict[str, list[RenderedVarian
     return needed
 
 
-def _select(env: Environment, package: str, variants: list[RenderedVariant],
-            problems: list[str]) -> list[_Node]:
+def _select(
+    env: Environment, package: str, variants: list[RenderedVariant], problems: list[str]
+) -> list[_Node]:
     """The variants of ``package`` that satisfy the environment's own spec for it (if any)."""
     dep = _dependency(env, package)
     chosen = [rv for rv in variants if dep is None or _satisfies(rv, dep)]
     if not chosen and dep is not None:
         built = ", ".join(sorted({f"{rv.version} {rv.build_string}" for rv in variants}))
         problems.append(
-            f"environment '{env.name}' asks {dep.matchspec()}, but the recipe of {package} builds only {built} "
-            f"(bump the version in recipes/variants.yaml or relax the spec in pixi.toml)"
+            f"environment '{env.name}' asks {dep.matchspec()}, "
+            f"but the recipe of {package} builds only {built} "
+            "(bump the version in recipes/variants.yaml or relax the spec in pixi.toml)"
         )
     return [_Node(rv, rv.skip_reason or None, {env.name}) for rv in chosen]
 
@@ -280,9 +291,11 @@ def _topological(nodes: dict[str, _Node]) -> list[_Node]:
 
     def visit(node_id: str, stack: tuple[str, ...]) -> int:
         if node_id in stack:
-            cycle = " -> ".join((*stack[stack.index(node_id):], node_id))
-            raise InputError(f"recipes depend on each other in a cycle: {cycle}",
-                             hint="a recipe's host/run requirements must not lead back to itself")
+            cycle = " -> ".join((*stack[stack.index(node_id) :], node_id))
+            raise InputError(
+                f"recipes depend on each other in a cycle: {cycle}",
+                hint="a recipe's host/run requirements must not lead back to itself",
+            )
         if node_id not in depth:
             deps = nodes[node_id].depends_on
             depth[node_id] = 1 + max((visit(d, (*stack, node_id)) for d in deps), default=-1)
@@ -337,7 +350,9 @@ def _channel_url(channel: str) -> str:
         return channel
     path = Path(channel).expanduser().resolve()
     if not path.is_dir():
-        raise InputError(f"channel '{channel}': no such directory", hint="pass a channel URL or an indexed directory")
+        raise InputError(
+            f"channel '{channel}': no such directory", hint="pass a channel URL or an indexed directory"
+        )
     return path.as_uri()
 
 
@@ -352,8 +367,10 @@ def render_plan(plan: Plan) -> str:
         rows.append((str(i), v.stage, v.version, v.build_string, status, ",".join(v.environments)))
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    counts = (f"{len(plan.variants)} variants: {len(plan.to_build)} to build, "
-              f"{sum(v.present for v in plan.variants)} present, {len(plan.skipped)} skipped")
+    counts = (
+        f"{len(plan.variants)} variants: {len(plan.to_build)} to build, "
+        f"{sum(v.present for v in plan.variants)} present, {len(plan.skipped)} skipped"
+    )
     lines.append(counts)
     for v in plan.skipped:
         lines.append(f"skipped {v.id}: {v.skip_reason}")

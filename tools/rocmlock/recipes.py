@@ -51,14 +51,18 @@ class Matrix:
                 continue
             keep = [i for i, v in enumerate(values[key]) if v in new]
             if not keep:
-                raise InputError(f"recipes/{VARIANTS_FILE}: {key} {new} is not in the zipped values {values[key]}",
-                                 hint=f"add it to {key} (and its zip_keys siblings {list(group)})")
+                raise InputError(
+                    f"recipes/{VARIANTS_FILE}: {key} {new} is not in the zipped values {values[key]}",
+                    hint=f"add it to {key} (and its zip_keys siblings {list(group)})",
+                )
             for sibling in group:
                 values[sibling] = [values[sibling][i] for i in keep]
         return Matrix(tuple((k, tuple(v)) for k, v in sorted(values.items())), self.zip_keys)
 
     def to_variant_config(self) -> rb.VariantConfig:
-        return rb.VariantConfig({k: list(v) for k, v in self.values}, zip_keys=[list(g) for g in self.zip_keys])
+        return rb.VariantConfig(
+            {k: list(v) for k, v in self.values}, zip_keys=[list(g) for g in self.zip_keys]
+        )
 
 
 @dataclass(frozen=True)
@@ -101,11 +105,15 @@ def spec_name(spec: str) -> str:
 def discover_recipes(recipes_dir: Path) -> list[Path]:
     """Every ``<recipes_dir>/<name>/recipe.yaml``, sorted by directory name."""
     if not recipes_dir.is_dir():
-        raise InputError(f"{recipes_dir}: no recipes directory",
-                         hint="pass --recipes-dir, or run from the rocmlock checkout (it has recipes/)")
+        raise InputError(
+            f"{recipes_dir}: no recipes directory",
+            hint="pass --recipes-dir, or run from the rocmlock checkout (it has recipes/)",
+        )
     found = sorted(p for p in recipes_dir.glob(f"*/{RECIPE_FILE}") if p.is_file())
     if not found:
-        raise InputError(f"{recipes_dir}: no */{RECIPE_FILE} found", hint="each recipe lives in its own directory")
+        raise InputError(
+            f"{recipes_dir}: no */{RECIPE_FILE} found", hint="each recipe lives in its own directory"
+        )
     return found
 
 
@@ -142,8 +150,10 @@ def render_recipe(recipe: Path, matrix: Matrix, target_platform: str = "linux-64
         stage0 = rb.Stage0Recipe.from_file(str(recipe))
         rendered = stage0.render(matrix.to_variant_config(), render_config(target_platform))
     except Exception as exc:  # noqa: BLE001 - parse and render errors become one InputError naming the recipe
-        raise InputError(f"{recipe}: cannot render: {_first_line(exc)}",
-                         hint="check the recipe's Jinja and that recipes/variants.yaml defines its keys") from None
+        raise InputError(
+            f"{recipe}: cannot render: {_first_line(exc)}",
+            hint="check the recipe's Jinja and that recipes/variants.yaml defines its keys",
+        ) from None
     out = [_rendered(recipe, rv, target_platform) for rv in rendered]
     return sorted(out, key=lambda v: (v.package, v.version, v.build_string))
 
@@ -176,8 +186,9 @@ def _spec_text(item: Any) -> str:
     return str(item)
 
 
-def render_all(recipes_dir: Path, matrix: Matrix | None = None,
-               target_platform: str = "linux-64") -> dict[Path, list[RenderedVariant]]:
+def render_all(
+    recipes_dir: Path, matrix: Matrix | None = None, target_platform: str = "linux-64"
+) -> dict[Path, list[RenderedVariant]]:
     """Every recipe rendered over ``matrix`` (default: the shipped ``variants.yaml``)."""
     matrix = matrix or load_matrix(recipes_dir)
     return {path: render_recipe(path, matrix, target_platform) for path in discover_recipes(recipes_dir)}
