@@ -1,0 +1,330 @@
+"""bitsandbytes and DeepSpeed: the recipes render for every variant with skips from the GPU table,
+the DeepSpeed op selection holds against the real DeepSpeed op builders, the build wrapper pins the
+target, `rocmlock plan` orders the new stages, and a workspace with qlora/deepspeed environments locks."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import rattler_build as rb
+
+from channels import TARGETS, Pkg, build_channel, forge_packages, private_packages, py
+from rocmlock.cli import main
+from rocmlock.lockfile import read_lockfile
+from rocmlock.plan import make_plan
+from rocmlock.recipes import Matrix, load_matrix, render_config, render_recipe
+from rocmlock.targets import all_targets, get_target
+from rocmlock.workspace import load_workspace
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "recipes"
+NEW = {"bitsandbytes-rocm": "bitsandbytes", "deepspeed-rocm": "deepspeed"}
+BUILD_STRING = re.compile(r"^rocm(?P<rocm>\d+)_(?P<gfx>gfx[0-9a-f]+)_py(?P<py>\d+)_h[0-9a-f]{7}_\d+$")
+# Ops upstream marks incompatible with ROCm, or that need NVIDIA-only libraries / an old Triton.
+NOT_ON_ROCM = {"DS_BUILD_SPARSE_ATTN", "DS_BUILD_GDS", "DS_BUILD_EVOFORMER_ATTN", "DS_BUILD_CUTLASS_OPS",
+               "DS_BUILD_FP_QUANTIZER"}
+
+
+@pytest.fixture(scope="module")
+def matrix() -> Matrix:
+    return load_matrix(RECIPES)
+
+
+def render(name: str, matrix: Matrix) -> list:
+    return render_recipe(RECIPES / name / "recipe.yaml", matrix)
+
+
+def script_env(matrix: Matrix, recipe: str, gfx: str) -> dict[str, str]:
+    one = matrix.narrowed({"gpu_target": [gfx], "python": ["3.12"]})
+    (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / recipe / "recipe.yaml")).render(
+        one.to_variant_config(), render_config())
+    return rv.recipe.to_dict()["build"]["script"]["env"]
+
+
+def expected_skip(recipe: str, rocm: str, gfx: str) -> bool:
+    target = get_target(gfx)
+    if not target.supports_rocm(rocm):
+        return True
+    return recipe == "bitsandbytes-rocm" and not target.supports_bitsandbytes(rocm)
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+@pytest.mark.parametrize("recipe", sorted(NEW))
+@pytest.mark.parametrize("rocm", ["6.4", "7.2", "7.14"])
+def test_every_variant_renders_and_skips_follow_the_table(matrix: Matrix, recipe: str, rocm: str) -> None:
+    variants = render(recipe, matrix.narrowed({"rocm_version": [rocm]}))
+    pythons, targets = matrix.get("python"), matrix.get("gpu_target")
+    assert len(variants) == len(pythons) * len(targets)
+    for v in variants:
+        gfx = v.variant_value("gpu_target")
+        assert v.package == NEW[recipe]
+        assert bool(v.skip_reason) == expected_skip(recipe, rocm, gfx), (gfx, rocm, v.skip_reason)
+        if v.skip_reason:
+            assert gfx in v.skip_reason and rocm in v.skip_reason and "gpu_targets.toml" in v.skip_reason
+
+
+def test_bitsandbytes_skip_reasons_name_the_table_column(matrix: Matrix) -> None:
+    at_72 = {v.variant_value("gpu_target"): v.skip_reason for v in render("bitsandbytes-rocm", matrix)}
+    assert "bnb_first_rocm" in at_72["gfx908"] and "7.14" in at_72["gfx908"]
+    assert {gfx for gfx, reason in at_72.items() if reason} == {"gfx908"}
+    at_64 = {v.variant_value("gpu_target"): v.skip_reason
+             for v in render("bitsandbytes-rocm", matrix.narrowed({"rocm_version": ["6.4"]}))}
+    assert "needs ROCm >= 7.0" in at_64["gfx950"] and not at_64["gfx1201"] and not at_64["gfx942"]
+
+
+@pytest.mark.parametrize("recipe", sorted(NEW))
+def test_identity_and_exact_pytorch_pin(matrix: Matrix, recipe: str) -> None:
+    torches = {v.build_string: v for v in render("pytorch-rocm", matrix)}
+    variants = render(recipe, matrix)
+    assert len({v.build_string for v in variants}) == len(variants)
+    for v in variants:
+        m = BUILD_STRING.match(v.build_string)
+        gfx, python = v.variant_value("gpu_target"), v.variant_value("python")
+        assert m and m["gfx"] == gfx and m["rocm"] == "72" and m["py"] == python.replace(".", "")
+        run = v.specs("run")
+        assert f"amdgpu-target * {gfx}" in run and "rocm-version 7.2.*" in run
+        assert v.run_constraints == (f"__amdgpu_arch =={get_target(gfx).isa}",)
+        (pin,) = [s for s in run if s.startswith("pytorch ")]
+        assert pin in v.specs("host")
+        _, version, build = pin.split()
+        matching = [b for b, t in torches.items() if fnmatch.fnmatchcase(b, build) and f"=={t.version}" == version]
+        assert len(matching) == 1, (pin, matching)
+        assert matching[0].startswith(f"rocm72_{gfx}_py{python.replace('.', '')}_h")
+
+
+def test_bitsandbytes_source_is_the_release_commit_and_cmake_is_hip(matrix: Matrix) -> None:
+    recipe = (RECIPES / "bitsandbytes-rocm" / "recipe.yaml").read_text()
+    assert "rev: ${{ bitsandbytes_git_rev }}" in recipe
+    assert all(re.fullmatch(r"[0-9a-f]{40}", rev) for rev in matrix.get("bitsandbytes_git_rev"))
+    script = (RECIPES / "bitsandbytes-rocm" / "build.sh").read_text()
+    for flag in ("-DCOMPUTE_BACKEND=hip", '-DBNB_ROCM_ARCH="${ROCMLOCK_GPU_TARGET}"', "BNB_SKIP_CMAKE=1"):
+        assert flag in script
+    assert script_env(matrix, "bitsandbytes-rocm", "gfx942")["ROCMLOCK_GPU_TARGET"] == "gfx942"
+
+
+def test_deepspeed_sdist_pin_and_llamafactory_bound(matrix: Matrix) -> None:
+    (version,) = matrix.get("deepspeed_version")
+    (sha,) = matrix.get("deepspeed_sha256")
+    assert re.fullmatch(r"[0-9a-f]{64}", sha)
+    # LLaMA-Factory's requirements/deepspeed.txt allows deepspeed <= 0.18.4.
+    assert tuple(int(p) for p in version.split(".")) <= (0, 18, 4)
+
+
+# ----------------------------------------------------------------------------- DeepSpeed ops
+
+
+def test_deepspeed_ops_and_wavefront_follow_the_table(matrix: Matrix) -> None:
+    for gfx, target in all_targets().items():
+        env = script_env(matrix, "deepspeed-rocm", gfx)
+        assert env["ROCMLOCK_WAVEFRONT_SIZE"] == str(target.wavefront_size)
+        assert env["ROCMLOCK_WAVEFRONT_SIZE"] == ("32" if target.is_rdna else "64")
+        ops = set(env["ROCMLOCK_DS_BUILD_OPS"].split())
+        assert {"DS_BUILD_CPU_ADAM", "DS_BUILD_FUSED_ADAM", "DS_BUILD_UTILS"} <= ops
+        assert not ops & NOT_ON_ROCM
+
+
+def _op_builders() -> dict[str, type]:
+    """Every op builder class of the installed DeepSpeed (the CUDA/ROCm ones), by BUILD_VAR."""
+    import importlib
+    import pkgutil
+
+    import deepspeed.ops.op_builder as pkg
+
+    out: dict[str, type] = {}
+    for info in pkgutil.iter_modules(pkg.__path__):
+        module = importlib.import_module(f"deepspeed.ops.op_builder.{info.name}")
+        for obj in vars(module).values():
+            if isinstance(obj, type) and getattr(obj, "BUILD_VAR", None) and obj.__module__ == module.__name__:
+                out[obj.BUILD_VAR] = obj
+    return out
+
+
+def test_deepspeed_op_selection_against_the_real_op_builders(matrix: Matrix,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from deepspeed.ops.op_builder.builder import OpBuilder
+
+    builders = _op_builders()
+    ops = script_env(matrix, "deepspeed-rocm", "gfx942")["ROCMLOCK_DS_BUILD_OPS"].split()
+    assert set(ops) <= set(builders), set(ops) - set(builders)
+    # Under a ROCm PyTorch, upstream declares sparse attention and GDS incompatible.
+    monkeypatch.setattr(OpBuilder, "_is_rocm_pytorch", True)
+    for var in ("DS_BUILD_SPARSE_ATTN", "DS_BUILD_GDS"):
+        assert builders[var]().is_compatible() is False
+    for var in ops:
+        if var != "DS_BUILD_AIO":  # needs libaio headers, which the recipe brings and this host lacks
+            assert builders[var]().is_compatible(), var
+
+
+def test_build_wrapper_pins_target_and_fails_on_skipped_ops(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from deepspeed.ops.op_builder.builder import OpBuilder
+
+    monkeypatch.setattr(OpBuilder, "_rocm_gpu_arch", None)
+    monkeypatch.setattr(OpBuilder, "_rocm_wavefront_size", None)
+    # The wrapper puts the CWD on sys.path and sets sys.argv, as setup.py expects: undo both afterwards.
+    monkeypatch.setattr(sys, "path", [str(RECIPES / "deepspeed-rocm"), *sys.path])
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    import setup_for_target as wrapper
+
+    # A stand-in setup.py that reports what DeepSpeed's builder would use, and which ops it built.
+    (tmp_path / "setup.py").write_text(textwrap.dedent("""
+        import pathlib
+        from types import SimpleNamespace
+        from deepspeed.ops.op_builder.builder import OpBuilder
+        pathlib.Path("seen.txt").write_text(OpBuilder.get_rocm_gpu_arch() + " " + OpBuilder.get_rocm_wavefront_size())
+        ALL_OPS = {"cpu_adam": SimpleNamespace(BUILD_VAR="DS_BUILD_CPU_ADAM"),
+                   "fused_adam": SimpleNamespace(BUILD_VAR="DS_BUILD_FUSED_ADAM")}
+        install_ops = {"cpu_adam": True, "fused_adam": False}
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ROCMLOCK_GPU_TARGET", "gfx942")
+    monkeypatch.setenv("ROCMLOCK_WAVEFRONT_SIZE", "64")
+    monkeypatch.setenv("ROCMLOCK_DS_BUILD_OPS", "DS_BUILD_CPU_ADAM")
+    assert wrapper.main(["bdist_wheel"]) == 0
+    assert (tmp_path / "seen.txt").read_text() == "gfx942 64"
+    monkeypatch.setenv("ROCMLOCK_DS_BUILD_OPS", "DS_BUILD_CPU_ADAM DS_BUILD_FUSED_ADAM")
+    assert wrapper.main(["bdist_wheel"]) == 1
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+def test_plan_orders_the_new_stages_after_their_pytorch() -> None:
+    names = ["mi300x-qlora", "mi300x-deepspeed", "mi250-qlora"]
+    plan = make_plan(load_workspace(ROOT / "pixi.toml"), names)
+    assert not plan.skipped and not plan.problems
+    position = {v.id: i for i, v in enumerate(plan.variants)}
+    for v in plan.variants:
+        assert all(position[d] < position[v.id] for d in v.depends_on), v.id
+    new = [v for v in plan.variants if v.stage in ("bitsandbytes", "deepspeed")]
+    assert {(v.stage, dict(v.variant)["gpu_target"]) for v in new} == {
+        ("bitsandbytes", "gfx942"), ("bitsandbytes", "gfx90a"), ("deepspeed", "gfx942"), ("deepspeed", "gfx90a")}
+    for v in new:
+        gfx = dict(v.variant)["gpu_target"]
+        torch = [plan.get(d) for d in v.depends_on if plan.get(d).stage == "pytorch"]
+        assert [t.build_string.split("_")[1] for t in torch] == [gfx]
+        assert {plan.get(d).stage for d in v.depends_on} >= {"pytorch", "rocm-version", "amdgpu-target"}
+    by_env = {e: {v.stage for v in plan.variants if e in v.environments} for e in names}
+    assert "bitsandbytes" in by_env["mi300x-qlora"] and "deepspeed" not in by_env["mi300x-qlora"]
+    assert "deepspeed" in by_env["mi300x-deepspeed"] and "bitsandbytes" not in by_env["mi300x-deepspeed"]
+    assert {"bitsandbytes", "deepspeed"} <= by_env["mi250-qlora"]
+
+
+def test_plan_reports_qlora_on_a_target_bitsandbytes_lacks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    text = (ROOT / "pixi.toml").read_text()
+    text = text.replace('    { name = "linux-64-gfx90a"',
+                        '    { name = "linux-64-gfx908", platform = "linux-64", glibc = "2.28", __amdgpu = "0", '
+                        '__amdgpu_arch = "9.0.8" },\n    { name = "linux-64-gfx90a"')
+    text += ('\n[feature.gfx908]\nplatforms = ["linux-64-gfx908"]\n'
+             'dependencies = { amdgpu-target = { version = "*", build = "gfx908" } }\n')
+    text = text.replace("[environments]\n", '[environments]\nmi100-qlora = ["rocm72", "gfx908", "qlora"]\n')
+    (tmp_path / "pixi.toml").write_text(text)
+    assert main(["plan", "-e", "mi100-qlora", "--manifest-path", str(tmp_path / "pixi.toml"),
+                 "--recipes-dir", str(RECIPES)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped bitsandbytes-0.50.1-rocm72_gfx908" in out and "bnb_first_rocm" in out
+
+
+# ----------------------------------------------------------------------------- lock
+
+
+def qlora_packages(torch_version: str = "2.12.1") -> list[Pkg]:
+    """bitsandbytes and deepspeed test builds per target, pinned like the recipes pin them."""
+    pkgs = []
+    for gfx, isa in TARGETS.items():
+        identity = (f"amdgpu-target * {gfx}", "rocm-version 7.2.*")
+        torch = f"pytorch =={torch_version} rocm72_{gfx}_py312_*"
+        pkgs.append(Pkg("bitsandbytes", "0.50.1", f"rocm72_{gfx}_py312_h0a1b2c3_0",
+                        depends=(py(), torch, "numpy", *identity), constrains=(f"__amdgpu_arch =={isa}",)))
+        pkgs.append(Pkg("deepspeed", "0.18.4", f"rocm72_{gfx}_py312_h4d5e6f7_0",
+                        depends=(py(), torch, "numpy", *identity), constrains=(f"__amdgpu_arch =={isa}",)))
+    # A newer pytorch in the private channel that no bitsandbytes/deepspeed was built against.
+    pkgs.append(Pkg("pytorch", "2.12.9", "rocm72_gfx942_py312_h9f9f9f9_0",
+                    depends=(py(), "numpy", "amdgpu-target * gfx942", "rocm-version 7.2.*"),
+                    constrains=("__amdgpu_arch ==9.4.2",)))
+    return pkgs
+
+
+@pytest.fixture(scope="module")
+def qlora_channels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("qlora-channels")
+    return {"forge": build_channel(root / "forge", forge_packages()),
+            "private": build_channel(root / "private", private_packages() + qlora_packages())}
+
+
+def qlora_manifest(private: str, forge: str) -> str:
+    return textwrap.dedent(f"""\
+        [workspace]
+        name = "qlora"
+        channels = ["{private}", "{forge}"]
+        platforms = [
+            {{ name = "linux-64-gfx90a", platform = "linux-64", glibc = "2.28", __amdgpu = "0", __amdgpu_arch = "9.0.10" }},
+            {{ name = "linux-64-gfx942", platform = "linux-64", glibc = "2.28", __amdgpu = "0", __amdgpu_arch = "9.4.2" }},
+        ]
+
+        [dependencies]
+        python = "3.12.*"
+
+        [feature.rocm72.dependencies]
+        rocm-version = "7.2.*"
+
+        [feature.train.dependencies]
+        pytorch = "2.12.*"
+        flash-attn = "2.8.*"
+        llamafactory = "0.9.*"
+
+        [feature.qlora.dependencies]
+        bitsandbytes = "0.50.*"
+
+        [feature.deepspeed.dependencies]
+        deepspeed = "0.18.*"
+
+        [feature.gfx90a]
+        platforms = ["linux-64-gfx90a"]
+        dependencies = {{ amdgpu-target = {{ version = "*", build = "gfx90a" }} }}
+
+        [feature.gfx942]
+        platforms = ["linux-64-gfx942"]
+        dependencies = {{ amdgpu-target = {{ version = "*", build = "gfx942" }} }}
+
+        [environments]
+        mi300x-qlora = ["rocm72", "gfx942", "train", "qlora"]
+        mi300x-deepspeed = ["rocm72", "gfx942", "train", "deepspeed"]
+        mi250-qlora = ["rocm72", "gfx90a", "train", "qlora", "deepspeed"]
+        """)
+
+
+def locked(lock: Path, env: str) -> dict[str, str]:
+    data = read_lockfile(lock)
+    assert data is not None
+    (records,) = data.environments[env].records.values()
+    return {r.name.normalized: f"{r.version} {r.build}" for r in records}
+
+
+def test_lock_workspace_with_qlora_and_deepspeed_environments(qlora_channels: dict[str, Path],
+                                                              tmp_path: Path) -> None:
+    (tmp_path / "pixi.toml").write_text(qlora_manifest(qlora_channels["private"].as_uri(),
+                                                       qlora_channels["forge"].as_uri()))
+    assert main(["lock", "--manifest-path", str(tmp_path / "pixi.toml")]) == 0
+    lock = tmp_path / "pixi.lock"
+    qlora, ds, mi250 = (locked(lock, e) for e in ("mi300x-qlora", "mi300x-deepspeed", "mi250-qlora"))
+    assert qlora["bitsandbytes"].startswith("0.50.1 rocm72_gfx942_") and "deepspeed" not in qlora
+    assert ds["deepspeed"].startswith("0.18.4 rocm72_gfx942_") and "bitsandbytes" not in ds
+    assert mi250["bitsandbytes"].startswith("0.50.1 rocm72_gfx90a_")
+    assert mi250["deepspeed"].startswith("0.18.4 rocm72_gfx90a_")
+    # The exact-build pin holds pytorch at the build bitsandbytes/deepspeed were made against,
+    # although the private channel offers a newer gfx942 pytorch.
+    for env in (qlora, ds):
+        assert env["pytorch"] == "2.12.1 rocm72_gfx942_py312_h1a2b3c4_0"
+    assert mi250["pytorch"].startswith("2.12.1 rocm72_gfx90a_")
+    # The conda exports pin the new packages too.
+    env_yml = (tmp_path / "envs" / "mi300x-qlora" / "environment.yml").read_text()
+    assert "bitsandbytes=0.50.1=rocm72_gfx942_" in env_yml
+    assert main(["lock", "--manifest-path", str(tmp_path / "pixi.toml"), "--check"]) == 0
