@@ -101,6 +101,7 @@ def test_plan_on_the_root_workspace() -> None:
         "llamafactory",
     }
     assert not plan.skipped and not plan.problems
+    assert plan.recipe_path(torch["gfx942"]) == ROOT / "recipes" / "pytorch-rocm" / "recipe.yaml"
     assert len({v.id for v in plan.variants}) == len(plan.variants)
 
 

@@ -400,3 +400,20 @@ def test_max_jobs_from_memory_unless_set(tmp_path: Path) -> None:
     jobs = int(out.stdout.strip())
     # ~5 GB per job, at least 1, at most one per CPU this process may use.
     assert 1 <= jobs <= len(os.sched_getaffinity(0))
+
+
+def test_flash_attn_triton_activation_sets_the_import_switch() -> None:
+    activate = RECIPES / "flash-attn-rocm" / "activate-triton.sh"
+    deactivate = RECIPES / "flash-attn-rocm" / "deactivate-triton.sh"
+    body = (
+        f'. "{activate}"\necho "on=$FLASH_ATTENTION_TRITON_AMD_ENABLE"\n'
+        f'. "{deactivate}"\necho "off=${{FLASH_ATTENTION_TRITON_AMD_ENABLE:-unset}}"\n'
+    )
+    out = subprocess.run(["sh", "-c", body], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
+    assert out.stdout == "on=TRUE\noff=unset\n"
+    # A user's explicit choice wins and survives deactivation.
+    env = {"PATH": "/usr/bin:/bin", "FLASH_ATTENTION_TRITON_AMD_ENABLE": "FALSE"}
+    out = subprocess.run(["sh", "-c", body], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout == "on=FALSE\noff=FALSE\n"
+    build = (RECIPES / "flash-attn-rocm" / "build.sh").read_text()
+    assert "activate-triton.sh" in build and "etc/conda/activate.d/flash-attn_activate.sh" in build

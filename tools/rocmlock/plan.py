@@ -83,6 +83,10 @@ class Plan:
     def get(self, variant_id: str) -> Variant:
         return next(v for v in self.variants if v.id == variant_id)
 
+    def recipe_path(self, variant: Variant) -> Path:
+        """The absolute path of ``variant``'s recipe.yaml (``Variant.recipe`` is relative to the checkout)."""
+        return (self.recipes_dir.parent / variant.recipe).resolve()
+
     @property
     def to_build(self) -> tuple[Variant, ...]:
         return tuple(v for v in self.variants if v.to_build)
