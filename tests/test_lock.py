@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from rattler import LockFile, install
 
-from channels import Pkg, build_channel
+from channels import Pkg, build_channel, py
 from rocmlock.cli import main
 from rocmlock.errors import OperationError
 from rocmlock.lock import lock_workspace
@@ -165,6 +165,39 @@ def test_arch_constraint_keeps_other_target_builds_out(channels: dict[str, Path]
     assert "environment 'wrong'" in message and "linux-64-gfx90a" in message and "gfx90a" in message
     assert "__amdgpu_arch" in message
     assert not (root / "pixi.lock").exists()
+
+
+def test_root_manifest_locks_with_a_local_channel(channels: dict[str, Path], tmp_path: Path) -> None:
+    # The repository's own pixi.toml, with conda-forge swapped for the test forge and ./channel holding
+    # the private builds for all four of its targets.
+    root = tmp_path / "ws"
+    shutil.copytree(channels["private"], root / "channel")
+    extra = [Pkg("rocm-env-check", "0.1", "0", subdir="noarch", noarch="generic")]
+    for gfx, isa in (("gfx950", "9.5.0"), ("gfx1100", "11.0.0")):
+        identity = (f"amdgpu-target * {gfx}", "rocm-version 7.2.*")
+        extra += [Pkg("amdgpu-target", "1", gfx, subdir="noarch", noarch="generic"),
+                  Pkg("pytorch", "2.12.1", f"rocm72_{gfx}_py312_h1a2b3c4_0", depends=(py(), "numpy", *identity),
+                      constrains=(f"__amdgpu_arch =={isa}",)),
+                  Pkg("flash-attn", "2.8.3", f"rocm72_{gfx}_py312_h5d6e7f8_0",
+                      depends=(py(), f"pytorch ==2.12.1 rocm72_{gfx}_*", *identity),
+                      constrains=(f"__amdgpu_arch =={isa}",))]
+    build_channel(root / "channel", extra)
+    text = (Path(__file__).resolve().parent.parent / "pixi.toml").read_text()
+    (root / "pixi.toml").write_text(text.replace('"conda-forge"', f'"{channels["forge"].as_uri()}"'))
+    gpu_envs = ["-e", "default", "-e", "mi250", "-e", "mi300x", "-e", "mi355x", "-e", "w7900"]
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml"), *gpu_envs]) == 0
+    for env, gfx in (("mi250", "gfx90a"), ("mi300x", "gfx942"), ("mi355x", "gfx950"), ("w7900", "gfx1100")):
+        assert f"rocm72_{gfx}_" in by_name(root / "pixi.lock", env)["flash-attn"]
+    lock = LockFile.from_path(root / "pixi.lock")
+    assert [str(c) for c in lock.environment("mi355x").channels()][0] == "./channel"  # type: ignore[union-attr]
+    ws = load_workspace(root)
+    locked = read_lockfile(root / "pixi.lock")
+    assert locked is not None
+    for name in ("default", "mi250", "mi300x", "mi355x", "w7900"):
+        env = ws.environment(name)
+        assert environment_unsat(ws, env, locked) is None
+        assert all(platform_unsat(env, plat, locked) is None for plat in env.platforms)
+    assert main(["lock", "--check", "--manifest-path", str(root / "pixi.toml"), *gpu_envs]) == 0
 
 
 # ----------------------------------------------------------------------------- re-locks

@@ -25,7 +25,9 @@ BASE = '[workspace]\nname = "t"\nchannels = ["./channel", "conda-forge"]\nplatfo
 def test_root_manifest_declares_four_gpu_environments() -> None:
     ws = load_workspace(ROOT / "pixi.toml")
     targets = {e.name: e.gpu_target.gfx for e in ws.environments() if e.gpu_target}
-    assert targets == {"mi250": "gfx90a", "mi300x": "gfx942", "mi355x": "gfx950", "w7900": "gfx1100"}
+    expected = {"mi250": "gfx90a", "mi300x": "gfx942", "mi355x": "gfx950", "w7900": "gfx1100"}
+    assert expected.items() <= targets.items()
+    assert all(e.gpu_target for e in ws.environments() if e.name != "default")
     mi300x = ws.environment("mi300x")
     assert [p.name for p in mi300x.platforms] == ["linux-64-gfx942"]
     assert mi300x.platforms[0].customised_virtual_packages() == ["__amdgpu=0", "__amdgpu_arch=9.4.2"]

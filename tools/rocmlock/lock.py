@@ -149,8 +149,9 @@ def _plan(ws: Workspace, envs: list[Environment], names: set[str], plats: set[st
             if previous is not None and reason is None and (update is None or not selected):
                 kept[key] = previous
                 continue
-            if previous is not None and not selected and env_reason is None:
-                kept[key] = previous  # outside -e/-p: left as locked
+            if not selected:  # outside -e/-p: left as locked, or left out when never locked
+                if previous is not None:
+                    kept[key] = previous
                 continue
             reasons[key] = reason or ("--update" if not movable else f"--update {' '.join(sorted(movable))}")
             prefs = [] if update is not None and not movable else [
@@ -191,6 +192,8 @@ def _assemble(ws: Workspace, envs: list[Environment],
     platforms: dict[str, LockedPlatform] = {}
     locked_envs: dict[str, LockedEnvironment] = {}
     for env in envs:
+        if not any((env.name, p.name) in records for p in env.platforms):
+            continue
         for plat in env.platforms:
             platforms.setdefault(plat.name, lock_platform(plat))
         locked_envs[env.name] = LockedEnvironment(
