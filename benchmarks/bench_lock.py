@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from channels import Pkg, build_channel, py  # noqa: E402 - the tests' channel builder
+from channels import Pkg, build_channel, py
 
 PY_MINORS = ("3.10", "3.11", "3.12", "3.13")
 GPUS = {"mi250": ("gfx90a", "9.0.10"), "mi300x": ("gfx942", "9.4.2"),

@@ -50,7 +50,9 @@ def build_channel(root: Path, packages: list[Pkg]) -> Path:
 
 
 def py(ver: str = "3.12") -> str:
-    return f"python >={ver},<{ver[:-1]}{int(ver.split('.')[1]) + 1}.0a0"
+    """The run pin of a package built for python ``ver``: ``python >=3.12,<3.13.0a0``."""
+    major, minor = ver.split(".")[:2]
+    return f"python >={ver},<{major}.{int(minor) + 1}.0a0"
 
 
 TARGETS = {"gfx90a": "9.0.10", "gfx942": "9.4.2"}

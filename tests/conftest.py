@@ -31,3 +31,11 @@ def channels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "forge": build_channel(root / "forge", forge_packages()),
         "private": build_channel(root / "private", private_packages()),
     }
+
+
+@pytest.fixture(scope="session")
+def locked_ws(channels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A two-GPU workspace locked once per session (tests/lockhelpers.py); tests change only copies of it."""
+    from lockhelpers import lock_fresh_workspace
+
+    return lock_fresh_workspace(tmp_path_factory.mktemp("locked"), channels)

@@ -7,14 +7,19 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lockhelpers import snapshot
 from rattler import MatchSpec
 from rattler.explicit_environment import ExplicitEnvironmentSpec
-
 from rocmlock.cli import main
 from rocmlock.exports import render_explicit
 from rocmlock.lock import lock_workspace
-from rocmlock.lockfile import LockedEnvironment, LockedPlatform, LockedWorkspace, read_lockfile, render_lockfile
-from test_lock import locked_ws, snapshot  # noqa: F401 - the shared session fixture
+from rocmlock.lockfile import (
+    LockedEnvironment,
+    LockedPlatform,
+    LockedWorkspace,
+    read_lockfile,
+    render_lockfile,
+)
 
 
 @pytest.fixture

@@ -13,76 +13,15 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from rattler import LockFile, install
-
 from channels import Pkg, build_channel, py
+from lockhelpers import by_name, make_workspace, manifest, snapshot
+from rattler import LockFile, install
 from rocmlock.cli import main
 from rocmlock.errors import OperationError
 from rocmlock.lock import lock_workspace
 from rocmlock.lockfile import read_lockfile
 from rocmlock.satisfy import environment_unsat, platform_unsat
 from rocmlock.workspace import load_workspace
-
-PLATFORMS = """platforms = [
-    { name = "linux-64-gfx90a", platform = "linux-64", glibc = "2.28", __amdgpu = "0", __amdgpu_arch = "9.0.10" },
-    { name = "linux-64-gfx942", platform = "linux-64", glibc = "2.28", __amdgpu = "0", __amdgpu_arch = "9.4.2" },
-]"""
-
-FEATURES = """
-[dependencies]
-python = "3.12.*"
-
-[feature.rocm72.dependencies]
-rocm-version = "7.2.*"
-
-[feature.train.dependencies]
-pytorch = "2.12.*"
-flash-attn = "2.8.*"
-llamafactory = "0.9.*"
-
-[feature.gfx90a]
-platforms = ["linux-64-gfx90a"]
-dependencies = { amdgpu-target = { version = "*", build = "gfx90a" } }
-
-[feature.gfx942]
-platforms = ["linux-64-gfx942"]
-dependencies = { amdgpu-target = { version = "*", build = "gfx942" } }
-
-[environments]
-mi250 = ["rocm72", "gfx90a", "train"]
-mi300x = { features = ["rocm72", "gfx942", "train"] }
-"""
-
-
-def manifest(private: str, forge: str, extra: str = "", priority: str = "strict") -> str:
-    return (f'[workspace]\nname = "t"\nchannels = ["{private}", "{forge}"]\n'
-            f'channel-priority = "{priority}"\n{PLATFORMS}\n{FEATURES}{extra}')
-
-
-def make_workspace(root: Path, channels: dict[str, Path], **kwargs: str) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "pixi.toml").write_text(manifest(channels["private"].as_uri(), channels["forge"].as_uri(), **kwargs))
-    return root
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".rocmlock" not in p.parts}
-
-
-def by_name(lock: Path, env: str) -> dict[str, str]:
-    locked = read_lockfile(lock)
-    assert locked is not None
-    (records,) = locked.environments[env].records.values()
-    return {r.name.normalized: f"{r.version} {r.build}" for r in records}
-
-
-@pytest.fixture(scope="session")
-def locked_ws(channels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A workspace locked once for the session; tests that change it work on a copy."""
-    root = make_workspace(tmp_path_factory.mktemp("locked"), channels)
-    assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 0
-    return root
 
 
 @pytest.fixture
@@ -189,7 +128,7 @@ def test_root_manifest_locks_with_a_local_channel(channels: dict[str, Path], tmp
     for env, gfx in (("mi250", "gfx90a"), ("mi300x", "gfx942"), ("mi355x", "gfx950"), ("w7900", "gfx1100")):
         assert f"rocm72_{gfx}_" in by_name(root / "pixi.lock", env)["flash-attn"]
     lock = LockFile.from_path(root / "pixi.lock")
-    assert [str(c) for c in lock.environment("mi355x").channels()][0] == "./channel"  # type: ignore[union-attr]
+    assert next(str(c) for c in lock.environment("mi355x").channels()) == "./channel"  # type: ignore[union-attr]
     ws = load_workspace(root)
     locked = read_lockfile(root / "pixi.lock")
     assert locked is not None
@@ -306,6 +245,21 @@ def test_platform_change_is_detected_and_recorded(ws_copy: Path) -> None:
     assert "__glibc=2.31" in lock and "__glibc=2.28" not in lock
 
 
+def test_exclude_newer_limits_the_solve(channels: dict[str, Path], tmp_path: Path) -> None:
+    # Every test package is built 2026-01-01 and indexed later (rattler compares the later of the two).
+    root = make_workspace(tmp_path / "ws", channels)
+    text = (root / "pixi.toml").read_text()
+    (root / "pixi.toml").write_text(text.replace('channel-priority', 'exclude-newer = 2025-12-31\nchannel-priority'))
+    with pytest.raises(OperationError, match="cannot solve"):
+        lock_workspace(root, environments=["mi300x"])
+    (root / "pixi.toml").write_text(text.replace('channel-priority', 'exclude-newer = 2100-01-01\nchannel-priority'))
+    assert lock_workspace(root, environments=["mi300x"]).written
+    (root / "pixi.toml").write_text(text.replace('channel-priority', 'exclude-newer = 2025-12-31\nchannel-priority'))
+    # The locked packages are now newer than the cut-off: the lock is stale, and the re-solve fails.
+    with pytest.raises(OperationError, match="cannot solve"):
+        lock_workspace(root, environments=["mi300x"], check=True)
+
+
 def test_solve_group_shares_one_solve(channels: dict[str, Path], tmp_path: Path) -> None:
     extra = ('\n[feature.np-old.dependencies]\nnumpy = "<2.2"\n[feature.bare.dependencies]\nnumpy = "*"\n'
              '[environments.a]\nfeatures = ["gfx942", "np-old"]\nsolve-group = "g"\n'
@@ -328,7 +282,7 @@ class _AuthHandler(SimpleHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+    def do_GET(self) -> None:
         if self.headers.get("Authorization") != f"Basic {self.token}":
             self.send_response(401)
             self.send_header("Content-Length", "0")

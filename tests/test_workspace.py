@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from rocmlock.errors import InputError
 from rocmlock.workspace import channel_base_url, load_workspace
 
@@ -111,7 +110,7 @@ lock = "rocmlock lock"
 scripts = ["x.sh"]
 """
     ws = load_workspace(write(tmp_path, text))
-    assert ws.exclude_newer == datetime(2026, 1, 31, tzinfo=timezone.utc)
+    assert ws.exclude_newer == datetime(2026, 1, 31, tzinfo=UTC)
     assert ws.environment_names() == ["default", "listed", "tabled"]
     tabled = ws.environment("tabled")
     assert tabled.solve_group == "g" and tabled.features == ("f",)

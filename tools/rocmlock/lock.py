@@ -30,8 +30,16 @@ from rocmlock.lockfile import (
     render_lockfile,
 )
 from rocmlock.satisfy import environment_unsat, platform_unsat
-from rocmlock.solve import SolveJob, SolveKey, default_cache_dir, make_job, merge_jobs, solve_jobs, subset_for
-from rocmlock.solve import redact_record
+from rocmlock.solve import (
+    SolveJob,
+    SolveKey,
+    default_cache_dir,
+    make_job,
+    merge_jobs,
+    redact_record,
+    solve_jobs,
+    subset_for,
+)
 from rocmlock.workspace import Environment, Workspace, channel_base_url, is_local_channel, load_workspace
 
 LOCK_NAME = "pixi.lock"

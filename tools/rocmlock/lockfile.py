@@ -12,8 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rattler import LockChannel, LockFile, LockPlatform, RepoDataRecord
-from rattler import Subdir
+from rattler import LockChannel, LockFile, LockPlatform, RepoDataRecord, Subdir
 from rattler.exceptions import ParseCondaLockError
 
 from rocmlock.credentials import redact_url

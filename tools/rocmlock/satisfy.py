@@ -32,7 +32,6 @@ from rocmlock.workspace import (
     subdir_default_virtual_packages,
 )
 
-
 # The same dependency strings recur across records and environments; parse each once.
 _spec = lru_cache(maxsize=65536)(MatchSpec)
 
@@ -74,7 +73,8 @@ def platform_unsat(env: Environment, platform: Platform, locked: LockedWorkspace
     if locked_vps != platform.customised_virtual_packages():
         return f"platform '{platform.name}' changed its virtual packages"
     if exclude_newer is not None:
-        newer = [r.name.normalized for r in records if r.timestamp and r.timestamp > exclude_newer]
+        newer = [r.name.normalized for r in records
+                 if any(t and t > exclude_newer for t in (r.timestamp, r.indexed_timestamp))]
         if newer:
             return f"{', '.join(sorted(newer))} newer than exclude-newer"
     specs = [d.matchspec() for d in env.dependencies_for(platform)]
