@@ -85,9 +85,11 @@ pinned = ["pin"]
 
 def test_rich_platform_virtual_packages(tmp_path: Path) -> None:
     text = BASE.replace('platforms = ["linux-64"]', 'platforms = [{ name = "old", platform = "linux-64", '
-                        'glibc = "2.17", archspec = "x86_64_v3", __amdgpu = "0" }, "osx-arm64"]')
+                        'glibc = "2.17", archspec = "x86_64_v3", __amdgpu = "0" }, "osx-arm64", '
+                        '{ name = "nv", platform = "linux-64", cuda = { driver = "12.0", arch = "8.6" } }]')
     ws = load_workspace(write(tmp_path, text))
-    old, mac = ws.platforms
+    old, mac, nv = ws.platforms
+    assert nv.customised_virtual_packages() == ["__cuda=12.0", "__cuda_arch=8.6"]
     assert sorted(old.declared_virtual_packages()) == [
         ("__amdgpu", "0", ""), ("__archspec", "0", "x86_64_v3"), ("__glibc", "2.17", ""),
         ("__linux", "4.18", ""), ("__unix", "0", "0")]

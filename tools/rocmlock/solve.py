@@ -26,6 +26,7 @@ from rattler import (
     MatchSpec,
     PackageName,
     RepoDataRecord,
+    Subdir,
     Version,
     solve,
 )
@@ -125,7 +126,7 @@ async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
     try:
         records = await solve(
             [Channel(c) for c in job.channels], specs, gateway=gateway,
-            platforms=[job.platform.subdir, "noarch"], locked_packages=list(job.locked),
+            platforms=[Subdir(job.platform.subdir), Subdir("noarch")], locked_packages=list(job.locked),
             virtual_packages=[_vp(v) for v in job.virtual_packages],
             channel_priority=_PRIORITY[job.channel_priority], exclude_newer=job.exclude_newer,
         )

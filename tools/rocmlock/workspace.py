@@ -27,8 +27,9 @@ UNSUPPORTED_SOURCE_KEYS = ("path", "git", "url", "branch", "tag", "rev", "subdir
 # Rich-platform keys that are not virtual packages.
 PLATFORM_META_KEYS = ("name", "platform")
 # Short names pixi accepts for virtual packages in rich platforms.
-SHORT_VIRTUAL_KEYS = {"glibc": "__glibc", "linux": "__linux", "cuda": "__cuda", "osx": "__osx",
-                      "archspec": "__archspec", "libc": "__glibc", "win": "__win"}
+# pixi_manifest/src/toml/platform.rs, FRIENDLY_VIRTUAL_PACKAGES (+ aliases).
+SHORT_VIRTUAL_KEYS = {"glibc": "__glibc", "linux": "__linux", "cuda": "__cuda", "osx": "__osx", "macos": "__osx",
+                      "archspec": "__archspec", "windows": "__win"}
 DEFAULT_GLIBC = "2.28"
 DEFAULT_LINUX = "4.18"
 # pixi's subdir defaults (pixi_manifest/src/platform.rs, subdir_default_virtual_packages) as
@@ -369,11 +370,16 @@ def _parse_platforms(value: Any, path: Path, key: str) -> tuple[Platform, ...]:
         for vkey, vval in item.items():
             if vkey in PLATFORM_META_KEYS:
                 continue
-            vname = SHORT_VIRTUAL_KEYS.get(vkey, vkey)
+            if vkey == "cuda" and isinstance(vval, dict):  # pixi's { driver, arch } form
+                vpkgs["__cuda"] = str(vval.get("driver", ""))
+                if "arch" in vval:
+                    vpkgs["__cuda_arch"] = str(vval["arch"])
+                continue
+            vname: str = SHORT_VIRTUAL_KEYS.get(str(vkey), str(vkey))
             if not vname.startswith("__"):
                 raise InputError(
                     f"{path}: key '{where}.{vkey}' is not a known platform key",
-                    hint="use name, platform, glibc, linux, cuda, archspec or a raw __virtual package",
+                    hint="use name, platform, glibc, linux, cuda, archspec, macos, windows or a raw __name key",
                 )
             vpkgs[vname] = str(vval)
         if "__amdgpu_arch" in vpkgs:
