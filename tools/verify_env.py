@@ -21,6 +21,7 @@ it takes the :class:`Context` and returns an :class:`Outcome` (``ok(...)``, ``wa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import math
@@ -32,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -838,16 +839,16 @@ def check_bench(ctx: Context) -> Outcome:
     tflops = _time_gemm(ctx.torch, ctx.device, n, 2.0 if ctx.device == "cuda" else 0.5)
     peak, source = _peak(ctx)
     if not peak:
-        return ok(f"{tflops:.1f} TFLOP/s ({n}x{n} bf16) {_where(ctx)}; peak unknown (--peak-tflops)",
-                  tflops=round(tflops, 1))
+        return ok(f"{tflops:.4g} TFLOP/s ({n}x{n} bf16) {_where(ctx)}; peak unknown (--peak-tflops)",
+                  tflops=round(tflops, 3))
     ratio = tflops / peak
-    evidence = f"{tflops:.1f} TFLOP/s ({n}x{n} bf16) = {ratio:.0%} of {peak:g} ({source}) {_where(ctx)}"
+    evidence = f"{tflops:.4g} TFLOP/s ({n}x{n} bf16) = {ratio:.0%} of {peak:g} ({source}) {_where(ctx)}"
     if ratio < ctx.min_ratio:
         return warn(evidence + f", below {ctx.min_ratio:.0%}",
                     "look for other processes on the GPU (`amd-smi process`), low clocks or power caps "
-                    "(`amd-smi metric`), and a torch without hipBLASLt", tflops=round(tflops, 1),
+                    "(`amd-smi metric`), and a torch without hipBLASLt", tflops=round(tflops, 3),
                     ratio=round(ratio, 3))
-    return ok(evidence, tflops=round(tflops, 1), peak=peak, ratio=round(ratio, 3))
+    return ok(evidence, tflops=round(tflops, 3), peak=peak, ratio=round(ratio, 3))
 
 
 # ----------------------------------------------------------------------------- --train
@@ -875,7 +876,8 @@ def _tiny_llama(torch: Any) -> tuple[Any, Any]:
 
     raw = Tokenizer(models.WordLevel(unk_token="<unk>"))
     raw.pre_tokenizer = pre_tokenizers.Whitespace()
-    raw.train_from_iterator(TRAIN_TEXTS, trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<s>", "</s>"]))
+    raw.train_from_iterator(TRAIN_TEXTS, trainers.WordLevelTrainer(
+        special_tokens=["<pad>", "<unk>", "<s>", "</s>"], show_progress=False))
     tok = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
                                   eos_token="</s>")
     config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -887,8 +889,6 @@ def _tiny_llama(torch: Any) -> tuple[Any, Any]:
 
 def _train_peft(ctx: Context, workdir: Path) -> list[float]:
     """LoRA on the tiny Llama with transformers + peft; the loss of each step."""
-    import contextlib
-
     from peft import LoraConfig, get_peft_model
 
     torch = ctx.torch
@@ -963,8 +963,8 @@ def _train_backend(ctx: Context) -> tuple[str, str | None]:
     import importlib.util
 
     choice = ctx.train_backend
-    cli = shutil.which("llamafactory-cli", path=os.pathsep.join([str(Path(sys.executable).parent),
-                                                                  ctx.environ.get("PATH", "")]))
+    cli = shutil.which("llamafactory-cli", path=os.pathsep.join([ctx.environ.get("PATH", ""),
+                                                                  str(Path(sys.executable).parent)]))
     if choice == "llamafactory" or (choice == "auto" and cli and importlib.util.find_spec("llamafactory")):
         return "llamafactory", cli
     return "peft", None
@@ -1008,6 +1008,243 @@ def _importable(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+# ----------------------------------------------------------------------------- bitsandbytes, DeepSpeed
+# Registered after the training smoke run so that the order of the checks above stays as it was;
+# they run in the default probe whenever the package is installed (QLoRA / DeepSpeed environments).
+
+
+def _installed(ctx: Context, module: str, package: str) -> bool:
+    return _importable(module) or conda_meta_record(ctx.prefix, package) is not None
+
+
+@check("bnb.linear4bit", "bitsandbytes 4-bit linear forward and backward against its dequantized weight")
+def check_bnb(ctx: Context) -> Outcome:
+    if ctx.torch is None:
+        return skip("torch did not import")
+    if not _installed(ctx, "bitsandbytes", "bitsandbytes"):
+        return skip("bitsandbytes is not installed (QLoRA needs it: environments with the qlora feature)")
+    try:
+        import bitsandbytes as bnb
+        import bitsandbytes.functional as bnb_functional
+    except Exception as exc:  # noqa: BLE001 - a native library fails to load in many ways
+        return fail(f"import bitsandbytes failed: {exc_text(exc)}{_conda_build(ctx, 'bitsandbytes')}",
+                    "reinstall the bitsandbytes built for this torch and target (`pixi install -e ENV`)")
+    native = Path(str(getattr(bnb.cextension.lib, "_name", "") or "none")).name
+    name = f"bitsandbytes {bnb.__version__} ({native})"
+    early = _device_or_skip(ctx)
+    if early:
+        return skip(f"{name} imports; {early.evidence}")
+    if ctx.device == "cuda" and ctx.is_rocm and "rocm" not in native:
+        hip = ".".join(str(ctx.torch.version.hip).split(".")[:2])
+        return fail(f"{name}: no HIP library loaded for torch's ROCm {hip}",
+                    f"install the bitsandbytes built for ROCm {hip} and this target (libbitsandbytes_rocm"
+                    f"{hip.replace('.', '')}.so); BNB_ROCM_VERSION only picks among libraries that exist")
+    out_err, grad_err, quant_err = _bnb_linear4bit(ctx, bnb, bnb_functional)
+    evidence = (f"{name}: nf4 Linear4bit 256->128, output error {out_err:.1e}, input-gradient error {grad_err:.1e} "
+                f"against the dequantized weight (4-bit quantization error {quant_err:.2f}) {_where(ctx)}")
+    data = {"version": bnb.__version__, "native": native, "out_err": out_err, "grad_err": grad_err,
+            "quant_err": quant_err}
+    # bf16 compute gives ~1e-2; a kernel for the wrong target gives garbage or NaN.
+    if not all(math.isfinite(e) for e in (out_err, grad_err)) or out_err > 0.03 or grad_err > 0.03 \
+            or not quant_err < 0.2:
+        return fail(evidence, "the 4-bit kernels are wrong on this device: reinstall the bitsandbytes built for "
+                              "this GPU target (build string rocmXY_<gfx>_...)", **data)
+    return ok(evidence, **data)
+
+
+def _bnb_linear4bit(ctx: Context, bnb: Any, functional: Any) -> tuple[float, float, float]:
+    """(output error, input-gradient error, weight quantization error) of a 4-bit layer vs its dequantized weight."""
+    torch = ctx.torch
+    dtype = torch.bfloat16
+    torch.manual_seed(0)
+    layer = bnb.nn.Linear4bit(256, 128, bias=True, compute_dtype=dtype, quant_type="nf4")
+    original = layer.weight.data.detach().clone().float()
+    layer = layer.to(ctx.device)  # moving the layer quantizes its weight
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(32, 256, generator=gen).to(ctx.device, dtype).requires_grad_(True)
+    out = layer(x)
+    grad = torch.randn(out.shape, generator=gen).to(ctx.device, out.dtype)
+    out.backward(grad)
+    weight = functional.dequantize_4bit(layer.weight.data, layer.weight.quant_state).float()
+    ref_x = x.detach().float().requires_grad_(True)
+    ref = ref_x @ weight.t() + layer.bias.detach().float()
+    ref.backward(grad.float())
+    return _rel_err(torch, out, ref), _rel_err(torch, x.grad, ref_x.grad), _rel_err(torch, weight, original)
+
+
+def _import_deepspeed(ctx: Context) -> Any:
+    """deepspeed, with its logging quieted."""
+    import importlib
+    import logging
+
+    module = importlib.import_module("deepspeed")
+    # DeepSpeed logs to stdout, where --json puts the report: keep only its errors.
+    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+    return module
+
+
+@check("deepspeed.ops", "DeepSpeed ops prebuilt for this torch and compatible here (ds_report)")
+def check_deepspeed_ops(ctx: Context) -> Outcome:
+    if ctx.torch is None:
+        return skip("torch did not import")
+    if not _installed(ctx, "deepspeed", "deepspeed"):
+        return skip("DeepSpeed is not installed (environments with the deepspeed feature have it)")
+    try:
+        deepspeed = _import_deepspeed(ctx)
+        from deepspeed.accelerator import get_accelerator
+        from deepspeed.git_version_info import installed_ops, torch_info
+        from deepspeed.ops.op_builder.all_ops import ALL_OPS
+    except Exception as exc:  # noqa: BLE001 - its ops and accelerator detection fail in many ways
+        return fail(f"import deepspeed failed: {exc_text(exc)}{_conda_build(ctx, 'deepspeed')}",
+                    "reinstall the deepspeed built for this torch (`pixi install -e ENV`)")
+    accelerator = get_accelerator().device_name()
+    with _quiet_fds():  # is_compatible() of some ops compiles a test program and prints its errors
+        compatible = {op: bool(b.is_compatible(False)) for op, b in sorted(ALL_OPS.items()) if b is not None}
+    prebuilt = sorted(op for op, on in installed_ops.items() if on)
+    data = {"version": deepspeed.__version__, "accelerator": accelerator, "prebuilt": prebuilt,
+            "compatible": compatible, "torch_info": dict(torch_info)}
+    name = f"deepspeed {deepspeed.__version__} (accelerator {accelerator})"
+    summary = (f"{name}: prebuilt {', '.join(prebuilt) or 'none'}; compatible here "
+               f"{sum(compatible.values())}/{len(compatible)}")
+    if not (ctx.is_rocm and ctx.gpu_count):
+        return ok(summary + " (not a ROCm GPU: build checks not applied)", **data)
+    if accelerator != "cuda":
+        return fail(summary, "DeepSpeed did not pick the GPU: unset DS_ACCELERATOR or set it to cuda", **data)
+    mismatch = _deepspeed_build_mismatch(ctx.torch, torch_info) if prebuilt else ""
+    if mismatch:
+        return fail(f"{summary}; {mismatch}", "install the deepspeed built against this exact pytorch "
+                                              "(rocmlock's deepspeed pins it): `pixi install -e ENV`", **data)
+    if not prebuilt:
+        return warn(summary, "every op JIT-compiles at first use (hipcc and minutes on each node): install "
+                             "rocmlock's deepspeed build, which prebuilds the ROCm training ops", **data)
+    return ok(summary, **data)
+
+
+def _deepspeed_build_mismatch(torch: Any, torch_info: Mapping[str, Any]) -> str:
+    """Why prebuilt ops do not fit this torch (built against another torch or HIP version), or ""."""
+    built_torch, built_hip = str(torch_info.get("version", "")), str(torch_info.get("hip_version", ""))
+    here_torch = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    here_hip = ".".join(str(torch.version.hip).split(".")[:2])
+    if built_torch and built_torch != here_torch:
+        return f"ops were built against torch {built_torch}, this is torch {here_torch}"
+    if built_hip and built_hip != here_hip:
+        return f"ops were built for HIP {built_hip}, torch uses HIP {here_hip}"
+    return ""
+
+
+class _quiet_fds:
+    """Silence file descriptors 1 and 2 (compiler output of DeepSpeed's compatibility probes)."""
+
+    def __enter__(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.saved = [os.dup(1), os.dup(2)]
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+
+    def __exit__(self, *exc: object) -> None:
+        for fd, saved in zip((1, 2), self.saved):
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
+@check("deepspeed.zero2", "one ZeRO-2 optimizer step of a tiny model (single process)")
+def check_deepspeed_zero2(ctx: Context) -> Outcome:
+    if ctx.torch is None:
+        return skip("torch did not import")
+    if not _installed(ctx, "deepspeed", "deepspeed"):
+        return skip("DeepSpeed is not installed (environments with the deepspeed feature have it)")
+    early = _device_or_skip(ctx)
+    if early:
+        return early
+    try:
+        deepspeed = _import_deepspeed(ctx)
+    except Exception as exc:  # noqa: BLE001 - reported in detail by deepspeed.ops
+        return fail(f"import deepspeed failed: {exc_text(exc)}", "see deepspeed.ops")
+    start = time.perf_counter()
+    with _single_process_world(ctx):
+        loss0, loss1, optimizer = _zero2_step(ctx, deepspeed)
+    evidence = (f"ZeRO-2 with {optimizer}: loss {loss0:.4f} -> {loss1:.4f} after one step "
+                f"({time.perf_counter() - start:.1f} s) {_where(ctx)}")
+    data = {"optimizer": optimizer, "loss_before": loss0, "loss_after": loss1}
+    if not (math.isfinite(loss0) and math.isfinite(loss1)) or not loss1 < loss0:
+        return fail(evidence, "the ZeRO-2 step did not reduce the loss: check compute.bf16 and deepspeed.ops",
+                    **data)
+    return ok(evidence, **data)
+
+
+class _single_process_world:
+    """A one-process torch.distributed world (rank 0 of 1 on a free local port), torn down on exit."""
+
+    KEYS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def __enter__(self) -> None:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.saved = {k: os.environ.get(k) for k in self.KEYS}
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+
+    def __exit__(self, *exc: object) -> None:
+        dist = self.ctx.torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        for key, value in self.saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _zero2_step(ctx: Context, deepspeed: Any) -> tuple[float, float, str]:
+    """Loss before and after one ZeRO-2 step of a small MLP, and the optimizer that took it."""
+    torch = ctx.torch
+    from deepspeed.git_version_info import installed_ops
+
+    on_gpu = ctx.device == "cuda"
+    if not on_gpu:
+        # The CPU accelerator would JIT-compile its shared-memory allreduce, which one process never uses.
+        import deepspeed.ops
+
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 16))
+    config: dict[str, Any] = {"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1,
+                              "zero_optimization": {"stage": 2}, "bf16": {"enabled": on_gpu},
+                              "steps_per_print": 10**9, "zero_allow_untested_optimizer": True}
+    # DeepSpeed's own Adam is its fused_adam op: use it when it is prebuilt, never JIT-compile it here.
+    if on_gpu and installed_ops.get("fused_adam"):
+        config["optimizer"] = {"type": "Adam", "params": {"lr": 1e-2}}
+        engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                                       config=config)
+    else:
+        engine, optimizer, _, _ = deepspeed.initialize(
+            model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2), config=config)
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(16, 64, generator=gen).to(engine.device)
+    y = torch.randn(16, 16, generator=gen).to(engine.device)
+    dtype = next(engine.module.parameters()).dtype
+
+    def loss() -> Any:
+        return torch.nn.functional.mse_loss(engine(x.to(dtype)).float(), y)
+
+    before = loss()
+    engine.backward(before)
+    engine.step()
+    with torch.no_grad():
+        after = loss()
+    inner = getattr(optimizer, "optimizer", optimizer)
+    return float(before.detach()), float(after), f"{type(optimizer).__name__}({type(inner).__name__})"
 
 
 # ----------------------------------------------------------------------------- running and reporting
@@ -1085,6 +1322,26 @@ def render_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """While checks run, whatever libraries print (Python or native code) goes to stderr: stdout is the JSON's."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:
+        saved = None
+    if saved is not None:
+        os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rocm-env-check", description=__doc__.split("\n\n")[0])
     p.add_argument("--version", action="version", version=f"rocm-env-check {PROBE_VERSION}")
@@ -1119,11 +1376,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     resolve_expectations(ctx, args)
     options = {name for name in ("bench", "train") if getattr(args, name)}
     only = [o for item in args.only for o in item.split(",") if o]
-    results = []
-    for chk in selected_checks(options, only):
-        results.append(run_check(ctx, chk, args.debug))
-        if not args.json and sys.stderr.isatty():
-            print(f"  ... {chk.id}: {results[-1]['status']}", file=sys.stderr)
+    checks = selected_checks(options, only)
+    if not checks:
+        print(f"rocm-env-check: error: no check matches --only {','.join(only)}", file=sys.stderr)
+        return 2
+    with stdout_to_stderr():
+        results = [run_check(ctx, chk, args.debug) for chk in checks]
     report = build_report(ctx, results)
     print(render_table(report), file=sys.stderr)
     if args.json:
