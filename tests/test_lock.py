@@ -17,7 +17,7 @@ from channels import Pkg, build_channel, py
 from lockhelpers import by_name, make_workspace, manifest, snapshot
 from rattler import LockFile, install
 from rocmlock.cli import main
-from rocmlock.errors import OperationError
+from rocmlock.errors import InputError, OperationError
 from rocmlock.lock import lock_workspace
 from rocmlock.lockfile import read_lockfile
 from rocmlock.satisfy import environment_unsat, platform_unsat
@@ -222,6 +222,8 @@ def test_update_everything_and_partial_environment(ws_copy: Path) -> None:
     result = lock_workspace(ws_copy, environments=["mi300x"], update=[])
     assert result.solved == (("mi300x", "linux-64-gfx942"),)
     assert not result.changes and not result.written
+    with pytest.raises(InputError, match="--update names 'pytroch'"):
+        lock_workspace(ws_copy, update=["pytroch"])
 
 
 def test_relock_after_manifest_change_keeps_other_packages(ws_copy: Path) -> None:

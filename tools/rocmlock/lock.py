@@ -243,6 +243,16 @@ def _finish(ws: Workspace, files: dict[Path, str], changes: list[Change], solved
     return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons)
 
 
+def _check_update_names(ws: Workspace, old: LockedWorkspace | None, update: Sequence[str] | None) -> None:
+    if not update or old is None:
+        return
+    locked = {r.name.normalized for env in old.environments.values() for recs in env.records.values() for r in recs}
+    unknown = sorted(set(update) - locked)
+    if unknown:
+        raise InputError(f"{ws.root / LOCK_NAME}: --update names '{unknown[0]}', which no environment has locked",
+                         hint="check the package name (`rocmlock lock --json` lists what is locked)")
+
+
 def _read_lock(ws: Workspace) -> LockedWorkspace | None:
     locked = read_lockfile(ws.root / LOCK_NAME)
     return None if locked is None else align_platforms(locked, ws.platforms)
@@ -265,6 +275,7 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
         files = {p: p.read_text() for p in outputs}
         return LockResult(manifest, files, (), (), (), False)
     old = _read_lock(ws)
+    _check_update_names(ws, old, update)
     kept, jobs, reasons = _plan(ws, envs, names, plats, old, update)
     solved = _solve(ws, envs, jobs, cache)
     locked = _assemble(ws, envs, {**kept, **solved})
