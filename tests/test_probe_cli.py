@@ -1,0 +1,98 @@
+"""`rocmlock verify`: the probe runs with the environment's python and the workspace's expectations."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from rocmlock.cli import main
+from rocmlock.verify import REPO_PROBE, probe_command, resolve_target, rocm_from_spec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fake_env(prefix: Path, packages: dict[str, tuple[str, str]] | None = None) -> Path:
+    """A prefix whose bin/python is this interpreter and whose conda-meta lists ``packages``."""
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").symlink_to(sys.executable)
+    (prefix / "conda-meta").mkdir()
+    for name, (version, build) in (packages or {}).items():
+        (prefix / "conda-meta" / f"{name}-{version}-{build}.json").write_text(
+            json.dumps({"name": name, "version": version, "build": build}))
+    return prefix
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    shutil.copy(REPO / "pixi.toml", tmp_path / "pixi.toml")
+    return tmp_path / "pixi.toml"
+
+
+def test_environment_not_installed_says_pixi_install(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", "-e", "mi300x", "--manifest-path", str(workspace)]) == 1
+    err = capsys.readouterr().err
+    assert f"environment 'mi300x' is not installed: no python at {workspace.parent}/.pixi/envs/mi300x/bin/python" in err
+    assert f"hint: pixi install -e mi300x --manifest-path {workspace}" in err
+
+
+def test_environment_gets_target_rocm_and_peak_from_the_workspace(workspace: Path) -> None:
+    prefix = fake_env(workspace.parent / ".pixi" / "envs" / "mi300x")
+    target = resolve_target(workspace, "mi300x", None)
+    assert (target.expect_arch, target.expect_rocm, target.peak_tflops) == ("gfx942", "7.2", 1307.0)
+    assert probe_command(target, json_out=True, train=True) == [
+        str(prefix / "bin" / "python"), str(REPO_PROBE), "--prefix", str(prefix), "--expect-arch", "gfx942",
+        "--expect-rocm", "7.2", "--peak-tflops", "1307", "--json", "--train"]
+
+
+def test_verify_runs_the_probe_with_the_environment_python(
+        workspace: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    prefix = fake_env(workspace.parent / ".pixi" / "envs" / "mi250")
+    code = main(["verify", "-e", "mi250", "--manifest-path", str(workspace), "--json"])
+    out, err = capfd.readouterr()
+    report = json.loads(out)
+    assert code == 1 and report["ok"] is False  # no GPU here, CPU torch
+    assert report["prefix"] == str(prefix)
+    assert report["expected"] == {"arch": "gfx90a", "arch_source": "--expect-arch", "rocm": "7.2",
+                                  "rocm_source": "--expect-rocm"}
+    assert f"> {prefix}/bin/python {REPO_PROBE} --prefix {prefix} --expect-arch gfx90a" in err
+    assert "FAIL     torch.build" in err
+
+
+def test_prefix_expectations_come_from_its_conda_meta(tmp_path: Path) -> None:
+    prefix = fake_env(tmp_path / "env", {"amdgpu-target": ("1", "gfx90a"), "rocm-version": ("7.2", "0")})
+    target = resolve_target(Path("pixi.toml"), None, prefix)
+    assert (target.expect_arch, target.expect_rocm, target.peak_tflops) == ("gfx90a", "7.2", 383.0)
+
+
+def test_active_conda_prefix_is_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capfd: pytest.CaptureFixture[str]) -> None:
+    prefix = fake_env(tmp_path / "env", {"amdgpu-target": ("1", "gfx1100")})
+    monkeypatch.setenv("CONDA_PREFIX", str(prefix))
+    assert main(["verify", "--json"]) == 1
+    report = json.loads(capfd.readouterr().out)
+    assert report["expected"]["arch"] == "gfx1100" and report["prefix"] == str(prefix)
+
+
+def test_prefix_without_python_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", "--prefix", str(tmp_path)]) == 1
+    assert f"{tmp_path}: no python at {tmp_path}/bin/python" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["-e", "mi300x", "--prefix", "/x"], "pass either -e/--environment or --prefix, not both"),
+    ([], "no environment to verify"),
+    (["-e", "nosuch"], "unknown environment 'nosuch'"),
+])
+def test_bad_input_exits_2(workspace: Path, argv: list[str], message: str,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", "--manifest-path", str(workspace), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("spec", "version"), [("7.2.*", "7.2"), (">=6.4,<6.5", "6.4"), ("*", None)])
+def test_rocm_version_from_a_spec(spec: str, version: str | None) -> None:
+    assert rocm_from_spec(spec) == version
