@@ -1025,6 +1025,9 @@ def check_bnb(ctx: Context) -> Outcome:
         return skip("torch did not import")
     if not _installed(ctx, "bitsandbytes", "bitsandbytes"):
         return skip("bitsandbytes is not installed (QLoRA needs it: environments with the qlora feature)")
+    early = _device_or_skip(ctx)
+    if early:
+        return skip(f"bitsandbytes is installed; {early.evidence}")
     try:
         import bitsandbytes as bnb
         import bitsandbytes.functional as bnb_functional
@@ -1033,9 +1036,6 @@ def check_bnb(ctx: Context) -> Outcome:
                     "reinstall the bitsandbytes built for this torch and target (`pixi install -e ENV`)")
     native = Path(str(getattr(bnb.cextension.lib, "_name", "") or "none")).name
     name = f"bitsandbytes {bnb.__version__} ({native})"
-    early = _device_or_skip(ctx)
-    if early:
-        return skip(f"{name} imports; {early.evidence}")
     if ctx.device == "cuda" and ctx.is_rocm and "rocm" not in native:
         hip = ".".join(str(ctx.torch.version.hip).split(".")[:2])
         return fail(f"{name}: no HIP library loaded for torch's ROCm {hip}",
