@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rattler import Channel, Gateway, Version, VersionSpec
+from rattler import Channel, Client, Gateway, Version, VersionSpec
 
 from rocmlock.credentials import redact_url
 from rocmlock.errors import InputError, OperationError
@@ -163,7 +163,9 @@ def channel_contents(channel: str, names: Iterable[str]) -> frozenset[tuple[str,
 
     async def query() -> list[Any]:
         with tempfile.TemporaryDirectory(prefix="rocmlock-gateway-") as cache:
-            result = await Gateway(cache_dir=cache).query(
+            # default_client() carries rattler's auth middleware (RATTLER_AUTH_FILE) for private channels.
+            gateway = Gateway(cache_dir=Path(cache), client=Client.default_client())
+            result = await gateway.query(
                 [Channel(url)], ["linux-64", "noarch"], names, recursive=False
             )
             return [rec for per_spec in result for rec in per_spec]
