@@ -9,11 +9,28 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from rocmlock.errors import InputError
+
+# pixi's virtual-package defaults and channel URL rules live in pixi_compat; re-exported here.
+from rocmlock.pixi_compat import (
+    ARCHSPEC,
+    BUILD_VALUED,
+    CHANNEL_ALIAS,
+    DEFAULT_GLIBC,
+    DEFAULT_LINUX,
+    LIBC_NAMES,
+    VirtualPackage,
+    channel_base_url,
+    format_virtual_package,
+    is_local_channel,
+    parse_exclude_newer,
+    parse_virtual_package,
+    subdir_default_virtual_packages,
+)
 from rocmlock.targets import GpuTarget, get_target, target_for_isa
 
 ChannelPriority = Literal["strict", "flexible", "disabled"]
@@ -30,83 +47,11 @@ PLATFORM_META_KEYS = ("name", "platform")
 # pixi_manifest/src/toml/platform.rs, FRIENDLY_VIRTUAL_PACKAGES (+ aliases).
 SHORT_VIRTUAL_KEYS = {"glibc": "__glibc", "linux": "__linux", "cuda": "__cuda", "osx": "__osx", "macos": "__osx",
                       "archspec": "__archspec", "windows": "__win"}
-DEFAULT_GLIBC = "2.28"
-DEFAULT_LINUX = "4.18"
-# pixi's subdir defaults (pixi_manifest/src/platform.rs, subdir_default_virtual_packages) as
-# (name, version, build); a platform's lock entry lists them unless the user overrides them.
-DEFAULT_OSX = {"osx-64": "13.0", "osx-arm64": "13.0"}
-ARCHSPEC = {"linux-64": "x86_64", "osx-64": "x86_64", "win-64": "x86_64", "linux-aarch64": "aarch64",
-            "win-arm64": "aarch64", "osx-arm64": "m1", "linux-ppc64le": "ppc64le"}
-# Virtual packages whose friendly value is a build string (``archspec = "x86_64"`` is ``__archspec=0=x86_64``).
-BUILD_VALUED = frozenset({"__archspec"})
-LIBC_NAMES = frozenset({"__glibc", "__musl", "__eglibc"})
-# A bare channel name resolves like pixi's default channel alias does.
-CHANNEL_ALIAS = "https://conda.anaconda.org/"
-VirtualPackage = tuple[str, str, str]
-
-
-def subdir_default_virtual_packages(subdir: str) -> list[VirtualPackage]:
-    """pixi's default virtual packages for ``subdir``: ``__unix``, ``__linux``/``__glibc``/... and ``__archspec``."""
-    out: list[VirtualPackage] = []
-    if not subdir.startswith("win") and subdir != "noarch":
-        out.append(("__unix", "0", "0"))
-    if subdir.startswith("linux"):
-        out += [("__linux", DEFAULT_LINUX, ""), ("__glibc", DEFAULT_GLIBC, "")]
-    if subdir.startswith("win"):
-        out.append(("__win", "10.0", ""))
-    if subdir in DEFAULT_OSX:
-        out.append(("__osx", DEFAULT_OSX[subdir], ""))
-    if subdir in ARCHSPEC:
-        out.append(("__archspec", "0", ARCHSPEC[subdir]))
-    return out
-
-
-def format_virtual_package(vp: VirtualPackage) -> str:
-    """The ``__name=version[=build]`` form pixi.lock stores (rattler's GenericVirtualPackage display)."""
-    name, version, build = vp
-    return f"{name}={version}={build}" if build else f"{name}={version}"
-
-
-def parse_virtual_package(text: str) -> VirtualPackage:
-    """Inverse of :func:`format_virtual_package`."""
-    name, _, rest = text.partition("=")
-    version, _, build = rest.partition("=")
-    return (name, version, build)
-
-
-def is_local_channel(channel: str) -> bool:
-    """True for a channel written as a path (``./channel``, ``../x``, ``/srv/x``, ``~/x``)."""
-    return channel.startswith(("./", "../", "/", "~", ".\\")) or channel in (".", "..")
-
-
-def channel_base_url(channel: str, root: Path) -> str:
-    """The channel's base URL with a trailing slash, resolved as pixi does.
-
-    Paths are relative to the manifest directory, bare names go through the default channel
-    alias (``conda-forge`` -> ``https://conda.anaconda.org/conda-forge/``), URLs stay as written.
-    """
-    if "://" in channel:
-        url = channel
-    elif is_local_channel(channel):
-        url = (root / Path(channel).expanduser()).resolve().as_uri()
-    else:
-        url = CHANNEL_ALIAS + channel.strip("/")
-    return url.rstrip("/") + "/"
-
-
-def parse_exclude_newer(value: Any, path: Path, key: str) -> datetime | None:
-    """``exclude-newer`` as a UTC datetime (a TOML date/datetime or an ISO string)."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, date):
-        return datetime(value.year, value.month, value.day, tzinfo=UTC)
-    try:
-        return parse_exclude_newer(datetime.fromisoformat(str(value)), path, key)
-    except ValueError:
-        raise InputError(f"{path}: key '{key}' is '{value}', not a date or date-time",
-                         hint='write it as "2026-01-31" or "2026-01-31T12:00:00Z"') from None
+__all__ = [
+    "ARCHSPEC", "CHANNEL_ALIAS", "DEFAULT_GLIBC", "DEFAULT_LINUX", "Dependency", "Environment", "Feature",
+    "Platform", "VirtualPackage", "Workspace", "channel_base_url", "format_virtual_package", "is_local_channel",
+    "load_workspace", "parse_virtual_package", "parse_workspace", "subdir_default_virtual_packages",
+]
 
 
 @dataclass(frozen=True)
