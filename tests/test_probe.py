@@ -434,7 +434,7 @@ def fake_llamafactory(root: Path, body: str) -> dict[str, str]:
 
 def test_llamafactory_backend_reads_the_trainer_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     env = fake_llamafactory(tmp_path, (
-        "assert cfg['finetuning_type'] == 'lora' and cfg['max_steps'] == '8'\n"
+        "assert json.loads(cfg['finetuning_type']) == 'lora' and cfg['max_steps'] == '8'\n"
         "assert pathlib.Path(json.loads(cfg['model_name_or_path']), 'config.json').exists()\n"
         "open(out / 'trainer_log.jsonl', 'w').writelines(json.dumps({'current_steps': i, 'loss': 4.0 / i}) + '\\n'"
         " for i in range(1, 9))\n"))

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from rocmlock.cli import main
 from rocmlock.verify import REPO_PROBE, probe_command, resolve_target, rocm_from_spec
 

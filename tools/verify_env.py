@@ -921,17 +921,18 @@ def _llamafactory_config(ctx: Context, workdir: Path) -> Path:
     rows = [{"instruction": a, "input": "", "output": b} for a, b in zip(TRAIN_TEXTS, TRAIN_TEXTS[1:])]  # noqa: RUF007 - pairwise is 3.10+
     (data / "probe.json").write_text(json.dumps(rows))
     (data / "dataset_info.json").write_text(json.dumps({"probe": {"file_name": "probe.json"}}))
-    settings = {
-        "model_name_or_path": workdir / "model", "stage": "sft", "do_train": "true", "finetuning_type": "lora",
-        "lora_target": ",".join(LORA_TARGETS), "lora_rank": 8, "dataset": "probe", "dataset_dir": data, "template": "empty",
-        "cutoff_len": 64, "overwrite_cache": "true", "preprocessing_num_workers": 1, "output_dir": workdir / "out",
-        "logging_steps": 1, "save_strategy": "no", "overwrite_output_dir": "true", "report_to": "none",
-        "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1, "learning_rate": 1.0e-2,
-        "max_steps": ctx.train_steps, "lr_scheduler_type": "constant", "disable_tqdm": "true",
-        "bf16": "true" if ctx.device == "cuda" else "false",
+    settings: dict[str, Any] = {
+        "model_name_or_path": workdir / "model", "stage": "sft", "do_train": True, "finetuning_type": "lora",
+        "lora_target": ",".join(LORA_TARGETS), "lora_rank": 8, "dataset": "probe", "dataset_dir": data,
+        "template": "empty", "cutoff_len": 64, "overwrite_cache": True, "preprocessing_num_workers": 1,
+        "output_dir": workdir / "out", "logging_steps": 1, "save_strategy": "no", "overwrite_output_dir": True,
+        "report_to": "none", "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
+        "learning_rate": 1.0e-2, "max_steps": ctx.train_steps, "lr_scheduler_type": "constant",
+        "disable_tqdm": True, "bf16": ctx.device == "cuda",
     }
     config = workdir / "train_lora.yaml"
-    config.write_text("".join(f"{k}: {json.dumps(str(v)) if isinstance(v, Path) else v}\n"
+    # JSON scalars are YAML scalars; quoting every string keeps YAML from reading "no" as false.
+    config.write_text("".join(f"{k}: {json.dumps(v if isinstance(v, (bool, int, float)) else str(v))}\n"
                               for k, v in settings.items()))
     return config
 
@@ -1079,9 +1080,16 @@ def _import_deepspeed(ctx: Context) -> Any:
     import importlib
     import logging
 
-    module = importlib.import_module("deepspeed")
-    # DeepSpeed logs to stdout, where --json puts the report: keep only its errors.
-    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+    import contextlib
+
+    # DeepSpeed logs to stdout, where --json puts the report: its logger goes to stderr, errors only.
+    with contextlib.redirect_stdout(sys.stderr):
+        module = importlib.import_module("deepspeed")
+    logger = logging.getLogger("DeepSpeed")
+    logger.setLevel(logging.ERROR)
+    for handler in logger.handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream in (sys.stdout, sys.__stdout__):
+            handler.setStream(sys.stderr)
     return module
 
 
