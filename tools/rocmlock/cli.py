@@ -210,6 +210,119 @@ def _cmd_preset(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_build(p: argparse.ArgumentParser) -> None:
+    _manifest_arg(p)
+    _env_arg(p)
+    p.add_argument("--stage", metavar="NAME", help="only the variants of this package (e.g. pytorch)")
+    p.add_argument("--output", type=Path, metavar="DIR",
+                   help="output channel directory, first channel of later stages (default: output/ beside the manifest)")
+    p.add_argument("--channel", metavar="URL", help="the target channel: variants it holds are not rebuilt")
+    p.add_argument("--keep-going", action="store_true", help="after a failure, still build the independent variants")
+    p.add_argument("--skip-doctor", action="store_true", help="do not run the toolchain checks first")
+    p.add_argument("--json", action="store_true", help="print the build report as JSON on stdout")
+
+
+class _BuildProgress:
+    """rich progress on stderr: the current variant with its elapsed time, one line per finished variant."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                 console=self.console, transient=True)
+        self.task: Any = None
+
+    def start(self, variant: Any, index: int, total: int) -> None:
+        self.progress.start()
+        self.task = self.progress.add_task(f"[{index}/{total}] building {variant.id}")
+
+    def finish(self, outcome: Any) -> None:
+        if self.task is not None:
+            self.progress.remove_task(self.task)
+            self.task = None
+        self.progress.console.print(f"{outcome.status:<8} {outcome.id}" + (f"  ({outcome.reason})" if outcome.reason
+                                    else ""), highlight=False, markup=False, soft_wrap=True)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def _build_doctor(ws: Any, plan: Any, args: argparse.Namespace, output: Path) -> dict[str, str]:
+    import os
+
+    from rocmlock.build import blocked_by_doctor, toolchain_targets
+    from rocmlock.doctor import render_report, run_doctor, workspace_rocm_versions
+
+    targets = toolchain_targets(plan, output, args.stage)
+    if not targets or args.skip_doctor:
+        return {}
+    report = run_doctor(targets, build=True, rocm_wanted=workspace_rocm_versions(ws, args.environments or None),
+                        workdir=output)
+    os.environ.setdefault("MAX_JOBS", str(report.max_jobs))
+    if not report.ok:
+        _err(render_report(report))
+        _err("doctor failed: the GPU variants it concerns are blocked; metapackages and noarch packages still build")
+    return blocked_by_doctor([(c.name, c.status, c.message) for c in report.checks], targets)
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from rocmlock.build import BuildOptions, build_plan, render_summary
+    from rocmlock.plan import make_plan
+    from rocmlock.workspace import load_workspace
+
+    ws = load_workspace(args.manifest_path)
+    plan = make_plan(ws, args.environments or None, channel=args.channel)
+    output = (args.output or ws.root / "output").resolve()
+    blocked = _build_doctor(ws, plan, args, output)
+    channels = [c for c in ([args.channel] if args.channel else []) + _workspace_channels(ws)]
+    opts = BuildOptions(output, tuple(channels), args.stage, args.keep_going, blocked)
+    progress = _BuildProgress()
+    try:
+        report = build_plan(plan, opts, events=progress)
+    finally:
+        progress.close()
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(render_summary(report))
+    return 0 if report.ok else 1
+
+
+def _workspace_channels(ws: Any) -> list[str]:
+    """The workspace's channels for the build: local directories that exist as URIs, names as written."""
+    out = []
+    for channel, _ in ws.channels:
+        if "://" in channel or not channel.startswith((".", "/", "~")):
+            out.append(channel)
+        elif (ws.root / channel).expanduser().is_dir():
+            out.append((ws.root / channel).expanduser().resolve().as_uri())
+    return out
+
+
+def _add_publish(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--to", required=True, metavar="URL",
+                   help="a directory/file:// URL, s3://bucket/prefix, https://prefix.dev/<channel>, "
+                        "quetz+https://host/<channel>, artifactory+https://host/artifactory/<channel>, "
+                        "anaconda://<owner>")
+    p.add_argument("--from", dest="source", type=Path, default=Path("output"), metavar="DIR",
+                   help="the packages to publish: a build output directory (default: ./output)")
+    p.add_argument("--force", action="store_true", help="overwrite a different file of the same name")
+    p.add_argument("--json", action="store_true", help="print what was uploaded and skipped as JSON on stdout")
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from rocmlock.publish import publish
+
+    result = publish(args.source, args.to, force=args.force, log=_err)
+    if args.json:
+        _print_json(result.to_dict())
+    _err(f"published to {result.destination}: {len(result.uploaded)} uploaded, {len(result.skipped)} already there"
+         + (f", {len(result.replaced)} replaced (--force)" if result.replaced else ""))
+    return 0
+
+
 # ----------------------------------------------------------------------------- main
 
 _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Handler]] = [
@@ -217,6 +330,9 @@ _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Ha
     ("lock", "solve every environment x platform; write pixi.lock and envs/ exports", _add_lock, _cmd_lock),
     ("export", "regenerate envs/<env>/ conda exports from pixi.lock without solving", _add_export, _cmd_export),
     ("doctor", "check this host's ROCm toolchain before building or running", _add_doctor, _cmd_doctor),
+    ("build", "build the plan's variants in dependency order (skips what exists, resumes)", _add_build, _cmd_build),
+    ("publish", "upload built packages to a channel (directory, S3, prefix.dev, quetz, artifactory, anaconda)",
+     _add_publish, _cmd_publish),
     ("verify", "run the post-install probe with an environment's python", _add_verify, _cmd_verify),
     ("preset", "write a LLaMA-Factory training YAML tuned to an environment's GPU", _add_preset, _cmd_preset),
 ]

@@ -1,0 +1,331 @@
+"""Publish built packages to the team's channel: a directory, S3, prefix.dev, quetz, artifactory or anaconda.org.
+
+Before anything is uploaded the destination is read (its repodata, with the same credentials), so that
+packages already there are skipped, a different file under the same name is refused unless ``force``,
+and bad credentials stop the publish before the first file is sent.
+
+Credentials come from the environment (``PREFIX_API_KEY``, ``QUETZ_API_KEY``, ``ARTIFACTORY_TOKEN``,
+``ANACONDA_API_KEY``, ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``) or rattler's auth file
+(``RATTLER_AUTH_FILE``); they are never printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from rocmlock.credentials import redact_text, redact_url
+from rocmlock.errors import InputError, OperationError
+
+Backend = Literal["directory", "s3", "prefix", "quetz", "artifactory", "anaconda"]
+PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
+TOKEN_VARS: dict[Backend, str] = {"prefix": "PREFIX_API_KEY", "quetz": "QUETZ_API_KEY",
+                                  "artifactory": "ARTIFACTORY_TOKEN", "anaconda": "ANACONDA_API_KEY"}
+SECRET_VARS = (*TOKEN_VARS.values(), "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+FORMS = ("a directory or file:///path", "s3://bucket/prefix", "https://prefix.dev/<channel>",
+         "quetz+https://host/<channel>", "artifactory+https://host/artifactory/<channel>",
+         "anaconda://<owner>")
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where packages go: ``url`` is the upload endpoint, ``read_url`` the channel as clients see it."""
+
+    kind: Backend
+    url: str
+    channel: str
+    read_url: str
+
+    def __str__(self) -> str:
+        return redact_url(self.read_url)
+
+
+@dataclass(frozen=True)
+class LocalPackage:
+    path: Path
+    subdir: str
+
+    @property
+    def name(self) -> str:
+        return self.path.name.rsplit("-", 2)[0]
+
+    @property
+    def key(self) -> str:
+        return f"{self.subdir}/{self.path.name}"
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    destination: str
+    uploaded: tuple[str, ...]
+    skipped: tuple[str, ...]
+    replaced: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"destination": self.destination, "uploaded": list(self.uploaded), "skipped": list(self.skipped),
+                "replaced": list(self.replaced)}
+
+
+# ----------------------------------------------------------------------------- destinations
+
+
+def parse_destination(to: str) -> Destination:
+    """Turn ``--to`` into a :class:`Destination`; unknown forms list the accepted ones."""
+    parts = urlsplit(to)
+    scheme = parts.scheme.lower()
+    path = parts.path.strip("/")
+    if scheme in ("", "file"):
+        root = Path(parts.path if scheme == "file" else to).expanduser().resolve()
+        return Destination("directory", str(root), root.name, root.as_uri())
+    if scheme == "s3":
+        return Destination("s3", f"s3://{parts.netloc}/{path}".rstrip("/"), path, f"s3://{parts.netloc}/{path}")
+    if scheme == "prefix" or (scheme == "https" and parts.hostname in ("prefix.dev", "repo.prefix.dev")):
+        channel = parts.netloc if scheme == "prefix" else path
+        return Destination("prefix", "https://prefix.dev", channel, f"https://repo.prefix.dev/{channel}")
+    if scheme == "anaconda" or (scheme == "https" and parts.hostname == "anaconda.org"):
+        owner = (parts.netloc if scheme == "anaconda" else path).split("/")[0]
+        return Destination("anaconda", "https://api.anaconda.org", owner, f"https://conda.anaconda.org/{owner}")
+    if scheme in ("quetz+http", "quetz+https", "artifactory+http", "artifactory+https") and path:
+        kind, _, http = scheme.partition("+")
+        base, _, channel = path.rpartition("/")
+        server = f"{http}://{parts.netloc}/{base}".rstrip("/")
+        read = f"{server}/get/{channel}" if kind == "quetz" else f"{server}/{channel}"
+        return Destination(kind, server, channel, read)  # type: ignore[arg-type]
+    raise InputError(f"--to {redact_url(to)}: cannot tell which kind of channel this is",
+                     hint="use one of: " + "; ".join(FORMS))
+
+
+def local_packages(source: Path) -> list[LocalPackage]:
+    """Package files under ``source/<subdir>/``, sorted (a build output directory or a channel)."""
+    if not source.is_dir():
+        raise InputError(f"--from {source}: no such directory", hint="run `rocmlock build` first or pass --from")
+    found = [LocalPackage(p, sub.name) for sub in sorted(source.iterdir()) if sub.is_dir()
+             for p in sorted(sub.iterdir()) if p.name.endswith(PACKAGE_SUFFIXES) and p.is_file()]
+    if not found:
+        raise InputError(f"--from {source}: no package files in {source}/<subdir>/")
+    return found
+
+
+# ----------------------------------------------------------------------------- what is there already
+
+
+def _secrets(env: Mapping[str, str]) -> list[str]:
+    return [env[v] for v in SECRET_VARS if env.get(v)]
+
+
+def _remote_records(dest: Destination, packages: list[LocalPackage], env: Mapping[str, str]) -> dict[str, str]:
+    """``{subdir/file: sha256}`` of the given packages' names in the destination's repodata."""
+    from rattler import Channel, Client, Gateway, SourceConfig
+
+    async def query() -> dict[str, str]:
+        with tempfile.TemporaryDirectory(prefix="rocmlock-publish-") as cache:
+            # The default client carries rattler's auth middleware (RATTLER_AUTH_FILE); no cache, so a
+            # publish right after another one sees its files.
+            gw = Gateway(cache_dir=cache, client=Client.default_client(),
+                         default_config=SourceConfig(cache_action="no-cache"))
+            subdirs = sorted({p.subdir for p in packages} | {"noarch"})
+            result = await gw.query([Channel(dest.read_url)], subdirs, sorted({p.name for p in packages}),
+                                    recursive=False)
+            return {f"{r.subdir}/{r.file_name}": r.sha256.hex() if r.sha256 else "" for recs in result for r in recs}
+
+    try:
+        return asyncio.run(query())
+    except Exception as exc:  # noqa: BLE001 - rattler raises several exception types for HTTP failures
+        text = str(exc)
+        if "404" in text:
+            return {}
+        what = "credentials were refused" if ("401" in text or "403" in text) else "it cannot be read"
+        raise OperationError(
+            f"cannot publish to {dest}: {what} ({redact_text(text, _secrets(env))}); nothing was uploaded",
+            hint=f"set {TOKEN_VARS.get(dest.kind, 'the token')} or add the host to RATTLER_AUTH_FILE",
+        ) from None
+
+
+def _directory_records(root: Path, packages: list[LocalPackage]) -> dict[str, str]:
+    out = {}
+    for pkg in packages:
+        there = root / pkg.subdir / pkg.path.name
+        if there.is_file():
+            out[pkg.key] = hashlib.sha256(there.read_bytes()).hexdigest()
+    return out
+
+
+def sort_out(packages: list[LocalPackage], remote: dict[str, str], force: bool,
+             where: str) -> tuple[list[LocalPackage], list[str], list[str]]:
+    """Split into (to upload, skipped because identical, replaced); refuse a different file unless ``force``."""
+    upload, skipped, replaced = [], [], []
+    for pkg in packages:
+        there = remote.get(pkg.key)
+        if there is None:
+            upload.append(pkg)
+        elif there == pkg.sha256():
+            skipped.append(pkg.key)
+        else:
+            replaced.append(pkg.key)
+            upload.append(pkg)
+    if replaced and not force:
+        raise OperationError(
+            f"{where} already has a different {replaced[0]}" + (f" (+{len(replaced) - 1} more)" if replaced[1:] else "")
+            + "; nothing was uploaded",
+            hint="bump the build number, or pass --force to overwrite",
+        )
+    return upload, skipped, replaced
+
+
+# ----------------------------------------------------------------------------- backends
+
+
+def _index_directory(root: Path) -> None:
+    from rattler.index import index_fs
+
+    (root / "noarch").mkdir(parents=True, exist_ok=True)
+    asyncio.run(index_fs(root))
+
+
+def _publish_directory(root: Path, packages: list[LocalPackage]) -> None:
+    # Stage every file beside its target first, then move them all: an interrupted copy leaves only
+    # dot-files that the index ignores, never a truncated package.
+    staged = []
+    try:
+        for pkg in packages:
+            target = root / pkg.subdir / pkg.path.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.part")
+            shutil.copyfile(pkg.path, tmp)
+            staged.append((tmp, target))
+        for tmp, target in staged:
+            os.replace(tmp, target)
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+    _index_directory(root)
+
+
+@dataclass(frozen=True)
+class S3Config:
+    bucket: str
+    prefix: str
+    endpoint_url: str | None
+    region: str
+
+
+def _s3(dest: Destination, env: Mapping[str, str]) -> tuple[S3Config, object]:
+    try:
+        import boto3
+    except ImportError:
+        raise OperationError("publishing to S3 needs boto3", hint="pip install boto3") from None
+    parts = urlsplit(dest.url)
+    cfg = S3Config(parts.netloc, parts.path.strip("/"), env.get("AWS_ENDPOINT_URL") or None,
+                   env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1")
+    client = boto3.client("s3", endpoint_url=cfg.endpoint_url, region_name=cfg.region,
+                          aws_access_key_id=env.get("AWS_ACCESS_KEY_ID"),
+                          aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
+                          aws_session_token=env.get("AWS_SESSION_TOKEN"))
+    return cfg, client
+
+
+def _s3_key(cfg: S3Config, pkg: LocalPackage) -> str:
+    return "/".join(p for p in (cfg.prefix, pkg.subdir, pkg.path.name) if p)
+
+
+def _s3_records(dest: Destination, packages: list[LocalPackage], env: Mapping[str, str]) -> dict[str, str]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    cfg, client = _s3(dest, env)
+    out = {}
+    for pkg in packages:
+        try:
+            head = client.head_object(Bucket=cfg.bucket, Key=_s3_key(cfg, pkg))  # type: ignore[attr-defined]
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ("404", "NoSuchKey", "NotFound"):
+                continue
+            raise OperationError(f"cannot publish to {dest}: {code or exc} for {_s3_key(cfg, pkg)}; "
+                                 "nothing was uploaded",
+                                 hint="check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY and the bucket") from None
+        except BotoCoreError as exc:
+            raise OperationError(f"cannot reach {dest}: {redact_text(str(exc), _secrets(env))}",
+                                 hint="check AWS_ENDPOINT_URL and AWS credentials") from None
+        # rocmlock records the sha256 at upload; files put there otherwise are compared by their MD5 ETag.
+        sha = head.get("Metadata", {}).get("sha256")
+        md5 = hashlib.md5(pkg.path.read_bytes()).hexdigest()  # noqa: S324 - S3's ETag is an MD5, not security
+        same = sha == pkg.sha256() if sha else head.get("ETag", "").strip('"') == md5
+        out[pkg.key] = pkg.sha256() if same else "different"
+    return out
+
+
+def _publish_s3(dest: Destination, packages: list[LocalPackage], env: Mapping[str, str]) -> None:
+    from rattler.index import S3Credentials, index_s3
+
+    cfg, client = _s3(dest, env)
+    for pkg in packages:
+        client.upload_file(str(pkg.path), cfg.bucket, _s3_key(cfg, pkg),  # type: ignore[attr-defined]
+                           ExtraArgs={"Metadata": {"sha256": pkg.sha256()}})
+    creds = S3Credentials(endpoint_url=cfg.endpoint_url or f"https://s3.{cfg.region}.amazonaws.com",
+                          region=cfg.region, access_key_id=env.get("AWS_ACCESS_KEY_ID"),
+                          secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
+                          session_token=env.get("AWS_SESSION_TOKEN"),
+                          addressing_style="path" if cfg.endpoint_url else "virtual-host")
+    asyncio.run(index_s3(dest.url, credentials=creds))
+
+
+def _upload_http(dest: Destination, packages: list[LocalPackage], env: Mapping[str, str], force: bool) -> None:
+    import rattler_build as rb
+
+    files = [str(p.path) for p in packages]
+    token = env.get(TOKEN_VARS[dest.kind]) or None
+    auth_file = env.get("RATTLER_AUTH_FILE") or None
+    if dest.kind == "prefix":
+        rb.upload_package_to_prefix(files, dest.url, dest.channel, api_key=token, auth_file=auth_file,
+                                    skip_existing=not force, force=force)
+    elif dest.kind == "quetz":
+        rb.upload_package_to_quetz(files, dest.url, dest.channel, api_key=token, auth_file=auth_file)
+    elif dest.kind == "artifactory":
+        rb.upload_package_to_artifactory(files, dest.url, dest.channel, token=token, auth_file=auth_file)
+    else:
+        rb.upload_package_to_anaconda(files, dest.channel, api_key=token, force=force, auth_file=auth_file)
+
+
+def publish(source: Path, to: str, *, force: bool = False, env: Mapping[str, str] | None = None,
+            log: Callable[[str], None] = lambda _: None) -> PublishResult:
+    """Publish every package under ``source`` to ``to``; returns what was uploaded and skipped."""
+    env = dict(os.environ) if env is None else env
+    dest = parse_destination(to)
+    packages = local_packages(source)
+    if dest.kind == "directory":
+        remote = _directory_records(Path(dest.url), packages)
+    elif dest.kind == "s3":
+        remote = _s3_records(dest, packages, env)
+    else:
+        remote = _remote_records(dest, packages, env)
+    upload, skipped, replaced = sort_out(packages, remote, force, str(dest))
+    for key in skipped:
+        log(f"skip {key} (already in {dest})")
+    if upload:
+        log(f"upload {len(upload)} package(s) to {dest}")
+        try:
+            if dest.kind == "directory":
+                _publish_directory(Path(dest.url), upload)
+            elif dest.kind == "s3":
+                _publish_s3(dest, upload, env)
+            else:
+                _upload_http(dest, upload, env, force)
+        except OperationError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the upload libraries raise their own exception types
+            raise OperationError(f"publishing to {dest} failed: {redact_text(str(exc), _secrets(env))}",
+                                 hint="check the credentials and that the channel exists") from None
+    elif dest.kind == "directory":
+        _index_directory(Path(dest.url))
+    return PublishResult(str(dest), tuple(p.key for p in upload), tuple(skipped), tuple(replaced))

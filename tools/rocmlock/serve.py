@@ -1,0 +1,136 @@
+"""A small conda channel server for tests and the offline quickstart: a directory over HTTP with Basic auth.
+
+It serves ``GET``/``HEAD`` of the channel directory and accepts Artifactory-style uploads
+(``PUT /<channel>/<subdir>/<file>``, as py-rattler-build's ``upload_package_to_artifactory`` sends them),
+re-indexing the subdir with rattler after each one (like Artifactory, a PUT replaces). Every request without the right credentials gets 401,
+so a client with a bad password changes nothing.
+
+Run it as a process: ``python -m rocmlock.serve DIR --channel NAME --user U --password-env VAR``;
+it prints ``serving http://127.0.0.1:<port>/<channel>`` once listening (port 0 picks a free one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hmac
+import os
+import re
+import sys
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from rattler import Platform
+from rattler.index import index_fs
+
+from rocmlock.fsutil import write_atomic
+
+_UPLOAD = re.compile(r"^/(?P<channel>[^/]+)/(?P<subdir>[a-z0-9-]+)/(?P<file>[^/]+\.(?:conda|tar\.bz2))$")
+_INDEX_LOCK = threading.Lock()
+
+
+class ChannelHandler(SimpleHTTPRequestHandler):
+    """Serves ``root`` as ``/<channel>/...``; checks Basic (or Bearer) credentials on every request."""
+
+    def __init__(self, *args: object, root: Path, channel: str, token: str, **kwargs: object) -> None:
+        self.root = root
+        self.channel = channel
+        self.token = token
+        super().__init__(*args, directory=str(root.parent), **kwargs)  # type: ignore[arg-type]
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        # One line per request on stderr, never the Authorization header.
+        sys.stderr.write(f"serve: {self.command} {self.path.split('?')[0]} -> {args[1] if len(args) > 1 else ''}\n")
+
+    def _authorized(self) -> bool:
+        header = self.headers.get("Authorization", "")
+        expected = [f"Basic {self.token}", f"Bearer {base64.b64decode(self.token).decode().split(':', 1)[1]}"]
+        if any(hmac.compare_digest(header, e) for e in expected):
+            return True
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="rocmlock channel"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return False
+
+    def translate_path(self, path: str) -> str:
+        # Only the channel directory is visible, whatever its name on disk.
+        clean = path.split("?", 1)[0]
+        prefix = f"/{self.channel}"
+        if clean != prefix and not clean.startswith(prefix + "/"):
+            return str(self.root / "__not_found__")
+        return str(self.root / clean[len(prefix):].lstrip("/"))
+
+    def do_GET(self) -> None:
+        if self._authorized():
+            super().do_GET()
+
+    def do_HEAD(self) -> None:
+        if self._authorized():
+            super().do_HEAD()
+
+    def _read_body(self) -> bytes:
+        if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
+            return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        # reqwest streams file bodies with chunked transfer encoding.
+        parts = []
+        while True:
+            size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                self.rfile.readline()
+                return b"".join(parts)
+            parts.append(self.rfile.read(size))
+            self.rfile.readline()
+
+    def do_PUT(self) -> None:
+        if not self._authorized():
+            return
+        match = _UPLOAD.match(self.path.split("?", 1)[0])
+        if match is None or match["channel"] != self.channel:
+            self.send_error(404, "upload to /<channel>/<subdir>/<package file>")
+            return
+        data = self._read_body()
+        target = self.root / match["subdir"] / match["file"]
+        with _INDEX_LOCK:
+            write_atomic(target, data)
+            asyncio.run(index_fs(self.root, target_platform=Platform(match["subdir"])))
+        self.send_response(201)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def make_server(root: Path, channel: str, user: str, password: str, port: int = 0) -> ThreadingHTTPServer:
+    """A server on 127.0.0.1 (``port`` 0: a free one) for ``root`` as ``/<channel>``."""
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    handler = partial(ChannelHandler, root=root.resolve(), channel=channel, token=token)
+    return ThreadingHTTPServer(("127.0.0.1", port), handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rocmlock.serve", description=__doc__.splitlines()[0])
+    parser.add_argument("root", type=Path, help="the channel directory")
+    parser.add_argument("--channel", required=True, help="URL path the channel is served under")
+    parser.add_argument("--user", required=True)
+    parser.add_argument("--password-env", required=True, help="environment variable holding the password")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    password = os.environ.get(args.password_env)
+    if not password:
+        print(f"error: ${args.password_env} is not set", file=sys.stderr)
+        return 2
+    server = make_server(args.root, args.channel, args.user, password, args.port)
+    print(f"serving http://127.0.0.1:{server.server_address[1]}/{args.channel}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
