@@ -219,6 +219,8 @@ def _add_build(p: argparse.ArgumentParser) -> None:
     p.add_argument("--channel", metavar="URL", help="the target channel: variants it holds are not rebuilt")
     p.add_argument("--keep-going", action="store_true", help="after a failure, still build the independent variants")
     p.add_argument("--skip-doctor", action="store_true", help="do not run the toolchain checks first")
+    p.add_argument("--recipes-dir", type=Path, default=None,
+                   help="the recipes (default: recipes/ beside the manifest)")
     p.add_argument("--json", action="store_true", help="print the build report as JSON on stdout")
 
 
@@ -273,7 +275,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from rocmlock.workspace import load_workspace
 
     ws = load_workspace(args.manifest_path)
-    plan = make_plan(ws, args.environments or None, channel=args.channel)
+    plan = make_plan(ws, args.environments or None, channel=args.channel, recipes_dir=args.recipes_dir)
     output = (args.output or ws.root / "output").resolve()
     blocked = _build_doctor(ws, plan, args, output)
     channels = [c for c in ([args.channel] if args.channel else []) + _workspace_channels(ws)]

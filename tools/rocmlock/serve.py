@@ -14,18 +14,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import hmac
 import os
 import re
+import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from rattler import Platform
+from rattler import Subdir
 from rattler.index import index_fs
 
+from rocmlock.errors import OperationError
 from rocmlock.fsutil import write_atomic
 
 _UPLOAD = re.compile(r"^/(?P<channel>[^/]+)/(?P<subdir>[a-z0-9-]+)/(?P<file>[^/]+\.(?:conda|tar\.bz2))$")
@@ -96,7 +100,7 @@ class ChannelHandler(SimpleHTTPRequestHandler):
         target = self.root / match["subdir"] / match["file"]
         with _INDEX_LOCK:
             write_atomic(target, data)
-            asyncio.run(index_fs(self.root, target_platform=Platform(match["subdir"])))
+            asyncio.run(index_fs(self.root, target_platform=Subdir(match["subdir"])))
         self.send_response(201)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -130,6 +134,37 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.server_close()
     return 0
+
+
+@contextlib.contextmanager
+def serving(root: Path, channel: str, user: str, password: str, timeout: float = 20.0) -> Iterator[str]:
+    """Run the server as a separate process for the duration of the ``with``; yields the channel URL.
+
+    A separate process (not a thread): py-rattler's blocking calls hold the GIL, so an in-process
+    server would never answer them.
+    """
+    env = {**os.environ, "ROCMLOCK_SERVE_PASSWORD": password}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rocmlock.serve", str(root), "--channel", channel, "--user", user,
+         "--password-env", "ROCMLOCK_SERVE_PASSWORD"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        ready: list[str] = []
+        reader = threading.Thread(target=lambda: ready.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(timeout)
+        if not ready or not ready[0].startswith("serving "):
+            raise OperationError(f"the channel server did not start within {timeout:.0f}s")
+        yield ready[0].split(" ", 1)[1].strip()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 if __name__ == "__main__":

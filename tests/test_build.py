@@ -1,0 +1,171 @@
+"""rocmlock build: the small recipes built for real (offline), skip-existing, resume after a failure."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from rocmlock.build import BuildOptions, BuildReport, blocked_by_doctor, build_plan, rattler_build_variant
+from rocmlock.cli import main
+from rocmlock.plan import make_plan
+from rocmlock.targets import get_target
+from rocmlock.workspace import load_workspace
+
+REPO = Path(__file__).resolve().parent.parent
+RECIPES = REPO / "recipes"
+WORKSPACE = """
+[workspace]
+name = "build-test"
+channels = ["conda-forge"]
+platforms = ["linux-64"]
+
+[dependencies]
+python = "3.12.*"
+rocm-version = "7.2.*"
+rocm-env-check = "*"
+
+[feature.gfx90a.dependencies]
+amdgpu-target = { version = "*", build = "gfx90a" }
+
+[feature.gfx942.dependencies]
+amdgpu-target = { version = "*", build = "gfx942" }
+
+[feature.train.dependencies]
+pytorch = "2.12.*"
+
+[environments]
+mi250 = ["gfx90a"]
+mi300x = ["gfx942"]
+mi300x-train = ["gfx942", "train"]
+"""
+SMALL = ["amdgpu-target-1-gfx90a", "amdgpu-target-1-gfx942"]
+
+
+@pytest.fixture
+def manifest(tmp_path: Path) -> Path:
+    path = tmp_path / "ws" / "pixi.toml"
+    path.parent.mkdir()
+    path.write_text(WORKSPACE)
+    return path
+
+
+def _build(capsys: pytest.CaptureFixture[str], manifest: Path, output: Path, *extra: str) -> tuple[int, dict]:
+    code = main(["build", "--manifest-path", str(manifest), "--recipes-dir", str(RECIPES), "--output", str(output),
+                 "--json", *extra])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def _status(report: dict) -> dict[str, str]:
+    return {v["id"]: v["status"] for v in report["variants"]}
+
+
+def test_builds_the_small_recipes_for_real_then_skips_them(manifest: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    code, report = _build(capsys, manifest, out, "-e", "mi250", "-e", "mi300x")
+    assert code == 0, report
+    status = _status(report)
+    assert set(status.values()) == {"built"} and len(status) == 4
+    names = sorted(p.name for p in (out / "noarch").glob("*.conda"))
+    assert [n.rsplit("-", 2)[0] for n in names] == ["amdgpu-target", "amdgpu-target", "rocm-env-check",
+                                                    "rocm-version"]
+    assert (out / "noarch" / "amdgpu-target-1-gfx942.conda").is_file()
+    assert (out / "noarch" / "repodata.json").is_file()  # the output is a channel for later stages
+    for vid in status:
+        log = (out / "logs" / f"{vid}.log").read_text()
+        assert log.startswith(f"rocmlock build {vid}") and "[info]" in log
+    # Unchanged plan: nothing is rebuilt.
+    code, again = _build(capsys, manifest, out, "-e", "mi250", "-e", "mi300x")
+    assert code == 0
+    assert set(_status(again).values()) == {"skipped"}
+    assert {v["reason"] for v in again["variants"]} == {"already built in the output directory"}
+
+
+def test_variants_present_in_the_target_channel_are_not_built(manifest: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    first = tmp_path / "first"
+    assert _build(capsys, manifest, first, "-e", "mi250")[0] == 0
+    code, report = _build(capsys, manifest, tmp_path / "second", "-e", "mi250", "--channel", str(first))
+    assert code == 0
+    assert {v["reason"] for v in report["variants"]} == {"present in the target channel"}
+    assert not (tmp_path / "second" / "noarch").exists() or not list((tmp_path / "second/noarch").glob("*.conda"))
+
+
+def test_stage_builds_only_that_package(manifest: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = _build(capsys, manifest, tmp_path / "out", "--stage", "rocm-version")
+    assert code == 0
+    assert [(v["stage"], v["status"]) for v in report["variants"]] == [("rocm-version", "built")]
+    assert main(["build", "--manifest-path", str(manifest), "--recipes-dir", str(RECIPES), "--stage", "nope",
+                 "--output", str(tmp_path / "out")]) == 2
+
+
+def _plan(manifest: Path, envs: list[str]):  # type: ignore[no-untyped-def]
+    return make_plan(load_workspace(manifest), envs, recipes_dir=RECIPES)
+
+
+def test_resume_after_a_failure_injected_mid_plan(manifest: Path, tmp_path: Path) -> None:
+    plan = _plan(manifest, ["mi250", "mi300x"])
+    ids = [v.id for v in plan.variants]
+    calls: list[str] = []
+
+    def flaky(plan, variant, output, channels, log):  # type: ignore[no-untyped-def]
+        calls.append(variant.id)
+        if len(calls) == 2:
+            log("simulated compiler crash")
+            raise __import__("rocmlock.build", fromlist=["BuildFailed"]).BuildFailed("simulated failure")
+        rattler_build_variant(plan, variant, output, channels, log)
+
+    out = tmp_path / "out"
+    first: BuildReport = build_plan(plan, BuildOptions(out), builder=flaky)
+    statuses = [o.status for o in first.outcomes]
+    assert statuses[:2] == ["built", "failed"] and set(statuses[2:]) == {"blocked"}
+    assert not first.ok
+    failed_log = Path(first.outcomes[1].log or "")
+    assert "simulated compiler crash" in failed_log.read_text() and "FAILED: simulated failure" in failed_log.read_text()
+    # The second run (a healthy builder) builds exactly what is missing.
+    calls.clear()
+    second = build_plan(plan, BuildOptions(out), builder=rattler_build_variant)
+    assert second.ok
+    assert [o.status for o in second.outcomes] == ["skipped"] + ["built"] * (len(ids) - 1)
+
+
+def test_keep_going_builds_independent_variants(manifest: Path, tmp_path: Path) -> None:
+    plan = _plan(manifest, ["mi250", "mi300x"])
+    victim = plan.variants[0].id
+
+    def fails_first(plan, variant, output, channels, log):  # type: ignore[no-untyped-def]
+        if variant.id == victim:
+            from rocmlock.build import BuildFailed
+            raise BuildFailed("boom")
+        rattler_build_variant(plan, variant, output, channels, log)
+
+    report = build_plan(plan, BuildOptions(tmp_path / "out", keep_going=True), builder=fails_first)
+    assert report.outcomes[0].status == "failed"
+    assert [o.status for o in report.outcomes[1:]] == ["built"] * (len(plan.variants) - 1)
+
+
+def test_failed_doctor_blocks_gpu_variants_but_builds_metapackages(manifest: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # This host's real toolchain (Debian ROCm 5.2) cannot target gfx942: pytorch must not be attempted.
+    started = time.monotonic()
+    code, report = _build(capsys, manifest, tmp_path / "out", "-e", "mi300x-train")
+    status = _status(report)
+    assert code == 1
+    pytorch = next(v for v in report["variants"] if v["stage"] == "pytorch")
+    assert pytorch["status"] == "blocked" and pytorch["reason"].startswith("doctor:")
+    assert status["amdgpu-target-1-gfx942"] == "built"
+    assert time.monotonic() - started < 60
+
+
+def test_blocked_by_doctor_per_target_and_general() -> None:
+    targets = (get_target("gfx90a"), get_target("gfx942"))
+    per_target = [("offload-arch:gfx90a", "ok", "fine"), ("offload-arch:gfx942", "fail", "too old"),
+                  ("ccache", "warn", "no ccache")]
+    assert blocked_by_doctor(per_target, targets) == {"gfx942": "too old"}
+    general = [*per_target, ("hip-path", "fail", "no header")]
+    blocked = blocked_by_doctor(general, targets)
+    assert blocked["gfx90a"] == "hip-path: no header"
+    assert blocked["gfx942"].startswith("too old (+1 more")
