@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import rattler_build as rb
-
 from channels import TARGETS, Pkg, build_channel, forge_packages, private_packages, py
 from rocmlock.cli import main
 from rocmlock.lockfile import read_lockfile

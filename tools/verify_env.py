@@ -1077,10 +1077,9 @@ def _bnb_linear4bit(ctx: Context, bnb: Any, functional: Any) -> tuple[float, flo
 
 def _import_deepspeed(ctx: Context) -> Any:
     """deepspeed, with its logging quieted."""
+    import contextlib
     import importlib
     import logging
-
-    import contextlib
 
     # DeepSpeed logs to stdout, where --json puts the report: its logger goes to stderr, errors only.
     with contextlib.redirect_stdout(sys.stderr):
@@ -1186,26 +1185,34 @@ def check_deepspeed_zero2(ctx: Context) -> Outcome:
 
 
 class _single_process_world:
-    """A one-process torch.distributed world (rank 0 of 1 on a free local port), torn down on exit."""
+    """A one-process torch.distributed world (rank 0 of 1 on a free local port).
+
+    The world outlives the check and is destroyed at exit: DeepSpeed caches its process groups, so
+    a second world in the same process (the probe's tests call main() repeatedly) would not work.
+    """
 
     KEYS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.saved: dict[str, str | None] = {}
 
     def __enter__(self) -> None:
+        import atexit
         import socket
 
+        dist = self.ctx.torch.distributed
+        # DeepSpeed reads these on every initialize(), also when the world already exists.
+        self.saved = {k: os.environ.get(k) for k in self.KEYS}
+        os.environ.update(MASTER_ADDR="127.0.0.1", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+        if dist.is_available() and dist.is_initialized():
+            return
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        self.saved = {k: os.environ.get(k) for k in self.KEYS}
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+            os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
+        atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
 
     def __exit__(self, *exc: object) -> None:
-        dist = self.ctx.torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
         for key, value in self.saved.items():
             if value is None:
                 os.environ.pop(key, None)
