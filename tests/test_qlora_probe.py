@@ -100,7 +100,7 @@ def test_bitsandbytes_4bit_layer_runs_on_the_cpu(capsys: pytest.CaptureFixture[s
 
 
 def test_wrong_4bit_results_fail(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import bitsandbytes.functional as functional
+    from bitsandbytes import functional
 
     real = functional.dequantize_4bit
     # A dequantization that disagrees with the layer's kernels, as a build for the wrong target would.

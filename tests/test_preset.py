@@ -1,0 +1,216 @@
+"""`rocmlock preset`: every shipped environment x method gives a YAML that LLaMA-Factory's own argument
+parser accepts (the real package from PyPI, on the CPU), or a refusal with the reason; the choices follow
+the GPU table and the environment's packages; output is deterministic and written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from rocmlock.cli import main
+from rocmlock.errors import InputError
+from rocmlock.preset import CUTOFFS, EFFECTIVE_BATCH, PresetRequest, capabilities, make_preset, sizing
+from rocmlock.targets import all_targets
+from rocmlock.workspace import load_workspace
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKSPACE = load_workspace(ROOT / "pixi.toml")
+GPU_ENVS = [e.name for e in WORKSPACE.environments() if e.gpu_target is not None]
+METHODS = ("lora", "qlora", "full")
+
+
+@pytest.fixture(scope="module")
+def llamafactory_parser() -> Any:
+    """LLaMA-Factory's argument parsing and checks, minus the launch/hardware ones.
+
+    ``get_train_args`` also requires a distributed launch (``parallel_mode``) and, for DeepSpeed,
+    torchrun: conditions of the run, not of the YAML. So the test calls what it calls first:
+    ``_parse_train_args`` (HfArgumentParser over Model/Data/Training/Finetuning/Generating arguments,
+    unknown keys rejected, every dataclass ``__post_init__`` run, the DeepSpeed JSON loaded by
+    transformers), then ``_verify_model_args`` and ``_check_extra_dependencies``.
+    """
+    from llamafactory.hparams import parser
+
+    return parser
+
+
+@pytest.fixture
+def bf16_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The presets are for GPUs with bf16 (the GPU table says so); this CPU host has none.
+
+    transformers' TrainingArguments refuses ``bf16: true`` unless ``is_torch_bf16_gpu_available()``:
+    that one hardware query answers for the target GPU. The environment variables that
+    TrainingArguments/DeepSpeed set while parsing are restored afterwards.
+    """
+    from transformers import training_args
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    monkeypatch.setattr(training_args, "is_torch_bf16_gpu_available", lambda: True)
+    saved = dict(os.environ)
+    yield
+    unset_hf_deepspeed_config()
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def write(env: str, method: str, out: Path, *extra: str) -> int:
+    return main(["preset", "--manifest-path", str(ROOT / "pixi.toml"), "-e", env, "--method", method,
+                 "-o", str(out), *extra])
+
+
+@pytest.mark.parametrize("env", GPU_ENVS)
+def test_every_shipped_environment_and_method_is_accepted_by_llamafactory(
+        env: str, llamafactory_parser: Any, bf16_gpu: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from llamafactory.extras.constants import AttentionFunction, QuantizationMethod
+
+    monkeypatch.chdir(tmp_path)  # LLaMA-Factory resolves the `deepspeed:` path from the CWD
+    caps = capabilities(WORKSPACE.environment(env))
+    accepted = 0
+    for method in METHODS:
+        code = write(env, method, Path(f"presets/{env}-{method}.yaml"))
+        err = capsys.readouterr().err
+        if method == "qlora" and not caps.bitsandbytes:
+            assert code == 2 and "has no bitsandbytes" in err and "qlora feature" in err
+            assert not (tmp_path / "presets" / f"{env}-{method}.yaml").exists()
+            continue
+        assert code == 0, err
+        settings = yaml.safe_load((tmp_path / "presets" / f"{env}-{method}.yaml").read_text())
+        model, data, training, finetuning, _ = llamafactory_parser._parse_train_args(settings)
+        llamafactory_parser._verify_model_args(model, data, finetuning)
+        llamafactory_parser._check_extra_dependencies(model, finetuning, training)
+        # parse_dict keeps unknown enum strings as they are: hold the values to LLaMA-Factory's enums.
+        assert model.flash_attn in {a.value for a in AttentionFunction}
+        assert training.bf16 is True and training.per_device_train_batch_size == settings["per_device_train_batch_size"]
+        assert finetuning.finetuning_type == ("full" if method == "full" else "lora")
+        if method == "qlora":
+            assert model.quantization_bit == 4 and model.quantization_method == QuantizationMethod.BNB.value
+        assert (training.deepspeed is not None) == caps.deepspeed
+        if caps.deepspeed:
+            config = json.loads(Path(training.deepspeed).read_text())
+            assert config["zero_optimization"]["stage"] == (3 if method == "full" else 2)
+        accepted += 1
+    assert accepted == (3 if caps.bitsandbytes else 2)
+
+
+def test_choices_follow_the_gpu_table_and_the_environment(tmp_path: Path) -> None:
+    def settings(env: str, method: str) -> dict[str, Any]:
+        preset = make_preset(WORKSPACE, PresetRequest(env, method, output=tmp_path / "p.yaml"), cwd=tmp_path)
+        return dict(preset.settings)
+
+    assert settings("mi300x", "lora")["flash_attn"] == "fa2"          # gfx942: CK kernels
+    assert settings("mi250", "lora")["flash_attn"] == "fa2"           # gfx90a: CK kernels
+    assert settings("w7900", "lora")["flash_attn"] == "sdpa"          # gfx1100: Triton backend only
+    assert "deepspeed" not in settings("mi300x", "full")
+    assert settings("mi300x-deepspeed", "full")["deepspeed"] == "p.ds_z3.json"
+    assert settings("mi250-qlora", "qlora")["deepspeed"] == "p.ds_z2.json"
+    qlora = settings("mi300x-qlora", "qlora")
+    assert (qlora["quantization_bit"], qlora["quantization_method"]) == (4, "bnb")
+    # More GPU memory never means fewer tokens per optimizer step.
+    small, big = settings("w7900", "lora"), settings("mi300x", "lora")
+    assert small["cutoff_len"] <= big["cutoff_len"]
+    assert small["per_device_train_batch_size"] <= big["per_device_train_batch_size"]
+
+
+def test_sizing_is_monotonic_in_memory_and_keeps_the_effective_batch() -> None:
+    for method in METHODS:
+        tokens = []
+        for target in sorted(all_targets().values(), key=lambda t: t.memory_gib):
+            size = sizing(target, method, zero3=False)
+            assert size.cutoff_len in CUTOFFS
+            assert size.per_device_train_batch_size * size.gradient_accumulation_steps == EFFECTIVE_BATCH
+            tokens.append(size.per_device_train_batch_size * size.cutoff_len)
+        assert tokens == sorted(tokens)
+    gfx1100 = all_targets()["gfx1100"]
+    assert not sizing(gfx1100, "full", zero3=False).fits and sizing(gfx1100, "qlora", zero3=False).fits
+
+
+def test_output_is_deterministic_and_written_as_a_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert write("mi250-qlora", "qlora", Path("a/run.yaml")) == 0
+    first = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
+    assert sorted(first) == ["run.ds_z2.json", "run.yaml"]
+    assert write("mi250-qlora", "qlora", Path("a/run.yaml")) == 0
+    assert {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()} == first
+    text = first["run.yaml"].decode()
+    assert "deepspeed: a/run.ds_z2.json" in text and text.startswith("# LLaMA-Factory qlora preset")
+    # A failure while writing leaves neither file changed (fsutil.write_set_atomic).
+    from rocmlock import fsutil
+
+    real = fsutil.os.replace
+    calls = []
+
+    def flaky(src: Any, dst: Any) -> None:
+        calls.append(dst)
+        if len(calls) == 3:  # the YAML went in (backup + move); the JSON's move fails
+            raise OSError("disk full")
+        real(src, dst)
+
+    monkeypatch.setattr(fsutil.os, "replace", flaky)
+    with pytest.raises(OSError):
+        write("mi250-qlora", "full", Path("a/run.yaml"))
+    monkeypatch.setattr(fsutil.os, "replace", real)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir() if not p.name.startswith(".")} == first
+
+
+def test_default_output_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / "pixi.toml"
+    manifest.write_text((ROOT / "pixi.toml").read_text())
+    args = ["preset", "--manifest-path", str(manifest), "-e", "mi300x-deepspeed", "--method", "lora", "--json",
+            "--model", "/models/llama-3-8b", "--template", "llama3"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["yaml"] == str(tmp_path / "presets" / "mi300x-deepspeed-lora.yaml")
+    assert out["command"].startswith("FORCE_TORCHRUN=1 llamafactory-cli train ")
+    written = yaml.safe_load((tmp_path / "presets" / "mi300x-deepspeed-lora.yaml").read_text())
+    assert (written["model_name_or_path"], written["template"]) == ("/models/llama-3-8b", "llama3")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["-e", "mi300x-deepspeed", "--method", "qlora"], "has no bitsandbytes"),
+    (["-e", "default", "--method", "lora"], "has no GPU target"),
+    (["-e", "nope", "--method", "lora"], "unknown environment 'nope'"),
+    (["--method", "lora"], "needs an environment"),
+    (["-e", "mi300x", "--method", "lora", "-o", "preset.txt"], "must end in .yaml"),
+])
+def test_bad_requests_are_input_errors(args: list[str], message: str, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["preset", "--manifest-path", str(ROOT / "pixi.toml"), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not any(tmp_path.rglob("*.yaml"))
+
+
+def test_qlora_on_a_target_bitsandbytes_does_not_support(tmp_path: Path) -> None:
+    text = (ROOT / "pixi.toml").read_text().replace(
+        '    { name = "linux-64-gfx90a"',
+        '    { name = "linux-64-gfx908", platform = "linux-64", glibc = "2.28", __amdgpu = "0", '
+        '__amdgpu_arch = "9.0.8" },\n    { name = "linux-64-gfx90a"')
+    text += ('\n[feature.gfx908]\nplatforms = ["linux-64-gfx908"]\n'
+             'dependencies = { amdgpu-target = { version = "*", build = "gfx908" } }\n')
+    text = text.replace("[environments]\n", '[environments]\nmi100-qlora = ["rocm72", "gfx908", "train", "qlora"]\n')
+    (tmp_path / "pixi.toml").write_text(text)
+    with pytest.raises(InputError, match="does not support gfx908 with ROCm 7.2"):
+        make_preset(load_workspace(tmp_path / "pixi.toml"), PresetRequest("mi100-qlora", "qlora"))
+    lora = make_preset(load_workspace(tmp_path / "pixi.toml"), PresetRequest("mi100-qlora", "lora"))
+    assert dict(lora.settings)["flash_attn"] == "sdpa"  # gfx908: no flash-attn backend
+
+
+def test_the_parser_used_above_rejects_what_llamafactory_rejects(llamafactory_parser: Any, bf16_gpu: None,
+                                                                 tmp_path: Path) -> None:
+    preset = make_preset(WORKSPACE, PresetRequest("mi300x-qlora", "qlora", output=tmp_path / "q.yaml"), cwd=tmp_path)
+    settings = dict(preset.settings)
+    llamafactory_parser._parse_train_args(settings)
+    with pytest.raises(ValueError, match="not used by the HfArgumentParser"):
+        llamafactory_parser._parse_train_args({**settings, "quantisation_bit": 4})
+    model, data, _, finetuning, _ = llamafactory_parser._parse_train_args({**settings, "finetuning_type": "full"})
+    with pytest.raises(ValueError, match="only compatible with the LoRA"):
+        llamafactory_parser._verify_model_args(model, data, finetuning)
+    with pytest.raises(ValueError, match="deepspeed config"):
+        llamafactory_parser._parse_train_args({**settings, "deepspeed": str(tmp_path / "missing.json")})
