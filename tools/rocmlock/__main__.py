@@ -1,5 +1,3 @@
-import sys
+from rocmlock.cli import run
 
-from rocmlock.cli import main
-
-sys.exit(main())
+run()

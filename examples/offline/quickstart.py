@@ -1,0 +1,163 @@
+"""The whole rocmlock pipeline on the offline example, end to end, with real processes.
+
+build (rocmlock build) -> publish to a directory channel (rocmlock publish) -> serve that directory on
+127.0.0.1 behind basic auth (rocmlock.serve, a separate process) -> lock a copy of the example workspace
+against the served channel (rocmlock lock, credentials from a RATTLER_AUTH_FILE in the work directory)
+-> export (rocmlock export --check) -> install an environment from the lock (rocmlock install)
+-> run the installed probe (rocm-env-check) inside it.
+
+On a host without an AMD GPU the probe exits non-zero (no /dev/kfd, no amdgpu driver): that is the
+expected outcome and is reported as such; the pipeline fails only if a step fails or the probe did not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import rattler_build as rb
+
+from rocmlock.serve import serving
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+CHANNEL_NAME = "rocmlock-example"
+PLACEHOLDER = "http://127.0.0.1:8000/rocmlock-example"
+ENVIRONMENT = "mi300x"
+SHIM = "#!/bin/sh\n# Host python shim of the rocmlock offline example: no conda python is reachable offline.\n" \
+       "exec python3 \"$@\"\n"
+
+
+def step(title: str) -> None:
+    print(f"\n==> {title}", file=sys.stderr, flush=True)
+
+
+def rocmlock(*args: str, env: dict[str, str], capture: bool = False) -> str:
+    cmd = [sys.executable, "-m", "rocmlock", *args]
+    print(f"> rocmlock {shlex.join(args)}", file=sys.stderr, flush=True)
+    # The commands' own output goes to stderr, so that --json leaves stdout to the summary.
+    proc = subprocess.run(cmd, env=env, check=False, text=True, stdout=subprocess.PIPE if capture else sys.stderr)
+    if proc.returncode != 0:
+        raise SystemExit(f"quickstart: `rocmlock {shlex.join(args)}` failed with exit code {proc.returncode}")
+    return proc.stdout or ""
+
+
+def python_shim(output: Path) -> Path:
+    """``python`` for the example channel: a noarch package whose bin/python execs the host's python3."""
+    files = output.parent / "python-shim-files"
+    (files / "bin").mkdir(parents=True, exist_ok=True)
+    (files / "bin" / "python").write_text(SHIM)
+    (files / "bin" / "python").chmod(0o755)
+    version = ".".join(str(v) for v in sys.version_info[:3])
+    out = rb.assemble_package(name="python", version=version, target_platform="noarch", build_string="host_shim",
+                              output_dir=str(output / "noarch"), files_dir=str(files), noarch="generic",
+                              license="MIT", summary="Host python shim (rocmlock offline example): runs python3")
+    return Path(str(out.path)) if hasattr(out, "path") else output / "noarch"
+
+
+def run_probe(prefix: Path, env: dict[str, str]) -> dict[str, object]:
+    probe = prefix / "bin" / "rocm-env-check"
+    if not probe.is_file():
+        raise SystemExit(f"quickstart: the probe was not installed ({probe} missing)")
+    print(f"> {probe} --json", file=sys.stderr, flush=True)
+    proc = subprocess.run([str(probe), "--json"], env=env, check=False, text=True, stdout=subprocess.PIPE)
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        raise SystemExit(f"quickstart: the probe did not run (exit {proc.returncode}, no JSON report)") from None
+    report["exit_code"] = proc.returncode
+    return report
+
+
+def judge_probe(report: dict[str, object], prefix: Path) -> str:
+    """Say what the probe's result means here; raise when it did not probe this environment."""
+    if Path(str(report.get("prefix"))).resolve() != prefix.resolve():
+        raise SystemExit(f"quickstart: the probe checked {report.get('prefix')}, not {prefix}")
+    expected = report.get("expected") or {}
+    failed = report.get("failed") or []
+    if report["exit_code"] == 0:
+        return "probe passed: this host has a working AMD GPU stack"
+    if not Path("/dev/kfd").exists():
+        return (f"probe exited {report['exit_code']} as expected on a host without an AMD GPU "
+                f"(failed: {', '.join(map(str, failed))}; expected target {expected.get('arch')} read from the "
+                "installed amdgpu-target)")
+    return f"probe exited {report['exit_code']} on a GPU host: see the report (failed: {', '.join(map(str, failed))})"
+
+
+def pipeline(work: Path) -> dict[str, object]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONDA_", "PIXI_", "RATTLER_"))}
+    started = time.monotonic()
+    output, channel = work / "output", work / "channel"
+
+    step("1/7 build the example's packages (rocm-version, amdgpu-target, rocm-env-check) into a local channel")
+    rocmlock("build", "--manifest-path", str(HERE / "pixi.toml"), "--recipes-dir", str(REPO / "recipes"),
+             "--output", str(output), env=env)
+    python_shim(output)
+
+    step("2/7 publish to a directory channel")
+    rocmlock("publish", "--from", str(output), "--to", str(channel), env=env)
+
+    step("3/7 serve the channel on 127.0.0.1 behind basic auth")
+    password = secrets.token_urlsafe(16)
+    auth = work / "auth" / "credentials.json"
+    auth.parent.mkdir(parents=True, exist_ok=True)
+    auth.write_text(json.dumps({"127.0.0.1": {"BasicHTTP": {"username": "quickstart", "password": password}}}))
+    auth.chmod(0o600)
+    with serving(channel, CHANNEL_NAME, "quickstart", password) as url:
+        print(f"serving {url} (credentials in {auth})", file=sys.stderr)
+        env = {**env, "RATTLER_AUTH_FILE": str(auth)}
+        workspace = work / "workspace"
+        workspace.mkdir(exist_ok=True)
+        manifest = workspace / "pixi.toml"
+        manifest.write_text((HERE / "pixi.toml").read_text().replace(PLACEHOLDER, url))
+
+        step("4/7 lock the example workspace against the served channel")
+        rocmlock("lock", "--manifest-path", str(manifest), env=env)
+        step("5/7 export: the conda exports match the lock")
+        rocmlock("export", "--manifest-path", str(manifest), "--check", env=env)
+        step(f"6/7 install environment '{ENVIRONMENT}' from the lock with rattler")
+        prefix = work / "envs" / ENVIRONMENT
+        rocmlock("install", "--manifest-path", str(manifest), "-e", ENVIRONMENT, "--prefix", str(prefix), env=env)
+
+    step("7/7 run the probe inside the installed environment")
+    report = run_probe(prefix, env)
+    verdict = judge_probe(report, prefix)
+    print(verdict, file=sys.stderr)
+    return {"work": str(work), "lock": str(workspace / "pixi.lock"), "prefix": str(prefix),
+            "probe_exit_code": report["exit_code"], "probe_failed": report.get("failed"), "verdict": verdict,
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, help="keep everything here (default: a temporary directory)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    args = parser.parse_args(argv)
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="rocmlock-quickstart-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        summary = pipeline(work.resolve())
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    print(f"quickstart: ok in {summary['seconds']}s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    # Skip interpreter finalization: py-rattler's background threads can crash it (see rocmlock.cli.run).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,61 @@
+"""``rocmlock install``: create a conda prefix from pixi.lock with rattler (no solve, exactly the locked files).
+
+This is what ``pixi install -e ENV --locked`` does, for machines and CI jobs without pixi: the records of
+one environment and platform are read from the lock and handed to ``rattler.install``. Private channels are
+reached with rattler's authenticated client (``RATTLER_AUTH_FILE``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmlock.credentials import redact_text
+from rocmlock.errors import InputError, OperationError
+from rocmlock.lockfile import read_lockfile
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    prefix: Path
+    environment: str
+    platform: str
+    packages: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"prefix": str(self.prefix), "environment": self.environment, "platform": self.platform,
+                "packages": list(self.packages)}
+
+
+def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform: str | None = None,
+                      cache_dir: Path | None = None) -> InstallResult:
+    """Install ``environment``'s locked records for ``platform`` (its only one when omitted) into ``prefix``."""
+    from rattler import Client, install
+
+    locked = read_lockfile(lock_path)
+    if locked is None:
+        raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first")
+    env = locked.environments.get(environment)
+    if env is None:
+        known = ", ".join(sorted(locked.environments)) or "none"
+        raise InputError(f"{lock_path}: no environment '{environment}'", hint=f"locked environments: {known}")
+    platforms = sorted(env.records)
+    if platform is None:
+        if len(platforms) != 1:
+            raise InputError(f"{lock_path}: environment '{environment}' is locked for {', '.join(platforms)}",
+                             hint="pick one with -p/--platform")
+        platform = platforms[0]
+    records = env.records.get(platform)
+    if records is None:
+        raise InputError(f"{lock_path}: environment '{environment}' has no platform '{platform}'",
+                         hint=f"locked platforms: {', '.join(platforms)}")
+    try:
+        asyncio.run(install(records, prefix, cache_dir=cache_dir, show_progress=False,
+                            client=Client.default_client()))
+    except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
+        raise OperationError(f"installing '{environment}' into {prefix} failed: {redact_text(str(exc))}",
+                             hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials") \
+            from None
+    names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
+    return InstallResult(prefix, environment, platform, names)
