@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Build torchaudio for one GPU target against the pytorch already in the host prefix.
+set -euo pipefail
+
+# shellcheck source=../rocm-build-env.sh
+. "${RECIPE_DIR}/../rocm-build-env.sh"
+rocmlock_rocm_env
+rocmlock_max_jobs
+rocmlock_ccache
+
+python -c "import torch, sys; sys.exit(0 if torch.version.hip else 'the host pytorch is not a ROCm build')" \
+    || rocmlock_die "torchaudio needs the ROCm pytorch of this variant in the host prefix"
+
+# Say ROCm explicitly: the defaults probe torch.backends.cuda.is_built(), which a build must not guess.
+export USE_ROCM=1
+export USE_CUDA=0
+# The CUDA CTC decoder is CUDA-only; RNN-T loss and forced alignment are what training code uses.
+export BUILD_CUDA_CTC_DECODER=0
+export BUILD_RNNT=1
+export BUILD_ALIGN=1
+export USE_OPENMP=1
+export BUILD_CPP_TEST=0
+export PYTORCH_ROCM_ARCH="${ROCMLOCK_GPU_TARGET}"
+# The package version is the release version, not <ver>+<git sha>.
+export BUILD_VERSION="${PKG_VERSION}"
+
+echo "rocmlock build: torchaudio ${PKG_VERSION} for ${PYTORCH_ROCM_ARCH}, ROCm ${ROCMLOCK_ROCM_VERSION} at ${ROCM_PATH}, MAX_JOBS=${MAX_JOBS}"
+python -m pip install . --no-deps --no-build-isolation -vv

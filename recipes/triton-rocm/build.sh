@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Build LLVM (the commit Triton pins), then Triton with only its AMD backend, offline.
+set -euo pipefail
+
+# shellcheck source=../rocm-build-env.sh
+. "${RECIPE_DIR}/../rocm-build-env.sh"
+: "${ROCMLOCK_ROCM_VERSION:?recipe.yaml sets ROCMLOCK_ROCM_VERSION}"
+rocmlock_max_jobs
+rocmlock_ccache
+
+# The amd backend only: no ptxas/cuobjdump downloads, nothing of CUDA in the package.
+export TRITON_CODEGEN_BACKENDS=amd
+# Never download LLVM, pybind11 or nlohmann_json: every input is a pinned source or a host package.
+export TRITON_OFFLINE_BUILD=1
+# Proton (the profiler) needs roctracer/rocprofiler headers at build time; training does not use it.
+export TRITON_BUILD_PROTON=0
+# The C++ unit tests fetch googletest at configure time, which an offline build cannot.
+export TRITON_BUILD_UT=0
+export TRITON_PARALLEL_LINK_JOBS=2
+export JSON_SYSPATH="${PREFIX}"
+# The pybind11 package directory (include/ and share/cmake/ below it), from the host prefix.
+PYBIND11_SYSPATH="$(python -c 'import os, pybind11; print(os.path.dirname(pybind11.__file__))')"
+export PYBIND11_SYSPATH
+# The package version is the release version (the recipe test checks it), no local suffix.
+export TRITON_WHEEL_VERSION_SUFFIX=""
+
+echo "rocmlock build: triton ${PKG_VERSION} (amd backend) for ROCm ${ROCMLOCK_ROCM_VERSION}, MAX_JOBS=${MAX_JOBS}"
+
+# LLVM with MLIR and LLD, for the host CPU and AMDGPU only (NVPTX is not needed without the nvidia backend).
+cmake -G Ninja -S llvm-project/llvm -B llvm-project/build \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DLLVM_ENABLE_PROJECTS="mlir;lld" \
+    -DLLVM_TARGETS_TO_BUILD="host;AMDGPU" \
+    -DLLVM_BUILD_UTILS=ON \
+    -DLLVM_BUILD_TOOLS=OFF \
+    -DLLD_BUILD_TOOLS=OFF \
+    -DLLVM_INCLUDE_TESTS=OFF \
+    -DMLIR_INCLUDE_TESTS=OFF \
+    -DLLVM_ENABLE_TERMINFO=OFF \
+    -DLLVM_ENABLE_ASSERTIONS=OFF \
+    -DLLVM_PARALLEL_LINK_JOBS=2 \
+    ${CMAKE_C_COMPILER_LAUNCHER:+-DLLVM_CCACHE_BUILD=ON}
+cmake --build llvm-project/build -j "${MAX_JOBS}"
+
+export LLVM_SYSPATH="${PWD}/llvm-project/build"
+export LLVM_INCLUDE_DIRS="${LLVM_SYSPATH}/include"
+export LLVM_LIBRARY_DIR="${LLVM_SYSPATH}/lib"
+
+python -m pip install . --no-deps --no-build-isolation -vv

@@ -1,0 +1,354 @@
+"""torchvision, torchaudio and the ROCm Triton: the recipes render for every variant with skips from
+the GPU table, carry the GPU identity, pin the exact pytorch build (and pytorch/flash-attn the exact
+Triton), their pinned sources and versions agree with recipes/variants.yaml and LLaMA-Factory's
+bounds, the build scripts set the ROCm switches, a real solve picks exactly our builds, and
+`rocmlock plan` orders the new stages between pytorch and llamafactory."""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import rattler_build as rb
+from channels import Pkg, build_channel, py
+from rattler import BuildString, Channel, GenericVirtualPackage, PackageName, Version, VersionSpec, solve
+from rocmlock.plan import make_plan
+from rocmlock.recipes import Matrix, RenderedVariant, load_matrix, render_config, render_recipe, spec_name
+from rocmlock.targets import get_target
+from rocmlock.workspace import load_workspace
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "recipes"
+# recipe directory -> package, for the per-target extensions built against one pytorch build
+EXTENSIONS = {"torchvision-rocm": "torchvision", "torchaudio-rocm": "torchaudio"}
+NEW = (*EXTENSIONS, "triton-rocm")
+ARCH_BUILD = re.compile(r"^rocm(?P<rocm>\d+)_(?P<gfx>gfx[0-9a-f]+)_py(?P<py>\d+)_h[0-9a-f]{7}_\d+$")
+# Triton JIT-compiles for the GPU it finds: one build per ROCm version and python, no gfx part.
+TRITON_BUILD = re.compile(r"^rocm(?P<rocm>\d+)_py(?P<py>\d+)_h[0-9a-f]{7}_\d+$")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@pytest.fixture(scope="module")
+def matrix() -> Matrix:
+    return load_matrix(RECIPES)
+
+
+@pytest.fixture(scope="module")
+def rendered(matrix: Matrix) -> dict[str, list[RenderedVariant]]:
+    names = (*NEW, "pytorch-rocm", "flash-attn-rocm", "llamafactory")
+    return {name: render_recipe(RECIPES / name / "recipe.yaml", matrix) for name in names}
+
+
+def _key(v: RenderedVariant) -> tuple[str | None, ...]:
+    return (v.variant_value("rocm_version"), v.variant_value("gpu_target"), v.variant_value("python"))
+
+
+def _pinned(spec: str, candidates: list[RenderedVariant]) -> list[RenderedVariant]:
+    """The rendered builds an ``name ==<ver> <build glob>`` spec matches."""
+    _, version, build = spec.split()
+    return [
+        c for c in candidates if f"=={c.version}" == version and fnmatch.fnmatchcase(c.build_string, build)
+    ]
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+@pytest.mark.parametrize("recipe", NEW)
+@pytest.mark.parametrize("rocm", ["6.4", "7.2"])
+def test_every_variant_renders_and_skips_follow_the_table(matrix: Matrix, recipe: str, rocm: str) -> None:
+    variants = render_recipe(RECIPES / recipe / "recipe.yaml", matrix.narrowed({"rocm_version": [rocm]}))
+    pythons, targets = matrix.get("python"), matrix.get("gpu_target")
+    if recipe == "triton-rocm":
+        assert sorted(v.variant_value("python") for v in variants) == sorted(pythons)
+        assert all(v.variant_value("gpu_target") is None and not v.skipped for v in variants)
+        return
+    assert len(variants) == len(pythons) * len(targets)
+    for v in variants:
+        gfx = v.variant_value("gpu_target")
+        assert v.package == EXTENSIONS[recipe]
+        assert bool(v.skip_reason) == (not get_target(gfx).supports_rocm(rocm)), (gfx, rocm, v.skip_reason)
+        if v.skip_reason:
+            assert f"{gfx} needs ROCm >= " in v.skip_reason and "gpu_targets.toml" in v.skip_reason
+
+
+def test_shipped_matrix_has_every_valid_variant_and_unique_build_strings(
+    matrix: Matrix, rendered: dict
+) -> None:
+    combos = {
+        (r, g, p)
+        for r in matrix.get("rocm_version")
+        for g in matrix.get("gpu_target")
+        for p in matrix.get("python")
+    }
+    for recipe in EXTENSIONS:
+        variants = rendered[recipe]
+        assert {_key(v) for v in variants} == combos and not any(v.skipped for v in variants)
+        strings = [v.build_string for v in variants]
+        assert len(set(strings)) == len(strings)
+        for v in variants:
+            m = ARCH_BUILD.match(v.build_string)
+            assert m, v.build_string
+            rocm, gfx, python = _key(v)
+            assert (m["rocm"], m["gfx"], m["py"]) == (rocm.replace(".", ""), gfx, python.replace(".", ""))
+    tritons = rendered["triton-rocm"]
+    assert len({v.build_string for v in tritons}) == len(tritons) == len(matrix.get("python"))
+    for v in tritons:
+        m = TRITON_BUILD.match(v.build_string)
+        assert m and m["rocm"] == "72" and m["py"] == v.variant_value("python").replace(".", "")
+        assert v.package == "triton" and v.subdir == "linux-64"
+
+
+def test_gpu_identity_in_run_requirements_and_constraints(rendered: dict) -> None:
+    for recipe in EXTENSIONS:
+        for v in rendered[recipe]:
+            rocm, gfx, _ = _key(v)
+            run = v.specs("run")
+            assert f"amdgpu-target * {gfx}" in run and f"rocm-version {rocm}.*" in run
+            assert f"amdgpu-target * {gfx}" in v.specs("host")
+            assert v.run_constraints == (f"__amdgpu_arch =={get_target(gfx).isa}",)
+    for v in rendered["triton-rocm"]:
+        # ROCm-specific (the host's HIP runtime), not target-specific: no mutex, no arch constraint.
+        assert "rocm-version 7.2.*" in v.specs("run") and v.run_constraints == ()
+        assert "amdgpu-target" not in {spec_name(s) for s in v.specs("run")}
+
+
+@pytest.mark.parametrize("recipe", sorted(EXTENSIONS))
+def test_exact_pytorch_pin_matches_exactly_one_pytorch_build(rendered: dict, recipe: str) -> None:
+    torches = rendered["pytorch-rocm"]
+    for v in rendered[recipe]:
+        (pin,) = [s for s in v.specs("run") if spec_name(s) == "pytorch"]
+        assert pin in v.specs("host"), "built against the pytorch it runs with"
+        (torch,) = _pinned(pin, torches)
+        assert _key(torch) == _key(v)
+
+
+def test_pytorch_and_flash_attn_triton_backend_pin_exactly_one_triton(rendered: dict) -> None:
+    tritons = rendered["triton-rocm"]
+    for torch in rendered["pytorch-rocm"]:
+        (pin,) = [s for s in torch.specs("run") if spec_name(s) == "triton"]
+        (triton,) = _pinned(pin, tritons)
+        assert triton.variant_value("python") == torch.variant_value("python")
+    for fa in rendered["flash-attn-rocm"]:
+        pins = [s for s in fa.specs("run") if spec_name(s) == "triton"]
+        if fa.skipped:
+            continue
+        if get_target(fa.variant_value("gpu_target")).flash_attn_ck:
+            assert pins == [], "the CK backend gets Triton through pytorch only"
+            continue
+        (triton,) = _pinned(pins[0], tritons)
+        assert triton.variant_value("python") == fa.variant_value("python")
+
+
+# ----------------------------------------------------------------------------- versions and sources
+
+
+def _source(matrix: Matrix, recipe: str) -> list[dict]:
+    one = matrix.narrowed({"gpu_target": ["gfx942"], "python": ["3.12"]})
+    (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / recipe / "recipe.yaml")).render(
+        one.to_variant_config(), render_config()
+    )
+    return rv.recipe.to_dict()["source"]
+
+
+def test_sources_pinned_by_url_and_real_looking_sha256(matrix: Matrix) -> None:
+    values = dict(matrix.values)
+    for recipe, key, repo in (
+        ("torchvision-rocm", "torchvision", "vision"),
+        ("torchaudio-rocm", "torchaudio", "audio"),
+    ):
+        (source,) = _source(matrix, recipe)
+        version = values[f"{key}_version"][0]
+        assert source["url"] == f"https://github.com/pytorch/{repo}/archive/refs/tags/v{version}.tar.gz"
+        assert source["sha256"] == values[f"{key}_sha256"][0] and SHA256.fullmatch(source["sha256"])
+    triton, llvm = _source(matrix, "triton-rocm")
+    assert triton["url"].endswith(f"/triton-lang/triton/archive/{values['triton_git_rev'][0]}.tar.gz")
+    assert llvm["url"].endswith(f"/llvm/llvm-project/archive/{values['triton_llvm_rev'][0]}.tar.gz")
+    assert llvm["target_directory"] == "llvm-project"
+    for src, key in ((triton, "triton_sha256"), (llvm, "triton_llvm_sha256")):
+        assert src["sha256"] == values[key][0] and SHA256.fullmatch(src["sha256"])
+    for rev in ("triton_git_rev", "triton_llvm_rev"):
+        assert re.fullmatch(r"[0-9a-f]{40}", values[rev][0])
+
+
+def test_versions_pair_with_pytorch_and_satisfy_llamafactory(matrix: Matrix, rendered: dict) -> None:
+    (torch,) = matrix.get("pytorch_version")
+    (vision,) = matrix.get("torchvision_version")
+    (audio,) = matrix.get("torchaudio_version")
+    t_major, t_minor = (int(x) for x in torch.split(".")[:2])
+    # torchvision 0.N pairs with torch 2.(N-15): 0.19 <-> 2.4 (LLaMA-Factory's floors), 0.27 <-> 2.12.
+    assert vision.split(".")[:2] == ["0", str(t_minor + 15)] and t_major == 2
+    # torchaudio stopped at 2.11 (stable-ABI extensions): never newer than torch, never before 2.11.
+    assert (2, 11) <= tuple(int(x) for x in audio.split(".")[:2]) <= (t_major, t_minor)
+    (lf,) = rendered["llamafactory"]
+    bounds = {spec_name(s): s for s in lf.specs("run")}
+    for name, version in (("torchvision", vision), ("torchaudio", audio), ("pytorch", torch)):
+        assert VersionSpec(bounds[name].split(" ", 1)[1]).matches(Version(version)), bounds[name]
+
+
+# ----------------------------------------------------------------------------- build scripts
+
+
+def _script_env(matrix: Matrix, recipe: str) -> dict[str, str]:
+    one = matrix.narrowed({"gpu_target": ["gfx942"], "python": ["3.12"]})
+    (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / recipe / "recipe.yaml")).render(
+        one.to_variant_config(), render_config()
+    )
+    return rv.recipe.to_dict()["build"]["script"]["env"]
+
+
+def test_build_scripts_set_the_rocm_switches() -> None:
+    expected = {
+        "torchvision-rocm": (
+            "export FORCE_CUDA=1",
+            'export PYTORCH_ROCM_ARCH="${ROCMLOCK_GPU_TARGET}"',
+            "export TORCHVISION_USE_ROCJPEG=0",
+            "rocmlock_rocm_env",
+        ),
+        "torchaudio-rocm": (
+            "export USE_ROCM=1",
+            "export USE_CUDA=0",
+            'export PYTORCH_ROCM_ARCH="${ROCMLOCK_GPU_TARGET}"',
+            "rocmlock_rocm_env",
+        ),
+        "triton-rocm": (
+            "export TRITON_CODEGEN_BACKENDS=amd",
+            "export TRITON_OFFLINE_BUILD=1",
+            '-DLLVM_TARGETS_TO_BUILD="host;AMDGPU"',
+        ),
+    }
+    for recipe, lines in expected.items():
+        script = (RECIPES / recipe / "build.sh").read_text()
+        for line in lines:
+            assert line in script, (recipe, line)
+        assert "--no-build-isolation" in script and "--no-deps" in script
+
+
+def test_build_scripts_pass_bash_n_and_shellcheck() -> None:
+    assert shutil.which("shellcheck"), "shellcheck is missing: apt-get install shellcheck (.ci/run does)"
+    scripts = [str(RECIPES / r / "build.sh") for r in NEW]
+    for script in scripts:
+        result = subprocess.run(["bash", "-n", script], check=False, capture_output=True, text=True)
+        assert result.returncode == 0, f"{script}: {result.stderr}"
+    result = subprocess.run(
+        ["shellcheck", "-x", "-P", "SCRIPTDIR", *scripts], check=False, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout
+
+
+def test_build_host_settings_reach_the_build_scripts(matrix: Matrix, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rattler-build's strict isolation forwards nothing: each recipe passes what its build reads.
+    monkeypatch.setenv("HIP_PATH", "/opt/rocm-7.2.0")
+    monkeypatch.setenv("MAX_JOBS", "7")
+    for recipe in EXTENSIONS:
+        env = _script_env(matrix, recipe)
+        assert env["ROCM_PATH"] == env["HIP_PATH"] == "/opt/rocm-7.2.0"
+        assert env["MAX_JOBS"] == "7" and env["ROCMLOCK_GPU_TARGET"] == "gfx942"
+        assert env["ROCMLOCK_ROCM_VERSION"] == "7.2"
+    env = _script_env(matrix, "triton-rocm")
+    assert (
+        env["MAX_JOBS"] == "7" and env["ROCMLOCK_ROCM_VERSION"] == "7.2" and "ROCMLOCK_GPU_TARGET" not in env
+    )
+
+
+# ----------------------------------------------------------------------------- a real solve
+
+
+def _vp(name: str, version: str) -> GenericVirtualPackage:
+    return GenericVirtualPackage(PackageName(name), Version(version), BuildString("0"))
+
+
+def _as_pkg(v: RenderedVariant, keep: set[str]) -> Pkg:
+    """A stand-in package with the rendered identity (name, version, build, pins that name ``keep``)."""
+    depends = tuple(py() if spec_name(s) == "python" else s for s in v.specs("run") if spec_name(s) in keep)
+    return Pkg(v.package, v.version, v.build_string, depends=depends, constrains=v.run_constraints)
+
+
+def test_solve_takes_our_builds_and_never_conda_forge_torchvision(rendered: dict, tmp_path: Path) -> None:
+    keep = {"python", "pytorch", "triton", "amdgpu-target", "rocm-version"}
+    ours = [
+        _as_pkg(v, keep)
+        for name in ("pytorch-rocm", *NEW)
+        for v in rendered[name]
+        if v.variant_value("python") == "3.12" and v.variant_value("gpu_target") in (None, "gfx942", "gfx90a")
+    ]
+    ours += [Pkg("rocm-version", "7.2", "0", subdir="noarch", noarch="generic")]
+    ours += [
+        Pkg(
+            "amdgpu-target",
+            "1",
+            g,
+            subdir="noarch",
+            noarch="generic",
+            constrains=(f"__amdgpu_arch =={get_target(g).isa}",),
+        )
+        for g in ("gfx942", "gfx90a")
+    ]
+    private = build_channel(tmp_path / "private", ours)
+    forge = build_channel(
+        tmp_path / "forge",
+        [
+            Pkg("python", "3.12.7", "h0_0_cpython"),
+            Pkg("pytorch", "2.99.0", "cpu_generic_py312h0_0", depends=(py(),)),
+            # conda-forge's extensions pin conda-forge's pytorch builds; a higher version must not win.
+            Pkg("torchvision", "0.99.0", "cpu_py312h0_0", depends=(py(), "pytorch * cpu*")),
+            Pkg("triton", "9.9.9", "cuda129py312h0_0", depends=(py(), "__cuda")),
+        ],
+    )
+    records = asyncio.run(
+        solve(
+            [Channel(private.as_uri()), Channel(forge.as_uri())],
+            ["torchvision", "torchaudio", "python 3.12.*"],
+            platforms=["linux-64", "noarch"],
+            virtual_packages=[
+                _vp("__unix", "0"),
+                _vp("__linux", "5.10"),
+                _vp("__glibc", "2.28"),
+                _vp("__amdgpu", "0"),
+                _vp("__amdgpu_arch", "9.4.2"),
+            ],
+        )
+    )
+    got = {r.name.normalized: r for r in records}
+    assert str(got["amdgpu-target"].build) == "gfx942"
+    for name in ("pytorch", "torchvision", "torchaudio"):
+        assert str(got[name].build).startswith("rocm72_gfx942_py312_h"), (name, got[name].build)
+        assert "/private/" in str(got[name].url), got[name].url
+    assert str(got["triton"].build).startswith("rocm72_py312_h") and str(got["triton"].version) == "3.7.1"
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+def test_plan_orders_triton_torch_extensions_and_llamafactory() -> None:
+    plan = make_plan(load_workspace(ROOT / "pixi.toml"), ["mi300x", "w7900"])
+    assert not plan.skipped and not plan.problems
+    position = {v.id: i for i, v in enumerate(plan.variants)}
+    for v in plan.variants:
+        assert all(position[d] < position[v.id] for d in v.depends_on), v.id
+    by_stage: dict[str, list] = {}
+    for v in plan.variants:
+        by_stage.setdefault(v.stage, []).append(v)
+    # One Triton serves both targets (same ROCm, same python), and comes before every pytorch.
+    (triton,) = by_stage["triton"]
+    assert triton.environments == ("mi300x", "w7900")
+    for torch in by_stage["pytorch"]:
+        assert triton.id in torch.depends_on
+    # The RDNA flash-attn (Triton backend) depends on it directly; the CK one through pytorch only.
+    for fa in by_stage["flash-attn"]:
+        direct = triton.id in fa.depends_on
+        assert direct == (dict(fa.variant)["gpu_target"] == "gfx1100")
+    (lf,) = by_stage["llamafactory"]
+    for stage in ("torchvision", "torchaudio"):
+        assert {dict(v.variant)["gpu_target"] for v in by_stage[stage]} == {"gfx942", "gfx1100"}
+        for v in by_stage[stage]:
+            gfx = dict(v.variant)["gpu_target"]
+            (torch,) = [plan.get(d) for d in v.depends_on if plan.get(d).stage == "pytorch"]
+            assert dict(torch.variant)["gpu_target"] == gfx
+            assert position[torch.id] < position[v.id] < position[lf.id]
+            assert v.id in lf.depends_on
