@@ -495,3 +495,22 @@ def test_json_report_schema_and_exit_code() -> None:
     assert report["failed"] == [c["id"] for c in report["checks"] if c["required"] and c["status"] == "fail"]
     assert report["ok"] is False and proc.returncode == 1  # no GPU, CPU torch
     assert "STATUS   CHECK" in proc.stderr and proc.stderr.rstrip().splitlines()[-1].startswith("FAIL: ")
+
+
+def test_generated_llamafactory_config_is_accepted_by_llamafactory(tmp_path: Path) -> None:
+    """The YAML goes through LLaMA-Factory's own loader (OmegaConf) and argument parser, as `train` does."""
+    from llamafactory.hparams import parser
+    from omegaconf import OmegaConf
+
+    ctx = ctx_for(tmp_path, device_mode="cpu", train_steps=12)
+    config = probe._llamafactory_config(ctx, tmp_path)
+    saved = dict(os.environ)  # TrainingArguments sets launch variables while parsing
+    try:
+        args = OmegaConf.to_container(OmegaConf.load(config))
+        model, data, training, finetuning, _ = parser._parse_train_args(args)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert (model.model_name_or_path, data.dataset, data.template) == (str(tmp_path / "model"), ["probe"], "empty")
+    assert (training.max_steps, str(training.save_strategy.value), training.bf16) == (12, "no", False)
+    assert finetuning.finetuning_type == "lora" and "lm_head" in finetuning.lora_target
