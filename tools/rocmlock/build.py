@@ -188,12 +188,14 @@ def _pre_decided(variant: Variant, output: Path, failed: dict[str, str], opts: B
         return Outcome(variant.id, variant.stage, "skipped", "present in the target channel")
     if package_file(output, variant) is not None:
         return Outcome(variant.id, variant.stage, "skipped", "already built in the output directory")
-    broken = [d for d in variant.depends_on if d in failed]
-    if broken:
-        return Outcome(variant.id, variant.stage, "blocked", f"needs {broken[0]}, which {failed[broken[0]]}")
+    # The host's toolchain first: a variant doctor rules out here stays blocked whatever its
+    # dependencies (triton, say, which needs no ROCm to build) did.
     gfx = dict(variant.variant).get("gpu_target")
     if needs_toolchain(variant) and gfx in opts.blocked_targets:
         return Outcome(variant.id, variant.stage, "blocked", f"doctor: {opts.blocked_targets[gfx]}")
+    broken = [d for d in variant.depends_on if d in failed]
+    if broken:
+        return Outcome(variant.id, variant.stage, "blocked", f"needs {broken[0]}, which {failed[broken[0]]}")
     return None
 
 
