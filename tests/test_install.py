@@ -1,0 +1,70 @@
+"""rocmlock install: a prefix from pixi.lock with rattler, exactly the locked packages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rocmlock.cli import main
+
+WORKSPACE = """
+[workspace]
+name = "install-test"
+channels = ["{private}", "{forge}"]
+platforms = [
+    {{ name = "linux-64-gfx90a", platform = "linux-64", __amdgpu = "0", __amdgpu_arch = "9.0.10" }},
+    {{ name = "linux-64-gfx942", platform = "linux-64", __amdgpu = "0", __amdgpu_arch = "9.4.2" }},
+]
+
+[dependencies]
+python = "3.12.*"
+pytorch = "2.12.*"
+
+[feature.gfx942]
+platforms = ["linux-64-gfx942"]
+dependencies = {{ amdgpu-target = {{ version = "*", build = "gfx942" }} }}
+
+[environments]
+mi300x = ["gfx942"]
+"""
+
+
+@pytest.fixture
+def locked(tmp_path: Path, channels: dict[str, Path]) -> Path:
+    manifest = tmp_path / "ws" / "pixi.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(WORKSPACE.format(private=channels["private"].as_uri(), forge=channels["forge"].as_uri()))
+    assert main(["lock", "--manifest-path", str(manifest)]) == 0
+    return manifest
+
+
+def test_install_puts_exactly_the_locked_packages_in_the_prefix(locked: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    prefix = tmp_path / "env"
+    assert main(["install", "--manifest-path", str(locked), "-e", "mi300x", "--prefix", str(prefix), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["platform"] == "linux-64-gfx942"
+    meta = sorted(p.stem for p in (prefix / "conda-meta").glob("*.json"))
+    assert meta == sorted(result["packages"])
+    assert any(m.startswith("pytorch-2.12.1-rocm72_gfx942_") for m in meta)
+    assert "amdgpu-target-1-gfx942" in meta
+
+
+def test_install_needs_a_platform_when_the_environment_has_several(locked: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["install", "--manifest-path", str(locked), "-e", "default", "--prefix", str(tmp_path / "d")])
+    assert code == 2 and "-p/--platform" in capsys.readouterr().err
+    assert main(["install", "--manifest-path", str(locked), "-e", "default", "-p", "linux-64-gfx90a",
+                 "--prefix", str(tmp_path / "d")]) == 0
+
+
+def test_install_errors(locked: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["install", "--manifest-path", str(locked), "-e", "nope", "--prefix", str(tmp_path / "x")]) == 2
+    assert "locked environments: default, mi300x" in capsys.readouterr().err
+    other = tmp_path / "empty" / "pixi.toml"
+    other.parent.mkdir()
+    assert main(["install", "--manifest-path", str(other), "-e", "mi300x", "--prefix", str(tmp_path / "y")]) == 2
+    assert "run `rocmlock lock` first" in capsys.readouterr().err
