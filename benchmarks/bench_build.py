@@ -23,12 +23,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import rattler_build as rb
 from rattler.index import index_fs
-
 from rocmlock.plan import make_plan
 from rocmlock.workspace import load_workspace
 
@@ -43,7 +42,7 @@ def placeholders(root: Path) -> int:
         (root / v.subdir).mkdir(parents=True, exist_ok=True)
         rb.assemble_package(name=v.stage, version=v.version, target_platform=v.subdir, build_string=v.build_string,
                             output_dir=str(root / v.subdir), files=[], noarch="generic" if v.subdir == "noarch"
-                            else None, timestamp=datetime(2026, 1, 1, tzinfo=timezone.utc),
+                            else None, timestamp=datetime(2026, 1, 1, tzinfo=UTC),
                             license="MIT", summary=f"benchmark placeholder for {v.id}")
     (root / "noarch").mkdir(exist_ok=True)
     asyncio.run(index_fs(root))

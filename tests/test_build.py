@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from rocmlock.build import BuildOptions, BuildReport, blocked_by_doctor, build_plan, rattler_build_variant
 from rocmlock.cli import main
 from rocmlock.plan import make_plan

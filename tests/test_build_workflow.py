@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from rocmlock.cli import build_parser, main
 from rocmlock.targets import all_targets
 

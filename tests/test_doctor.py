@@ -9,8 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-import rocmlock.doctor as doctor
+from rocmlock import doctor
 from rocmlock.cli import main
 from rocmlock.doctor import Host, Resources, max_jobs_for, run_doctor
 from rocmlock.targets import get_target

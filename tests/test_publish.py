@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-
 from channels import Pkg, build_channel
 from rocmlock import publish as publish_mod
 from rocmlock.cli import main
@@ -124,7 +121,7 @@ def s3_server(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     try:
         for _ in range(100):
             try:
-                urllib.request.urlopen(endpoint, timeout=1)  # noqa: S310 - local test server
+                urllib.request.urlopen(endpoint, timeout=1)
                 break
             except OSError:
                 time.sleep(0.1)

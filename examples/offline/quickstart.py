@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import rattler_build as rb
-
 from rocmlock.serve import serving
 
 HERE = Path(__file__).resolve().parent

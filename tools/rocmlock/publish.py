@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from rocmlock.credentials import redact_text, redact_url
@@ -132,11 +132,11 @@ def _remote_records(dest: Destination, packages: list[LocalPackage], env: Mappin
         with tempfile.TemporaryDirectory(prefix="rocmlock-publish-") as cache:
             # The default client carries rattler's auth middleware (RATTLER_AUTH_FILE); no cache, so a
             # publish right after another one sees its files.
-            gw = Gateway(cache_dir=cache, client=Client.default_client(),
+            gw = Gateway(cache_dir=Path(cache), client=Client.default_client(),
                          default_config=SourceConfig(cache_action="no-cache"))
-            subdirs = sorted({p.subdir for p in packages} | {"noarch"})
-            result = await gw.query([Channel(dest.read_url)], subdirs, sorted({p.name for p in packages}),
-                                    recursive=False)
+            subdirs: list[Any] = sorted({p.subdir for p in packages} | {"noarch"})
+            names = sorted({p.name for p in packages})
+            result = await gw.query([Channel(dest.read_url)], subdirs, names, recursive=False)
             return {f"{r.subdir}/{r.file_name}": r.sha256.hex() if r.sha256 else "" for recs in result for r in recs}
 
     try:
@@ -222,7 +222,7 @@ class S3Config:
 
 def _s3(dest: Destination, env: Mapping[str, str]) -> tuple[S3Config, object]:
     try:
-        import boto3
+        import boto3  # type: ignore[import-untyped]
     except ImportError:
         raise OperationError("publishing to S3 needs boto3", hint="pip install boto3") from None
     parts = urlsplit(dest.url)
@@ -240,7 +240,7 @@ def _s3_key(cfg: S3Config, pkg: LocalPackage) -> str:
 
 
 def _s3_records(dest: Destination, packages: list[LocalPackage], env: Mapping[str, str]) -> dict[str, str]:
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
     cfg, client = _s3(dest, env)
     out = {}
@@ -259,7 +259,7 @@ def _s3_records(dest: Destination, packages: list[LocalPackage], env: Mapping[st
                                  hint="check AWS_ENDPOINT_URL and AWS credentials") from None
         # rocmlock records the sha256 at upload; files put there otherwise are compared by their MD5 ETag.
         sha = head.get("Metadata", {}).get("sha256")
-        md5 = hashlib.md5(pkg.path.read_bytes()).hexdigest()  # noqa: S324 - S3's ETag is an MD5, not security
+        md5 = hashlib.md5(pkg.path.read_bytes()).hexdigest()
         same = sha == pkg.sha256() if sha else head.get("ETag", "").strip('"') == md5
         out[pkg.key] = pkg.sha256() if same else "different"
     return out

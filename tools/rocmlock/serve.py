@@ -45,7 +45,7 @@ class ChannelHandler(SimpleHTTPRequestHandler):
         self.token = token
         super().__init__(*args, directory=str(root.parent), **kwargs)  # type: ignore[arg-type]
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:
         # One line per request on stderr, never the Authorization header.
         sys.stderr.write(f"serve: {self.command} {self.path.split('?')[0]} -> {args[1] if len(args) > 1 else ''}\n")
 
@@ -80,7 +80,7 @@ class ChannelHandler(SimpleHTTPRequestHandler):
         if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
             return self.rfile.read(int(self.headers.get("Content-Length", "0")))
         # reqwest streams file bodies with chunked transfer encoding.
-        parts = []
+        parts: list[bytes] = []
         while True:
             size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
             if size == 0:
