@@ -202,3 +202,14 @@ def test_max_jobs_from_memory_and_cores() -> None:
 def test_low_disk_fails(debian_rocm: Path) -> None:
     report = run_doctor([], build=True, resources=Resources(64, 512 * GIB, 5 * GIB))
     assert [c.name for c in report.failures] == ["disk"]
+
+
+def test_without_a_workspace_targets_come_from_flags(tmp_path: Path, debian_rocm: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)  # no pixi.toml here
+    code, checks = _doctor_json(capsys, "--build", "--target", "gfx90a", "--target", "gfx1201")
+    assert checks["offload-arch:gfx90a"]["status"] == "ok"
+    assert "toolchain too old for gfx1201, needs ROCm >= 6.4" in checks["offload-arch:gfx1201"]["message"]
+    assert code == 1
+    assert main(["doctor", "--target", "gfx9999"]) == 2

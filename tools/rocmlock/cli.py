@@ -51,16 +51,26 @@ def _add_doctor(p: argparse.ArgumentParser) -> None:
     _env_arg(p)
     p.add_argument("--build", action="store_true",
                    help="also check the build toolchain: compiler, a kernel per GPU target, jobs, disk, ccache")
+    p.add_argument("--target", action="append", default=[], dest="targets", metavar="GFX",
+                   help="also check this GPU target (repeatable; works without a pixi.toml)")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from rocmlock.doctor import render_report, run_doctor, workspace_rocm_versions, workspace_targets
+    from rocmlock.targets import all_targets, get_target
     from rocmlock.workspace import load_workspace
 
-    ws = load_workspace(args.manifest_path)
-    report = run_doctor(workspace_targets(ws, args.environments), build=args.build,
-                        rocm_wanted=workspace_rocm_versions(ws, args.environments), workdir=ws.root)
+    gfx: set[str] = {get_target(t).gfx for t in args.targets}
+    wanted: tuple[str, ...] = ()
+    root = Path(".")
+    # Outside a workspace (no ./pixi.toml, nothing named) doctor still checks the host and --target.
+    if args.environments or args.manifest_path.exists() or args.manifest_path != Path("pixi.toml"):
+        ws = load_workspace(args.manifest_path)
+        gfx |= {t.gfx for t in workspace_targets(ws, args.environments)}
+        wanted, root = workspace_rocm_versions(ws, args.environments), ws.root
+    targets = [t for name, t in all_targets().items() if name in gfx]
+    report = run_doctor(targets, build=args.build, rocm_wanted=wanted, workdir=root)
     if args.json:
         _print_json(report.to_dict())
     else:
