@@ -149,7 +149,7 @@ def check_method(caps: Capabilities, method: str) -> Method:
                 f"environment '{caps.environment}': bitsandbytes' ROCm backend does not support {gfx} with "
                 f"ROCm {caps.rocm_version} (bnb_first_rocm: {first})",
                 hint="use --method lora, or a GPU target that bitsandbytes supports")
-    return method  # type: ignore[return-value]
+    return method
 
 
 def sizing(target: GpuTarget, method: Method, zero3: bool) -> Sizing:
