@@ -1172,8 +1172,12 @@ def check_deepspeed_zero2(ctx: Context) -> Outcome:
         deepspeed = _import_deepspeed(ctx)
     except Exception as exc:  # noqa: BLE001 - reported in detail by deepspeed.ops
         return fail(f"import deepspeed failed: {exc_text(exc)}", "see deepspeed.ops")
+    import contextlib
+    import io
+
     start = time.perf_counter()
-    with _single_process_world(ctx):
+    # initialize() prints ZeRO memory summaries with print(): keep them out of the report.
+    with _single_process_world(ctx), contextlib.redirect_stdout(io.StringIO()):
         loss0, loss1, optimizer = _zero2_step(ctx, deepspeed)
     evidence = (f"ZeRO-2 with {optimizer}: loss {loss0:.4f} -> {loss1:.4f} after one step "
                 f"({time.perf_counter() - start:.1f} s) {_where(ctx)}")
