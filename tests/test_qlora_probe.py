@@ -132,3 +132,16 @@ def test_deepspeed_ops_built_for_another_torch_are_named() -> None:
     assert "built against torch 2.11" in probe._deepspeed_build_mismatch(torch, {"version": "2.11",
                                                                                  "hip_version": "7.2"})
     assert "built for HIP 6.4" in probe._deepspeed_build_mismatch(torch, {"version": "2.12", "hip_version": "6.4"})
+
+
+def test_a_rocm_torch_with_a_non_hip_bitsandbytes_library_fails(tmp_path: Path) -> None:
+    # A ROCm torch that sees one GPU; the real bitsandbytes here loads its CPU library, as a PyPI or CUDA
+    # build of bitsandbytes would in a ROCm environment.
+    fake_torch = SimpleNamespace(version=SimpleNamespace(hip="7.2.53211"),
+                                 cuda=SimpleNamespace(is_available=lambda: True, device_count=lambda: 1))
+    ctx = probe.Context(root=Path("/"), prefix=tmp_path, environ={})
+    ctx.facts["torch"] = fake_torch
+    outcome = probe.check_bnb(ctx)
+    assert outcome.status == "fail"
+    assert "no HIP library loaded for torch's ROCm 7.2" in outcome.evidence
+    assert "libbitsandbytes_rocm72.so" in outcome.fix
