@@ -145,3 +145,15 @@ def test_a_rocm_torch_with_a_non_hip_bitsandbytes_library_fails(tmp_path: Path) 
     assert outcome.status == "fail"
     assert "no HIP library loaded for torch's ROCm 7.2" in outcome.evidence
     assert "libbitsandbytes_rocm72.so" in outcome.fix
+
+
+def test_deepspeed_on_a_rocm_gpu_must_use_it(tmp_path: Path) -> None:
+    # On this host DeepSpeed chose its CPU accelerator; with a ROCm GPU visible that is a failure.
+    fake_torch = SimpleNamespace(__version__="2.12.1+rocm7.2", version=SimpleNamespace(hip="7.2.53211"),
+                                 cuda=SimpleNamespace(is_available=lambda: True, device_count=lambda: 1))
+    ctx = probe.Context(root=Path("/"), prefix=tmp_path, environ={})
+    ctx.facts["torch"] = fake_torch
+    outcome = probe.check_deepspeed_ops(ctx)
+    assert outcome.status == "fail" and "accelerator cpu" in outcome.evidence
+    assert "DS_ACCELERATOR" in outcome.fix
+    assert outcome.data["prebuilt"] == [] and "cpu_adam" in outcome.data["compatible"]
