@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -114,8 +113,7 @@ def _free_port() -> int:
 def s3_server(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """moto's S3-compatible server on 127.0.0.1 (tests/requirements-extra.txt)."""
     port = _free_port()
-    server = shutil.which("moto_server") or "moto_server"
-    proc = subprocess.Popen([server, "-H", "127.0.0.1", "-p", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     endpoint = f"http://127.0.0.1:{port}"
     try:
