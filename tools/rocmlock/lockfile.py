@@ -8,7 +8,7 @@ subdir and every declared virtual package (subdir defaults included) as ``__name
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,21 +111,6 @@ def _from_lockfile(lock: LockFile) -> LockedWorkspace:
 
 def _channels(env: object) -> Sequence[LockChannel]:
     return env.channels()  # type: ignore[attr-defined,no-any-return]
-
-
-def merge(old: LockedWorkspace | None, new: LockedWorkspace, keep_envs: Mapping[str, bool]) -> LockedWorkspace:
-    """``new`` plus the environments of ``old`` that ``keep_envs`` marks as kept (a partial ``-e`` lock)."""
-    if old is None:
-        return new
-    envs = dict(new.environments)
-    platforms = dict(new.platforms)
-    for name, env in old.environments.items():
-        if name not in envs and keep_envs.get(name, False):
-            envs[name] = env
-            for plat in env.records:
-                if plat in old.platforms:
-                    platforms.setdefault(plat, old.platforms[plat])
-    return LockedWorkspace(platforms, envs)
 
 
 def _identity(subdir: str, vps: Sequence[str]) -> tuple[str, tuple[str, ...]]:

@@ -186,14 +186,6 @@ def _spec_text(item: Any) -> str:
     return str(item)
 
 
-def render_all(
-    recipes_dir: Path, matrix: Matrix | None = None, target_platform: str = "linux-64"
-) -> dict[Path, list[RenderedVariant]]:
-    """Every recipe rendered over ``matrix`` (default: the shipped ``variants.yaml``)."""
-    matrix = matrix or load_matrix(recipes_dir)
-    return {path: render_recipe(path, matrix, target_platform) for path in discover_recipes(recipes_dir)}
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -198,7 +198,3 @@ def redact_record(record: RepoDataRecord) -> RepoDataRecord:
         return record
     return RepoDataRecord(record, record.file_name, url, channel)
 
-
-def record_maps(records: Mapping[SolveKey, list[RepoDataRecord]]) -> dict[SolveKey, list[RepoDataRecord]]:
-    """Redact every record of every solve."""
-    return {key: [redact_record(r) for r in recs] for key, recs in records.items()}
