@@ -1,4 +1,4 @@
-"""Atomic file writes: one file, or a set of files that land all together or not at all."""
+"""Atomic file writes (one file, or a set of files that land all together or not at all), and paths for display."""
 
 from __future__ import annotations
 
@@ -64,3 +64,11 @@ def write_set_atomic(files: Mapping[Path, str | bytes]) -> None:
     for _, backup in done:
         if backup is not None:
             backup.unlink(missing_ok=True)
+
+
+def relative_path(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` when it lies below it, else ``path`` as given."""
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)

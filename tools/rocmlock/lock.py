@@ -89,18 +89,11 @@ class LockResult:
             "manifest": str(self.manifest),
             "up_to_date": self.up_to_date,
             "written": self.written,
-            "stale": [_rel(p, root) for p in self.stale],
+            "stale": [fsutil.relative_path(p, root) for p in self.stale],
             "solved": [{"environment": e, "platform": p, "reason": self.reasons.get((e, p))}
                        for e, p in self.solved],
             "changes": {e: dict(p) for e, p in envs.items()},
         }
-
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)
 
 
 def _pin(record: RepoDataRecord) -> str:

@@ -23,6 +23,7 @@ from rattler import Channel, Client, Gateway, Version, VersionSpec
 
 from rocmlock.credentials import redact_url
 from rocmlock.errors import InputError, OperationError
+from rocmlock.fsutil import relative_path
 from rocmlock.recipes import ENV_KEYS, Matrix, RenderedVariant, discover_recipes, load_matrix, render_recipe
 from rocmlock.workspace import Dependency, Environment, Workspace
 
@@ -99,7 +100,7 @@ class Plan:
         return {
             # Relative paths: the matrix is the same on every machine that checks out the repo.
             "manifest": self.manifest.name,
-            "recipes_dir": _relative(self.recipes_dir, self.manifest.parent),
+            "recipes_dir": relative_path(self.recipes_dir, self.manifest.parent),
             "channel": redact_url(self.channel) if self.channel else None,
             "environments": list(self.environments),
             "variants": [v.to_json() for v in self.variants],
@@ -328,7 +329,7 @@ def _propagate_skips(ordered: list[_Node], nodes: dict[str, _Node]) -> None:
 
 def _freeze(node: _Node, recipes_dir: Path, present: frozenset[tuple[str, str, str]]) -> Variant:
     rv = node.rendered
-    recipe = _relative(rv.recipe, recipes_dir.parent)
+    recipe = relative_path(rv.recipe, recipes_dir.parent)
     return Variant(
         id=node.id,
         stage=rv.package,
@@ -342,13 +343,6 @@ def _freeze(node: _Node, recipes_dir: Path, present: frozenset[tuple[str, str, s
         present=(rv.package, rv.version, rv.build_string) in present,
         skip_reason=node.skip_reason,
     )
-
-
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)
 
 
 def _channel_url(channel: str) -> str:

@@ -14,7 +14,6 @@ which LLaMA-Factory enables by default, plus fp32 logits of a ~150k vocabulary).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +21,7 @@ from typing import Any, Literal
 import yaml
 
 from rocmlock.errors import InputError
-from rocmlock.fsutil import write_set_atomic
+from rocmlock.fsutil import relative_path, write_set_atomic
 from rocmlock.targets import GpuTarget, version_tuple
 from rocmlock.workspace import Environment, Workspace
 
@@ -88,7 +87,7 @@ class Preset:
     def train_command(self) -> str:
         # LLaMA-Factory refuses DeepSpeed training unless launched through torchrun.
         prefix = "FORCE_TORCHRUN=1 " if self.deepspeed_path else ""
-        return f"{prefix}llamafactory-cli train {_display_path(self.yaml_path)}"
+        return f"{prefix}llamafactory-cli train {relative_path(self.yaml_path, Path.cwd())}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -219,8 +218,8 @@ def make_preset(workspace: Workspace, request: PresetRequest, cwd: Path | None =
              f"{'bf16' if caps.target.bf16 else 'fp16'} mixed precision (GPU table: bf16 = {caps.target.bf16})",
              (f"batch {size.per_device_train_batch_size} x accumulation {size.gradient_accumulation_steps}, "
              f"cutoff_len {size.cutoff_len}: sized for a 7-8B model on {caps.target.memory_gib} GiB ({caps.target.gfx})")]
-    if stage:
-        notes.append(f"DeepSpeed ZeRO-{stage} config: {_display_path(ds_path, cwd)}")
+    if ds_path is not None:
+        notes.append(f"DeepSpeed ZeRO-{stage} config: {relative_path(ds_path, cwd)}")
     if not size.fits:
         notes.append(f"warning: {caps.target.memory_gib} GiB is below what {method} of a 7-8B model needs "
                      f"(~{STATE_GIB[method]:.0f} GiB of model state); use a smaller model or ZeRO-3 sharding")
@@ -256,7 +255,8 @@ def _settings(caps: Capabilities, method: Method, request: PresetRequest, flash_
     if method != "full":
         out += [("lora_rank", 8), ("lora_target", "all")]
     if ds_path is not None:
-        out.append(("deepspeed", _display_path(ds_path, cwd)))
+        # LLaMA-Factory resolves paths from the CWD: relative to it when the file lies below it.
+        out.append(("deepspeed", relative_path(ds_path, cwd)))
     out += [("dataset", request.dataset), ("template", request.template), ("cutoff_len", size.cutoff_len),
             ("max_samples", 1000), ("preprocessing_num_workers", 16), ("dataloader_num_workers", 4),
             ("output_dir", f"saves/{caps.environment}/{method}/sft"), ("logging_steps", 10), ("save_steps", 500),
@@ -289,14 +289,3 @@ def _header(caps: Capabilities, method: Method, notes: list[str]) -> list[str]:
             f"({rocm}{caps.target.gfx}: {', '.join(caps.target.products)})."),
             "Written by `rocmlock preset`; regenerate rather than edit, or edit dataset/template freely.",
             *notes]
-
-
-def _display_path(path: Path | None, cwd: Path | None = None) -> str:
-    """``path`` relative to ``cwd`` when it lies below it (LLaMA-Factory resolves paths from the CWD)."""
-    if path is None:
-        return ""
-    cwd = cwd or Path.cwd()
-    try:
-        return str(path.relative_to(cwd))
-    except ValueError:
-        return os.fspath(path)
