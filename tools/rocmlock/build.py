@@ -23,6 +23,7 @@ from rocmlock.credentials import redact_text
 from rocmlock.errors import InputError, OperationError
 from rocmlock.plan import Plan, Variant
 from rocmlock.targets import GpuTarget, get_target
+from rocmlock.textutil import format_table
 
 Status = Literal["built", "skipped", "failed", "blocked"]
 PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
@@ -252,8 +253,7 @@ def render_summary(report: BuildReport) -> str:
     for o in report.outcomes:
         detail = o.reason + (f" (log: {o.log})" if o.status == "failed" and o.log else "")
         rows.append((o.id, o.status, f"{o.seconds:.1f}", detail))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = ["  ".join([*(cell.ljust(w) for cell, w in zip(row[:3], widths)), row[3]]).rstrip() for row in rows]
+    lines = format_table(rows)
     counts = ", ".join(f"{report.count(s)} {s}" for s in ("built", "skipped", "failed", "blocked"))
     lines.append(f"{len(report.outcomes)} variants: {counts} in {report.seconds:.1f}s")
     return "\n".join(lines)

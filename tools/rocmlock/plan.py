@@ -25,6 +25,7 @@ from rocmlock.credentials import redact_url
 from rocmlock.errors import InputError, OperationError
 from rocmlock.fsutil import relative_path
 from rocmlock.recipes import ENV_KEYS, Matrix, RenderedVariant, discover_recipes, load_matrix, render_recipe
+from rocmlock.textutil import format_table
 from rocmlock.workspace import Dependency, Environment, Workspace
 
 # Which environment dependency narrows which variant key.
@@ -365,8 +366,7 @@ def render_plan(plan: Plan) -> str:
     for i, v in enumerate(plan.variants, 1):
         status = "skip" if v.skip_reason is not None else "present" if v.present else "build"
         rows.append((str(i), v.stage, v.version, v.build_string, status, ",".join(v.environments)))
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines = format_table(rows)
     counts = (
         f"{len(plan.variants)} variants: {len(plan.to_build)} to build, "
         f"{sum(v.present for v in plan.variants)} present, {len(plan.skipped)} skipped"
