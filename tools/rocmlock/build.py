@@ -22,11 +22,11 @@ from typing import Any, Literal, Protocol
 from rocmlock.credentials import redact_text
 from rocmlock.errors import InputError, OperationError
 from rocmlock.plan import Plan, Variant
+from rocmlock.repodata import PACKAGE_SUFFIXES
 from rocmlock.targets import GpuTarget, get_target
 from rocmlock.textutil import format_table
 
 Status = Literal["built", "skipped", "failed", "blocked"]
-PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
 
 
 @dataclass(frozen=True)

@@ -10,21 +10,20 @@ reason when they cannot be built.
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rattler import Channel, Client, Gateway, Version, VersionSpec
+from rattler import Version, VersionSpec
 
 from rocmlock.credentials import redact_url
 from rocmlock.errors import InputError, OperationError
 from rocmlock.fsutil import relative_path
 from rocmlock.recipes import ENV_KEYS, Matrix, RenderedVariant, discover_recipes, load_matrix, render_recipe
+from rocmlock.repodata import query_channel
 from rocmlock.textutil import format_table
 from rocmlock.workspace import Dependency, Environment, Workspace
 
@@ -162,18 +161,8 @@ def channel_contents(channel: str, names: Iterable[str]) -> frozenset[tuple[str,
     names = sorted(set(names))
     if not names:
         return frozenset()
-
-    async def query() -> list[Any]:
-        with tempfile.TemporaryDirectory(prefix="rocmlock-gateway-") as cache:
-            # default_client() carries rattler's auth middleware (RATTLER_AUTH_FILE) for private channels.
-            gateway = Gateway(cache_dir=Path(cache), client=Client.default_client())
-            result = await gateway.query(
-                [Channel(url)], ["linux-64", "noarch"], names, recursive=False
-            )
-            return [rec for per_spec in result for rec in per_spec]
-
     try:
-        records = asyncio.run(query())
+        records = query_channel(url, ["linux-64", "noarch"], names)
     except Exception as exc:  # noqa: BLE001 - rattler's fetch errors are many; the message names the channel
         raise OperationError(
             f"cannot read channel {redact_url(url)}: {str(exc).splitlines()[0]}",

@@ -15,18 +15,17 @@ import asyncio
 import hashlib
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
 from rocmlock.credentials import redact_text, redact_url
 from rocmlock.errors import InputError, OperationError
+from rocmlock.repodata import PACKAGE_SUFFIXES, query_channel
 
 Backend = Literal["directory", "s3", "prefix", "quetz", "artifactory", "anaconda"]
-PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
 TOKEN_VARS: dict[Backend, str] = {"prefix": "PREFIX_API_KEY", "quetz": "QUETZ_API_KEY",
                                   "artifactory": "ARTIFACTORY_TOKEN", "anaconda": "ANACONDA_API_KEY"}
 SECRET_VARS = (*TOKEN_VARS.values(), "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
@@ -126,21 +125,10 @@ def _secrets(env: Mapping[str, str]) -> list[str]:
 
 def _remote_records(dest: Destination, packages: list[LocalPackage], env: Mapping[str, str]) -> dict[str, str]:
     """``{subdir/file: sha256}`` of the given packages' names in the destination's repodata."""
-    from rattler import Channel, Client, Gateway, SourceConfig
-
-    async def query() -> dict[str, str]:
-        with tempfile.TemporaryDirectory(prefix="rocmlock-publish-") as cache:
-            # The default client carries rattler's auth middleware (RATTLER_AUTH_FILE); no cache, so a
-            # publish right after another one sees its files.
-            gw = Gateway(cache_dir=Path(cache), client=Client.default_client(),
-                         default_config=SourceConfig(cache_action="no-cache"))
-            subdirs: list[Any] = sorted({p.subdir for p in packages} | {"noarch"})
-            names = sorted({p.name for p in packages})
-            result = await gw.query([Channel(dest.read_url)], subdirs, names, recursive=False)
-            return {f"{r.subdir}/{r.file_name}": r.sha256.hex() if r.sha256 else "" for recs in result for r in recs}
-
+    subdirs = {p.subdir for p in packages} | {"noarch"}
     try:
-        return asyncio.run(query())
+        records = query_channel(dest.read_url, subdirs, {p.name for p in packages})
+        return {f"{r.subdir}/{r.file_name}": r.sha256.hex() if r.sha256 else "" for r in records}
     except Exception as exc:  # noqa: BLE001 - rattler raises several exception types for HTTP failures
         text = str(exc)
         if "404" in text:
