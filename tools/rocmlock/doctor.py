@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rocmlock.runner import CommandError, CommandResult, Runner, run_command
-from rocmlock.targets import GpuTarget, all_targets, version_tuple
+from rocmlock.targets import GpuTarget, all_targets, minor_version, version_tuple
 from rocmlock.workspace import Workspace
 
 Status = Literal["ok", "warn", "fail"]
@@ -131,7 +131,7 @@ def workspace_rocm_versions(workspace: Workspace, environments: list[str] | None
     for env in workspace.environments(environments):
         dep = env.dependency("rocm-version")
         if dep is not None and dep.version not in ("", "*"):
-            found.add(".".join(str(p) for p in version_tuple(dep.version.lstrip("=<>~!"))[:2]))
+            found.add(minor_version(dep.version))
     return tuple(sorted(found - {""}))
 
 

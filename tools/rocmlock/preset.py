@@ -22,7 +22,7 @@ import yaml
 
 from rocmlock.errors import InputError
 from rocmlock.fsutil import relative_path, write_set_atomic
-from rocmlock.targets import GpuTarget, version_tuple
+from rocmlock.targets import GpuTarget, minor_version
 from rocmlock.workspace import Environment, Workspace
 
 Method = Literal["lora", "qlora", "full"]
@@ -111,7 +111,7 @@ def capabilities(env: Environment) -> Capabilities:
                          hint="pick an environment with an amdgpu-target feature (e.g. mi300x)")
     names = {d.name for plat in env.platforms for d in env.dependencies_for(plat)}
     rocm = env.dependency("rocm-version")
-    rocm_version = ".".join(str(p) for p in version_tuple(rocm.version)[:2]) if rocm else None
+    rocm_version = minor_version(rocm.version) if rocm else None
     return Capabilities(env.name, env.gpu_target, rocm_version or None, "bitsandbytes" in names,
                         "deepspeed" in names, "flash-attn" in names)
 

@@ -53,6 +53,11 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def minor_version(spec: str) -> str:
+    """The ``major.minor`` a version or spec starts with (``"7.2.*"``, ``">=7.2.1"`` -> ``"7.2"``); ``""`` if none."""
+    return ".".join(str(p) for p in version_tuple(spec.lstrip("=<>~!"))[:2])
+
+
 @cache
 def all_targets() -> dict[str, GpuTarget]:
     """Every known target, keyed by gfx name, in table order."""
