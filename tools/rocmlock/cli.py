@@ -12,11 +12,14 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocmlock import __version__
 from rocmlock.credentials import redact_text
 from rocmlock.errors import RocmlockError
+
+if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
+    from rocmlock.lock import LockResult
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -90,17 +93,12 @@ def _add_lock(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the changes as JSON on stdout")
 
 
-def _report_lock(result: Any, args: argparse.Namespace, verb: str) -> int:
+def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int:
     data = result.to_json()
     if args.json:
         _print_json(data)
-    for env, plats in sorted(data["changes"].items()):
-        for plat, changes in sorted(plats.items()):
-            _err(f"{env} [{plat}]")
-            for c in changes:
-                old, new = c["old"], c["new"]
-                text = f"~ {c['name']} {old} -> {new}" if c["kind"] == "~" else f"{c['kind']} {c['name']} {new or old}"
-                _err(f"  {text}")
+    for line in result.change_lines():
+        _err(line)
     if args.check:
         for path in data["stale"]:
             _err(f"stale: {path}")

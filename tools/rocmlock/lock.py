@@ -79,6 +79,16 @@ class LockResult:
     def up_to_date(self) -> bool:
         return not self.stale
 
+    def change_lines(self) -> list[str]:
+        """The changes for people: an ``env [platform]`` line, then one indented line per change."""
+        grouped: dict[tuple[str, str], list[Change]] = defaultdict(list)
+        for c in self.changes:
+            grouped[(c.environment, c.platform)].append(c)
+        lines = []
+        for (env, plat), changes in sorted(grouped.items()):
+            lines += [f"{env} [{plat}]", *(f"  {c.line()}" for c in changes)]
+        return lines
+
     def to_json(self) -> dict[str, Any]:
         """The result as plain data (``--json``): changes per environment and platform, stale files."""
         envs: dict[str, dict[str, list[dict[str, str | None]]]] = defaultdict(lambda: defaultdict(list))
