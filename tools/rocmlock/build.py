@@ -17,14 +17,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from rocmlock.credentials import redact_text
 from rocmlock.errors import InputError, OperationError
+from rocmlock.pixi_compat import is_local_channel
 from rocmlock.plan import Plan, Variant
 from rocmlock.repodata import PACKAGE_SUFFIXES
 from rocmlock.targets import GpuTarget, get_target
 from rocmlock.textutil import format_table
+from rocmlock.workspace import Workspace
+
+if TYPE_CHECKING:
+    from rocmlock.doctor import DoctorReport
 
 Status = Literal["built", "skipped", "failed", "blocked"]
 
@@ -259,6 +264,21 @@ def render_summary(report: BuildReport) -> str:
     return "\n".join(lines)
 
 
+def build_channels(ws: Workspace, channel: str | None = None) -> tuple[str, ...]:
+    """The channels a build resolves against: ``channel`` (the target channel) first, then the workspace's.
+
+    Names and URLs stay as written; a local channel directory becomes a ``file://`` URI, and one that
+    does not exist (yet) is left out.
+    """
+    out = [channel] if channel else []
+    for name, _ in ws.channels:
+        if not is_local_channel(name):
+            out.append(name)
+        elif (path := ws.root / Path(name).expanduser()).is_dir():
+            out.append(path.resolve().as_uri())
+    return tuple(out)
+
+
 # Doctor checks that concern the whole toolchain (a failure blocks every GPU target).
 _TOOLCHAIN_CHECKS = ("hip-path", "rocm-version", "hip-platform", "compiler", "disk")
 
@@ -274,3 +294,16 @@ def blocked_by_doctor(checks: list[tuple[str, str, str]], targets: tuple[GpuTarg
             blocked[target.gfx] = reasons[0] + (f" (+{len(reasons) - 1} more, see `rocmlock doctor --build`)"
                                                 if reasons[1:] else "")
     return blocked
+
+
+def doctor_gate(ws: Workspace, plan: Plan, output: Path, stage: str | None = None,
+                environments: list[str] | None = None) -> tuple[DoctorReport | None, dict[str, str]]:
+    """Run doctor's build checks for the GPU targets this build would compile; returns the report (None
+    when nothing needs the toolchain) and ``{gfx: reason}`` of the targets a failure blocks."""
+    from rocmlock.doctor import run_doctor, workspace_rocm_versions
+
+    targets = toolchain_targets(plan, output, stage)
+    if not targets:
+        return None, {}
+    report = run_doctor(targets, build=True, rocm_wanted=workspace_rocm_versions(ws, environments), workdir=output)
+    return report, blocked_by_doctor([(c.name, c.status, c.message) for c in report.checks], targets)

@@ -20,6 +20,8 @@ from rocmlock.errors import RocmlockError
 
 if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
     from rocmlock.lock import LockResult
+    from rocmlock.plan import Plan
+    from rocmlock.workspace import Workspace
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -259,26 +261,27 @@ class _BuildProgress:
         self.progress.stop()
 
 
-def _build_doctor(ws: Any, plan: Any, args: argparse.Namespace, output: Path) -> dict[str, str]:
+def _build_doctor(ws: Workspace, plan: Plan, args: argparse.Namespace, output: Path) -> dict[str, str]:
     import os
 
-    from rocmlock.build import blocked_by_doctor, toolchain_targets
-    from rocmlock.doctor import render_report, run_doctor, workspace_rocm_versions
+    from rocmlock.build import doctor_gate
+    from rocmlock.doctor import render_report
 
-    targets = toolchain_targets(plan, output, args.stage)
-    if not targets or args.skip_doctor:
+    if args.skip_doctor:
         return {}
-    report = run_doctor(targets, build=True, rocm_wanted=workspace_rocm_versions(ws, args.environments or None),
-                        workdir=output)
+    report, blocked = doctor_gate(ws, plan, output, args.stage, args.environments or None)
+    if report is None:
+        return {}
+    # The recipes hand MAX_JOBS from this environment to their build scripts (recipe.yaml, env.get).
     os.environ.setdefault("MAX_JOBS", str(report.max_jobs))
     if not report.ok:
         _err(render_report(report))
         _err("doctor failed: the GPU variants it concerns are blocked; metapackages and noarch packages still build")
-    return blocked_by_doctor([(c.name, c.status, c.message) for c in report.checks], targets)
+    return blocked
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from rocmlock.build import BuildOptions, build_plan, render_summary
+    from rocmlock.build import BuildOptions, build_channels, build_plan, render_summary
     from rocmlock.plan import make_plan
     from rocmlock.workspace import load_workspace
 
@@ -286,8 +289,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     plan = make_plan(ws, args.environments or None, channel=args.channel, recipes_dir=args.recipes_dir)
     output = (args.output or ws.root / "output").resolve()
     blocked = _build_doctor(ws, plan, args, output)
-    channels = [c for c in ([args.channel] if args.channel else []) + _workspace_channels(ws)]
-    opts = BuildOptions(output, tuple(channels), args.stage, args.keep_going, blocked)
+    opts = BuildOptions(output, build_channels(ws, args.channel), args.stage, args.keep_going, blocked)
     progress = _BuildProgress()
     try:
         report = build_plan(plan, opts, events=progress)
@@ -298,17 +300,6 @@ def _cmd_build(args: argparse.Namespace) -> int:
     else:
         print(render_summary(report))
     return 0 if report.ok else 1
-
-
-def _workspace_channels(ws: Any) -> list[str]:
-    """The workspace's channels for the build: local directories that exist as URIs, names as written."""
-    out = []
-    for channel, _ in ws.channels:
-        if "://" in channel or not channel.startswith((".", "/", "~")):
-            out.append(channel)
-        elif (ws.root / channel).expanduser().is_dir():
-            out.append((ws.root / channel).expanduser().resolve().as_uri())
-    return out
 
 
 def _add_publish(p: argparse.ArgumentParser) -> None:
