@@ -19,9 +19,8 @@ from rocmlock.credentials import redact_url
 from rocmlock.errors import InputError
 from rocmlock.workspace import (
     Platform,
+    customised_virtual_packages,
     format_virtual_package,
-    parse_virtual_package,
-    subdir_default_virtual_packages,
 )
 
 
@@ -114,8 +113,7 @@ def _channels(env: object) -> Sequence[LockChannel]:
 
 
 def _identity(subdir: str, vps: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-    defaults = set(subdir_default_virtual_packages(subdir))
-    return subdir, tuple(sorted(v for v in vps if parse_virtual_package(v) not in defaults))
+    return subdir, tuple(customised_virtual_packages(subdir, vps))
 
 
 def align_platforms(locked: LockedWorkspace, manifest_platforms: Sequence[Platform]) -> LockedWorkspace:

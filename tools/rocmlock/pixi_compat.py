@@ -5,6 +5,7 @@ References are to the pixi repository (crates/pixi_manifest, crates/pixi_default
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,12 @@ def parse_virtual_package(text: str) -> VirtualPackage:
     name, _, rest = text.partition("=")
     version, _, build = rest.partition("=")
     return (name, version, build)
+
+
+def customised_virtual_packages(subdir: str, vps: Iterable[str]) -> list[str]:
+    """``vps`` (``__name=version[=build]``) less ``subdir``'s defaults, sorted: what tells pixi's platforms apart."""
+    defaults = set(subdir_default_virtual_packages(subdir))
+    return sorted(v for v in vps if parse_virtual_package(v) not in defaults)
 
 
 def is_local_channel(channel: str) -> bool:

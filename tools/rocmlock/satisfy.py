@@ -28,8 +28,7 @@ from rocmlock.workspace import (
     VirtualPackage,
     Workspace,
     channel_base_url,
-    parse_virtual_package,
-    subdir_default_virtual_packages,
+    customised_virtual_packages,
 )
 
 # The same dependency strings recur across records and environments; parse each once.
@@ -68,9 +67,7 @@ def platform_unsat(env: Environment, platform: Platform, locked: LockedWorkspace
         return f"platform '{platform.name}' is not locked"
     if lplat.subdir != platform.subdir:
         return f"platform '{platform.name}' changed subdir ({lplat.subdir} -> {platform.subdir})"
-    defaults = set(subdir_default_virtual_packages(platform.subdir))
-    locked_vps = sorted(v for v in lplat.virtual_packages if parse_virtual_package(v) not in defaults)
-    if locked_vps != platform.customised_virtual_packages():
+    if customised_virtual_packages(lplat.subdir, lplat.virtual_packages) != platform.customised_virtual_packages():
         return f"platform '{platform.name}' changed its virtual packages"
     if exclude_newer is not None:
         newer = [r.name.normalized for r in records

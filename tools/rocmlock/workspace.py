@@ -25,6 +25,7 @@ from rocmlock.pixi_compat import (
     LIBC_NAMES,
     VirtualPackage,
     channel_base_url,
+    customised_virtual_packages,
     format_virtual_package,
     is_local_channel,
     parse_exclude_newer,
@@ -49,7 +50,8 @@ SHORT_VIRTUAL_KEYS = {"glibc": "__glibc", "linux": "__linux", "cuda": "__cuda", 
                       "archspec": "__archspec", "windows": "__win"}
 __all__ = [
     "ARCHSPEC", "CHANNEL_ALIAS", "DEFAULT_GLIBC", "DEFAULT_LINUX", "Dependency", "Environment", "Feature",
-    "Platform", "VirtualPackage", "Workspace", "channel_base_url", "format_virtual_package", "is_local_channel",
+    "Platform", "VirtualPackage", "Workspace", "channel_base_url", "customised_virtual_packages",
+    "format_virtual_package", "is_local_channel",
     "load_workspace", "parse_virtual_package", "parse_workspace", "subdir_default_virtual_packages",
 ]
 
@@ -104,8 +106,7 @@ class Platform:
 
     def customised_virtual_packages(self) -> list[str]:
         """The declared packages that differ from the subdir defaults, sorted (pixi's platform identity)."""
-        defaults = set(subdir_default_virtual_packages(self.subdir))
-        return sorted(format_virtual_package(vp) for vp in self.declared_virtual_packages() if vp not in defaults)
+        return customised_virtual_packages(self.subdir, map(format_virtual_package, self.declared_virtual_packages()))
 
 
 @dataclass(frozen=True)
