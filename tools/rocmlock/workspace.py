@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from rocmlock.errors import InputError
 
@@ -243,12 +243,7 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
     _reject_unsupported(data, path)
     channels = _parse_channels(ws["channels"], path, f"{table_key}.channels")
     platforms = _parse_platforms(ws["platforms"], path, f"{table_key}.platforms")
-    priority = ws.get("channel-priority", "strict")
-    if priority not in ("strict", "flexible", "disabled"):
-        raise InputError(
-            f"{path}: key '{table_key}.channel-priority' is '{priority}'",
-            hint="use one of: strict, flexible, disabled",
-        )
+    priority = _parse_priority(ws.get("channel-priority", "strict"), path, f"{table_key}.channel-priority")
     exclude_newer = parse_exclude_newer(ws.get("exclude-newer"), path, f"{table_key}.exclude-newer")
     features = {"default": _parse_feature("default", data, path, "", platforms, top=True)}
     for fname, ftable in _expect(data.get("feature", {}), dict, path, "feature", "a table").items():
@@ -283,6 +278,13 @@ def _reject_unsupported(data: dict[str, Any], path: Path) -> None:
                     f"{path}: key '{prefix}{key}' is not supported by rocmlock",
                     hint="rocmlock locks conda packages only; use `pixi lock` for such workspaces",
                 )
+
+
+def _parse_priority(value: Any, path: Path, key: str) -> Any:
+    """``channel-priority`` as written (None when absent); any other value than pixi's three is an error."""
+    if value is not None and value not in get_args(ChannelPriority):
+        raise InputError(f"{path}: key '{key}' is '{value}'", hint="use one of: strict, flexible, disabled")
+    return value
 
 
 def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], ...]:
@@ -385,10 +387,7 @@ def _parse_feature(
     if not top:
         if "channels" in table:
             channels = _parse_channels(table["channels"], path, f"{prefix}channels")
-        priority = table.get("channel-priority")
-        if priority not in (None, "strict", "flexible", "disabled"):
-            raise InputError(f"{path}: key '{prefix}channel-priority' is '{priority}'",
-                             hint="use one of: strict, flexible, disabled")
+        priority = _parse_priority(table.get("channel-priority"), path, f"{prefix}channel-priority")
         if "platforms" in table:
             plats = _expect(table["platforms"], list, path, f"{prefix}platforms", "a list")
             for p in plats:
