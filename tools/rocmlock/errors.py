@@ -6,6 +6,9 @@ Core code raises these; only the CLI turns them into a message and an exit code
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 
 class RocmlockError(Exception):
     """Base class: ``str(err)`` is the one-line message, ``hint`` the fix."""
@@ -31,3 +34,10 @@ class OperationError(RocmlockError):
     """A well-formed request failed (solve, build, network): exit code 1."""
 
     exit_code = 1
+
+
+def expect_type(value: Any, kind: type | tuple[type, ...], path: Path, key: str, what: str) -> Any:
+    """``value`` when it is a ``kind``; else an InputError naming the file, the key and what it must be."""
+    if not isinstance(value, kind):
+        raise InputError(f"{path}: key '{key}' must be {what}, got {type(value).__name__}")
+    return value

@@ -13,16 +13,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from rocmlock.errors import InputError
+from rocmlock.errors import InputError, expect_type
 
 # pixi's virtual-package defaults and channel URL rules live in pixi_compat; re-exported here.
 from rocmlock.pixi_compat import (
     ARCHSPEC,
-    BUILD_VALUED,
     CHANNEL_ALIAS,
     DEFAULT_GLIBC,
     DEFAULT_LINUX,
-    LIBC_NAMES,
     VirtualPackage,
     channel_base_url,
     customised_virtual_packages,
@@ -32,22 +30,14 @@ from rocmlock.pixi_compat import (
     parse_virtual_package,
     subdir_default_virtual_packages,
 )
+from rocmlock.platforms import Platform, parse_platforms
 from rocmlock.targets import GpuTarget, get_target, target_for_isa
 
 ChannelPriority = Literal["strict", "flexible", "disabled"]
-KNOWN_SUBDIRS = frozenset(
-    {"linux-64", "linux-aarch64", "linux-ppc64le", "osx-64", "osx-arm64", "win-64", "win-arm64", "noarch"}
-)
 # Keys that change what gets solved but that rocmlock does not implement.
 UNSUPPORTED_SOLVE_KEYS = ("pypi-dependencies", "pypi-options", "host-dependencies", "build-dependencies")
 # Dependency table keys that point at sources rocmlock cannot lock.
 UNSUPPORTED_SOURCE_KEYS = ("path", "git", "url", "branch", "tag", "rev", "subdirectory")
-# Rich-platform keys that are not virtual packages.
-PLATFORM_META_KEYS = ("name", "platform")
-# Short names pixi accepts for virtual packages in rich platforms.
-# pixi_manifest/src/toml/platform.rs, FRIENDLY_VIRTUAL_PACKAGES (+ aliases).
-SHORT_VIRTUAL_KEYS = {"glibc": "__glibc", "linux": "__linux", "cuda": "__cuda", "osx": "__osx", "macos": "__osx",
-                      "archspec": "__archspec", "windows": "__win"}
 __all__ = [
     "ARCHSPEC", "CHANNEL_ALIAS", "DEFAULT_GLIBC", "DEFAULT_LINUX", "Dependency", "Environment", "Feature",
     "Platform", "VirtualPackage", "Workspace", "channel_base_url", "customised_virtual_packages",
@@ -70,43 +60,6 @@ class Dependency:
         version = self.version or "*"
         spec = f"{self.name} {version}" if self.build is None else f"{self.name} {version} {self.build}"
         return f"{self.channel}::{spec}" if self.channel else spec
-
-
-@dataclass(frozen=True)
-class Platform:
-    """A platform: a plain subdir (``linux-64``) or a pixi rich platform with virtual packages."""
-
-    name: str
-    subdir: str
-    virtual_packages: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def is_rich(self) -> bool:
-        return self.name != self.subdir or bool(self.virtual_packages)
-
-    def virtual_package(self, name: str) -> str | None:
-        """The declared version of virtual package ``name`` (``__amdgpu_arch`` -> ``9.4.2``)."""
-        value = dict(self.virtual_packages).get(name)
-        return None if value is None else value.split("=", 1)[0]
-
-    def declared_virtual_packages(self) -> list[VirtualPackage]:
-        """What pixi records for this platform: the declared packages, then the subdir defaults not overridden."""
-        declared: list[VirtualPackage] = []
-        for name, value in self.virtual_packages:
-            version, _, build = value.partition("=")
-            if name in BUILD_VALUED and not build:
-                version, build = "0", version
-            declared.append((name, version, build))
-        names = {d[0] for d in declared}
-        for default in subdir_default_virtual_packages(self.subdir):
-            if default[0] in names or (default[0] == "__glibc" and names & LIBC_NAMES):
-                continue
-            declared.append(default)
-        return declared
-
-    def customised_virtual_packages(self) -> list[str]:
-        """The declared packages that differ from the subdir defaults, sorted (pixi's platform identity)."""
-        return customised_virtual_packages(self.subdir, map(format_virtual_package, self.declared_virtual_packages()))
 
 
 @dataclass(frozen=True)
@@ -225,29 +178,23 @@ def _where(path: Path, key: str) -> str:
     return f"{path}: [{key}]" if "." not in key or key.startswith("[") else f"{path}: {key}"
 
 
-def _expect(value: Any, kind: type | tuple[type, ...], path: Path, key: str, what: str) -> Any:
-    if not isinstance(value, kind):
-        raise InputError(f"{path}: key '{key}' must be {what}, got {type(value).__name__}")
-    return value
-
-
 def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
     """Build a :class:`Workspace` from parsed TOML; every error names ``path`` and the key."""
     table_key = "workspace" if "workspace" in data else "project" if "project" in data else None
     if table_key is None:
         raise InputError(f"{path}: missing [workspace] table", hint="add [workspace] with name, channels, platforms")
-    ws = _expect(data[table_key], dict, path, table_key, "a table")
+    ws = expect_type(data[table_key], dict, path, table_key, "a table")
     for key in ("channels", "platforms"):
         if key not in ws:
             raise InputError(f"{path}: [{table_key}] has no '{key}'", hint=f"add {key} = [...] to [{table_key}]")
     _reject_unsupported(data, path)
     channels = _parse_channels(ws["channels"], path, f"{table_key}.channels")
-    platforms = _parse_platforms(ws["platforms"], path, f"{table_key}.platforms")
+    platforms = parse_platforms(ws["platforms"], path, f"{table_key}.platforms")
     priority = _parse_priority(ws.get("channel-priority", "strict"), path, f"{table_key}.channel-priority")
     exclude_newer = parse_exclude_newer(ws.get("exclude-newer"), path, f"{table_key}.exclude-newer")
     features = {"default": _parse_feature("default", data, path, "", platforms, top=True)}
-    for fname, ftable in _expect(data.get("feature", {}), dict, path, "feature", "a table").items():
-        _expect(ftable, dict, path, f"feature.{fname}", "a table")
+    for fname, ftable in expect_type(data.get("feature", {}), dict, path, "feature", "a table").items():
+        expect_type(ftable, dict, path, f"feature.{fname}", "a table")
         features[fname] = _parse_feature(fname, ftable, path, f"feature.{fname}.", platforms)
     envs = _parse_environments(data.get("environments", {}), path, features)
     return Workspace(
@@ -289,7 +236,7 @@ def _parse_priority(value: Any, path: Path, key: str) -> Any:
 
 def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], ...]:
     out: list[tuple[str, int]] = []
-    for i, item in enumerate(_expect(value, list, path, key, "a list")):
+    for i, item in enumerate(expect_type(value, list, path, key, "a list")):
         if isinstance(item, str):
             out.append((item, 0))
         elif isinstance(item, dict) and isinstance(item.get("channel"), str):
@@ -301,56 +248,9 @@ def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], 
     return tuple(out)
 
 
-def _parse_platforms(value: Any, path: Path, key: str) -> tuple[Platform, ...]:
-    out: list[Platform] = []
-    for i, item in enumerate(_expect(value, list, path, key, "a list")):
-        where = f"{key}[{i}]"
-        if isinstance(item, str):
-            _check_subdir(item, path, where)
-            out.append(Platform(item, item))
-            continue
-        if not isinstance(item, dict) or "name" not in item:
-            raise InputError(f"{path}: key '{where}' must be a platform name or a table with 'name'")
-        name = str(item["name"])
-        subdir = str(item.get("platform", name))
-        _check_subdir(subdir, path, f"{where}.platform")
-        vpkgs: dict[str, str] = {}
-        for vkey, vval in item.items():
-            if vkey in PLATFORM_META_KEYS:
-                continue
-            if vkey == "cuda" and isinstance(vval, dict):  # pixi's { driver, arch } form
-                vpkgs["__cuda"] = str(vval.get("driver", ""))
-                if "arch" in vval:
-                    vpkgs["__cuda_arch"] = str(vval["arch"])
-                continue
-            vname: str = SHORT_VIRTUAL_KEYS.get(str(vkey), str(vkey))
-            if not vname.startswith("__"):
-                raise InputError(
-                    f"{path}: key '{where}.{vkey}' is not a known platform key",
-                    hint="use name, platform, glibc, linux, cuda, archspec, macos, windows or a raw __name key",
-                )
-            vpkgs[vname] = str(vval)
-        if "__amdgpu_arch" in vpkgs:
-            target_for_isa(vpkgs["__amdgpu_arch"], f"{path}: key '{where}.__amdgpu_arch'")
-        out.append(Platform(name, subdir, tuple(sorted(vpkgs.items()))))
-    names = [p.name for p in out]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise InputError(f"{path}: key '{key}' lists platform '{dupes[0]}' twice")
-    return tuple(out)
-
-
-def _check_subdir(subdir: str, path: Path, key: str) -> None:
-    if subdir not in KNOWN_SUBDIRS:
-        raise InputError(
-            f"{path}: key '{key}' has unknown platform '{subdir}'",
-            hint=f"use one of: {', '.join(sorted(KNOWN_SUBDIRS))}",
-        )
-
-
 def _parse_dependencies(value: Any, path: Path, key: str) -> tuple[Dependency, ...]:
     out: list[Dependency] = []
-    for name, spec in sorted(_expect(value, dict, path, key, "a table").items()):
+    for name, spec in sorted(expect_type(value, dict, path, key, "a table").items()):
         where = f"{key}.{name}"
         if isinstance(spec, str):
             out.append(Dependency(name, spec))
@@ -377,8 +277,8 @@ def _parse_feature(
     deps = _parse_dependencies(table.get("dependencies", {}), path, f"{prefix}dependencies")
     known = {p.name for p in ws_platforms}
     target: list[tuple[str, tuple[Dependency, ...]]] = []
-    for plat, ttable in sorted(_expect(table.get("target", {}), dict, path, f"{prefix}target", "a table").items()):
-        _expect(ttable, dict, path, f"{prefix}target.{plat}", "a table")
+    for plat, ttable in sorted(expect_type(table.get("target", {}), dict, path, f"{prefix}target", "a table").items()):
+        expect_type(ttable, dict, path, f"{prefix}target.{plat}", "a table")
         target.append((plat, _parse_dependencies(ttable.get("dependencies", {}), path,
                                                  f"{prefix}target.{plat}.dependencies")))
     channels: tuple[tuple[str, int], ...] | None = None
@@ -389,7 +289,7 @@ def _parse_feature(
             channels = _parse_channels(table["channels"], path, f"{prefix}channels")
         priority = _parse_priority(table.get("channel-priority"), path, f"{prefix}channel-priority")
         if "platforms" in table:
-            plats = _expect(table["platforms"], list, path, f"{prefix}platforms", "a list")
+            plats = expect_type(table["platforms"], list, path, f"{prefix}platforms", "a list")
             for p in plats:
                 if p not in known:
                     raise InputError(
@@ -404,7 +304,7 @@ def _parse_environments(
     value: Any, path: Path, features: dict[str, Feature]
 ) -> dict[str, EnvironmentSpec]:
     envs: dict[str, EnvironmentSpec] = {}
-    for name, spec in _expect(value, dict, path, "environments", "a table").items():
+    for name, spec in expect_type(value, dict, path, "environments", "a table").items():
         where = f"environments.{name}"
         if isinstance(spec, list):
             feats, group, no_default = spec, None, False
@@ -414,7 +314,7 @@ def _parse_environments(
             no_default = bool(spec.get("no-default-feature", False))
         else:
             raise InputError(f"{path}: key '{where}' must be a list of features or a table")
-        _expect(feats, list, path, f"{where}.features" if isinstance(spec, dict) else where, "a list")
+        expect_type(feats, list, path, f"{where}.features" if isinstance(spec, dict) else where, "a list")
         for f in feats:
             if f not in features or f == "default":
                 known = ", ".join(sorted(set(features) - {"default"})) or "none"
