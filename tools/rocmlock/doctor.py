@@ -155,7 +155,11 @@ def max_jobs_for(resources: Resources, env: Mapping[str, str]) -> int:
     """``MAX_JOBS`` when set, else ~5 GiB of memory per job, bounded by the cores."""
     if env.get("MAX_JOBS", "").isdigit() and int(env["MAX_JOBS"]) > 0:
         return int(env["MAX_JOBS"])
-    return max(1, min(resources.cores, resources.memory_bytes // (GIB_PER_JOB * GIB)))
+    return max(1, min(resources.cores, _jobs_by_memory(resources)))
+
+
+def _jobs_by_memory(resources: Resources) -> int:
+    return max(1, resources.memory_bytes // (GIB_PER_JOB * GIB))
 
 
 # ----------------------------------------------------------------------------- toolchain checks
@@ -315,7 +319,7 @@ def check_offload_arch(host: Host, compiler: str | None, rocm: Path | None, rocm
 
 def check_jobs(resources: Resources, env: Mapping[str, str]) -> tuple[Check, int]:
     jobs = max_jobs_for(resources, env)
-    by_memory = max(1, resources.memory_bytes // (GIB_PER_JOB * GIB))
+    by_memory = _jobs_by_memory(resources)
     facts = f"{resources.cores} cores, {resources.memory_bytes / GIB:.0f} GiB memory"
     if env.get("MAX_JOBS") and jobs > by_memory:
         return Check("max-jobs", "warn", f"MAX_JOBS={jobs} but {facts} supports {by_memory} (~{GIB_PER_JOB} GiB/job)",
