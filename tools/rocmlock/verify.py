@@ -74,7 +74,7 @@ def target_for_environment(manifest: Path, name: str) -> ProbeTarget:
 def _installed(prefix: Path, name: str) -> dict[str, object] | None:
     for path in sorted((prefix / "conda-meta").glob(f"{name}-*.json")):
         try:
-            record = json.loads(path.read_text())
+            record: dict[str, object] = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         if record.get("name") == name:
