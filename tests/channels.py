@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import rattler_build as rb
 from rattler.index import index_fs
 
 # A fixed timestamp keeps package archives (and so their hashes) byte-identical across runs.
-FIXED_TIME = datetime(2026, 1, 1, tzinfo=timezone.utc)
+FIXED_TIME = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from rocmlock import fsutil
 from rocmlock.credentials import redact_text, redact_url
 from rocmlock.errors import InputError
