@@ -3,8 +3,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from rocmlock.recipes import Matrix
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -31,6 +35,15 @@ def channels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "forge": build_channel(root / "forge", forge_packages()),
         "private": build_channel(root / "private", private_packages()),
     }
+
+
+@pytest.fixture(scope="module")
+def matrix() -> Matrix:
+    """The shipped variant matrix (recipes/variants.yaml)."""
+    from rocmlock.recipes import load_matrix
+    from shipped import RECIPES
+
+    return load_matrix(RECIPES)
 
 
 @pytest.fixture(scope="session")

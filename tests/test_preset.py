@@ -17,6 +17,7 @@ from rocmlock.errors import InputError
 from rocmlock.preset import CUTOFFS, EFFECTIVE_BATCH, PresetRequest, capabilities, make_preset, sizing
 from rocmlock.targets import all_targets
 from rocmlock.workspace import load_workspace
+from shipped import manifest_with_gfx908
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKSPACE = load_workspace(ROOT / "pixi.toml")
@@ -188,14 +189,7 @@ def test_bad_requests_are_input_errors(args: list[str], message: str, tmp_path: 
 
 
 def test_qlora_on_a_target_bitsandbytes_does_not_support(tmp_path: Path) -> None:
-    text = (ROOT / "pixi.toml").read_text().replace(
-        '    { name = "linux-64-gfx90a"',
-        '    { name = "linux-64-gfx908", platform = "linux-64", glibc = "2.28", __amdgpu = "0", '
-        '__amdgpu_arch = "9.0.8" },\n    { name = "linux-64-gfx90a"')
-    text += ('\n[feature.gfx908]\nplatforms = ["linux-64-gfx908"]\n'
-             'dependencies = { amdgpu-target = { version = "*", build = "gfx908" } }\n')
-    text = text.replace("[environments]\n", '[environments]\nmi100-qlora = ["rocm72", "gfx908", "train", "qlora"]\n')
-    (tmp_path / "pixi.toml").write_text(text)
+    (tmp_path / "pixi.toml").write_text(manifest_with_gfx908("mi100-qlora", ("rocm72", "gfx908", "train", "qlora")))
     with pytest.raises(InputError, match="does not support gfx908 with ROCm 7.2"):
         make_preset(load_workspace(tmp_path / "pixi.toml"), PresetRequest("mi100-qlora", "qlora"))
     lora = make_preset(load_workspace(tmp_path / "pixi.toml"), PresetRequest("mi100-qlora", "lora"))

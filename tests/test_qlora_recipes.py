@@ -11,38 +11,23 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import rattler_build as rb
 from channels import TARGETS, Pkg, build_channel, forge_packages, private_packages, py
 from rocmlock.cli import main
 from rocmlock.lockfile import read_lockfile
 from rocmlock.plan import make_plan
-from rocmlock.recipes import Matrix, load_matrix, render_config, render_recipe
+from rocmlock.recipes import Matrix, render_recipe
 from rocmlock.targets import all_targets, get_target
 from rocmlock.workspace import load_workspace
+from shipped import ARCH_BUILD, RECIPES, ROOT, manifest_with_gfx908, script_env
 
-ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ROOT / "recipes"
 NEW = {"bitsandbytes-rocm": "bitsandbytes", "deepspeed-rocm": "deepspeed"}
-BUILD_STRING = re.compile(r"^rocm(?P<rocm>\d+)_(?P<gfx>gfx[0-9a-f]+)_py(?P<py>\d+)_h[0-9a-f]{7}_\d+$")
 # Ops upstream marks incompatible with ROCm, or that need NVIDIA-only libraries / an old Triton.
 NOT_ON_ROCM = {"DS_BUILD_SPARSE_ATTN", "DS_BUILD_GDS", "DS_BUILD_EVOFORMER_ATTN", "DS_BUILD_CUTLASS_OPS",
                "DS_BUILD_FP_QUANTIZER"}
 
 
-@pytest.fixture(scope="module")
-def matrix() -> Matrix:
-    return load_matrix(RECIPES)
-
-
 def render(name: str, matrix: Matrix) -> list:
     return render_recipe(RECIPES / name / "recipe.yaml", matrix)
-
-
-def script_env(matrix: Matrix, recipe: str, gfx: str) -> dict[str, str]:
-    one = matrix.narrowed({"gpu_target": [gfx], "python": ["3.12"]})
-    (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / recipe / "recipe.yaml")).render(
-        one.to_variant_config(), render_config())
-    return rv.recipe.to_dict()["build"]["script"]["env"]
 
 
 def expected_skip(recipe: str, rocm: str, gfx: str) -> bool:
@@ -84,7 +69,7 @@ def test_identity_and_exact_pytorch_pin(matrix: Matrix, recipe: str) -> None:
     variants = render(recipe, matrix)
     assert len({v.build_string for v in variants}) == len(variants)
     for v in variants:
-        m = BUILD_STRING.match(v.build_string)
+        m = ARCH_BUILD.match(v.build_string)
         gfx, python = v.variant_value("gpu_target"), v.variant_value("python")
         assert m and m["gfx"] == gfx and m["rocm"] == "72" and m["py"] == python.replace(".", "")
         run = v.specs("run")
@@ -217,14 +202,7 @@ def test_plan_orders_the_new_stages_after_their_pytorch() -> None:
 
 
 def test_plan_reports_qlora_on_a_target_bitsandbytes_lacks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    text = (ROOT / "pixi.toml").read_text()
-    text = text.replace('    { name = "linux-64-gfx90a"',
-                        '    { name = "linux-64-gfx908", platform = "linux-64", glibc = "2.28", __amdgpu = "0", '
-                        '__amdgpu_arch = "9.0.8" },\n    { name = "linux-64-gfx90a"')
-    text += ('\n[feature.gfx908]\nplatforms = ["linux-64-gfx908"]\n'
-             'dependencies = { amdgpu-target = { version = "*", build = "gfx908" } }\n')
-    text = text.replace("[environments]\n", '[environments]\nmi100-qlora = ["rocm72", "gfx908", "qlora"]\n')
-    (tmp_path / "pixi.toml").write_text(text)
+    (tmp_path / "pixi.toml").write_text(manifest_with_gfx908("mi100-qlora", ("rocm72", "gfx908", "qlora")))
     assert main(["plan", "-e", "mi100-qlora", "--manifest-path", str(tmp_path / "pixi.toml"),
                  "--recipes-dir", str(RECIPES)]) == 0
     out = capsys.readouterr().out

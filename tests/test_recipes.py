@@ -19,17 +19,10 @@ from rattler.index import index_fs
 from rocmlock.errors import InputError
 from rocmlock.recipes import Matrix, load_matrix, render_recipe, spec_name
 from rocmlock.targets import get_target
+from shipped import ARCH_BUILD, RECIPES, script_env, variant_grid
 
-ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ROOT / "recipes"
 ARCH_RECIPES = ("pytorch-rocm", "flash-attn-rocm")
 OURS = ("pytorch-rocm", "flash-attn-rocm", "llamafactory", "rocm-version", "amdgpu-target")
-BUILD_STRING = re.compile(r"^rocm(?P<rocm>\d+)_(?P<gfx>gfx[0-9a-f]+)_py(?P<py>\d+)_h[0-9a-f]{7}_\d+$")
-
-
-@pytest.fixture(scope="module")
-def matrix() -> Matrix:
-    return load_matrix(RECIPES)
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +41,7 @@ def expected_skip(recipe: str, rocm: str, gfx: str) -> bool:
 def test_shipped_matrix_renders_every_valid_variant_and_no_invalid_one(
     matrix: Matrix, rendered: dict
 ) -> None:
-    combos = {
-        (r, g, p)
-        for r in matrix.get("rocm_version")
-        for g in matrix.get("gpu_target")
-        for p in matrix.get("python")
-    }
+    combos = variant_grid(matrix)
     for name in ARCH_RECIPES:
         seen = {
             (v.variant_value("rocm_version"), v.variant_value("gpu_target"), v.variant_value("python")): v
@@ -90,7 +78,7 @@ def test_build_strings_unique_per_rocm_target_python(rendered: dict) -> None:
         strings = [v.build_string for v in rendered[name]]
         assert len(set(strings)) == len(strings), name
         for v in rendered[name]:
-            m = BUILD_STRING.match(v.build_string)
+            m = ARCH_BUILD.match(v.build_string)
             assert m, v.build_string
             assert m["rocm"] == v.variant_value("rocm_version").replace(".", "")
             assert m["gfx"] == v.variant_value("gpu_target")
@@ -126,19 +114,10 @@ def test_flash_attn_pins_the_exact_pytorch_build_it_was_built_against(rendered: 
             assert not any(fnmatch.fnmatchcase(t.build_string, build) for t in others)
 
 
-def _script_env(matrix: Matrix, recipe: str, gfx: str) -> dict:
-    one = matrix.narrowed({"gpu_target": [gfx], "python": ["3.12"]})
-    stage0 = rb.Stage0Recipe.from_file(str(RECIPES / recipe / "recipe.yaml"))
-    from rocmlock.recipes import render_config
-
-    (rv,) = stage0.render(one.to_variant_config(), render_config())
-    return rv.recipe.to_dict()["build"]["script"]["env"]
-
-
 def test_flash_attn_backend_and_pytorch_aotriton_follow_the_table(matrix: Matrix, rendered: dict) -> None:
     for gfx in ("gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201"):
         target = get_target(gfx)
-        env = _script_env(matrix, "flash-attn-rocm", gfx)
+        env = script_env(matrix, "flash-attn-rocm", gfx)
         assert env["ROCMLOCK_FLASH_ATTN_BACKEND"] == ("ck" if target.flash_attn_ck else "triton")
         assert env["ROCMLOCK_GPU_TARGET"] == gfx
         fa = next(
@@ -148,9 +127,9 @@ def test_flash_attn_backend_and_pytorch_aotriton_follow_the_table(matrix: Matrix
         )
         assert ("triton" in {spec_name(s) for s in fa.specs("run")}) == (not target.flash_attn_ck)
     for gfx in ("gfx908", "gfx942"):
-        env = _script_env(matrix, "pytorch-rocm", gfx)
+        env = script_env(matrix, "pytorch-rocm", gfx)
         assert env["ROCMLOCK_AOTRITON"] == ("1" if get_target(gfx).aotriton else "0")
-    assert _script_env(matrix, "pytorch-rocm", "gfx908")["ROCMLOCK_AOTRITON"] == "0"
+    assert script_env(matrix, "pytorch-rocm", "gfx908")["ROCMLOCK_AOTRITON"] == "0"
 
 
 def test_llamafactory_is_noarch_with_upstream_bounds(rendered: dict) -> None:
@@ -343,13 +322,13 @@ def test_deactivation_undoes_only_what_activation_set(meta_prefix: Path, tmp_pat
 
 def test_build_host_settings_reach_the_build_script(matrix: Matrix, monkeypatch: pytest.MonkeyPatch) -> None:
     # rattler-build's strict isolation forwards nothing: the recipe passes them explicitly.
-    env = _script_env(matrix, "pytorch-rocm", "gfx942")
+    env = script_env(matrix, "pytorch-rocm", "gfx942")
     # Empty values are left out of the script's environment; build.sh then uses its defaults.
     assert env["ROCM_PATH"] == "/opt/rocm" and "MAX_JOBS" not in env and "HIP_PATH" not in env
     monkeypatch.setenv("HIP_PATH", "/opt/rocm-7.2.0")
     monkeypatch.setenv("MAX_JOBS", "7")
     for recipe in ARCH_RECIPES:
-        env = _script_env(matrix, recipe, "gfx942")
+        env = script_env(matrix, recipe, "gfx942")
         assert env["ROCM_PATH"] == "/opt/rocm-7.2.0" and env["HIP_PATH"] == "/opt/rocm-7.2.0"
         assert env["MAX_JOBS"] == "7" and env["ROCMLOCK_ROCM_VERSION"] == "7.2"
 

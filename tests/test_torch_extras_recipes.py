@@ -18,24 +18,17 @@ import rattler_build as rb
 from channels import Pkg, build_channel, py
 from rattler import BuildString, Channel, GenericVirtualPackage, PackageName, Version, VersionSpec, solve
 from rocmlock.plan import make_plan
-from rocmlock.recipes import Matrix, RenderedVariant, load_matrix, render_config, render_recipe, spec_name
+from rocmlock.recipes import Matrix, RenderedVariant, render_config, render_recipe, spec_name
 from rocmlock.targets import get_target
 from rocmlock.workspace import load_workspace
+from shipped import ARCH_BUILD, RECIPES, ROOT, script_env, variant_grid
 
-ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ROOT / "recipes"
 # recipe directory -> package, for the per-target extensions built against one pytorch build
 EXTENSIONS = {"torchvision-rocm": "torchvision", "torchaudio-rocm": "torchaudio"}
 NEW = (*EXTENSIONS, "triton-rocm")
-ARCH_BUILD = re.compile(r"^rocm(?P<rocm>\d+)_(?P<gfx>gfx[0-9a-f]+)_py(?P<py>\d+)_h[0-9a-f]{7}_\d+$")
 # Triton JIT-compiles for the GPU it finds: one build per ROCm version and python, no gfx part.
 TRITON_BUILD = re.compile(r"^rocm(?P<rocm>\d+)_py(?P<py>\d+)_h[0-9a-f]{7}_\d+$")
 SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-@pytest.fixture(scope="module")
-def matrix() -> Matrix:
-    return load_matrix(RECIPES)
 
 
 @pytest.fixture(scope="module")
@@ -80,12 +73,7 @@ def test_every_variant_renders_and_skips_follow_the_table(matrix: Matrix, recipe
 def test_shipped_matrix_has_every_valid_variant_and_unique_build_strings(
     matrix: Matrix, rendered: dict
 ) -> None:
-    combos = {
-        (r, g, p)
-        for r in matrix.get("rocm_version")
-        for g in matrix.get("gpu_target")
-        for p in matrix.get("python")
-    }
+    combos = variant_grid(matrix)
     for recipe in EXTENSIONS:
         variants = rendered[recipe]
         assert {_key(v) for v in variants} == combos and not any(v.skipped for v in variants)
@@ -194,14 +182,6 @@ def test_versions_pair_with_pytorch_and_satisfy_llamafactory(matrix: Matrix, ren
 # ----------------------------------------------------------------------------- build scripts
 
 
-def _script_env(matrix: Matrix, recipe: str) -> dict[str, str]:
-    one = matrix.narrowed({"gpu_target": ["gfx942"], "python": ["3.12"]})
-    (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / recipe / "recipe.yaml")).render(
-        one.to_variant_config(), render_config()
-    )
-    return rv.recipe.to_dict()["build"]["script"]["env"]
-
-
 def test_build_scripts_set_the_rocm_switches() -> None:
     expected = {
         "torchvision-rocm": (
@@ -246,11 +226,11 @@ def test_build_host_settings_reach_the_build_scripts(matrix: Matrix, monkeypatch
     monkeypatch.setenv("HIP_PATH", "/opt/rocm-7.2.0")
     monkeypatch.setenv("MAX_JOBS", "7")
     for recipe in EXTENSIONS:
-        env = _script_env(matrix, recipe)
+        env = script_env(matrix, recipe)
         assert env["ROCM_PATH"] == env["HIP_PATH"] == "/opt/rocm-7.2.0"
         assert env["MAX_JOBS"] == "7" and env["ROCMLOCK_GPU_TARGET"] == "gfx942"
         assert env["ROCMLOCK_ROCM_VERSION"] == "7.2"
-    env = _script_env(matrix, "triton-rocm")
+    env = script_env(matrix, "triton-rocm")
     assert (
         env["MAX_JOBS"] == "7" and env["ROCMLOCK_ROCM_VERSION"] == "7.2" and "ROCMLOCK_GPU_TARGET" not in env
     )
