@@ -12,7 +12,7 @@ PLATFORMS = """platforms = [
     { name = "linux-64-gfx942", platform = "linux-64", glibc = "2.28", __amdgpu = "0", __amdgpu_arch = "9.4.2" },
 ]"""
 
-FEATURES = """
+FEATURE_TABLES = """
 [dependencies]
 python = "3.12.*"
 
@@ -31,16 +31,17 @@ dependencies = { amdgpu-target = { version = "*", build = "gfx90a" } }
 [feature.gfx942]
 platforms = ["linux-64-gfx942"]
 dependencies = { amdgpu-target = { version = "*", build = "gfx942" } }
-
+"""
+FEATURES = FEATURE_TABLES + """
 [environments]
 mi250 = ["rocm72", "gfx90a", "train"]
 mi300x = { features = ["rocm72", "gfx942", "train"] }
 """
 
 
-def manifest(private: str, forge: str, extra: str = "", priority: str = "strict") -> str:
+def manifest(private: str, forge: str, extra: str = "", priority: str = "strict", features: str = FEATURES) -> str:
     return (f'[workspace]\nname = "t"\nchannels = ["{private}", "{forge}"]\n'
-            f'channel-priority = "{priority}"\n{PLATFORMS}\n{FEATURES}{extra}')
+            f'channel-priority = "{priority}"\n{PLATFORMS}\n{features}{extra}')
 
 
 def make_workspace(root: Path, channels: dict[str, Path], **kwargs: str) -> Path:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from channels import TARGETS, Pkg, build_channel, forge_packages, private_packages, py
+from lockhelpers import FEATURE_TABLES, by_name, manifest
 from rocmlock.cli import main
-from rocmlock.lockfile import read_lockfile
 from rocmlock.plan import make_plan
 from rocmlock.recipes import Matrix, render_recipe
 from rocmlock.targets import all_targets, get_target
@@ -236,62 +236,27 @@ def qlora_channels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "private": build_channel(root / "private", private_packages() + qlora_packages())}
 
 
-def qlora_manifest(private: str, forge: str) -> str:
-    return textwrap.dedent(f"""\
-        [workspace]
-        name = "qlora"
-        channels = ["{private}", "{forge}"]
-        platforms = [
-            {{ name = "linux-64-gfx90a", platform = "linux-64", glibc = "2.28", __amdgpu = "0", __amdgpu_arch = "9.0.10" }},
-            {{ name = "linux-64-gfx942", platform = "linux-64", glibc = "2.28", __amdgpu = "0", __amdgpu_arch = "9.4.2" }},
-        ]
+QLORA_FEATURES = FEATURE_TABLES + """
+[feature.qlora.dependencies]
+bitsandbytes = "0.50.*"
 
-        [dependencies]
-        python = "3.12.*"
+[feature.deepspeed.dependencies]
+deepspeed = "0.18.*"
 
-        [feature.rocm72.dependencies]
-        rocm-version = "7.2.*"
-
-        [feature.train.dependencies]
-        pytorch = "2.12.*"
-        flash-attn = "2.8.*"
-        llamafactory = "0.9.*"
-
-        [feature.qlora.dependencies]
-        bitsandbytes = "0.50.*"
-
-        [feature.deepspeed.dependencies]
-        deepspeed = "0.18.*"
-
-        [feature.gfx90a]
-        platforms = ["linux-64-gfx90a"]
-        dependencies = {{ amdgpu-target = {{ version = "*", build = "gfx90a" }} }}
-
-        [feature.gfx942]
-        platforms = ["linux-64-gfx942"]
-        dependencies = {{ amdgpu-target = {{ version = "*", build = "gfx942" }} }}
-
-        [environments]
-        mi300x-qlora = ["rocm72", "gfx942", "train", "qlora"]
-        mi300x-deepspeed = ["rocm72", "gfx942", "train", "deepspeed"]
-        mi250-qlora = ["rocm72", "gfx90a", "train", "qlora", "deepspeed"]
-        """)
-
-
-def locked(lock: Path, env: str) -> dict[str, str]:
-    data = read_lockfile(lock)
-    assert data is not None
-    (records,) = data.environments[env].records.values()
-    return {r.name.normalized: f"{r.version} {r.build}" for r in records}
+[environments]
+mi300x-qlora = ["rocm72", "gfx942", "train", "qlora"]
+mi300x-deepspeed = ["rocm72", "gfx942", "train", "deepspeed"]
+mi250-qlora = ["rocm72", "gfx90a", "train", "qlora", "deepspeed"]
+"""
 
 
 def test_lock_workspace_with_qlora_and_deepspeed_environments(qlora_channels: dict[str, Path],
                                                               tmp_path: Path) -> None:
-    (tmp_path / "pixi.toml").write_text(qlora_manifest(qlora_channels["private"].as_uri(),
-                                                       qlora_channels["forge"].as_uri()))
+    (tmp_path / "pixi.toml").write_text(manifest(qlora_channels["private"].as_uri(),
+                                                 qlora_channels["forge"].as_uri(), features=QLORA_FEATURES))
     assert main(["lock", "--manifest-path", str(tmp_path / "pixi.toml")]) == 0
     lock = tmp_path / "pixi.lock"
-    qlora, ds, mi250 = (locked(lock, e) for e in ("mi300x-qlora", "mi300x-deepspeed", "mi250-qlora"))
+    qlora, ds, mi250 = (by_name(lock, e) for e in ("mi300x-qlora", "mi300x-deepspeed", "mi250-qlora"))
     assert qlora["bitsandbytes"].startswith("0.50.1 rocm72_gfx942_") and "deepspeed" not in qlora
     assert ds["deepspeed"].startswith("0.18.4 rocm72_gfx942_") and "bitsandbytes" not in ds
     assert mi250["bitsandbytes"].startswith("0.50.1 rocm72_gfx90a_")
