@@ -34,6 +34,12 @@ rocmlock_rocm_env() {
     export PATH="${ROCM_PATH}/bin:${PATH}"
 }
 
+# Extensions built against torch (torchvision, torchaudio) need this variant's ROCm pytorch in the host prefix.
+rocmlock_require_rocm_torch() {
+    python -c "import torch, sys; sys.exit(0 if torch.version.hip else 'the host pytorch is not a ROCm build')" \
+        || rocmlock_die "$1 needs the ROCm pytorch of this variant in the host prefix"
+}
+
 # Parallel compile jobs: ~5 GB of memory each (HIP translation units are large); MAX_JOBS wins when set.
 rocmlock_max_jobs() {
     if [ -n "${MAX_JOBS:-}" ]; then

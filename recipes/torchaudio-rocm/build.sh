@@ -8,8 +8,7 @@ rocmlock_rocm_env
 rocmlock_max_jobs
 rocmlock_ccache
 
-python -c "import torch, sys; sys.exit(0 if torch.version.hip else 'the host pytorch is not a ROCm build')" \
-    || rocmlock_die "torchaudio needs the ROCm pytorch of this variant in the host prefix"
+rocmlock_require_rocm_torch torchaudio
 
 # Say ROCm explicitly: the defaults probe torch.backends.cuda.is_built(), which a build must not guess.
 export USE_ROCM=1

@@ -8,8 +8,7 @@ rocmlock_rocm_env
 rocmlock_max_jobs
 rocmlock_ccache
 
-python -c "import torch, sys; sys.exit(0 if torch.version.hip else 'the host pytorch is not a ROCm build')" \
-    || rocmlock_die "torchvision needs the ROCm pytorch of this variant in the host prefix"
+rocmlock_require_rocm_torch torchvision
 
 # A build host has no visible GPU: without FORCE_CUDA=1 setup.py builds the CPU ops only.
 export FORCE_CUDA=1
