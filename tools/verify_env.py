@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import glob
 import json
 import math
@@ -108,13 +109,28 @@ class Check:
 CHECKS: list[Check] = []
 
 
-def check(check_id: str, title: str, *, required: bool = True,
-          option: str | None = None) -> Callable[[Callable[[Context], Outcome]], Callable[[Context], Outcome]]:
-    """Register a check; checks run in registration order."""
+Precondition = Callable[["Context"], "Outcome | None"]
+
+
+def check(check_id: str, title: str, *, required: bool = True, option: str | None = None,
+          needs: Sequence[Precondition] = ()) -> Callable[[Callable[[Context], Outcome]], Callable[[Context], Outcome]]:
+    """Register a check; checks run in registration order.
+
+    ``needs`` run first, in order; the first that returns an outcome (a skip: torch did not import, no
+    GPU, ...) is the check's outcome.
+    """
 
     def register(func: Callable[[Context], Outcome]) -> Callable[[Context], Outcome]:
-        CHECKS.append(Check(check_id, title, func, required, option))
-        return func
+        @functools.wraps(func)
+        def run(ctx: Context) -> Outcome:
+            for precondition in needs:
+                early = precondition(ctx)
+                if early is not None:
+                    return early
+            return func(ctx)
+
+        CHECKS.append(Check(check_id, title, run, required, option))
+        return run
 
     return register
 
@@ -516,6 +532,10 @@ REINSTALL_FIX = ("install the ROCm build of pytorch for this GPU: `pixi install 
                  "`conda list pytorch` must show a build string like rocm72_gfx942_py312_...")
 
 
+def _torch_imported(ctx: Context) -> Outcome | None:
+    return skip("torch did not import") if ctx.torch is None else None
+
+
 @check("torch.import", "torch imports")
 def check_torch_import(ctx: Context) -> Outcome:
     start = time.perf_counter()
@@ -532,11 +552,9 @@ def _conda_build(ctx: Context, name: str) -> str:
     return f"; conda-meta: {name} {record.get('version')} {record.get('build')}" if record else ""
 
 
-@check("torch.build", "torch is a ROCm build")
+@check("torch.build", "torch is a ROCm build", needs=(_torch_imported,))
 def check_torch_build(ctx: Context) -> Outcome:
     torch = ctx.torch
-    if torch is None:
-        return skip("torch did not import")
     hip, cuda = getattr(torch.version, "hip", None), getattr(torch.version, "cuda", None)
     installed = _conda_build(ctx, "pytorch")
     if hip:
@@ -554,11 +572,9 @@ def _visible_devices(ctx: Context) -> str:
     return f"; {', '.join(shown)}" if shown else ""
 
 
-@check("torch.gpu", "torch sees the GPUs")
+@check("torch.gpu", "torch sees the GPUs", needs=(_torch_imported,))
 def check_torch_gpu(ctx: Context) -> Outcome:
     torch = ctx.torch
-    if torch is None:
-        return skip("torch did not import")
     count = ctx.gpu_count
     if count == 0:
         if not ctx.is_rocm:
@@ -588,11 +604,8 @@ def _not_rocm(ctx: Context) -> Outcome | None:
     return None
 
 
-@check("torch.arch", "each GPU is the environment's target")
+@check("torch.arch", "each GPU is the environment's target", needs=(_not_rocm,))
 def check_torch_arch(ctx: Context) -> Outcome:
-    early = _not_rocm(ctx)
-    if early:
-        return early
     targets = _device_targets(ctx.torch)
     found = ", ".join(f"{t} x{targets.count(t)}" for t in sorted(set(targets)))
     override = ctx.environ.get("HSA_OVERRIDE_GFX_VERSION")
@@ -610,11 +623,8 @@ def check_torch_arch(ctx: Context) -> Outcome:
     return ok(f"GPUs: {found} == expected {ctx.expect_arch} ({ctx.expect_arch_source})", gfx=targets)
 
 
-@check("torch.arch_list", "torch has kernels for the GPU's target")
+@check("torch.arch_list", "torch has kernels for the GPU's target", needs=(_not_rocm,))
 def check_torch_arch_list(ctx: Context) -> Outcome:
-    early = _not_rocm(ctx)
-    if early:
-        return early
     built = sorted({gfx_of(a) for a in ctx.torch.cuda.get_arch_list()})
     targets = sorted(set(_device_targets(ctx.torch)))
     missing = [t for t in targets if t not in built]
@@ -648,11 +658,8 @@ def _rel_err(torch: Any, got: Any, ref: Any) -> float:
     return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
-@check("compute.matmul", "fp32 matmul matches the CPU")
+@check("compute.matmul", "fp32 matmul matches the CPU", needs=(_device_or_skip,))
 def check_matmul(ctx: Context) -> Outcome:
-    early = _device_or_skip(ctx)
-    if early:
-        return early
     torch = ctx.torch
     gen = torch.Generator().manual_seed(0)
     a, b = torch.randn(512, 512, generator=gen), torch.randn(512, 512, generator=gen)
@@ -677,11 +684,8 @@ def _mlp(torch: Any, device: str, dtype: Any) -> tuple[Any, float, list[Any]]:
     return model, float(loss.detach()), [p.grad.detach().float().cpu() for p in model.parameters()]
 
 
-@check("compute.bf16", "bf16 forward and backward match fp32")
+@check("compute.bf16", "bf16 forward and backward match fp32", needs=(_device_or_skip,))
 def check_bf16(ctx: Context) -> Outcome:
-    early = _device_or_skip(ctx)
-    if early:
-        return early
     torch = ctx.torch
     _, loss16, grads16 = _mlp(torch, ctx.device, torch.bfloat16)
     _, loss32, grads32 = _mlp(torch, "cpu", torch.float32)
@@ -722,11 +726,8 @@ def _compare_attention(torch: Any, out: Any, inputs: list[Any], ref_fn: Callable
     return out_err, grad_err
 
 
-@check("compute.sdpa", "scaled_dot_product_attention forward and backward")
+@check("compute.sdpa", "scaled_dot_product_attention forward and backward", needs=(_device_or_skip,))
 def check_sdpa(ctx: Context) -> Outcome:
-    early = _device_or_skip(ctx)
-    if early:
-        return early
     torch = ctx.torch
     inputs = _attention_inputs(torch, ctx.device, "bhsd")
     out = torch.nn.functional.scaled_dot_product_attention(*inputs, is_causal=True)
@@ -759,12 +760,10 @@ def _import_flash_attn(ctx: Context) -> tuple[Any, str, bool]:
     return interface.flash_attn_func, backend, fell_back
 
 
-@check("flash_attn", "flash-attn imports; flash_attn_func forward and backward")
+@check("flash_attn", "flash-attn imports; flash_attn_func forward and backward", needs=(_torch_imported,))
 def check_flash_attn(ctx: Context) -> Outcome:
     import importlib.util
 
-    if ctx.torch is None:
-        return skip("torch did not import")
     record = conda_meta_record(ctx.prefix, "flash-attn")
     if importlib.util.find_spec("flash_attn") is None and record is None:
         return skip("flash-attn is not installed (LLaMA-Factory then uses SDPA: `flash_attn: sdpa`)")
@@ -830,11 +829,9 @@ def _time_gemm(torch: Any, device: str, n: int, budget_s: float) -> float:
             return 2.0 * n**3 * iters / elapsed / 1e12
 
 
-@check("bench.gemm", "bf16 GEMM throughput against the target's peak", option="bench")
+@check("bench.gemm", "bf16 GEMM throughput against the target's peak", option="bench",
+       needs=(_device_or_skip,))
 def check_bench(ctx: Context) -> Outcome:
-    early = _device_or_skip(ctx)
-    if early:
-        return early
     n = 8192 if ctx.device == "cuda" else 256
     tflops = _time_gemm(ctx.torch, ctx.device, n, 2.0 if ctx.device == "cuda" else 0.5)
     peak, source = _peak(ctx)
@@ -971,11 +968,9 @@ def _train_backend(ctx: Context) -> tuple[str, str | None]:
     return "peft", None
 
 
-@check("train.lora", "LoRA fine-tuning of a tiny local Llama: the loss falls", option="train")
+@check("train.lora", "LoRA fine-tuning of a tiny local Llama: the loss falls", option="train",
+       needs=(_device_or_skip,))
 def check_train(ctx: Context) -> Outcome:
-    early = _device_or_skip(ctx)
-    if early:
-        return early
     backend, cli = _train_backend(ctx)
     missing = [m for m in ("transformers", "peft", "tokenizers") if not _importable(m)]
     if backend == "peft" and missing:
@@ -1020,10 +1015,9 @@ def _installed(ctx: Context, module: str, package: str) -> bool:
     return _importable(module) or conda_meta_record(ctx.prefix, package) is not None
 
 
-@check("bnb.linear4bit", "bitsandbytes 4-bit linear forward and backward against its dequantized weight")
+@check("bnb.linear4bit", "bitsandbytes 4-bit linear forward and backward against its dequantized weight",
+       needs=(_torch_imported,))
 def check_bnb(ctx: Context) -> Outcome:
-    if ctx.torch is None:
-        return skip("torch did not import")
     if not _installed(ctx, "bitsandbytes", "bitsandbytes"):
         return skip("bitsandbytes is not installed (QLoRA needs it: environments with the qlora feature)")
     early = _device_or_skip(ctx)
@@ -1092,12 +1086,15 @@ def _import_deepspeed(ctx: Context) -> Any:
     return module
 
 
-@check("deepspeed.ops", "DeepSpeed ops prebuilt for this torch and compatible here (ds_report)")
+def _deepspeed_installed(ctx: Context) -> Outcome | None:
+    if _installed(ctx, "deepspeed", "deepspeed"):
+        return None
+    return skip("DeepSpeed is not installed (environments with the deepspeed feature have it)")
+
+
+@check("deepspeed.ops", "DeepSpeed ops prebuilt for this torch and compatible here (ds_report)",
+       needs=(_torch_imported, _deepspeed_installed))
 def check_deepspeed_ops(ctx: Context) -> Outcome:
-    if ctx.torch is None:
-        return skip("torch did not import")
-    if not _installed(ctx, "deepspeed", "deepspeed"):
-        return skip("DeepSpeed is not installed (environments with the deepspeed feature have it)")
     try:
         deepspeed = _import_deepspeed(ctx)
         from deepspeed.accelerator import get_accelerator
@@ -1159,15 +1156,9 @@ class _quiet_fds:
             os.close(saved)
 
 
-@check("deepspeed.zero2", "one ZeRO-2 optimizer step of a tiny model (single process)")
+@check("deepspeed.zero2", "one ZeRO-2 optimizer step of a tiny model (single process)",
+       needs=(_torch_imported, _deepspeed_installed, _device_or_skip))
 def check_deepspeed_zero2(ctx: Context) -> Outcome:
-    if ctx.torch is None:
-        return skip("torch did not import")
-    if not _installed(ctx, "deepspeed", "deepspeed"):
-        return skip("DeepSpeed is not installed (environments with the deepspeed feature have it)")
-    early = _device_or_skip(ctx)
-    if early:
-        return early
     try:
         deepspeed = _import_deepspeed(ctx)
     except Exception as exc:  # noqa: BLE001 - reported in detail by deepspeed.ops
