@@ -79,6 +79,11 @@ class Outcome:
     data: Mapping[str, Any] = field(default_factory=dict)
 
 
+def _tally(items: Sequence[str]) -> str:
+    """``["gfx942", "gfx942", "gfx90a"]`` -> ``"gfx90a x1, gfx942 x2"``."""
+    return ", ".join(f"{item} x{items.count(item)}" for item in sorted(set(items)))
+
+
 def ok(evidence: str, **data: Any) -> Outcome:
     return Outcome("ok", evidence, "", data)
 
@@ -348,7 +353,7 @@ def check_driver(ctx: Context) -> Outcome:
     if not gpus:
         return warn("amdgpu is loaded but KFD lists no GPU node (/sys/class/kfd/kfd/topology)",
                     "a GPU without compute support, or KFD disabled; check `dmesg | grep -i kfd`")
-    summary = ", ".join(f"{g} x{gpus.count(g)}" for g in sorted(set(gpus)))
+    summary = _tally(gpus)
     return ok(f"amdgpu loaded; KFD GPUs: {summary}", gfx=gpus)
 
 
@@ -584,7 +589,7 @@ def check_torch_gpu(ctx: Context) -> Outcome:
                     "fix the host checks above (driver, /dev/kfd access); unset or correct HIP_VISIBLE_DEVICES / "
                     "ROCR_VISIBLE_DEVICES")
     names = [torch.cuda.get_device_name(i) for i in range(count)]
-    summary = ", ".join(f"{n} x{names.count(n)}" for n in sorted(set(names)))
+    summary = _tally(names)
     return ok(f"{count} device(s): {summary}{_visible_devices(ctx)}", count=count, names=names)
 
 
@@ -607,7 +612,7 @@ def _not_rocm(ctx: Context) -> Outcome | None:
 @check("torch.arch", "each GPU is the environment's target", needs=(_not_rocm,))
 def check_torch_arch(ctx: Context) -> Outcome:
     targets = _device_targets(ctx.torch)
-    found = ", ".join(f"{t} x{targets.count(t)}" for t in sorted(set(targets)))
+    found = _tally(targets)
     override = ctx.environ.get("HSA_OVERRIDE_GFX_VERSION")
     if not ctx.expect_arch:
         return warn(f"GPUs: {found}; no expected target", "pass --expect-arch, or install the environment's "
