@@ -174,10 +174,6 @@ def load_workspace(path: str | Path) -> Workspace:
     return parse_workspace(data, path.resolve())
 
 
-def _where(path: Path, key: str) -> str:
-    return f"{path}: [{key}]" if "." not in key or key.startswith("[") else f"{path}: {key}"
-
-
 def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
     """Build a :class:`Workspace` from parsed TOML; every error names ``path`` and the key."""
     table_key = "workspace" if "workspace" in data else "project" if "project" in data else None
