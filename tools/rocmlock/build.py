@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from rocmlock.credentials import redact_text
 from rocmlock.errors import InputError, OperationError
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from rocmlock.doctor import DoctorReport
 
 Status = Literal["built", "skipped", "failed", "blocked"]
+STATUSES: tuple[Status, ...] = get_args(Status)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class BuildReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "output": str(self.output), "seconds": round(self.seconds, 2),
-                "counts": {s: self.count(s) for s in ("built", "skipped", "failed", "blocked")},
+                "counts": {s: self.count(s) for s in STATUSES},
                 "variants": [o.to_dict() for o in self.outcomes]}
 
 
@@ -259,7 +260,7 @@ def render_summary(report: BuildReport) -> str:
         detail = o.reason + (f" (log: {o.log})" if o.status == "failed" and o.log else "")
         rows.append((o.id, o.status, f"{o.seconds:.1f}", detail))
     lines = format_table(rows)
-    counts = ", ".join(f"{report.count(s)} {s}" for s in ("built", "skipped", "failed", "blocked"))
+    counts = ", ".join(f"{report.count(s)} {s}" for s in STATUSES)
     lines.append(f"{len(report.outcomes)} variants: {counts} in {report.seconds:.1f}s")
     return "\n".join(lines)
 
