@@ -168,13 +168,13 @@ def _add_verify(p: argparse.ArgumentParser) -> None:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     import os
-    import shlex
 
+    from rocmlock.runner import format_argv
     from rocmlock.verify import probe_command, resolve_target, run_probe
 
     target = resolve_target(args.manifest_path, args.environment, args.prefix, os.environ.get("CONDA_PREFIX"))
     cmd = probe_command(target, json_out=args.json, bench=args.bench, train=args.train)
-    _err(f"> {shlex.join(cmd)}")
+    _err(f"> {format_argv(cmd)}")
     return run_probe(cmd)
 
 
