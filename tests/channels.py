@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import rattler_build as rb
+from rattler import BuildString, Channel, GenericVirtualPackage, PackageName, RepoDataRecord, Version, solve
 from rattler.index import index_fs
 
 # A fixed timestamp keeps package archives (and so their hashes) byte-identical across runs.
@@ -88,3 +89,16 @@ def private_packages(torch_version: str = "2.12.1") -> list[Pkg]:
     pkgs.append(Pkg("llamafactory", "0.9.4", "pyh0_0", subdir="noarch", noarch="python",
                     depends=("python >=3.11", "pytorch >=2.4", "transformers >=4.55", "peft >=0.18")))
     return pkgs
+
+
+def solve_on_gpu_host(channels: list[Path], specs: list[str], isa: str) -> list[RepoDataRecord]:
+    """Solve ``specs`` against ``channels`` as a linux-64 host with an AMD GPU of ISA ``isa`` (``9.4.2``)."""
+    vps = [("__unix", "0"), ("__linux", "5.10"), ("__glibc", "2.28"), ("__amdgpu", "0"), ("__amdgpu_arch", isa)]
+    return asyncio.run(
+        solve(
+            [Channel(c.as_uri()) for c in channels],
+            specs,
+            platforms=["linux-64", "noarch"],
+            virtual_packages=[GenericVirtualPackage(PackageName(n), Version(v), BuildString("0")) for n, v in vps],
+        )
+    )

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import rattler_build as rb
-from rattler import BuildString, Channel, GenericVirtualPackage, PackageName, Version, install, solve
+from channels import solve_on_gpu_host
+from rattler import install
 from rattler.index import index_fs
 from rocmlock.errors import InputError
 from rocmlock.recipes import Matrix, load_matrix, render_recipe, spec_name
@@ -201,10 +202,6 @@ def test_build_and_activation_scripts_pass_shellcheck() -> None:
 # ----------------------------------------------------------------------------- metapackages, for real
 
 
-def _vp(name: str, version: str) -> GenericVirtualPackage:
-    return GenericVirtualPackage(PackageName(name), Version(version), BuildString("0"))
-
-
 @pytest.fixture(scope="module")
 def meta_channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """rocm-version 7.2 and amdgpu-target gfx942/gfx90a built by rattler-build from the recipes, indexed."""
@@ -223,20 +220,7 @@ def meta_channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _solve(channel: Path, specs: list[str], isa: str) -> list:
-    return asyncio.run(
-        solve(
-            [Channel(channel.as_uri())],
-            specs,
-            platforms=["linux-64", "noarch"],
-            virtual_packages=[
-                _vp("__unix", "0"),
-                _vp("__linux", "5.10"),
-                _vp("__glibc", "2.28"),
-                _vp("__amdgpu", "0"),
-                _vp("__amdgpu_arch", isa),
-            ],
-        )
-    )
+    return solve_on_gpu_host([channel], specs, isa)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ bounds, the build scripts set the ROCm switches, a real solve picks exactly our 
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import re
 import shutil
@@ -15,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import rattler_build as rb
-from channels import Pkg, build_channel, py
-from rattler import BuildString, Channel, GenericVirtualPackage, PackageName, Version, VersionSpec, solve
+from channels import Pkg, build_channel, py, solve_on_gpu_host
+from rattler import Version, VersionSpec
 from rocmlock.plan import make_plan
 from rocmlock.recipes import Matrix, RenderedVariant, render_config, render_recipe, spec_name
 from rocmlock.targets import get_target
@@ -239,8 +238,6 @@ def test_build_host_settings_reach_the_build_scripts(matrix: Matrix, monkeypatch
 # ----------------------------------------------------------------------------- a real solve
 
 
-def _vp(name: str, version: str) -> GenericVirtualPackage:
-    return GenericVirtualPackage(PackageName(name), Version(version), BuildString("0"))
 
 
 def _as_pkg(v: RenderedVariant, keep: set[str]) -> Pkg:
@@ -280,20 +277,7 @@ def test_solve_takes_our_builds_and_never_conda_forge_torchvision(rendered: dict
             Pkg("triton", "9.9.9", "cuda129py312h0_0", depends=(py(), "__cuda")),
         ],
     )
-    records = asyncio.run(
-        solve(
-            [Channel(private.as_uri()), Channel(forge.as_uri())],
-            ["torchvision", "torchaudio", "python 3.12.*"],
-            platforms=["linux-64", "noarch"],
-            virtual_packages=[
-                _vp("__unix", "0"),
-                _vp("__linux", "5.10"),
-                _vp("__glibc", "2.28"),
-                _vp("__amdgpu", "0"),
-                _vp("__amdgpu_arch", "9.4.2"),
-            ],
-        )
-    )
+    records = solve_on_gpu_host([private, forge], ["torchvision", "torchaudio", "python 3.12.*"], "9.4.2")
     got = {r.name.normalized: r for r in records}
     assert str(got["amdgpu-target"].build) == "gfx942"
     for name in ("pytorch", "torchvision", "torchaudio"):
