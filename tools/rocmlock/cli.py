@@ -34,6 +34,14 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True))
 
 
+def _print_report(args: argparse.Namespace, data: Any, text: str) -> None:
+    """With ``--json`` the data on stdout, else the text for people."""
+    if args.json:
+        _print_json(data)
+    else:
+        print(text)
+
+
 def _manifest_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manifest-path", type=Path, default=Path("pixi.toml"),
                         help="the workspace's pixi.toml (default: ./pixi.toml)")
@@ -76,10 +84,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         wanted, root = workspace_rocm_versions(ws, args.environments), ws.root
     targets = [t for name, t in all_targets().items() if name in gfx]
     report = run_doctor(targets, build=args.build, rocm_wanted=wanted, workdir=root)
-    if args.json:
-        _print_json(report.to_dict())
-    else:
-        print(render_report(report))
+    _print_report(args, report.to_dict(), render_report(report))
     return 0 if report.ok else 1
 
 
@@ -147,10 +152,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     plan = make_plan(load_workspace(args.manifest_path), args.environments or None, channel=args.channel,
                      recipes_dir=args.recipes_dir)
-    if args.json:
-        _print_json(plan.to_json())
-    else:
-        print(render_plan(plan))
+    _print_report(args, plan.to_json(), render_plan(plan))
     for problem in plan.problems:
         _err(f"warning: {problem}")
     return 0
@@ -295,10 +297,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         report = build_plan(plan, opts, events=progress)
     finally:
         progress.close()
-    if args.json:
-        _print_json(report.to_dict())
-    else:
-        print(render_summary(report))
+    _print_report(args, report.to_dict(), render_summary(report))
     return 0 if report.ok else 1
 
 
