@@ -67,3 +67,10 @@ def test_install_errors(locked: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     other.parent.mkdir()
     assert main(["install", "--manifest-path", str(other), "-e", "mi300x", "--prefix", str(tmp_path / "y")]) == 2
     assert "run `rocmlock lock` first" in capsys.readouterr().err
+
+
+def test_install_takes_the_workspace_directory_like_lock(locked: Path, tmp_path: Path) -> None:
+    # --manifest-path may name pixi.toml's directory (lock, export and plan accept it too).
+    prefix = tmp_path / "env"
+    assert main(["install", "--manifest-path", str(locked.parent), "-e", "mi300x", "--prefix", str(prefix)]) == 0
+    assert any(p.name.startswith("pytorch-2.12.1-") for p in (prefix / "conda-meta").glob("*.json"))

@@ -335,10 +335,11 @@ def _add_install(p: argparse.ArgumentParser) -> None:
 def _cmd_install(args: argparse.Namespace) -> int:
     from rocmlock.errors import InputError
     from rocmlock.install import install_from_lock
+    from rocmlock.lock import LOCK_NAME, manifest_file
 
     if not args.environment:
         raise InputError("rocmlock install needs -e/--environment")
-    lock = args.manifest_path.resolve().parent / "pixi.lock"
+    lock = manifest_file(args.manifest_path).resolve().parent / LOCK_NAME
     result = install_from_lock(lock, args.environment, args.prefix.resolve(), args.platform)
     if args.json:
         _print_json(result.to_dict())
