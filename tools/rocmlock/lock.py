@@ -18,6 +18,7 @@ from typing import Any
 from rattler import RepoDataRecord
 
 from rocmlock import fsutil, stamp
+from rocmlock.credentials import redact_url
 from rocmlock.errors import InputError
 from rocmlock.exports import render_exports
 from rocmlock.lockfile import (
@@ -131,8 +132,8 @@ def _select(ws: Workspace, environments: Sequence[str] | None, platforms: Sequen
             ) -> tuple[list[Environment], set[str], set[str]]:
     envs = ws.environments()  # resolves (and so validates) every environment
     names = set(environments or [e.name for e in envs])
-    for name in names:
-        ws.environment(name)  # an unknown name is an InputError listing the known ones
+    for name in sorted(names - {e.name for e in envs}):
+        ws.environment(name)  # an unknown name: the InputError listing the known ones
     known = {p.name for p in ws.platforms}
     plats = set(platforms or known)
     unknown = sorted(plats - known)
@@ -193,8 +194,6 @@ def _solve(ws: Workspace, envs: list[Environment], jobs: list[SolveJob],
 def _lock_channel(ws: Workspace, channel: str) -> str:
     # Paths stay relative to the manifest (pixi resolves both sides against the workspace root),
     # so the lock does not embed the checkout's location; the rest become base URLs like pixi writes.
-    from rocmlock.credentials import redact_url
-
     return channel if is_local_channel(channel) else redact_url(ws.channel_url(channel))
 
 
