@@ -70,19 +70,15 @@ def _add_doctor(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from rocmlock.doctor import render_report, run_doctor, workspace_rocm_versions, workspace_targets
-    from rocmlock.targets import all_targets, get_target
+    from rocmlock.doctor import doctor_targets, render_report, run_doctor, workspace_rocm_versions
     from rocmlock.workspace import load_workspace
 
-    gfx: set[str] = {get_target(t).gfx for t in args.targets}
-    wanted: tuple[str, ...] = ()
-    root = Path(".")
     # Outside a workspace (no ./pixi.toml, nothing named) doctor still checks the host and --target.
-    if args.environments or args.manifest_path.exists() or args.manifest_path != Path("pixi.toml"):
-        ws = load_workspace(args.manifest_path)
-        gfx |= {t.gfx for t in workspace_targets(ws, args.environments)}
-        wanted, root = workspace_rocm_versions(ws, args.environments), ws.root
-    targets = [t for name, t in all_targets().items() if name in gfx]
+    in_workspace = args.environments or args.manifest_path.exists() or args.manifest_path != Path("pixi.toml")
+    ws = load_workspace(args.manifest_path) if in_workspace else None
+    targets = doctor_targets(args.targets, ws, args.environments)
+    wanted = workspace_rocm_versions(ws, args.environments) if ws else ()
+    root = ws.root if ws else Path(".")
     report = run_doctor(targets, build=args.build, rocm_wanted=wanted, workdir=root)
     _print_report(args, report.to_dict(), render_report(report))
     return 0 if report.ok else 1

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rocmlock.runner import CommandError, CommandResult, Runner, run_command
-from rocmlock.targets import GpuTarget, all_targets, minor_version, version_tuple
+from rocmlock.targets import GpuTarget, all_targets, get_target, minor_version, version_tuple
 from rocmlock.workspace import Workspace
 
 Status = Literal["ok", "warn", "fail"]
@@ -123,6 +123,15 @@ def workspace_targets(workspace: Workspace, environments: list[str] | None = Non
         if env.gpu_target is not None:
             wanted.add(env.gpu_target.gfx)
     return tuple(t for gfx, t in all_targets().items() if gfx in wanted)
+
+
+def doctor_targets(names: Iterable[str], workspace: Workspace | None = None,
+                   environments: list[str] | None = None) -> list[GpuTarget]:
+    """The GPUs named (``--target gfx942``) plus the selected environments' targets, in table order."""
+    gfx = {get_target(name).gfx for name in names}
+    if workspace is not None:
+        gfx |= {t.gfx for t in workspace_targets(workspace, environments)}
+    return [t for name, t in all_targets().items() if name in gfx]
 
 
 def workspace_rocm_versions(workspace: Workspace, environments: list[str] | None = None) -> tuple[str, ...]:
