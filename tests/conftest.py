@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,6 +53,14 @@ def locked_ws(channels: dict[str, Path], tmp_path_factory: pytest.TempPathFactor
     from lockhelpers import lock_fresh_workspace
 
     return lock_fresh_workspace(tmp_path_factory.mktemp("locked"), channels)
+
+
+@pytest.fixture
+def ws_copy(locked_ws: Path, tmp_path: Path) -> Path:
+    """A copy of the session's locked workspace that a test may change."""
+    dest = tmp_path / "ws"
+    shutil.copytree(locked_ws, dest)
+    return dest
 
 
 # py-rattler 0.28's tokio worker threads race the interpreter's finalization (the pyo3-async-runtimes

@@ -22,13 +22,6 @@ from rocmlock.lockfile import (
 )
 
 
-@pytest.fixture
-def ws_copy(locked_ws: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "ws"
-    shutil.copytree(locked_ws, dest)
-    return dest
-
-
 def test_export_regenerates_envs_without_solving(ws_copy: Path, locked_ws: Path) -> None:
     shutil.rmtree(ws_copy / "envs")
     # Channels that do not exist prove no solve happens: export reads pixi.lock only.

@@ -23,14 +23,6 @@ from rocmlock.lockfile import read_lockfile
 from rocmlock.satisfy import environment_unsat, platform_unsat
 from rocmlock.workspace import load_workspace
 
-
-@pytest.fixture
-def ws_copy(locked_ws: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "ws"
-    shutil.copytree(locked_ws, dest)
-    return dest
-
-
 # ----------------------------------------------------------------------------- what gets locked
 
 
