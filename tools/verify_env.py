@@ -658,6 +658,11 @@ def _where(ctx: Context) -> str:
     return f"on {name}" + ("" if ctx.is_rocm else " (not ROCm)")
 
 
+def _out_of_bounds(*errors: tuple[float, float]) -> bool:
+    """True when any ``(error, bound)`` has an error that is NaN, infinite or above its bound."""
+    return any(not math.isfinite(err) or err > bound for err, bound in errors)
+
+
 def _rel_err(torch: Any, got: Any, ref: Any) -> float:
     got, ref = got.detach().double().cpu(), ref.detach().double().cpu()
     return float((got - ref).norm() / ref.norm().clamp_min(1e-30))
@@ -672,7 +677,7 @@ def check_matmul(ctx: Context) -> Outcome:
     got = (a.to(ctx.device) @ b.to(ctx.device))
     err = _rel_err(torch, got, ref)
     # 1e-2 admits TF32/reduced-precision GEMM paths; wrong kernels give errors near 1.
-    if not math.isfinite(err) or err > 1e-2:
+    if _out_of_bounds((err, 1e-2)):
         return fail(f"relative error {err:.2e} {_where(ctx)}", "the GPU math library (hipBLAS/hipBLASLt) "
                     "returns wrong results: check that ROCm matches the torch build (rocm.version)")
     return ok(f"512x512 relative error {err:.1e} {_where(ctx)}", rel_err=err)
@@ -697,7 +702,7 @@ def check_bf16(ctx: Context) -> Outcome:
     loss_err = abs(loss16 - loss32) / max(abs(loss32), 1e-12)
     grad_err = max(_rel_err(torch, g, r) for g, r in zip(grads16, grads32))
     # bf16 keeps 8 bits of mantissa: a few percent of error is normal, broken kernels are far off.
-    if not (math.isfinite(loss_err) and math.isfinite(grad_err)) or loss_err > 0.05 or grad_err > 0.1:
+    if _out_of_bounds((loss_err, 0.05), (grad_err, 0.1)):
         return fail(f"bf16 vs fp32: loss error {loss_err:.2e}, worst gradient error {grad_err:.2e} {_where(ctx)}",
                     "bf16 training is broken on this device: check the target (torch.arch) and ROCm version")
     return ok(f"MLP loss error {loss_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}",
@@ -737,7 +742,7 @@ def check_sdpa(ctx: Context) -> Outcome:
     inputs = _attention_inputs(torch, ctx.device, "bhsd")
     out = torch.nn.functional.scaled_dot_product_attention(*inputs, is_causal=True)
     out_err, grad_err = _compare_attention(torch, out, inputs, lambda q, k, v: _reference_attention(torch, q, k, v))
-    if not (math.isfinite(out_err) and math.isfinite(grad_err)) or out_err > 0.02 or grad_err > 0.05:
+    if _out_of_bounds((out_err, 0.02), (grad_err, 0.05)):
         return fail(f"SDPA vs reference: output error {out_err:.2e}, gradient error {grad_err:.2e} {_where(ctx)}",
                     "the attention kernels (AOTriton) are wrong for this GPU: check torch.arch_list and ROCm")
     return ok(f"bf16 causal, output error {out_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}",
@@ -793,7 +798,7 @@ def check_flash_attn(ctx: Context) -> Outcome:
         return _reference_attention(ctx.torch, *(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
 
     out_err, grad_err = _compare_attention(ctx.torch, out, inputs, reference)
-    if not (math.isfinite(out_err) and math.isfinite(grad_err)) or out_err > 0.02 or grad_err > 0.05:
+    if _out_of_bounds((out_err, 0.02), (grad_err, 0.05)):
         return fail(f"{name}: output error {out_err:.2e}, gradient error {grad_err:.2e} {_where(ctx)}",
                     "flash-attn kernels are wrong for this GPU: reinstall the build for this target")
     evidence = f"{name}: output error {out_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}"
@@ -1047,8 +1052,7 @@ def check_bnb(ctx: Context) -> Outcome:
     data = {"version": bnb.__version__, "native": native, "out_err": out_err, "grad_err": grad_err,
             "quant_err": quant_err}
     # bf16 compute gives ~1e-2; a kernel for the wrong target gives garbage or NaN.
-    if not all(math.isfinite(e) for e in (out_err, grad_err)) or out_err > 0.03 or grad_err > 0.03 \
-            or not quant_err < 0.2:
+    if _out_of_bounds((out_err, 0.03), (grad_err, 0.03)) or not quant_err < 0.2:
         return fail(evidence, "the 4-bit kernels are wrong on this device: reinstall the bitsandbytes built for "
                               "this GPU target (build string rocmXY_<gfx>_...)", **data)
     return ok(evidence, **data)
