@@ -145,15 +145,22 @@ def workspace_rocm_versions(workspace: Workspace, environments: list[str] | None
 
 
 def detect_resources(where: Path) -> Resources:
-    """Cores usable by this process, total memory and free disk at ``where`` (or its nearest parent)."""
+    """Cores usable by this process, available memory and free disk at ``where`` (or its nearest parent).
+
+    Memory is ``MemAvailable`` (what a build can use now, as ``recipes/rocm-build-env.sh`` counts it when it sizes
+    ``MAX_JOBS`` outside rocmlock), falling back to ``MemTotal`` on kernels without it.
+    """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    memory = 0
+    fields: dict[str, int] = {}
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                memory = int(line.split()[1]) * 1024
+            key, _, rest = line.partition(":")
+            if key in ("MemAvailable", "MemTotal") and rest.split():
+                fields[key] = int(rest.split()[0]) * 1024
     except OSError:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        pass
+    memory = fields.get("MemAvailable") or fields.get("MemTotal") or (
+        os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     probe = where.resolve()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -329,7 +336,7 @@ def check_offload_arch(host: Host, compiler: str | None, rocm: Path | None, rocm
 def check_jobs(resources: Resources, env: Mapping[str, str]) -> tuple[Check, int]:
     jobs = max_jobs_for(resources, env)
     by_memory = _jobs_by_memory(resources)
-    facts = f"{resources.cores} cores, {resources.memory_bytes / GIB:.0f} GiB memory"
+    facts = f"{resources.cores} cores, {resources.memory_bytes / GIB:.0f} GiB available memory"
     if env.get("MAX_JOBS") and jobs > by_memory:
         return Check("max-jobs", "warn", f"MAX_JOBS={jobs} but {facts} supports {by_memory} (~{GIB_PER_JOB} GiB/job)",
                      f"export MAX_JOBS={min(by_memory, resources.cores)} or the compiler may be OOM-killed"), jobs
