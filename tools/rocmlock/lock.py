@@ -30,6 +30,7 @@ from rocmlock.lockfile import (
     read_lockfile,
     render_lockfile,
 )
+from rocmlock.pypi import DEFAULT_INDEXES
 from rocmlock.satisfy import environment_unsat, platform_unsat
 from rocmlock.solve import (
     SolveJob,
@@ -75,6 +76,7 @@ class LockResult:
     solved: tuple[SolveKey, ...]
     written: bool
     reasons: dict[SolveKey, str] = field(default_factory=dict, hash=False)
+    warnings: tuple[str, ...] = ()
 
     @property
     def up_to_date(self) -> bool:
@@ -104,6 +106,7 @@ class LockResult:
             "solved": [{"environment": e, "platform": p, "reason": self.reasons.get((e, p))}
                        for e, p in self.solved],
             "changes": {e: dict(p) for e, p in envs.items()},
+            "warnings": list(self.warnings),
         }
 
 
@@ -223,7 +226,8 @@ def render_outputs(ws: Workspace, locked: LockedWorkspace, envs: Iterable[Enviro
         plats = [locked.platforms[p.name] for p in env.platforms if p.name in locked.platforms]
         # conda reads a relative channel path against the current directory, so exports name it absolutely.
         channels = [channel_base_url(c, ws.root) if is_local_channel(c) else c for c in lenv.channels]
-        files.update(render_exports(ws.root / ENVS_DIR, env.name, channels, plats, lenv.records))
+        files.update(render_exports(ws.root / ENVS_DIR, env.name, channels, plats, lenv.records,
+                                    lenv.pypi, DEFAULT_INDEXES, lenv.sources))
     return files
 
 
@@ -238,11 +242,12 @@ def _stale(files: dict[Path, str]) -> tuple[Path, ...]:
 
 
 def _finish(ws: Workspace, files: dict[Path, str], changes: list[Change], solved: Sequence[SolveKey],
-            reasons: dict[SolveKey, str], check: bool) -> LockResult:
+            reasons: dict[SolveKey, str], check: bool, warnings: Sequence[str] = ()) -> LockResult:
     stale = _stale(files)
     if stale and not check:
         fsutil.write_set_atomic({p: files[p] for p in stale})
-    return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons)
+    return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons,
+                      tuple(warnings))
 
 
 def _check_update_names(ws: Workspace, old: LockedWorkspace | None, update: Sequence[str] | None) -> None:
@@ -296,9 +301,30 @@ def manifest_file(manifest_path: str | Path) -> Path:
     return (path / "pixi.toml" if path.is_dir() else path).absolute()
 
 
+def _source_packages(lock_path: Path, locked: LockedWorkspace, envs: Sequence[Environment],
+                     skip_source: bool) -> list[str]:
+    """Refuse the source packages of ``envs`` in one line, or (``skip_source``) return one warning per platform."""
+    warnings: list[str] = []
+    for env in envs:
+        found = locked.environments[env.name].sources
+        if found and not skip_source:
+            names = sorted({s.describe() for srcs in found.values() for s in srcs})
+            raise InputError(f"{lock_path}: environment '{env.name}' has packages that no export can pin "
+                             f"(built from source, or without a hash): "
+                             f"{', '.join(names)}",
+                             hint="pass --skip-source to export the rest (the exports name what they leave out)")
+        warnings += [f"environment '{env.name}' [{plat}]: left out source package(s) "
+                     f"{', '.join(s.describe() for s in srcs)}" for plat, srcs in sorted(found.items())]
+    return warnings
+
+
 def export_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
-                     check: bool = False) -> LockResult:
-    """Regenerate ``envs/`` from the existing pixi.lock, without solving (for teams that lock with pixi)."""
+                     check: bool = False, skip_source: bool = False) -> LockResult:
+    """Regenerate ``envs/`` from the existing pixi.lock, without solving (for teams that lock with pixi).
+
+    PyPI packages are exported too; a source package (pixi-build, a git or path dependency) is refused
+    unless ``skip_source``, which leaves it out with a warning.
+    """
     ws = load_workspace(manifest_path)
     envs, names, _ = _select(ws, environments, None)
     locked = _read_lock(ws)
@@ -309,6 +335,7 @@ def export_workspace(manifest_path: str | Path, environments: Sequence[str] | No
         raise InputError(f"{ws.root / LOCK_NAME}: environment '{missing[0]}' is not locked",
                          hint="run `rocmlock lock` (or `pixi lock`) first")
     selected = [e for e in envs if e.name in names]
+    warnings = _source_packages(ws.root / LOCK_NAME, locked, selected, skip_source)
     files = render_outputs(ws, locked, selected)
     files.pop(ws.root / LOCK_NAME)
-    return _finish(ws, files, [], [], {}, check)
+    return _finish(ws, files, [], [], {}, check, warnings)
