@@ -1,6 +1,6 @@
 """`rocmlock bump` against a local PyPI/GitHub stand-in (tests/fakeupstream.py), on a copy of the real recipes.
 
-Versions are read from the copied recipes/variants.yaml, so the tests hold whatever it pins. About 6 s.
+Versions are read from the copied recipes/variants.yaml, so the tests hold whatever it pins. About 4 s.
 """
 
 from __future__ import annotations
