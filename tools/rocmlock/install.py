@@ -11,9 +11,11 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
+from rattler import RepoDataRecord
+
 from rocmlock.credentials import redact_text
 from rocmlock.errors import InputError, OperationError
-from rocmlock.lockfile import read_lockfile
+from rocmlock.lockfile import LockedPlatform, read_lockfile
 
 
 @dataclass(frozen=True)
@@ -28,11 +30,9 @@ class InstallResult:
                 "packages": list(self.packages)}
 
 
-def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform: str | None = None,
-                      cache_dir: Path | None = None) -> InstallResult:
-    """Install ``environment``'s locked records for ``platform`` (its only one when omitted) into ``prefix``."""
-    from rattler import Client, install
-
+def select_records(lock_path: Path, environment: str, platform: str | None = None
+                   ) -> tuple[LockedPlatform, list[RepoDataRecord]]:
+    """The lock platform (``environment``'s only one when ``platform`` is None) and its records."""
     locked = read_lockfile(lock_path)
     if locked is None:
         raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first")
@@ -50,6 +50,16 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
     if records is None:
         raise InputError(f"{lock_path}: environment '{environment}' has no platform '{platform}'",
                          hint=f"locked platforms: {', '.join(platforms)}")
+    subdir = records[0].subdir if records else "noarch"
+    return locked.platforms.get(platform) or LockedPlatform(platform, subdir, ()), records
+
+
+def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform: str | None = None,
+                      cache_dir: Path | None = None) -> InstallResult:
+    """Install ``environment``'s locked records for ``platform`` (its only one when omitted) into ``prefix``."""
+    from rattler import Client, install
+
+    locked_platform, records = select_records(lock_path, environment, platform)
     try:
         asyncio.run(install(records, prefix, cache_dir=cache_dir, show_progress=False,
                             client=Client.default_client()))
@@ -58,4 +68,4 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
                              hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials") \
             from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
-    return InstallResult(prefix, environment, platform, names)
+    return InstallResult(prefix, environment, locked_platform.name, names)
