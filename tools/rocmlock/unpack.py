@@ -151,7 +151,7 @@ def _opened(bundle: Path, extract_dir: Path | None) -> Iterator[tuple[Path, bool
 
 def _check_platform(where: Path, meta: BundleMetadata) -> None:
     """pixi-pack.json agrees with our metadata, and the bundle was made for this machine's platform."""
-    from rattler import Platform
+    from rattler import Subdir
 
     path = where / PIXI_PACK_METADATA
     try:
@@ -161,7 +161,7 @@ def _check_platform(where: Path, meta: BundleMetadata) -> None:
     if not isinstance(pixi_pack, dict) or pixi_pack.get("version") != PIXI_PACK_FORMAT \
             or pixi_pack.get("platform") != meta.subdir:
         raise InputError(f"{path}: expected version '{PIXI_PACK_FORMAT}' and platform '{meta.subdir}'", hint=DAMAGED)
-    here = str(Platform.current())
+    here = str(Subdir.current())
     if meta.subdir not in (here, "noarch"):
         raise OperationError(f"the bundle is for {meta.subdir} ({meta.platform}), this machine is {here}",
                              hint=f"pack the environment with -p for a {here} platform")
