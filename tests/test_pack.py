@@ -292,3 +292,17 @@ def test_a_credential_in_the_channel_url_never_reaches_the_bundle(
     for path in x.rglob("*"):
         if path.is_file() and not path.name.endswith(".conda"):
             assert secret not in path.read_text() and "packer" not in path.read_text(), path
+
+
+def test_a_kept_extraction_gets_an_explicit_file_with_its_file_urls(bundle: Path, locked_ws: Path,
+                                                                    tmp_path: Path) -> None:
+    keep = tmp_path / "kept"
+    assert unpack(bundle, tmp_path / "env", fake_node(tmp_path / "host", [90402]), "--extract-dir", str(keep)) == 0
+    lines = (keep / f"conda-{PLATFORM}.lock").read_text().splitlines()
+    urls = lines[lines.index("@EXPLICIT") + 1:]
+    assert len(urls) == len(locked_set(locked_ws))
+    for line in urls:
+        url, sha = line.split("#sha256:")
+        assert url.startswith((keep / "channel").as_uri() + "/")
+        path = Path(url.removeprefix("file://"))
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
