@@ -107,6 +107,8 @@ def test_pull_request_job_runs_after_a_run_with_nothing_to_build(workflow: dict)
     # success() of a job looks at every job upstream, so a skipped build would skip it (actions/runner#2205).
     job = workflow["jobs"]["pull-request"]
     assert job["needs"] == "relock"
+    # A cancelled run relocks nothing (always() would run relock after a cancel too).
+    assert workflow["jobs"]["relock"]["if"].startswith("${{ !cancelled() && ")
     assert job["if"] == "${{ !cancelled() && needs.relock.result == 'success' }}"
     cpr = next(s for s in job["steps"] if s.get("uses", "").startswith("peter-evans/create-pull-request@"))
     assert cpr["with"]["add-paths"].split() == ["pixi.lock", "envs/**"]  # whatever else the artifact holds
