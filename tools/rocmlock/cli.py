@@ -330,13 +330,14 @@ def _add_install(p: argparse.ArgumentParser) -> None:
 
 def _cmd_install(args: argparse.Namespace) -> int:
     from rocmlock.errors import InputError
-    from rocmlock.install import install_from_lock
+    from rocmlock.install import install_from_lock, manifest_channels
     from rocmlock.lock import LOCK_NAME, manifest_file
 
     if not args.environment:
         raise InputError("rocmlock install needs -e/--environment")
-    lock = manifest_file(args.manifest_path).resolve().parent / LOCK_NAME
-    result = install_from_lock(lock, args.environment, args.prefix.resolve(), args.platform)
+    manifest = manifest_file(args.manifest_path).resolve()
+    result = install_from_lock(manifest.parent / LOCK_NAME, args.environment, args.prefix.resolve(),
+                               args.platform, channels=manifest_channels(manifest))
     if args.json:
         _print_json(result.to_dict())
     _err(f"installed {len(result.packages)} package(s) of '{result.environment}' [{result.platform}] "
