@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rattler import RepoDataRecord
+
 from rocmlock.credentials import client_for_urls, redact_text, split_url
 from rocmlock.errors import InputError, OperationError
-from rocmlock.lockfile import read_lockfile
+from rocmlock.lockfile import LockedPlatform, read_lockfile
 
 
 @dataclass(frozen=True)
@@ -30,15 +32,9 @@ class InstallResult:
                 "packages": list(self.packages)}
 
 
-def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform: str | None = None,
-                      cache_dir: Path | None = None, channels: Sequence[str] = ()) -> InstallResult:
-    """Install ``environment``'s locked records for ``platform`` (its only one when omitted) into ``prefix``.
-
-    ``channels`` are the manifest's channel URLs as written, credentials included: the lock records clean
-    URLs only, and the credentials go to rattler in memory.
-    """
-    from rattler import install
-
+def select_records(lock_path: Path, environment: str, platform: str | None = None
+                   ) -> tuple[LockedPlatform, list[RepoDataRecord]]:
+    """The lock platform (``environment``'s only one when ``platform`` is None) and its records."""
     locked = read_lockfile(lock_path)
     if locked is None:
         raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first")
@@ -56,6 +52,20 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
     if records is None:
         raise InputError(f"{lock_path}: environment '{environment}' has no platform '{platform}'",
                          hint=f"locked platforms: {', '.join(platforms)}")
+    subdir = records[0].subdir if records else "noarch"
+    return locked.platforms.get(platform) or LockedPlatform(platform, subdir, ()), records
+
+
+def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform: str | None = None,
+                      cache_dir: Path | None = None, channels: Sequence[str] = ()) -> InstallResult:
+    """Install ``environment``'s locked records for ``platform`` (its only one when omitted) into ``prefix``.
+
+    ``channels`` are the manifest's channel URLs as written, credentials included: the lock records clean
+    URLs only, and the credentials go to rattler in memory.
+    """
+    from rattler import install
+
+    locked_platform, records = select_records(lock_path, environment, platform)
     _, client = client_for_urls(channels)
     try:
         asyncio.run(install(records, prefix, cache_dir=cache_dir, show_progress=False, client=client))
@@ -65,7 +75,7 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
                              hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials") \
             from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
-    return InstallResult(prefix, environment, platform, names)
+    return InstallResult(prefix, environment, locked_platform.name, names)
 
 
 def manifest_channels(manifest: Path) -> list[str]:
