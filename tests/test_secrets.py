@@ -1,9 +1,9 @@
 """Secrets in channel URLs: only real secrets are redacted, and none reaches a file, a log line or a message.
 
 The end-to-end test runs every command that reads a private channel (lock, relock on a warm cache, export,
-install, plan --channel, publish) against ``rocmlock.serve`` requiring both Basic credentials and an
+install, pack, plan --channel, publish) against ``rocmlock.serve`` requiring both Basic credentials and an
 anaconda.org-style ``/t/<token>/`` path, then greps every file under the test's directory (the user's
-pixi.toml excepted) and all output for each secret. Cost: about 15 s (one served channel, three solves).
+pixi.toml and auth file excepted) and all output for each secret. Cost: about 5 s.
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ def test_no_secret_reaches_any_file_or_output(channels: dict[str, Path], tmp_pat
         assert _run(capsys, out, "export", "--manifest-path", m) == 0, out
         assert _run(capsys, out, "install", "--manifest-path", m, "-e", "mi300x",
                     "--prefix", str(tmp_path / "prefix"), "--json") == 0, out
+        assert _run(capsys, out, "pack", "--manifest-path", m, "-e", "mi300x", "-o", str(tmp_path / "b.tar")) == 0, out
         assert _run(capsys, out, "plan", "--manifest-path", str(ROOT / "pixi.toml"), "--channel", private,
                     "--json") == 0, out
         src = build_channel(tmp_path / "src", [Pkg("rocm-version", "7.9", "0", subdir="noarch", noarch="generic")])
