@@ -330,13 +330,14 @@ def _add_install(p: argparse.ArgumentParser) -> None:
 
 def _cmd_install(args: argparse.Namespace) -> int:
     from rocmlock.errors import InputError
-    from rocmlock.install import install_from_lock
+    from rocmlock.install import install_from_lock, manifest_channels
     from rocmlock.lock import LOCK_NAME, manifest_file
 
     if not args.environment:
         raise InputError("rocmlock install needs -e/--environment")
-    lock = manifest_file(args.manifest_path).resolve().parent / LOCK_NAME
-    result = install_from_lock(lock, args.environment, args.prefix.resolve(), args.platform)
+    manifest = manifest_file(args.manifest_path).resolve()
+    result = install_from_lock(manifest.parent / LOCK_NAME, args.environment, args.prefix.resolve(),
+                               args.platform, channels=manifest_channels(manifest))
     if args.json:
         _print_json(result.to_dict())
     _err(f"installed {len(result.packages)} package(s) of '{result.environment}' [{result.platform}] "
@@ -378,17 +379,20 @@ class _DownloadProgress:
 
 
 def _cmd_pack(args: argparse.Namespace) -> int:
+    from rocmlock.credentials import client_for_urls
     from rocmlock.errors import InputError
+    from rocmlock.install import manifest_channels
     from rocmlock.lock import LOCK_NAME, manifest_file
     from rocmlock.pack import pack_environment
 
     if not args.environment:
         raise InputError("rocmlock pack needs -e/--environment")
-    lock = manifest_file(args.manifest_path).resolve().parent / LOCK_NAME
+    manifest = manifest_file(args.manifest_path).resolve()
+    _, client = client_for_urls(manifest_channels(manifest))
     progress = _DownloadProgress()
     try:
-        result = pack_environment(lock, args.environment, args.platform, args.output,
-                                  with_installer=args.with_installer, progress=progress)
+        result = pack_environment(manifest.parent / LOCK_NAME, args.environment, args.platform, args.output,
+                                  with_installer=args.with_installer, client=client, progress=progress)
     finally:
         progress.close()
     meta = result.metadata
