@@ -23,7 +23,10 @@ SDIST_NAMES = {"flash-attn": "flash_attn", "llamafactory": "llamafactory", "deep
 
 
 @pytest.fixture
-def fake() -> FakeUpstream:
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeUpstream:
+    # requests takes proxies from the environment (as pip does): never send 127.0.0.1 through one.
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
     with serve() as server:
         yield server
 

@@ -18,7 +18,10 @@ FAST = HttpOptions(timeout=0.3, retries=2, backoff=0.0)
 
 
 @pytest.fixture
-def fake() -> FakeUpstream:
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeUpstream:
+    # requests takes proxies from the environment (as pip does): never send 127.0.0.1 through one.
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
     with serve() as server:
         yield server
 
@@ -104,3 +107,15 @@ def test_credentials_in_the_index_url_never_reach_a_message(fake: FakeUpstream) 
     with pytest.raises(NotFound) as err:
         client.project("torch")
     assert "s3cret" not in str(err.value) and "bob" not in str(err.value)
+
+
+def test_proxy_and_ca_bundle_come_from_the_environment(fake: FakeUpstream, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fake server plays an HTTP proxy: it gets the absolute URL of a host that does not exist.
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HTTP_PROXY", fake.url)
+    fake.add_json("http://pypi.invalid/pypi/torch/json", {"info": {"version": "2.15.0"}, "releases": {}})
+    client = Client(Hosts(index_url="http://pypi.invalid/pypi"), FAST)
+    assert client.project("torch").latest == "2.15.0"
+    monkeypatch.setenv("PIP_CERT", "/etc/ssl/certs/custom-ca.pem")
+    assert Client(Hosts(), FAST).session.verify == "/etc/ssl/certs/custom-ca.pem"
