@@ -306,3 +306,26 @@ def test_a_kept_extraction_gets_an_explicit_file_with_its_file_urls(bundle: Path
         assert url.startswith((keep / "channel").as_uri() + "/")
         path = Path(url.removeprefix("file://"))
         assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
+
+
+def test_with_installer_a_node_without_rocmlock_installs_the_bundle(locked_ws: Path, tmp_path: Path) -> None:
+    # Needs PyPI (pip download of py-rattler's wheel), as CI has; then the node side runs with no network:
+    # pip --no-index from the bundle's wheels, in a venv of the node's python. About 15 s.
+    import subprocess
+    import sys
+
+    assert pack(locked_ws, tmp_path / "b.tar", "--with-installer") == 0
+    x = tmp_path / "x"
+    shutil.unpack_archive(tmp_path / "b.tar", x, format="tar")
+    wheels = sorted(p.name for p in (x / "installer/wheels").iterdir())
+    assert [w.split("-")[0] for w in wheels] == ["py_rattler", "rocmlock"]
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {"PATH": os.defpath, "HOME": str(tmp_path), "TMPDIR": str(scratch), "PYTHON": sys.executable}
+    proc = subprocess.run(["sh", str(x / "installer/install.sh"), "--prefix", str(tmp_path / "env"),
+                           "--host-root", str(fake_node(tmp_path / "host", [90402]))],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert installed(tmp_path / "env") == locked_set(locked_ws)
+    assert "node check: a gfx942 GPU" in proc.stderr
+    assert not list(scratch.iterdir()), "the temporary venv is removed"

@@ -28,6 +28,7 @@ from rocmlock import __version__
 from rocmlock.bundle import (
     CHANNEL_DIR,
     ENVIRONMENT_FILE,
+    INSTALLER_DIR,
     PIXI_PACK_METADATA,
     ROCMLOCK_METADATA,
     BundledPackage,
@@ -91,7 +92,7 @@ def pack_environment(lock_path: Path, environment: str, platform: str | None = N
         if with_installer:
             from rocmlock.installer import add_installer
 
-            add_installer(stage / "installer", metadata)
+            add_installer(stage / INSTALLER_DIR, metadata)
         size = _write_bundle(stage, out)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
