@@ -86,6 +86,9 @@ def bump(recipes_dir: Path, request: BumpRequest, client: Client, log: Log = lam
     docs: list[Document] = [doc]
     notes: list[str] = []
     for up, version in ups:
+        old_version = values(doc, up.version_key)[positions[up.name]]
+        if parse_version(version, up.name) < parse_version(old_version, up.version_key):
+            notes.append(f"{up.name}: {old_version} -> {version} is a downgrade")
         new_values = resolve_values(up, version, request, client, log)
         changes.extend(_fill(doc, up, positions[up.name], new_values))
         if up.recipe:
