@@ -79,7 +79,7 @@ def build_index(root: Path, wheels: list[Wheel]) -> dict[str, str]:
 
 
 class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

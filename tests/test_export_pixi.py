@@ -64,7 +64,7 @@ def _pip_dry_run(requirements: Path, *extra: str) -> subprocess.CompletedProcess
     report = requirements.parent / "pip-report.json"
     cmd = [sys.executable, "-m", "pip", "install", "--isolated", "--no-cache-dir", "--disable-pip-version-check",
            "--dry-run", "--ignore-installed", "--report", str(report), *extra, "-r", str(requirements)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=requirements.parent)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=requirements.parent, check=False)
 
 
 def _report(requirements: Path) -> dict[str, tuple[str, str]]:
@@ -91,7 +91,7 @@ def test_export_writes_pip_pins_and_a_hash_checked_requirements_file(
                                                       "requirements-linux-64.txt"]
     env = yaml.safe_load((out / "environment.yml").read_text())
     conda, pip = env["dependencies"][:-1], env["dependencies"][-1]["pip"]
-    assert any(d.startswith("python=3.12.7=") for d in conda)
+    assert any(d.endswith("::python=3.12.7=h0_0_cpython") for d in conda)
     assert pip == [f"--index-url {base}/simple", "rlk-alpha==1.0", "rlk-beta==2.0", "rlk-gamma==1.0"]
     req = (out / "requirements-linux-64.txt").read_text()
     for wheel in WHEELS[:3]:
@@ -119,8 +119,8 @@ def test_pip_installs_exactly_the_locked_files_with_require_hashes(
 def test_environment_yml_pip_section_is_what_conda_hands_to_pip(
         pypi_ws: Path, index: tuple[str, dict[str, str]]) -> None:
     # conda writes the pip: list into a requirements file and runs `python -m pip install -U -r` on it
-    # (conda/env/installers/pip.py); the same list must resolve to exactly the locked versions.
-    base, _ = index
+    # (conda/env/installers/pip.py); the same list must resolve to exactly the locked versions. (``index``
+    # serves the wheels; the pip: section names the index itself.)
     assert main(["export", "--manifest-path", str(pypi_ws / "pixi.toml")]) == 0
     env = yaml.safe_load((pypi_ws / "envs" / "default" / "environment.yml").read_text())
     conda_req = pypi_ws / "condaenv.requirements.txt"
@@ -130,6 +130,18 @@ def test_environment_yml_pip_section_is_what_conda_hands_to_pip(
     assert {n: v for n, (v, _) in _report(conda_req).items()} == {w.name: w.version for w in WHEELS[:3]}
 
 
+# The manifest side of SOURCES: a pixi-build package and two PyPI sources (pixi_spec toml.rs, pixi_pypi_spec).
+SOURCE_DEPS = """
+[feature.src.dependencies]
+rlk-native = { path = "native" }
+
+[feature.src.pypi-dependencies]
+rlk-local = { path = "./rlk-local", editable = true }
+rlk-delta = { git = "https://example.invalid/rlk/delta.git", rev = "0123456789abcdef0123456789abcdef01234567" }
+
+[environments]
+default = ["src"]
+"""
 SOURCES = [
     {"conda_source": "rlk-native[38d076cf] @ native", "variants": {"target_platform": "linux-64"},
      "depends": ["python >=3.12"]},
@@ -142,7 +154,7 @@ SOURCES = [
 def test_source_packages_are_refused_in_one_line(
         tmp_path: Path, channels: dict[str, Path], index: tuple[str, dict[str, str]],
         capsys: pytest.CaptureFixture[str]) -> None:
-    ws = _workspace(tmp_path / "ws", channels, index, extra_packages=SOURCES)
+    ws = _workspace(tmp_path / "ws", channels, index, SOURCE_DEPS, SOURCES)
     assert main(["export", "--manifest-path", str(ws / "pixi.toml")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("error: ") and "packages that no export can pin (built from source, or without a hash)" in err[0]
@@ -156,7 +168,7 @@ def test_source_packages_are_refused_in_one_line(
 def test_skip_source_exports_the_rest_and_names_what_it_left_out(
         tmp_path: Path, channels: dict[str, Path], index: tuple[str, dict[str, str]],
         capsys: pytest.CaptureFixture[str]) -> None:
-    ws = _workspace(tmp_path / "ws", channels, index, extra_packages=SOURCES)
+    ws = _workspace(tmp_path / "ws", channels, index, SOURCE_DEPS, SOURCES)
     assert main(["export", "--manifest-path", str(ws / "pixi.toml"), "--skip-source"]) == 0
     err = capsys.readouterr().err
     assert "warning: environment 'default' [linux-64]: left out source package(s) rlk-delta" in err

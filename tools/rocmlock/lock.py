@@ -30,7 +30,6 @@ from rocmlock.lockfile import (
     read_lockfile,
     render_lockfile,
 )
-from rocmlock.pypi import DEFAULT_INDEXES
 from rocmlock.satisfy import environment_unsat, platform_unsat
 from rocmlock.solve import (
     SolveJob,
@@ -227,7 +226,7 @@ def render_outputs(ws: Workspace, locked: LockedWorkspace, envs: Iterable[Enviro
         # conda reads a relative channel path against the current directory, so exports name it absolutely.
         channels = [channel_base_url(c, ws.root) if is_local_channel(c) else c for c in lenv.channels]
         files.update(render_exports(ws.root / ENVS_DIR, env.name, channels, plats, lenv.records,
-                                    lenv.pypi, DEFAULT_INDEXES, lenv.sources))
+                                    lenv.pypi, env.pypi_indexes, lenv.sources))
     return files
 
 
@@ -277,6 +276,8 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
     manifest = manifest_file(manifest_path)
     cache = cache_dir or default_cache_dir(manifest.parent)
     ws = load_workspace(manifest)
+    if ws.lock_refusals:
+        raise ws.lock_refusals[0].error(ws.path)
     envs, names, plats = _select(ws, environments, platforms)
     if update is None and (outputs := stamp.unchanged(cache, manifest)) is not None:
         files = {p: p.read_text() for p in outputs}
