@@ -307,3 +307,20 @@ def test_dynamic_dependencies_are_refused(ws: Path, fake: FakeUpstream, capsys: 
     assert bump(ws, fake.url, "llamafactory=9.9.9") == 1
     assert "no static [project] dependencies" in capsys.readouterr().err
     assert snapshot(ws) == before
+
+
+def test_zip_groups_are_read_generically(tmp_path: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another column zipped with the version keeps its value; an unknown key of the upstream's own is refused."""
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    text = ('rocm_version:\n  - "6.4"\n  - "7.2"\ndeepspeed_version:\n  - "0.17.1"\n  - "0.18.4"\n'
+            "deepspeed_sha256:\n  - " + "1" * 64 + "\n  - " + "2" * 64 + "\n"
+            "zip_keys:\n  - [rocm_version, deepspeed_version, deepspeed_sha256]\n")
+    (recipes / "variants.yaml").write_text(text)
+    sha = add_sdist(fake, "deepspeed", "0.18.5")
+    assert bump(tmp_path, fake.url, "deepspeed=0.18.5") == 0
+    assert (recipes / "variants.yaml").read_text() == text.replace('"0.18.4"', '"0.18.5"').replace("2" * 64, sha)
+    (recipes / "variants.yaml").write_text(text.replace("deepspeed_sha256]", "deepspeed_sha256, deepspeed_patch]")
+                                           + "deepspeed_patch:\n  - a\n  - b\n")
+    assert bump(tmp_path, fake.url, "deepspeed=0.18.5") == 2
+    assert "has deepspeed_patch, which rocmlock does not fill for deepspeed" in capsys.readouterr().err
