@@ -1,6 +1,6 @@
 """`rocmlock bump` against a local PyPI/GitHub stand-in (tests/fakeupstream.py), on a copy of the real recipes.
 
-Versions are read from the copied recipes/variants.yaml, so the tests hold whatever it pins. About 4 s.
+Versions are read from the copied recipes/variants.yaml, so the tests hold whatever it pins. About 10 s (the rebuild summary plans 4 times).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fakeupstream import FakeUpstream, closed_port_url, sdist, serve
+from fakeupstream import FakeUpstream, Reply, closed_port_url, sdist, serve
 from rocmlock.cli import main
 from rocmlock.pins import load_table
 from rocmlock.yamledit import load, values
@@ -109,19 +109,13 @@ def _torch_2_15(fake: FakeUpstream) -> dict[str, str]:
                 "triton": f"/triton-lang/triton/archive/{rev}.tar.gz",
                 "triton-llvm": f"/llvm/llvm-project/archive/{llvm}.tar.gz"}
     for name, path in archives.items():
-        fake.add(path, *[_reply(name.encode())])
-    fake.add("/api/repos/triton-lang/triton/commits/v3.9.0", _reply(rev.encode()))
-    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-hash.txt", _reply(llvm.encode() + b"\n"))
+        fake.add(path, Reply(body=name.encode()))
+    fake.add("/api/repos/triton-lang/triton/commits/v3.9.0", Reply(body=rev.encode()))
+    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-hash.txt", Reply(body=llvm.encode() + b"\n"))
     shas = {name: hashlib.sha256(name.encode()).hexdigest() for name in archives}
     return {"pytorch_version": "2.15.0", "pytorch_sha256": shas["pytorch"], "torchvision_version": "0.30.0",
             "torchvision_sha256": shas["torchvision"], "triton_version": "3.9.0", "triton_git_rev": rev,
             "triton_sha256": shas["triton"], "triton_llvm_rev": llvm, "triton_llvm_sha256": shas["triton-llvm"]}
-
-
-def _reply(body: bytes):  # type: ignore[no-untyped-def]
-    from fakeupstream import Reply
-
-    return Reply(body=body)
 
 
 def test_pytorch_with_companions_takes_commits_and_hashes_from_github(ws: Path, fake: FakeUpstream) -> None:
