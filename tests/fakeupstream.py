@@ -45,21 +45,43 @@ class FakeUpstream:
     def add_json(self, path: str, data: Any) -> None:
         self.add(path, Reply(body=json.dumps(data).encode(), content_type="application/json"))
 
-    def add_project(self, name: str, releases: Mapping[str, Sequence[dict[str, Any]]], latest: str | None = None,
-                    requires_dist: Sequence[str] = ()) -> None:
+    def add_project(
+        self,
+        name: str,
+        releases: Mapping[str, Sequence[dict[str, Any]]],
+        latest: str | None = None,
+        requires_dist: Sequence[str] = (),
+    ) -> None:
         """A PyPI project; ``releases`` maps version -> files (see :meth:`file`)."""
-        info = {"name": name, "version": latest or max(releases, key=_key), "requires_dist": list(requires_dist)}
-        self.add_json(f"/pypi/{name}/json", {"info": info, "releases": {v: list(f) for v, f in releases.items()},
-                                              "urls": []})
+        info = {
+            "name": name,
+            "version": latest or max(releases, key=_key),
+            "requires_dist": list(requires_dist),
+        }
+        self.add_json(
+            f"/pypi/{name}/json",
+            {"info": info, "releases": {v: list(f) for v, f in releases.items()}, "urls": []},
+        )
 
-    def file(self, filename: str, data: bytes | None = None, sha256: str | None = None, packagetype: str = "sdist",
-             yanked: bool = False) -> dict[str, Any]:
+    def file(
+        self,
+        filename: str,
+        data: bytes | None = None,
+        sha256: str | None = None,
+        packagetype: str = "sdist",
+        yanked: bool = False,
+    ) -> dict[str, Any]:
         """A release file; with ``data`` it is served at /files/<filename> (``sha256`` may lie about it)."""
         if data is not None:
             self.add(f"/files/{filename}", Reply(body=data))
         digest = sha256 or hashlib.sha256(data or filename.encode()).hexdigest()
-        return {"filename": filename, "url": f"{self.url}/files/{filename}", "packagetype": packagetype,
-                "digests": {"sha256": digest}, "yanked": yanked}
+        return {
+            "filename": filename,
+            "url": f"{self.url}/files/{filename}",
+            "packagetype": packagetype,
+            "digests": {"sha256": digest},
+            "yanked": yanked,
+        }
 
     def reply(self, path: str) -> Reply:
         self.hits[path] += 1
@@ -121,7 +143,10 @@ def sdist(name: str, version: str, pyproject: str) -> bytes:
     """A gzipped sdist ``<name>-<version>.tar.gz`` with ``pyproject`` as its pyproject.toml."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for member, text in (("pyproject.toml", pyproject), ("PKG-INFO", f"Name: {name}\nVersion: {version}\n")):
+        for member, text in (
+            ("pyproject.toml", pyproject),
+            ("PKG-INFO", f"Name: {name}\nVersion: {version}\n"),
+        ):
             data = text.encode()
             info = tarfile.TarInfo(f"{name}-{version}/{member}")
             info.size = len(data)
