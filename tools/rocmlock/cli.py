@@ -330,17 +330,209 @@ def _add_install(p: argparse.ArgumentParser) -> None:
 
 def _cmd_install(args: argparse.Namespace) -> int:
     from rocmlock.errors import InputError
-    from rocmlock.install import install_from_lock
+    from rocmlock.install import install_from_lock, manifest_channels
     from rocmlock.lock import LOCK_NAME, manifest_file
 
     if not args.environment:
         raise InputError("rocmlock install needs -e/--environment")
-    lock = manifest_file(args.manifest_path).resolve().parent / LOCK_NAME
-    result = install_from_lock(lock, args.environment, args.prefix.resolve(), args.platform)
+    manifest = manifest_file(args.manifest_path).resolve()
+    result = install_from_lock(manifest.parent / LOCK_NAME, args.environment, args.prefix.resolve(),
+                               args.platform, channels=manifest_channels(manifest))
     if args.json:
         _print_json(result.to_dict())
     _err(f"installed {len(result.packages)} package(s) of '{result.environment}' [{result.platform}] "
          f"into {result.prefix}")
+    return 0
+
+
+def _upstream_args(p: argparse.ArgumentParser) -> None:
+    _manifest_arg(p)
+    p.add_argument("--recipes-dir", type=Path, default=None,
+                   help="the recipes with variants.yaml (default: recipes/ beside the manifest)")
+    p.add_argument("--index-url", default=None, metavar="URL",
+                   help="PyPI's JSON API root or a mirror's (default: https://pypi.org/pypi)")
+    p.add_argument("--github-url", default=None, metavar="URL", help="GitHub (default: https://github.com)")
+    p.add_argument("--github-api-url", default=None, metavar="URL",
+                   help="GitHub's REST API (default: https://api.github.com)")
+    p.add_argument("--github-raw-url", default=None, metavar="URL",
+                   help="GitHub's raw files (default: https://raw.githubusercontent.com)")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS", help="per request (default: 30)")
+    p.add_argument("--retries", type=int, default=3, help="retries of a failed request (default: 3)")
+    p.add_argument("--backoff", type=float, default=0.5, metavar="SECONDS",
+                   help="backoff factor between retries (default: 0.5: 0.5s, 1s, 2s, ...)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from rocmlock.upstream import Client, Hosts, HttpOptions
+
+    defaults = Hosts()
+    hosts = Hosts(args.index_url or defaults.index_url, args.github_url or defaults.github,
+                  args.github_api_url or defaults.github_api, args.github_raw_url or defaults.github_raw)
+    return Client(hosts, HttpOptions(args.timeout, args.retries, args.backoff))
+
+
+def _recipes_dir(args: argparse.Namespace) -> Path:
+    return args.recipes_dir or args.manifest_path.resolve().parent / "recipes"
+
+
+def _add_outdated(p: argparse.ArgumentParser) -> None:
+    _upstream_args(p)
+
+
+def _cmd_outdated(args: argparse.Namespace) -> int:
+    from rocmlock.outdated import outdated, render_report
+
+    report = outdated(_recipes_dir(args), _client(args))
+    _print_report(args, report.to_json(), render_report(report))
+    return 0 if report.ok else 1
+
+
+def _add_bump(p: argparse.ArgumentParser) -> None:
+    p.add_argument("versions", nargs="+", metavar="NAME=VERSION", help="an upstream and its new version (pytorch=2.13.0)")
+    p.add_argument("--sha256", action="append", default=[], metavar="NAME=HEX",
+                   help="a source archive's sha256 (repeatable; needed where GitHub is unreachable)")
+    p.add_argument("--rev", action="append", default=[], metavar="NAME=COMMIT",
+                   help="a source's commit (repeatable; e.g. --rev triton=... --rev triton-llvm=...)")
+    p.add_argument("--dry-run", action="store_true", help="show the diff and the rebuild summary; write nothing")
+    _upstream_args(p)
+
+
+def _pairs(values: list[str], option: str) -> tuple[tuple[str, str], ...]:
+    from rocmlock.errors import InputError
+
+    out = []
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name or not rest:
+            raise InputError(f"{option} '{value}': expected NAME=VALUE", hint="e.g. pytorch=2.13.0")
+        out.append((name.strip(), rest.strip()))
+    return tuple(out)
+
+
+def _cmd_bump(args: argparse.Namespace) -> int:
+    from rocmlock.bump import BumpRequest, bump
+
+    recipes_dir = _recipes_dir(args)
+    request = BumpRequest(_pairs(args.versions, "NAME=VERSION"), _pairs(args.sha256, "--sha256"),
+                          _pairs(args.rev, "--rev"), args.dry_run)
+    result = bump(recipes_dir, request, _client(args), log=_err)
+    root = recipes_dir.resolve().parent
+    summary = _rebuild_summary(args, recipes_dir, result.files) if result.files else None
+    if args.json:
+        _print_json({**result.to_json(root), "rebuild": summary[0] if summary else []})
+    else:
+        print(result.diff(root), end="")
+        if summary:
+            print(summary[1])
+    for note in result.notes:
+        _err(note)
+    _err("dry run: nothing written" if args.dry_run else f"wrote {len(result.files)} file(s)" if result.written
+         else "nothing written")
+    return 0
+
+
+def _rebuild_summary(args: argparse.Namespace, recipes_dir: Path, files: Any) -> tuple[list[str], str] | None:
+    from rocmlock.rebuild import rebuild_variants, render_rebuild
+    from rocmlock.workspace import load_workspace
+
+    if not args.manifest_path.exists():
+        _err(f"no {args.manifest_path}: run `rocmlock plan` in the workspace to see what must be rebuilt")
+        return None
+    variants = rebuild_variants(load_workspace(args.manifest_path), recipes_dir, files)
+    return [v.id for v in variants], render_rebuild(variants)
+
+
+def _add_pack(p: argparse.ArgumentParser) -> None:
+    _manifest_arg(p)
+    _env_arg(p, multiple=False)
+    p.add_argument("-p", "--platform", dest="platform", metavar="PLATFORM",
+                   help="the lock platform (default: the environment's only one)")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE",
+                   help="the bundle to write (default: ./<env>-<platform>.tar)")
+    p.add_argument("--with-installer", action="store_true",
+                   help="also add the wheels and install.sh that run `rocmlock unpack` on a node without rocmlock")
+    p.add_argument("--json", action="store_true", help="print what was packed as JSON on stdout")
+
+
+class _DownloadProgress:
+    """rich progress on stderr: bytes fetched of the lock's total, and the rate."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                 TransferSpeedColumn(), console=Console(stderr=True), transient=True)
+        self.task: Any = None
+
+    def __call__(self, total: int, count: int) -> Callable[[int], None]:
+        self.progress.start()
+        self.task = self.progress.add_task(f"fetching {count} packages", total=total or None)
+        return lambda n: self.progress.advance(self.task, n)
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.progress.stop()
+
+
+def _cmd_pack(args: argparse.Namespace) -> int:
+    from rocmlock.credentials import client_for_urls
+    from rocmlock.errors import InputError
+    from rocmlock.install import manifest_channels
+    from rocmlock.lock import LOCK_NAME, manifest_file
+    from rocmlock.pack import pack_environment
+
+    if not args.environment:
+        raise InputError("rocmlock pack needs -e/--environment")
+    manifest = manifest_file(args.manifest_path).resolve()
+    _, client = client_for_urls(manifest_channels(manifest))
+    progress = _DownloadProgress()
+    try:
+        result = pack_environment(manifest.parent / LOCK_NAME, args.environment, args.platform, args.output,
+                                  with_installer=args.with_installer, client=client, progress=progress)
+    finally:
+        progress.close()
+    meta = result.metadata
+    if args.json:
+        _print_json(result.to_dict())
+    gpu = f"{meta.gpu_target}, ROCm {meta.rocm_version}" if meta.gpu_target else "no GPU target"
+    _err(f"packed {len(meta.packages)} package(s) of '{meta.environment}' [{meta.platform}; {gpu}] into "
+         f"{result.output} ({result.size / 1e6:.1f} MB)")
+    return 0
+
+
+def _add_unpack(p: argparse.ArgumentParser) -> None:
+    p.add_argument("bundle", type=Path, metavar="FILE", help="a bundle of `rocmlock pack` (or its extracted directory)")
+    p.add_argument("--prefix", type=Path, required=True, metavar="DIR", help="where to create the environment")
+    p.add_argument("--force", action="store_true",
+                   help="install even when this node's GPU or ROCm does not match (never skips the integrity check)")
+    p.add_argument("--no-verify", action="store_true", help="do not run the environment's probe afterwards")
+    p.add_argument("--extract-dir", type=Path, metavar="DIR",
+                   help="extract the bundle here and keep it, with an @EXPLICIT file for conda "
+                        "(default: a temporary directory)")
+    p.add_argument("--host-root", type=Path, default=Path("/"), metavar="DIR",
+                   help="read the node's GPUs below DIR instead of / (a container with the host's /sys mounted)")
+    p.add_argument("--json", action="store_true", help="print what was installed and the probe's verdict as JSON")
+
+
+def _cmd_unpack(args: argparse.Namespace) -> int:
+    from rocmlock.unpack import unpack_bundle
+
+    result = unpack_bundle(args.bundle, args.prefix, force=args.force, verify=not args.no_verify,
+                           root=args.host_root, extract_dir=args.extract_dir, log=_err)
+    if args.json:
+        _print_json(result.to_dict())
+    if result.explicit is not None:
+        _err(f"conda users: `conda create -p DIR --file {result.explicit}` installs the same packages")
+    if result.probe is None:
+        return 0
+    _err(f"> {result.probe.command}")
+    _err(result.probe.summary)
+    if not result.ok:
+        _err(f"error: the environment is installed at {result.prefix}, but its probe failed; it stays installed "
+             f"(run `{result.probe.command.removesuffix(' --json')}` there for the full report)")
+        return 1
     return 0
 
 
@@ -356,8 +548,15 @@ _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Ha
      _add_publish, _cmd_publish),
     ("install", "create a conda prefix from pixi.lock with rattler (exactly the locked packages)", _add_install,
      _cmd_install),
+    ("pack", "pack one locked environment into a verified bundle for nodes without a channel", _add_pack,
+     _cmd_pack),
+    ("unpack", "check a bundle and this node's GPU, install the bundle, run its probe", _add_unpack, _cmd_unpack),
     ("verify", "run the post-install probe with an environment's python", _add_verify, _cmd_verify),
     ("preset", "write a LLaMA-Factory training YAML tuned to an environment's GPU", _add_preset, _cmd_preset),
+    ("outdated", "which upstream pins of recipes/variants.yaml are behind PyPI, and their companions",
+     _add_outdated, _cmd_outdated),
+    ("bump", "move upstream pins in recipes/variants.yaml (hashes, companions, llamafactory's bounds)",
+     _add_bump, _cmd_bump),
 ]
 
 
