@@ -43,8 +43,9 @@ exec chroot "$r" "$@"
 
 
 def fingerprint() -> str:
-    """What make-chroot.sh writes into the chroot: the recipe that made it (its script and package pins)."""
-    return hashlib.sha256(MAKE.read_bytes() + PACKAGES.read_bytes()).hexdigest()[:16]
+    """What make-chroot.sh writes into the chroot: the recipe that made it (script, package pins, rocmlock's deps)."""
+    data = MAKE.read_bytes() + PACKAGES.read_bytes() + (REPO / "pyproject.toml").read_bytes()
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def unavailable_reason() -> str | None:
@@ -56,7 +57,7 @@ def unavailable_reason() -> str | None:
     if not stamp.is_file():
         return f"no ROCm {ROCM_VERSION} chroot at {CHROOT}: {make}"
     if stamp.read_text().strip() != fingerprint():
-        return f"the chroot at {CHROOT} was made by another version of make-chroot.sh/packages.txt: {make}"
+        return f"the chroot at {CHROOT} was made by another version of make-chroot.sh, packages.txt or pyproject.toml: {make}"
     return None
 
 

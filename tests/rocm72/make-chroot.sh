@@ -5,7 +5,7 @@
 #
 # Where: $ROCMLOCK_ROCM72_CHROOT, default /var/cache/rocmlock-rocm72 (the chroot's root directory). It is
 # built under <dir>.build and renamed into place when complete, so <dir> is either whole or absent; a
-# fingerprint of this script and packages.txt in <dir>/etc/rocmlock-rocm72 says which recipe made it, and a
+# fingerprint of this script, packages.txt and pyproject.toml in <dir>/etc/rocmlock-rocm72 says which recipe made it, and a
 # different one rebuilds it. A second run with the same fingerprint returns at once.
 #
 # What it holds:
@@ -36,7 +36,8 @@ die() {
     exit 1
 }
 
-fingerprint="$(cat "${here}/make-chroot.sh" "${here}/packages.txt" | sha256sum | cut -c1-16)"
+# rocmlock's pyproject.toml too: its dependencies are what /venv holds.
+fingerprint="$(cat "${here}/make-chroot.sh" "${here}/packages.txt" "${repo}/pyproject.toml" | sha256sum | cut -c1-16)"
 apt_fp="$( (echo "${apt_recipe}"; cat "${here}/packages.txt") | sha256sum | cut -c1-16)"
 if [ -f "${dir}/${stamp_rel}" ] && [ "$(cat "${dir}/${stamp_rel}")" = "${fingerprint}" ]; then
     echo "make-chroot: ${dir} is ready (${fingerprint})"
