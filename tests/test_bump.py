@@ -126,9 +126,15 @@ def _reply(body: bytes):  # type: ignore[no-untyped-def]
 
 def test_pytorch_with_companions_takes_commits_and_hashes_from_github(ws: Path, fake: FakeUpstream) -> None:
     expected = _torch_2_15(fake)
+    path = ws / "recipes" / "variants.yaml"
+    old_doc, before = load(path), path.read_text().splitlines()
     assert bump(ws, fake.url, "pytorch=2.15.0", "torchvision=0.30.0", "triton=3.9.0") == 0
-    doc = load(ws / "recipes" / "variants.yaml")
+    doc = load(path)
     assert {key: values(doc, key)[0] for key in expected} == expected
+    # Line for line: only the value lines of the keys that moved differ, the rest (comments too) is unchanged.
+    moved = sum(values(old_doc, key)[0] != value for key, value in expected.items())
+    after = path.read_text().splitlines()
+    assert len(after) == len(before) and sum(a != b for a, b in zip(before, after, strict=True)) == moved
 
 
 def test_github_unreachable_needs_hashes_and_commits_given(ws: Path, fake: FakeUpstream,
@@ -286,6 +292,14 @@ def test_a_wrong_checksum_writes_nothing(ws: Path, fake: FakeUpstream, capsys: p
     assert snapshot(ws) == before  # neither variants.yaml nor the recipe
 
 
+def test_a_downgrade_is_done_but_said(ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]) -> None:
+    old = pinned(ws, "deepspeed_version")
+    add_sdist(fake, "deepspeed", "0.0.1")
+    assert bump(ws, fake.url, "deepspeed=0.0.1") == 0
+    assert f"deepspeed: {old} -> 0.0.1 is a downgrade" in capsys.readouterr().err
+    assert pinned(ws, "deepspeed_version") == "0.0.1"
+
+
 def test_dynamic_dependencies_are_refused(ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]) -> None:
     before = snapshot(ws)
     data = sdist("llamafactory", "9.9.9", '[project]\nname = "llamafactory"\ndynamic = ["version", "dependencies"]\n')
@@ -293,3 +307,20 @@ def test_dynamic_dependencies_are_refused(ws: Path, fake: FakeUpstream, capsys: 
     assert bump(ws, fake.url, "llamafactory=9.9.9") == 1
     assert "no static [project] dependencies" in capsys.readouterr().err
     assert snapshot(ws) == before
+
+
+def test_zip_groups_are_read_generically(tmp_path: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another column zipped with the version keeps its value; an unknown key of the upstream's own is refused."""
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    text = ('rocm_version:\n  - "6.4"\n  - "7.2"\ndeepspeed_version:\n  - "0.17.1"\n  - "0.18.4"\n'
+            "deepspeed_sha256:\n  - " + "1" * 64 + "\n  - " + "2" * 64 + "\n"
+            "zip_keys:\n  - [rocm_version, deepspeed_version, deepspeed_sha256]\n")
+    (recipes / "variants.yaml").write_text(text)
+    sha = add_sdist(fake, "deepspeed", "0.18.5")
+    assert bump(tmp_path, fake.url, "deepspeed=0.18.5") == 0
+    assert (recipes / "variants.yaml").read_text() == text.replace('"0.18.4"', '"0.18.5"').replace("2" * 64, sha)
+    (recipes / "variants.yaml").write_text(text.replace("deepspeed_sha256]", "deepspeed_sha256, deepspeed_patch]")
+                                           + "deepspeed_patch:\n  - a\n  - b\n")
+    assert bump(tmp_path, fake.url, "deepspeed=0.18.5") == 2
+    assert "has deepspeed_patch, which rocmlock does not fill for deepspeed" in capsys.readouterr().err

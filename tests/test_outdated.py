@@ -98,3 +98,15 @@ def test_version_keys_no_upstream_claims_are_listed(recipes: Path, fake: FakeUps
     publish_all(fake, recipes, {})
     assert outdated(recipes, fake.url, closed_port_url()) == 0
     assert "not tracked (no row in tools/rocmlock/data/upstreams.toml): foo_version" in capsys.readouterr().out
+
+
+def test_an_unrecorded_pairing_shows_what_pypi_metadata_says(recipes: Path, fake: FakeUpstream,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    publish_all(fake, recipes, {"triton": "3.8.0"})
+    fake.add_project("torch", {"2.13.0": [fake.file("torch-2.13.0-cp312-linux_x86_64.whl", packagetype="bdist_wheel")]},
+                     requires_dist=["filelock", 'triton==3.8.0; platform_system == "Linux"'])
+    assert outdated(recipes, fake.url, closed_port_url()) == 0
+    out = capsys.readouterr().out
+    assert ("companion: triton for pytorch 2.13.0: not recorded in tools/rocmlock/data/upstreams.toml "
+            "(triton-pytorch); "
+            "PyPI's torch 2.13.0 requires triton==3.8.0") in out

@@ -86,6 +86,9 @@ def bump(recipes_dir: Path, request: BumpRequest, client: Client, log: Log = lam
     docs: list[Document] = [doc]
     notes: list[str] = []
     for up, version in ups:
+        old_version = values(doc, up.version_key)[positions[up.name]]
+        if parse_version(version, up.name) < parse_version(old_version, up.version_key):
+            notes.append(f"{up.name}: {old_version} -> {version} is a downgrade")
         new_values = resolve_values(up, version, request, client, log)
         changes.extend(_fill(doc, up, positions[up.name], new_values))
         if up.recipe:
@@ -234,11 +237,14 @@ def _archive_sha256(src: Source, context: dict[str, str], client: Client, log: L
 
 
 def _fill(doc: Document, up: Upstream, position: int, new_values: Mapping[str, str]) -> list[Change]:
-    group = zip_group(doc, up.version_key)
-    unknown = [k for k in group if k not in new_values]
-    if unknown:
-        raise InputError(f"{doc.path}: zip_keys group {list(group)} has {', '.join(unknown)}, which rocmlock does "
-                         f"not fill for {up.name}", hint="edit that group by hand, or add the key to upstreams.toml")
+    # Other keys zipped with the version (a rocm_version column, another upstream) keep their values; a key
+    # named like this upstream's (triton_*) that the table does not fill would go stale with a new version.
+    prefix = up.version_key.removesuffix("version")
+    stale = [k for k in zip_group(doc, up.version_key) if k not in new_values and k.startswith(prefix)]
+    if stale:
+        raise InputError(f"{doc.path}: zip_keys group of {up.version_key} has {', '.join(stale)}, which rocmlock "
+                         f"does not fill for {up.name}", hint="add it to the source in "
+                         "tools/rocmlock/data/upstreams.toml, or bump this upstream by hand")
     changes: list[Change] = []
     for key, value in new_values.items():
         old = values(doc, key)[position]

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from rocmlock.errors import OperationError
@@ -145,10 +147,10 @@ def _companion(rule: Rule, up: Upstream, newest: str, client: Client, table: Tab
     """What ``rule`` asks of the other side when ``up`` moves to ``newest``."""
     if up.name == rule.follower:
         return f"needs {rule.leader_needs(newest)} ({rule.name})"
+    follower = table.get(rule.follower)
     expected = rule.expected_series(newest)
     if expected is None:
-        return f"{rule.describe(newest)} ({rule.name})"
-    follower = table.get(rule.follower)
+        return f"{rule.describe(newest)} ({rule.name}){_metadata_says(up, follower, newest, client)}"
     try:
         project = client.project(follower.pypi)
     except OperationError as exc:
@@ -157,6 +159,25 @@ def _companion(rule: Rule, up: Upstream, newest: str, client: Client, table: Tab
     if not fits:
         return f"{rule.describe(newest)}: none released on PyPI yet ({rule.name})"
     return f"{rule.follower} {max(fits)} ({rule.name})"
+
+
+def _metadata_says(leader: Upstream, follower: Upstream, version: str, client: Client) -> str:
+    """What the leader's own metadata on PyPI requires of the follower, when PyPI shows it for ``version``.
+
+    The JSON API carries ``requires_dist`` of the newest release only (torch 2.15.0: ``triton~=3.9.0;
+    platform_system == "Linux"``), so this is a lead for whoever records the rule, not the rule itself.
+    """
+    project = client.project(leader.pypi)
+    if project.latest != version:
+        return ""
+    for text in project.requires_dist:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) == canonicalize_name(follower.pypi) and str(req.specifier):
+            return f"; PyPI's {leader.pypi} {version} requires {req.name}{req.specifier}"
+    return ""
 
 
 def render_report(report: Report) -> str:

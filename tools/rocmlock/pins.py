@@ -96,13 +96,13 @@ class Rule:
         if self.kind == "at-most":
             return f"{self.leader} >={major}.{minor}"
         leaders = [f"{lead}.*" for lead, follow in self.series if follow == f"{major}.{minor}"]
-        return f"{self.leader} {' or '.join(leaders)}" if leaders else f"{self.leader}: not recorded in {TABLE}"
+        return f"{self.leader} {' or '.join(leaders)}" if leaders else f"{self.leader}: not recorded in tools/rocmlock/{TABLE}"
 
     def describe(self, leader: str) -> str:
         """What the rule asks of the follower for ``leader`` in words (``torchvision 0.27.*``)."""
         expected = self.expected_series(leader)
         if expected is None:
-            return f"{self.follower} for {self.leader} {leader}: not recorded in rocmlock's {TABLE}"
+            return f"{self.follower} for {self.leader} {leader}: not recorded in tools/rocmlock/{TABLE}"
         if self.kind == "at-most":
             return f"{self.follower} >={self.floor},<={expected}.*"
         return f"{self.follower} {expected}.*"
