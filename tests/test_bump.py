@@ -212,6 +212,11 @@ def test_rebuild_summary_lists_the_new_variants(ws: Path, fake: FakeUpstream,
     assert data["written"] is False and data["files"] == ["recipes/variants.yaml"]
     assert data["rebuild"] and all(i.startswith(f"flash-attn-{new_version}-") for i in data["rebuild"])
     assert {c["key"] for c in data["changes"]} == {"flash_attn_version", "flash_attn_sha256"}
+    # Written for real, the summary is the same: the plan is made before the files change.
+    assert bump(ws, fake.url, f"flash-attn={new_version}", "--json", manifest=ws / "pixi.toml") == 0
+    written = json.loads(capsys.readouterr().out)
+    assert written["written"] is True and written["rebuild"] == data["rebuild"]
+    assert pinned(ws, "flash_attn_version") == new_version
 
 
 def test_url_templates_are_the_recipes_source_urls() -> None:

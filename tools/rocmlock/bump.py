@@ -3,7 +3,7 @@
 The pipeline: validate the request -> load variants.yaml round-trip -> check the pairing rules on the
 pins as they would be -> resolve each new version's values (PyPI sdist digests, commits and archive
 hashes given or computed) -> fill the zip positions -> rewrite a recipe's run requirements from the
-new sdist (llamafactory) -> diff -> write every changed file together, or nothing (``dry_run``).
+new sdist (llamafactory) -> diff; then (``write_bump``) every changed file written together, or none.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
@@ -36,7 +36,6 @@ class BumpRequest:
     versions: tuple[tuple[str, str], ...]
     sha256: tuple[tuple[str, str], ...] = ()
     revs: tuple[tuple[str, str], ...] = ()
-    dry_run: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,10 @@ class BumpResult:
 
 def bump(recipes_dir: Path, request: BumpRequest, client: Client, log: Log = lambda _: None,
          table: Table | None = None) -> BumpResult:
-    """Apply ``request`` to ``recipes_dir``'s variants.yaml (and a recipe that follows an sdist)."""
+    """What ``request`` changes in ``recipes_dir``'s variants.yaml (and a recipe that follows an sdist).
+
+    Nothing is written: :func:`write_bump` does that, so a caller can show the diff (and plan) first.
+    """
     table = table or load_table()
     ups = _validate(request, table)
     doc = load(recipes_dir / VARIANTS_FILE)
@@ -100,9 +102,15 @@ def bump(recipes_dir: Path, request: BumpRequest, client: Client, log: Log = lam
     files = tuple(f for f in files if f[1] != f[2])
     if not files:
         notes.append("nothing to change: already pinned")
-    if files and not request.dry_run:
-        write_set_atomic({path: new for path, _, new in files})
-    return BumpResult(files, tuple(changes), tuple(notes), bool(files) and not request.dry_run)
+    return BumpResult(files, tuple(changes), tuple(notes))
+
+
+def write_bump(result: BumpResult) -> BumpResult:
+    """Write every changed file of ``result`` together (all or none); the result marked written."""
+    if not result.files:
+        return result
+    write_set_atomic({path: new for path, _, new in result.files})
+    return replace(result, written=True)
 
 
 def _validate(request: BumpRequest, table: Table) -> list[tuple[Upstream, str]]:
