@@ -29,6 +29,8 @@ class Reply:
     body: bytes = b""
     delay: float = 0.0
     content_type: str = "application/octet-stream"
+    # When set, the Authorization header this reply needs (else 401).
+    authorization: str | None = None
 
 
 class FakeUpstream:
@@ -37,6 +39,7 @@ class FakeUpstream:
     def __init__(self) -> None:
         self.routes: dict[str, list[Reply]] = {}
         self.hits: Counter[str] = Counter()
+        self.seen_auth: dict[str, str | None] = {}
         self.url = ""
 
     def add(self, path: str, *replies: Reply) -> None:
@@ -83,12 +86,16 @@ class FakeUpstream:
             "yanked": yanked,
         }
 
-    def reply(self, path: str) -> Reply:
+    def reply(self, path: str, authorization: str | None = None) -> Reply:
         self.hits[path] += 1
+        self.seen_auth[path] = authorization
         replies = self.routes.get(path)
         if not replies:
             return Reply(404, b"not found")
-        return replies.pop(0) if len(replies) > 1 else replies[0]
+        reply = replies.pop(0) if len(replies) > 1 else replies[0]
+        if reply.authorization is not None and authorization != reply.authorization:
+            return Reply(401, b"unauthorized")
+        return reply
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -98,7 +105,7 @@ def _key(version: str) -> tuple[int, ...]:
 def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, body: bool) -> None:
-            reply = fake.reply(self.path.split("?", 1)[0])
+            reply = fake.reply(self.path.split("?", 1)[0], self.headers.get("Authorization"))
             if reply.delay:
                 time.sleep(reply.delay)
             try:

@@ -5,6 +5,7 @@ Every test keeps the backoff at 0 and timeouts short: the whole file runs in abo
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import time
 
@@ -136,3 +137,26 @@ def test_proxy_and_ca_bundle_come_from_the_environment(
     assert client.project("torch").latest == "2.15.0"
     monkeypatch.setenv("PIP_CERT", "/etc/ssl/certs/custom-ca.pem")
     assert Client(Hosts(), FAST).session.verify == "/etc/ssl/certs/custom-ca.pem"
+
+
+def test_index_credentials_go_to_the_index_host_only(fake: FakeUpstream) -> None:
+    token = "Basic " + base64.b64encode(b"bob:s3cret").decode()
+    host = fake.url.removeprefix("http://")
+    fake.add(
+        "/pypi/torch/json", Reply(body=b'{"info": {"version": "1"}, "releases": {}}', authorization=token)
+    )
+    fake.add("/files/torch-1.tar.gz", Reply(body=b"sdist", authorization=token))
+    client = Client(
+        Hosts(
+            index_url=f"http://bob:s3cret@{host}/pypi",
+            github_api=f"http://localhost:{fake.url.rsplit(':', 1)[1]}/api",
+        ),
+        FAST,
+    )
+    assert client.project("torch").latest == "1"
+    # A file on the index's host (a mirror's sdist URL carries no credentials) gets them too, like pip does.
+    assert client.download(f"{fake.url}/files/torch-1.tar.gz") == b"sdist"
+    # Another host never sees them (localhost is another host name for the same server here).
+    fake.add("/api/repos/o/r/commits/v1", Reply(body=b"c" * 40))
+    assert client.github_commit("o/r", "v1") == "c" * 40
+    assert fake.seen_auth["/api/repos/o/r/commits/v1"] is None

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -124,13 +125,24 @@ class Client:
         self.options = options or HttpOptions()
         self.session = make_session(self.options)
         self._projects: dict[str, Project] = {}
+        # Like pip, credentials of the index URL also go to files on the index's host (a mirror's sdists),
+        # and to no other host.
+        index = urlsplit(self.hosts.index_url)
+        self._index_host = index.hostname
+        self._index_auth = (
+            (unquote(index.username), unquote(index.password or "")) if index.username else None
+        )
 
     def _get(
         self, url: str, stream: bool = False, headers: dict[str, str] | None = None
     ) -> requests.Response:
         shown = redact_url(url)
         try:
-            response = self.session.get(url, timeout=self.options.timeout, stream=stream, headers=headers)
+            same_host = urlsplit(url).hostname == self._index_host and "@" not in urlsplit(url).netloc
+            auth = self._index_auth if same_host else None
+            response = self.session.get(
+                url, timeout=self.options.timeout, stream=stream, headers=headers, auth=auth
+            )
         except requests.exceptions.RetryError as exc:
             raise OperationError(
                 f"{shown}: failing after {self.options.retries} retries ({_reason(exc)})",
