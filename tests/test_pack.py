@@ -329,3 +329,45 @@ def test_with_installer_a_node_without_rocmlock_installs_the_bundle(locked_ws: P
     assert installed(tmp_path / "env") == locked_set(locked_ws)
     assert "node check: a gfx942 GPU" in proc.stderr
     assert not list(scratch.iterdir()), "the temporary venv is removed"
+
+
+def test_the_tar_writer_writes_what_tarfile_would(tmp_path: Path) -> None:
+    # bundle.write_tar copies files with copy_file_range and leaves holes for the packages that are downloaded
+    # into place; the bytes must be tarfile's own for the same members.
+    from rocmlock.bundle import Member, _tarinfo, members_of_tree, sort_members, write_tar
+
+    payload = os.urandom(70_001)
+    tree = tmp_path / "tree"
+    (tree / "wheels").mkdir(parents=True)
+    (tree / "wheels" / ("long-" * 30 + ".whl")).write_bytes(os.urandom(5000))
+    (tree / "install.sh").write_text("#!/bin/sh\n")
+    (tree / "install.sh").chmod(0o755)
+    members = sort_members([*members_of_tree(tree, "installer"), Member("channel", is_dir=True),
+                            Member("channel/noarch", is_dir=True), Member("channel/noarch/a.conda", size=70_001),
+                            Member("channel.txt", data=b""), Member("channel/noarch/repodata.json", data=b"{}")])
+    assert [m.name for m in members][:4] == ["channel", "channel/noarch", "channel/noarch/a.conda",
+                                             "channel/noarch/repodata.json"]
+    with (tmp_path / "ours.tar").open("wb") as fh:
+        offsets = write_tar(members, fh.fileno())
+        os.pwrite(fh.fileno(), payload, offsets["channel/noarch/a.conda"])
+    with tarfile.open(tmp_path / "theirs.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+        for m in members:
+            data = payload if m.name.endswith("a.conda") else m.data if m.data is not None else \
+                m.path.read_bytes() if m.path else None
+            tar.addfile(_tarinfo(m), None if data is None else __import__("io").BytesIO(data))
+    assert (tmp_path / "ours.tar").read_bytes() == (tmp_path / "theirs.tar").read_bytes()
+
+
+def test_a_package_larger_than_the_locked_size_never_overwrites_the_next_member(
+        ws_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    lock = ws_copy / "pixi.lock"
+    text = lock.read_text()
+    block = re.search(r"- conda: \S+/numpy-2\.2\.0-py312h0_0\.conda\n(?:  .*\n)*?  size: (\d+)\n", text)
+    assert block is not None
+    lock.write_text(text.replace(block.group(0), block.group(0).replace(f"size: {block.group(1)}", "size: 100")))
+    out = tmp_path / "out" / "b.tar"
+    assert pack(ws_copy, out) == 1
+    assert "numpy-2.2.0-py312h0_0.conda: larger than the lock's size 100" in capsys.readouterr().err
+    assert not list(out.parent.iterdir())
