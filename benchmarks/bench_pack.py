@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -66,10 +66,16 @@ def workspace(root: Path, url: str, names: list[str]) -> Path:
     return root
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of ``cmd`` in a fresh process."""
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"{cmd[2:4]} failed with exit code {proc.returncode}")
+    return elapsed, usage.ru_maxrss / 1024
 
 
 def floor(files: list[Path], dest: Path) -> float:
@@ -98,9 +104,9 @@ def main() -> int:
     names = sorted(f.name.rsplit("-", 2)[0] for f in files)
     auth = work / "auth.json"
     auth.write_text(json.dumps({"127.0.0.1": {"BasicHTTP": {"username": USER, "password": PASSWORD}}}))
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("CONDA_", "PIXI_", "RATTLER_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONDA_", "PIXI_", "RATTLER_"))}
     env["RATTLER_AUTH_FILE"] = str(auth)
-    floors, packs = [], []
+    floors, packs, rss = [], [], []
     with serving(channel, "bench", USER, PASSWORD) as url:
         ws = workspace(work / "ws", url, names)
         (ws / "pixi.lock").unlink(missing_ok=True)
@@ -110,16 +116,17 @@ def main() -> int:
         out.parent.mkdir(exist_ok=True)
         for _ in range(args.runs):
             floors.append(floor(files, work / "floor"))
-            packs.append(timed([sys.executable, "-m", "rocmlock", "pack", "--manifest-path", str(ws / "pixi.toml"),
-                                "-e", "default", "-o", str(out)], env))
+            wall, peak = timed([sys.executable, "-m", "rocmlock", "pack", "--manifest-path", str(ws / "pixi.toml"),
+                                "-e", "default", "-o", str(out)], env)
+            packs.append(wall)
+            rss.append(peak)
     mb = total / 1e6
     f, p = statistics.median(floors), statistics.median(packs)
     print(f"{len(files)} packages, {mb:.1f} MB; median of {args.runs} runs")
     print(f"floor (sha256sum + cp):           {f:6.2f} s  {mb / f:7.1f} MB/s")
     print(f"rocmlock pack (HTTP, 127.0.0.1):  {p:6.2f} s  {mb / p:7.1f} MB/s")
     print(f"ratio pack / floor: {p / f:.2f} (target <= {TARGET_RATIO}); bundle {out.stat().st_size / 1e6:.1f} MB")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"peak RSS of any child process (the rocmlock processes): {peak:.0f} MiB")
+    print(f"peak RSS of rocmlock pack: {max(rss):.0f} MiB")
     return 0
 
 
