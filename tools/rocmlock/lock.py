@@ -157,7 +157,7 @@ def _plan(ws: Workspace, envs: list[Environment], names: set[str], plats: set[st
             key = (env.name, plat.name)
             previous = old.records(env.name, plat.name) if old else None
             selected = env.name in names and plat.name in plats
-            reason = env_reason or (platform_unsat(env, plat, old, ws.exclude_newer) if old else None)
+            reason = env_reason or (platform_unsat(env, plat, old) if old else None)
             if previous is not None and reason is None and (update is None or not selected):
                 kept[key] = previous
                 continue

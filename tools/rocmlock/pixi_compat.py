@@ -6,11 +6,7 @@ References are to the pixi repository (crates/pixi_manifest, crates/pixi_default
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
-
-from rocmlock.errors import InputError
 
 DEFAULT_GLIBC = "2.28"
 DEFAULT_LINUX = "4.18"
@@ -19,8 +15,6 @@ DEFAULT_LINUX = "4.18"
 DEFAULT_OSX = {"osx-64": "13.0", "osx-arm64": "13.0"}
 ARCHSPEC = {"linux-64": "x86_64", "osx-64": "x86_64", "win-64": "x86_64", "linux-aarch64": "aarch64",
             "win-arm64": "aarch64", "osx-arm64": "m1", "linux-ppc64le": "ppc64le"}
-# Virtual packages whose friendly value is a build string (``archspec = "x86_64"`` is ``__archspec=0=x86_64``).
-BUILD_VALUED = frozenset({"__archspec"})
 LIBC_NAMES = frozenset({"__glibc", "__musl", "__eglibc"})
 # A bare channel name resolves like pixi's default channel alias does.
 CHANNEL_ALIAS = "https://conda.anaconda.org/"
@@ -80,18 +74,3 @@ def channel_base_url(channel: str, root: Path) -> str:
     else:
         url = CHANNEL_ALIAS + channel.strip("/")
     return url.rstrip("/") + "/"
-
-
-def parse_exclude_newer(value: Any, path: Path, key: str) -> datetime | None:
-    """``exclude-newer`` as a UTC datetime (a TOML date/datetime or an ISO string)."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, date):
-        return datetime(value.year, value.month, value.day, tzinfo=UTC)
-    try:
-        return parse_exclude_newer(datetime.fromisoformat(str(value)), path, key)
-    except ValueError:
-        raise InputError(f"{path}: key '{key}' is '{value}', not a date or date-time",
-                         hint='write it as "2026-01-31" or "2026-01-31T12:00:00Z"') from None

@@ -8,14 +8,11 @@ pixi_core/src/lock_file/satisfiability/{environment.rs,platform.rs}:
 - every manifest spec matches the locked record of that name (or a virtual package of the platform);
 - every ``depends`` of every reached record matches a locked record or a virtual package;
 - every locked record is reached (nothing extra).
-rocmlock adds one rule pixi checks through the lock's solve options: with ``exclude-newer`` set,
-no record may be newer than it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from functools import lru_cache
 
 from rattler import BuildString, MatchSpec, PackageRecord, RepoDataRecord
@@ -58,8 +55,7 @@ def environment_unsat(ws: Workspace, env: Environment, locked: LockedWorkspace) 
     return None
 
 
-def platform_unsat(env: Environment, platform: Platform, locked: LockedWorkspace,
-                   exclude_newer: datetime | None = None) -> str | None:
+def platform_unsat(env: Environment, platform: Platform, locked: LockedWorkspace) -> str | None:
     """Why the lock's records of ``env`` on ``platform`` no longer satisfy the manifest, or None."""
     lplat = locked.platforms.get(platform.name)
     records = locked.records(env.name, platform.name)
@@ -69,11 +65,6 @@ def platform_unsat(env: Environment, platform: Platform, locked: LockedWorkspace
         return f"platform '{platform.name}' changed subdir ({lplat.subdir} -> {platform.subdir})"
     if customised_virtual_packages(lplat.subdir, lplat.virtual_packages) != platform.customised_virtual_packages():
         return f"platform '{platform.name}' changed its virtual packages"
-    if exclude_newer is not None:
-        newer = [r.name.normalized for r in records
-                 if any(t and t > exclude_newer for t in (r.timestamp, r.indexed_timestamp))]
-        if newer:
-            return f"{', '.join(sorted(newer))} newer than exclude-newer"
     specs = [d.matchspec() for d in env.dependencies_for(platform)]
     return _records_unsat(specs, records, platform.declared_virtual_packages(), platform.subdir)
 

@@ -11,7 +11,6 @@ import asyncio
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
@@ -53,7 +52,6 @@ class SolveJob:
     specs: tuple[str, ...]
     virtual_packages: tuple[VirtualPackage, ...]
     channel_priority: str
-    exclude_newer: datetime | None
     target: GpuTarget | None
     locked: tuple[RepoDataRecord, ...] = ()
 
@@ -94,7 +92,6 @@ def make_job(ws: Workspace, env: Environment, platform: Platform,
         specs=tuple(d.matchspec() for d in env.dependencies_for(platform)),
         virtual_packages=virtual_packages_for(env, platform),
         channel_priority=env.channel_priority,
-        exclude_newer=ws.exclude_newer,
         target=env.gpu_target,
         locked=tuple(locked),
     )
@@ -109,7 +106,7 @@ def merge_jobs(key: SolveKey, jobs: Sequence[SolveJob]) -> SolveJob:
     specs = sorted({s for job in jobs for s in job.specs})
     locked = {(r.name.normalized, r.url): r for job in jobs for r in job.locked}
     return SolveJob(key, first.platform, tuple(channels), tuple(specs), first.virtual_packages,
-                    first.channel_priority, first.exclude_newer, first.target, tuple(locked.values()))
+                    first.channel_priority, first.target, tuple(locked.values()))
 
 
 def _vp(vp: VirtualPackage) -> GenericVirtualPackage:
@@ -128,7 +125,7 @@ async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
             [Channel(redact_url(c)) for c in job.channels], specs, gateway=gateway,
             platforms=[Subdir(job.platform.subdir), Subdir("noarch")], locked_packages=list(job.locked),
             virtual_packages=[_vp(v) for v in job.virtual_packages],
-            channel_priority=_PRIORITY[job.channel_priority], exclude_newer=job.exclude_newer,
+            channel_priority=_PRIORITY[job.channel_priority],
         )
     except SolverError as exc:
         raise OperationError(
