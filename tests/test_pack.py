@@ -274,14 +274,11 @@ def test_unpack_runs_the_environments_probe_and_its_verdict_is_the_exit_code(
     assert unpack(tmp_path / "b.tar", tmp_path / "unverified", host, "--no-verify") == 0
 
 
-def test_a_credential_in_the_channel_url_never_reaches_the_bundle(
-        probe_channel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_credential_in_the_channel_url_never_reaches_the_bundle(probe_channel: Path, tmp_path: Path) -> None:
     from rocmlock.serve import serving
 
+    # No auth file: the only credentials are the URL's, which lock and pack hand to rattler in memory.
     secret = "s3cr3t-Pa55-" + os.urandom(4).hex()
-    auth = tmp_path / "auth.json"
-    auth.write_text(json.dumps({"127.0.0.1": {"BasicHTTP": {"username": "packer", "password": secret}}}))
-    monkeypatch.setenv("RATTLER_AUTH_FILE", str(auth))
     with serving(probe_channel, "private", "packer", secret) as url:
         ws = _probe_ws(tmp_path / "ws", url.replace("http://", f"http://packer:{secret}@"))
         assert pack(ws, tmp_path / "b.tar", env="default") == 0
@@ -371,3 +368,16 @@ def test_a_package_larger_than_the_locked_size_never_overwrites_the_next_member(
     assert pack(ws_copy, out) == 1
     assert "numpy-2.2.0-py312h0_0.conda: larger than the lock's size 100" in capsys.readouterr().err
     assert not list(out.parent.iterdir())
+
+
+def test_a_distribution_rocm_in_usr_is_found_by_its_version_header(bundle: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # Debian's ROCm 7.2.4 layout: /usr, no .info/version, the version in rocm-core's rocm_version.h.
+    host = fake_node(tmp_path / "host", [90402], rocm=None)
+    (host / "usr/include/hip").mkdir(parents=True)
+    (host / "usr/include/hip/hip_runtime.h").write_text("")
+    (host / "usr/include/rocm-core").mkdir(parents=True)
+    (host / "usr/include/rocm-core/rocm_version.h").write_text(
+        "#define ROCM_VERSION_MAJOR 7\n#define ROCM_VERSION_MINOR 2\n#define ROCM_VERSION_PATCH 4\n")
+    assert unpack(bundle, tmp_path / "env", host) == 0
+    assert "node check: a gfx942 GPU, ROCm 7.2 found" in capsys.readouterr().err
