@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from hostpython import python_shim
 from rocmlock.cli import main
 from rocmlock.verify import REPO_PROBE, probe_command, resolve_target, rocm_from_spec
 
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 def fake_env(prefix: Path, packages: dict[str, tuple[str, str]] | None = None) -> Path:
     """A prefix whose bin/python is this interpreter and whose conda-meta lists ``packages``."""
     (prefix / "bin").mkdir(parents=True)
-    (prefix / "bin" / "python").symlink_to(sys.executable)
+    python_shim(prefix / "bin" / "python")
     (prefix / "conda-meta").mkdir()
     for name, (version, build) in (packages or {}).items():
         (prefix / "conda-meta" / f"{name}-{version}-{build}.json").write_text(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,9 @@ class LockResult:
     solved: tuple[SolveKey, ...]
     written: bool
     reasons: dict[SolveKey, str] = field(default_factory=dict, hash=False)
+    # Environment x platform pairs of the manifest that the lock does not hold (a run limited by -e/-p
+    # on a workspace never locked in full): pixi's --locked refuses such a lock as a whole.
+    not_locked: tuple[SolveKey, ...] = ()
 
     @property
     def up_to_date(self) -> bool:
@@ -104,6 +107,7 @@ class LockResult:
             "solved": [{"environment": e, "platform": p, "reason": self.reasons.get((e, p))}
                        for e, p in self.solved],
             "changes": {e: dict(p) for e, p in envs.items()},
+            "not_locked": [{"environment": e, "platform": p} for e, p in self.not_locked],
         }
 
 
@@ -273,6 +277,8 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
     cache = cache_dir or default_cache_dir(manifest.parent)
     ws = load_workspace(manifest)
     envs, names, plats = _select(ws, environments, platforms)
+    # The stamp is only ever recorded by a run over every environment and platform (below), so an
+    # unchanged one means the whole lock is complete and satisfied, whatever this run selects.
     if update is None and (outputs := stamp.unchanged(cache, manifest)) is not None:
         files = {p: p.read_text() for p in outputs}
         return LockResult(manifest, files, (), (), (), False)
@@ -285,9 +291,11 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
                for c in diff_records(env.name, p.name, old.records(*key) if old else None, solved[key])]
     files = render_outputs(ws, locked, envs)
     result = _finish(ws, files, changes, [j.key for j in jobs], reasons, check)
-    if not check or not result.stale:
+    everything = names == {e.name for e in envs} and plats == {p.name for p in ws.platforms}
+    if everything and (not check or not result.stale):
         stamp.record(cache, manifest, files)
-    return result
+    missing = tuple((e.name, p.name) for e in envs for p in e.platforms if locked.records(e.name, p.name) is None)
+    return replace(result, not_locked=missing) if missing else result
 
 
 def manifest_file(manifest_path: str | Path) -> Path:
