@@ -19,7 +19,7 @@ from rattler import RepoDataRecord
 
 from rocmlock import fsutil, stamp
 from rocmlock.credentials import redact_url
-from rocmlock.errors import InputError
+from rocmlock.errors import InputError, OperationError
 from rocmlock.exports import render_exports
 from rocmlock.lockfile import (
     LockedEnvironment,
@@ -30,7 +30,7 @@ from rocmlock.lockfile import (
     read_lockfile,
     render_lockfile,
 )
-from rocmlock.satisfy import environment_unsat, platform_unsat
+from rocmlock.satisfy import environment_unsat, platform_unsat, records_unsat
 from rocmlock.solve import (
     SolveJob,
     SolveKey,
@@ -195,6 +195,19 @@ def _solve(ws: Workspace, envs: list[Environment], jobs: list[SolveJob],
     return out
 
 
+def _check_solved(envs: list[Environment], solved: dict[SolveKey, list[RepoDataRecord]]) -> None:
+    """Every fresh solve must pass pixi's own check, or pixi would refuse the lock we write."""
+    by_name = {e.name: e for e in envs}
+    for (env_name, plat_name), records in sorted(solved.items()):
+        env = by_name[env_name]
+        reason = records_unsat(env, env.platform(plat_name), records)
+        if reason is not None:
+            raise OperationError(
+                f"the solve of environment '{env_name}' on platform '{plat_name}' is one pixi would reject: {reason}",
+                hint="a package that depends on __amdgpu/__amdgpu_arch cannot be installed by pixi (it does not "
+                     "detect them); depend on the amdgpu-target mutex instead")
+
+
 def _lock_channel(ws: Workspace, channel: str) -> str:
     # Paths stay relative to the manifest (pixi resolves both sides against the workspace root),
     # so the lock does not embed the checkout's location; the rest become base URLs like pixi writes.
@@ -286,6 +299,7 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
     _check_update_names(ws, old, update)
     kept, jobs, reasons = _plan(ws, envs, names, plats, old, update)
     solved = _solve(ws, envs, jobs, cache)
+    _check_solved(envs, solved)
     locked = _assemble(ws, envs, {**kept, **solved})
     changes = [c for env in envs for p in env.platforms if (key := (env.name, p.name)) in solved
                for c in diff_records(env.name, p.name, old.records(*key) if old else None, solved[key])]
