@@ -102,6 +102,10 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
         _print_json(data)
     for line in result.change_lines():
         _err(line)
+    if result.not_locked:
+        missing = ", ".join(f"{env} [{plat}]" for env, plat in result.not_locked)
+        _err(f"warning: pixi.lock does not hold {missing}; `pixi install --locked` refuses a lock without every "
+             "environment: run `rocmlock lock` without -e/-p")
     if args.check:
         for path in data["stale"]:
             _err(f"stale: {path}")
