@@ -104,6 +104,10 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
         _err(f"warning: {warning}")
     for line in result.change_lines():
         _err(line)
+    if result.not_locked:
+        missing = ", ".join(f"{env} [{plat}]" for env, plat in result.not_locked)
+        _err(f"warning: pixi.lock does not hold {missing}; `pixi install --locked` refuses a lock without every "
+             "environment: run `rocmlock lock` without -e/-p")
     if args.check:
         for path in data["stale"]:
             _err(f"stale: {path}")
@@ -395,7 +399,8 @@ def _cmd_outdated(args: argparse.Namespace) -> int:
 
 
 def _add_bump(p: argparse.ArgumentParser) -> None:
-    p.add_argument("versions", nargs="+", metavar="NAME=VERSION", help="an upstream and its new version (pytorch=2.13.0)")
+    p.add_argument("versions", nargs="+", metavar="NAME=VERSION",
+                   help="an upstream and its new version (flash-attn=2.8.3.post2)")
     p.add_argument("--sha256", action="append", default=[], metavar="NAME=HEX",
                    help="a source archive's sha256 (repeatable; needed where GitHub is unreachable)")
     p.add_argument("--rev", action="append", default=[], metavar="NAME=COMMIT",
@@ -417,14 +422,16 @@ def _pairs(values: list[str], option: str) -> tuple[tuple[str, str], ...]:
 
 
 def _cmd_bump(args: argparse.Namespace) -> int:
-    from rocmlock.bump import BumpRequest, bump
+    from rocmlock.bump import BumpRequest, bump, write_bump
 
     recipes_dir = _recipes_dir(args)
     request = BumpRequest(_pairs(args.versions, "NAME=VERSION"), _pairs(args.sha256, "--sha256"),
-                          _pairs(args.rev, "--rev"), args.dry_run)
+                          _pairs(args.rev, "--rev"))
     result = bump(recipes_dir, request, _client(args), log=_err)
     root = recipes_dir.resolve().parent
-    summary = _rebuild_summary(args, recipes_dir, result.files) if result.files else None
+    summary = _rebuild_summary(args, recipes_dir, result.files) if result.files else None  # before writing
+    if not args.dry_run:
+        result = write_bump(result)
     if args.json:
         _print_json({**result.to_json(root), "rebuild": summary[0] if summary else []})
     else:
@@ -445,7 +452,11 @@ def _rebuild_summary(args: argparse.Namespace, recipes_dir: Path, files: Any) ->
     if not args.manifest_path.exists():
         _err(f"no {args.manifest_path}: run `rocmlock plan` in the workspace to see what must be rebuilt")
         return None
-    variants = rebuild_variants(load_workspace(args.manifest_path), recipes_dir, files)
+    try:
+        variants = rebuild_variants(load_workspace(args.manifest_path), recipes_dir, files)
+    except RocmlockError as exc:  # the bump itself is fine; say why there is no summary
+        _err(f"warning: no rebuild summary: {exc}")
+        return None
     return [v.id for v in variants], render_rebuild(variants)
 
 
