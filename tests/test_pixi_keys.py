@@ -181,7 +181,7 @@ def test_a_refused_workspace_exports_from_the_lock_pixi_wrote(
                     ["python 3.12.*", "numpy"], [], [])
     assert main(["export", "--manifest-path", str(manifest)]) == 0
     yml = (manifest.parent / "envs" / "default" / "environment.yml").read_text()
-    assert "::numpy=2.2.0=py312h0_0" in yml and "::python=3.12.7=" in yml
+    assert "  - numpy=2.2.0=py312h0_0\n" in yml and "  - python=3.12.7=" in yml
 
 
 @pytest.mark.parametrize("value", ["7d", "1h30m", "2 weeks", "2026-01-31", "2026-01-31T00:00:00Z"])
