@@ -10,7 +10,7 @@ nothing is written and ``LockResult.stale`` lists what would change.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from rocmlock.lockfile import (
     read_lockfile,
     render_lockfile,
 )
+from rocmlock.outputs import commit, exclusive
 from rocmlock.satisfy import environment_unsat, platform_unsat
 from rocmlock.solve import (
     SolveJob,
@@ -241,7 +242,7 @@ def _finish(ws: Workspace, files: dict[Path, str], changes: list[Change], solved
             reasons: dict[SolveKey, str], check: bool) -> LockResult:
     stale = _stale(files)
     if stale and not check:
-        fsutil.write_set_atomic({p: files[p] for p in stale})
+        commit(ws.root, {p: files[p] for p in stale})
     return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons)
 
 
@@ -262,14 +263,22 @@ def _read_lock(ws: Workspace) -> LockedWorkspace | None:
 
 def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
                    platforms: Sequence[str] | None = None, update: Sequence[str] | None = None,
-                   check: bool = False, cache_dir: Path | None = None) -> LockResult:
+                   check: bool = False, cache_dir: Path | None = None,
+                   on_wait: Callable[[str], None] | None = None) -> LockResult:
     """Lock the workspace of ``manifest_path`` (pixi.toml or its directory).
 
     ``environments``/``platforms`` limit what is re-solved (the rest stays as locked);
     ``update=None`` keeps locked packages, ``update=[]`` lets every package move and
-    ``update=["pytorch"]`` only those named. ``check=True`` writes nothing.
+    ``update=["pytorch"]`` only those named. ``check=True`` writes nothing. The whole run holds the
+    workspace's writer lock (:mod:`rocmlock.outputs`; ``on_wait`` hears why it waits, if it does).
     """
     manifest = manifest_file(manifest_path)
+    with exclusive(manifest.parent, write=not check, on_wait=on_wait):
+        return _lock_held(manifest, environments, platforms, update, check, cache_dir)
+
+
+def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Sequence[str] | None,
+               update: Sequence[str] | None, check: bool, cache_dir: Path | None) -> LockResult:
     cache = cache_dir or default_cache_dir(manifest.parent)
     ws = load_workspace(manifest)
     envs, names, plats = _select(ws, environments, platforms)
@@ -285,7 +294,7 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
                for c in diff_records(env.name, p.name, old.records(*key) if old else None, solved[key])]
     files = render_outputs(ws, locked, envs)
     result = _finish(ws, files, changes, [j.key for j in jobs], reasons, check)
-    if not check or not result.stale:
+    if not check:
         stamp.record(cache, manifest, files)
     return result
 
@@ -297,9 +306,15 @@ def manifest_file(manifest_path: str | Path) -> Path:
 
 
 def export_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
-                     check: bool = False) -> LockResult:
+                     check: bool = False, on_wait: Callable[[str], None] | None = None) -> LockResult:
     """Regenerate ``envs/`` from the existing pixi.lock, without solving (for teams that lock with pixi)."""
-    ws = load_workspace(manifest_path)
+    manifest = manifest_file(manifest_path)
+    with exclusive(manifest.parent, write=not check, on_wait=on_wait):
+        return _export_held(manifest, environments, check)
+
+
+def _export_held(manifest: Path, environments: Sequence[str] | None, check: bool) -> LockResult:
+    ws = load_workspace(manifest)
     envs, names, _ = _select(ws, environments, None)
     locked = _read_lock(ws)
     if locked is None:
