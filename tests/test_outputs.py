@@ -226,3 +226,21 @@ def test_an_error_while_writing_leaves_the_old_set(sets: dict[str, Path], tmp_pa
     assert err[1].startswith("hint: ")
     assert _set(root) == before
     assert not list((root / ".rocmlock" / "txn").iterdir())
+
+
+def test_check_after_a_comment_only_edit_writes_nothing(sets: dict[str, Path], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    root = shutil.copytree(sets["b"], tmp_path / "ws")
+    monkeypatch.setenv("ROCMLOCK_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 0  # stamps this copy
+    with (root / "pixi.toml").open("a") as fh:
+        fh.write("# a comment\n")
+
+    def everything() -> dict[str, tuple[bytes, int]]:
+        return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for d in (root, tmp_path / "cache")
+                for p in sorted(d.rglob("*")) if p.is_file()}
+
+    before = everything()
+    assert main(["lock", "--check", "--manifest-path", str(root / "pixi.toml")]) == 0
+    assert main(["export", "--check", "--manifest-path", str(root / "pixi.toml")]) == 0
+    assert everything() == before
