@@ -29,6 +29,8 @@ class Reply:
     body: bytes = b""
     delay: float = 0.0
     content_type: str = "application/octet-stream"
+    # When set, the Authorization header this reply needs (else 401).
+    authorization: str | None = None
 
 
 class FakeUpstream:
@@ -37,6 +39,7 @@ class FakeUpstream:
     def __init__(self) -> None:
         self.routes: dict[str, list[Reply]] = {}
         self.hits: Counter[str] = Counter()
+        self.seen_auth: dict[str, str | None] = {}
         self.url = ""
 
     def add(self, path: str, *replies: Reply) -> None:
@@ -45,28 +48,54 @@ class FakeUpstream:
     def add_json(self, path: str, data: Any) -> None:
         self.add(path, Reply(body=json.dumps(data).encode(), content_type="application/json"))
 
-    def add_project(self, name: str, releases: Mapping[str, Sequence[dict[str, Any]]], latest: str | None = None,
-                    requires_dist: Sequence[str] = ()) -> None:
+    def add_project(
+        self,
+        name: str,
+        releases: Mapping[str, Sequence[dict[str, Any]]],
+        latest: str | None = None,
+        requires_dist: Sequence[str] = (),
+    ) -> None:
         """A PyPI project; ``releases`` maps version -> files (see :meth:`file`)."""
-        info = {"name": name, "version": latest or max(releases, key=_key), "requires_dist": list(requires_dist)}
-        self.add_json(f"/pypi/{name}/json", {"info": info, "releases": {v: list(f) for v, f in releases.items()},
-                                              "urls": []})
+        info = {
+            "name": name,
+            "version": latest or max(releases, key=_key),
+            "requires_dist": list(requires_dist),
+        }
+        self.add_json(
+            f"/pypi/{name}/json",
+            {"info": info, "releases": {v: list(f) for v, f in releases.items()}, "urls": []},
+        )
 
-    def file(self, filename: str, data: bytes | None = None, sha256: str | None = None, packagetype: str = "sdist",
-             yanked: bool = False) -> dict[str, Any]:
+    def file(
+        self,
+        filename: str,
+        data: bytes | None = None,
+        sha256: str | None = None,
+        packagetype: str = "sdist",
+        yanked: bool = False,
+    ) -> dict[str, Any]:
         """A release file; with ``data`` it is served at /files/<filename> (``sha256`` may lie about it)."""
         if data is not None:
             self.add(f"/files/{filename}", Reply(body=data))
         digest = sha256 or hashlib.sha256(data or filename.encode()).hexdigest()
-        return {"filename": filename, "url": f"{self.url}/files/{filename}", "packagetype": packagetype,
-                "digests": {"sha256": digest}, "yanked": yanked}
+        return {
+            "filename": filename,
+            "url": f"{self.url}/files/{filename}",
+            "packagetype": packagetype,
+            "digests": {"sha256": digest},
+            "yanked": yanked,
+        }
 
-    def reply(self, path: str) -> Reply:
+    def reply(self, path: str, authorization: str | None = None) -> Reply:
         self.hits[path] += 1
+        self.seen_auth[path] = authorization
         replies = self.routes.get(path)
         if not replies:
             return Reply(404, b"not found")
-        return replies.pop(0) if len(replies) > 1 else replies[0]
+        reply = replies.pop(0) if len(replies) > 1 else replies[0]
+        if reply.authorization is not None and authorization != reply.authorization:
+            return Reply(401, b"unauthorized")
+        return reply
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -76,7 +105,7 @@ def _key(version: str) -> tuple[int, ...]:
 def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, body: bool) -> None:
-            reply = fake.reply(self.path.split("?", 1)[0])
+            reply = fake.reply(self.path.split("?", 1)[0], self.headers.get("Authorization"))
             if reply.delay:
                 time.sleep(reply.delay)
             try:
@@ -121,7 +150,10 @@ def sdist(name: str, version: str, pyproject: str) -> bytes:
     """A gzipped sdist ``<name>-<version>.tar.gz`` with ``pyproject`` as its pyproject.toml."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for member, text in (("pyproject.toml", pyproject), ("PKG-INFO", f"Name: {name}\nVersion: {version}\n")):
+        for member, text in (
+            ("pyproject.toml", pyproject),
+            ("PKG-INFO", f"Name: {name}\nVersion: {version}\n"),
+        ):
             data = text.encode()
             info = tarfile.TarInfo(f"{name}-{version}/{member}")
             info.size = len(data)

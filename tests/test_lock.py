@@ -186,6 +186,35 @@ def test_noop_fast_path_sees_every_change(ws_copy: Path, capsys: pytest.CaptureF
     assert not (ws_copy / "envs" / "mi250" / "conda-linux-64-gfx90a.lock").exists()
 
 
+def test_a_partial_lock_is_never_taken_for_a_complete_one(
+        channels: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """pixi_core/src/lock_file/outdated.rs (find_unsatisfiable_targets; pixi v0.77.0): `pixi install --locked`
+    needs every manifest environment, `default` included, in the lock and satisfied. A run limited by -e on a
+    workspace never locked in full says what is missing, and records no no-op stamp, so the next full run
+    (or --check) does not answer "up to date"."""
+    root = make_workspace(tmp_path / "ws", channels)
+    args = ["lock", "--manifest-path", str(root / "pixi.toml")]
+    assert main([*args, "-e", "mi300x"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: pixi.lock does not hold default [" in err and "mi250 [linux-64-gfx90a]" in err
+    assert main([*args, "-e", "mi300x", "--json"]) == 0  # the selection itself is up to date ...
+    data = json.loads(capsys.readouterr().out)
+    assert not data["written"] and {"environment": "mi250", "platform": "linux-64-gfx90a"} in data["not_locked"]
+    assert main([*args, "--check"]) == 1  # ... the workspace is not
+    assert "stale: pixi.lock" in capsys.readouterr().err
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "does not hold" not in err and "up to date" not in err
+    locked = read_lockfile(root / "pixi.lock")
+    assert locked is not None and set(locked.environments) == {"default", "mi250", "mi300x"}
+    # Complete and stamped; a change to one environment locked with -e for another leaves the lock stale.
+    assert main(args) == 0 and "up to date, nothing written" in capsys.readouterr().err
+    text = (root / "pixi.toml").read_text()
+    (root / "pixi.toml").write_text(text.replace('llamafactory = "0.9.*"\n', ""))
+    assert main([*args, "-e", "default"]) == 0
+    assert main([*args, "--check"]) == 1
+
+
 def test_check_passes_after_lock_and_fails_after_manifest_change(
         ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     manifest_path = str(ws_copy / "pixi.toml")

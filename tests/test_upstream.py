@@ -5,6 +5,7 @@ Every test keeps the backoff at 0 and timeouts short: the whole file runs in abo
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import time
 
@@ -27,18 +28,28 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeUpstream:
 
 
 def client_for(fake: FakeUpstream, options: HttpOptions = FAST) -> Client:
-    return Client(Hosts(index_url=f"{fake.url}/pypi", github=fake.url, github_api=f"{fake.url}/api",
-                        github_raw=f"{fake.url}/raw"), options)
+    return Client(
+        Hosts(
+            index_url=f"{fake.url}/pypi",
+            github=fake.url,
+            github_api=f"{fake.url}/api",
+            github_raw=f"{fake.url}/raw",
+        ),
+        options,
+    )
 
 
 def test_project_reads_releases_and_sdist_digests(fake: FakeUpstream) -> None:
     data = b"sdist bytes"
-    fake.add_project("flash-attn", {
-        "2.8.3": [fake.file("flash_attn-2.8.3.tar.gz", data)],
-        "2.8.4": [fake.file("flash_attn-2.8.4-py3-none-any.whl", b"w", packagetype="bdist_wheel")],
-        "2.9.0": [fake.file("flash_attn-2.9.0.tar.gz", b"y", yanked=True)],
-        "3.0.0rc1": [fake.file("flash_attn-3.0.0rc1.tar.gz", b"z")],
-    })
+    fake.add_project(
+        "flash-attn",
+        {
+            "2.8.3": [fake.file("flash_attn-2.8.3.tar.gz", data)],
+            "2.8.4": [fake.file("flash_attn-2.8.4-py3-none-any.whl", b"w", packagetype="bdist_wheel")],
+            "2.9.0": [fake.file("flash_attn-2.9.0.tar.gz", b"y", yanked=True)],
+            "3.0.0rc1": [fake.file("flash_attn-3.0.0rc1.tar.gz", b"z")],
+        },
+    )
     project = client_for(fake).project("flash-attn")
     sdist = project.sdist("2.8.3")
     assert sdist is not None and sdist.sha256 == hashlib.sha256(data).hexdigest()
@@ -49,8 +60,11 @@ def test_project_reads_releases_and_sdist_digests(fake: FakeUpstream) -> None:
 
 
 def test_a_500_then_success_is_retried(fake: FakeUpstream) -> None:
-    fake.add("/pypi/deepspeed/json", Reply(500, b"oops"),
-             Reply(body=b'{"info": {"version": "0.18.4"}, "releases": {"0.18.4": []}}'))
+    fake.add(
+        "/pypi/deepspeed/json",
+        Reply(500, b"oops"),
+        Reply(body=b'{"info": {"version": "0.18.4"}, "releases": {"0.18.4": []}}'),
+    )
     project = client_for(fake).project("deepspeed")
     assert project.latest == "0.18.4"
     assert fake.hits["/pypi/deepspeed/json"] == 2
@@ -79,7 +93,9 @@ def test_a_slow_server_times_out(fake: FakeUpstream) -> None:
 
 
 def test_connection_refused_is_unreachable() -> None:
-    client = Client(Hosts(index_url=f"{closed_port_url()}/pypi"), HttpOptions(timeout=0.5, retries=1, backoff=0.0))
+    client = Client(
+        Hosts(index_url=f"{closed_port_url()}/pypi"), HttpOptions(timeout=0.5, retries=1, backoff=0.0)
+    )
     with pytest.raises(Unreachable, match="connection failed"):
         client.project("torch")
     assert not client.reachable(f"{closed_port_url()}/x.tar.gz")
@@ -109,7 +125,9 @@ def test_credentials_in_the_index_url_never_reach_a_message(fake: FakeUpstream) 
     assert "s3cret" not in str(err.value) and "bob" not in str(err.value)
 
 
-def test_proxy_and_ca_bundle_come_from_the_environment(fake: FakeUpstream, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_proxy_and_ca_bundle_come_from_the_environment(
+    fake: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The fake server plays an HTTP proxy: it gets the absolute URL of a host that does not exist.
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name)
@@ -119,3 +137,26 @@ def test_proxy_and_ca_bundle_come_from_the_environment(fake: FakeUpstream, monke
     assert client.project("torch").latest == "2.15.0"
     monkeypatch.setenv("PIP_CERT", "/etc/ssl/certs/custom-ca.pem")
     assert Client(Hosts(), FAST).session.verify == "/etc/ssl/certs/custom-ca.pem"
+
+
+def test_index_credentials_go_to_the_index_host_only(fake: FakeUpstream) -> None:
+    token = "Basic " + base64.b64encode(b"bob:s3cret").decode()
+    host = fake.url.removeprefix("http://")
+    fake.add(
+        "/pypi/torch/json", Reply(body=b'{"info": {"version": "1"}, "releases": {}}', authorization=token)
+    )
+    fake.add("/files/torch-1.tar.gz", Reply(body=b"sdist", authorization=token))
+    client = Client(
+        Hosts(
+            index_url=f"http://bob:s3cret@{host}/pypi",
+            github_api=f"http://localhost:{fake.url.rsplit(':', 1)[1]}/api",
+        ),
+        FAST,
+    )
+    assert client.project("torch").latest == "1"
+    # A file on the index's host (a mirror's sdist URL carries no credentials) gets them too, like pip does.
+    assert client.download(f"{fake.url}/files/torch-1.tar.gz") == b"sdist"
+    # Another host never sees them (localhost is another host name for the same server here).
+    fake.add("/api/repos/o/r/commits/v1", Reply(body=b"c" * 40))
+    assert client.github_commit("o/r", "v1") == "c" * 40
+    assert fake.seen_auth["/api/repos/o/r/commits/v1"] is None

@@ -61,7 +61,9 @@ class BumpResult:
         out: list[str] = []
         for path, old, new in self.files:
             name = _relative(path, root)
-            out.extend(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{name}", f"b/{name}"))
+            out.extend(
+                difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{name}", f"b/{name}")
+            )
         return "".join(out)
 
     def to_json(self, root: Path) -> dict[str, Any]:
@@ -73,8 +75,13 @@ class BumpResult:
         }
 
 
-def bump(recipes_dir: Path, request: BumpRequest, client: Client, log: Log = lambda _: None,
-         table: Table | None = None) -> BumpResult:
+def bump(
+    recipes_dir: Path,
+    request: BumpRequest,
+    client: Client,
+    log: Log = lambda _: None,
+    table: Table | None = None,
+) -> BumpResult:
     """What ``request`` changes in ``recipes_dir``'s variants.yaml (and a recipe that follows an sdist).
 
     Nothing is written: :func:`write_bump` does that, so a caller can show the diff (and plan) first.
@@ -94,8 +101,15 @@ def bump(recipes_dir: Path, request: BumpRequest, client: Client, log: Log = lam
         new_values = resolve_values(up, version, request, client, log)
         changes.extend(_fill(doc, up, positions[up.name], new_values))
         if up.recipe:
-            recipe_doc, recipe_notes = _sync_recipe(recipes_dir / up.recipe / "recipe.yaml", up, version,
-                                                    values(doc, "python"), client, table, log)
+            recipe_doc, recipe_notes = _sync_recipe(
+                recipes_dir / up.recipe / "recipe.yaml",
+                up,
+                version,
+                values(doc, "python"),
+                client,
+                table,
+                log,
+            )
             docs.append(recipe_doc)
             notes.extend(recipe_notes)
     files = tuple((d.path, d.original, d.dump()) for d in docs)
@@ -123,8 +137,10 @@ def _validate(request: BumpRequest, table: Table) -> list[tuple[Upstream, str]]:
             raise InputError(f"{where}: {name} is named twice", hint="give each upstream one version")
         ups.append((up, version))
     named = {u.name for u, _ in ups}
-    for option, given, pattern, what in (("--sha256", request.sha256, SHA256, "64 lowercase hex digits"),
-                                          ("--rev", request.revs, COMMIT, "a full 40-hex commit")):
+    for option, given, pattern, what in (
+        ("--sha256", request.sha256, SHA256, "64 lowercase hex digits"),
+        ("--rev", request.revs, COMMIT, "a full 40-hex commit"),
+    ):
         for name, value in given:
             up, _ = table.source(name, f"{option} {name}")
             if up.name not in named:
@@ -141,8 +157,11 @@ def _position(doc: Document, up: Upstream, version: str) -> int:
         return 0
     series = [i for i, v in enumerate(pinned) if v.split(".")[:2] == version.split(".")[:2]]
     if len(series) != 1:
-        raise InputError(f"{doc.path}: key '{up.version_key}' pins {', '.join(pinned)}; "
-                         f"cannot tell which one {version} replaces", hint="edit that list by hand")
+        raise InputError(
+            f"{doc.path}: key '{up.version_key}' pins {', '.join(pinned)}; "
+            f"cannot tell which one {version} replaces",
+            hint="edit that list by hand",
+        )
     return series[0]
 
 
@@ -165,28 +184,39 @@ def check_pairings(table: Table, pins: Mapping[str, list[str]], bumped: set[str]
             followers = ", ".join(pins[rule.follower])
             if "unknown" in verdicts:
                 raise InputError(
-                    f"pairing rule '{rule.name}': which {rule.follower} goes with {rule.leader} {leader} is not "
-                    f"recorded", hint=f"find it upstream ({rule.why}) and add it to the rule in "
-                    f"tools/rocmlock/data/upstreams.toml")
+                    f"pairing rule '{rule.name}': which {rule.follower} goes with {rule.leader} {leader} "
+                    "is not recorded",
+                    hint=f"find it upstream ({rule.why}) and add it to the rule in "
+                    f"tools/rocmlock/data/upstreams.toml",
+                )
             raise InputError(
-                f"pairing rule '{rule.name}': {rule.follower} {followers} does not go with {rule.leader} {leader} "
-                f"({rule.why})", hint=_pairing_hint(rule, leader, pins[rule.follower][0], bumped))
+                f"pairing rule '{rule.name}': {rule.follower} {followers} does not go with "
+                f"{rule.leader} {leader} ({rule.why})",
+                hint=_pairing_hint(rule, leader, pins[rule.follower][0], bumped),
+            )
 
 
 def _pairing_hint(rule: Rule, leader: str, follower: str, bumped: set[str]) -> str:
     if rule.follower not in bumped:
-        return f"bump it in the same command: {rule.describe(leader)} (`rocmlock outdated` lists the releases)"
+        return (
+            f"bump it in the same command: {rule.describe(leader)} (`rocmlock outdated` lists the releases)"
+        )
     if rule.leader not in bumped:
         return f"bump it in the same command: {rule.leader_needs(follower)}, or pick another {rule.follower}"
     return f"pick versions the rule allows: {rule.describe(leader)} with {rule.leader} {leader}"
 
 
-def resolve_values(up: Upstream, version: str, request: BumpRequest, client: Client, log: Log) -> dict[str, str]:
-    """Every variants.yaml value of ``up`` at ``version``: the version, then each source's commit and sha256."""
+def resolve_values(
+    up: Upstream, version: str, request: BumpRequest, client: Client, log: Log
+) -> dict[str, str]:
+    """Every variants.yaml value of ``up`` at ``version``: the version, each source's commit and sha256."""
     project = client.project(up.pypi)
     if project.files(version) is None:
-        raise InputError(f"bump {up.name}={version}: '{up.pypi}' has no release {version} on "
-                         f"{redact_url(client.hosts.index_url)}", hint=f"the newest is {project.latest}")
+        raise InputError(
+            f"bump {up.name}={version}: '{up.pypi}' has no release {version} on "
+            f"{redact_url(client.hosts.index_url)}",
+            hint=f"the newest is {project.latest}",
+        )
     out = {up.version_key: version}
     context = {"version": version, **client.hosts.placeholders()}
     shas, revs = dict(request.sha256), dict(request.revs)
@@ -205,11 +235,15 @@ def resolve_values(up: Upstream, version: str, request: BumpRequest, client: Cli
 def _sdist_sha256(up: Upstream, src: Source, version: str, given: str | None, client: Client) -> str:
     sdist = client.project(up.pypi).sdist(version)
     if sdist is None or not SHA256.fullmatch(sdist.sha256):
-        raise OperationError(f"bump {up.name}={version}: PyPI has no sdist with a sha256 for it",
-                             hint="the recipe builds from the sdist; pick a release that has one")
+        raise OperationError(
+            f"bump {up.name}={version}: PyPI has no sdist with a sha256 for it",
+            hint="the recipe builds from the sdist; pick a release that has one",
+        )
     if given and given != sdist.sha256:
-        raise InputError(f"--sha256 {src.name}={given}: PyPI's sdist {sdist.filename} has sha256 {sdist.sha256}",
-                         hint="drop --sha256 for PyPI sdists (the index's digest is used) or check your source")
+        raise InputError(
+            f"--sha256 {src.name}={given}: PyPI's sdist {sdist.filename} has sha256 {sdist.sha256}",
+            hint="drop --sha256 for PyPI sdists (the index's digest is used) or check your source",
+        )
     return sdist.sha256
 
 
@@ -226,10 +260,14 @@ def _resolve_rev(src: Source, context: dict[str, str], client: Client, log: Log)
         else:
             rev = ""
     except Unreachable as exc:
-        raise InputError(f"the commit of source '{src.name}' is needed and GitHub is unreachable from this host "
-                         f"({exc})", hint=f"pass --rev {src.name}=COMMIT from a source you checked") from None
+        raise InputError(
+            f"the commit of source '{src.name}' is needed and GitHub is unreachable from this host ({exc})",
+            hint=f"pass --rev {src.name}=COMMIT from a source you checked",
+        ) from None
     if not COMMIT.fullmatch(rev):
-        raise OperationError(f"source '{src.name}': '{rev[:60]}' is not a commit", hint=f"pass --rev {src.name}=COMMIT")
+        raise OperationError(
+            f"source '{src.name}': '{rev[:60]}' is not a commit", hint=f"pass --rev {src.name}=COMMIT"
+        )
     return rev
 
 
@@ -239,9 +277,12 @@ def _archive_sha256(src: Source, context: dict[str, str], client: Client, log: L
     try:
         return client.sha256_of(url)
     except Unreachable as exc:
-        raise InputError(f"the sha256 of source '{src.name}' is needed and its archive is unreachable from this host "
-                         f"({exc})", hint=f"pass --sha256 {src.name}=HEX from a source you checked "
-                         "(conda-forge's feedstocks pin the same archives)") from None
+        raise InputError(
+            f"the sha256 of source '{src.name}' is needed and its archive is unreachable from this host "
+            f"({exc})",
+            hint=f"pass --sha256 {src.name}=HEX from a source you checked "
+            "(conda-forge's feedstocks pin the same archives)",
+        ) from None
 
 
 def _fill(doc: Document, up: Upstream, position: int, new_values: Mapping[str, str]) -> list[Change]:
@@ -250,9 +291,11 @@ def _fill(doc: Document, up: Upstream, position: int, new_values: Mapping[str, s
     prefix = up.version_key.removesuffix("version")
     stale = [k for k in zip_group(doc, up.version_key) if k not in new_values and k.startswith(prefix)]
     if stale:
-        raise InputError(f"{doc.path}: zip_keys group of {up.version_key} has {', '.join(stale)}, which rocmlock "
-                         f"does not fill for {up.name}", hint="add it to the source in "
-                         "tools/rocmlock/data/upstreams.toml, or bump this upstream by hand")
+        raise InputError(
+            f"{doc.path}: zip_keys group of {up.version_key} has {', '.join(stale)}, which rocmlock "
+            f"does not fill for {up.name}",
+            hint="add it to the source in tools/rocmlock/data/upstreams.toml, or bump this upstream by hand",
+        )
     changes: list[Change] = []
     for key, value in new_values.items():
         old = values(doc, key)[position]
@@ -261,8 +304,9 @@ def _fill(doc: Document, up: Upstream, position: int, new_values: Mapping[str, s
     return changes
 
 
-def _sync_recipe(path: Path, up: Upstream, version: str, pythons: list[str], client: Client, table: Table,
-                 log: Log) -> tuple[Document, list[str]]:
+def _sync_recipe(
+    path: Path, up: Upstream, version: str, pythons: list[str], client: Client, table: Table, log: Log
+) -> tuple[Document, list[str]]:
     from rocmlock.reqsync import conda_requirements, pyproject_dependencies, retag_comments, sync_run
 
     sdist = client.project(up.pypi).sdist(version)
@@ -272,7 +316,9 @@ def _sync_recipe(path: Path, up: Upstream, version: str, pythons: list[str], cli
     data = client.download(url, sdist.sha256)
     reqs = conda_requirements(pyproject_dependencies(data, sdist.filename), table, pythons, sdist.filename)
     doc = load(path)
-    notes = sync_run(doc, reqs, keep=("python",))  # python is the recipe's own (requires-python, not a dependency)
+    notes = sync_run(
+        doc, reqs, keep=("python",)
+    )  # python is the recipe's own (requires-python, not a dependency)
     cited = re.search(r"\((\S+) pyproject\.toml", doc.original)  # "# core (0.9.5 pyproject.toml ...)"
     if cited:
         retag_comments(doc, cited.group(1), version)

@@ -102,6 +102,10 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
         _print_json(data)
     for line in result.change_lines():
         _err(line)
+    if result.not_locked:
+        missing = ", ".join(f"{env} [{plat}]" for env, plat in result.not_locked)
+        _err(f"warning: pixi.lock does not hold {missing}; `pixi install --locked` refuses a lock without every "
+             "environment: run `rocmlock lock` without -e/-p")
     if args.check:
         for path in data["stale"]:
             _err(f"stale: {path}")
@@ -389,7 +393,8 @@ def _cmd_outdated(args: argparse.Namespace) -> int:
 
 
 def _add_bump(p: argparse.ArgumentParser) -> None:
-    p.add_argument("versions", nargs="+", metavar="NAME=VERSION", help="an upstream and its new version (pytorch=2.13.0)")
+    p.add_argument("versions", nargs="+", metavar="NAME=VERSION",
+                   help="an upstream and its new version (flash-attn=2.8.3.post2)")
     p.add_argument("--sha256", action="append", default=[], metavar="NAME=HEX",
                    help="a source archive's sha256 (repeatable; needed where GitHub is unreachable)")
     p.add_argument("--rev", action="append", default=[], metavar="NAME=COMMIT",

@@ -43,9 +43,16 @@ class Row:
         return self.newest is not None and all(Version(p) < Version(self.newest) for p in self.pinned)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "pypi": self.pypi, "pinned": list(self.pinned), "newest": self.newest,
-                "behind": self.behind, "sources": dict(self.sources), "companions": list(self.companions),
-                "error": self.error}
+        return {
+            "name": self.name,
+            "pypi": self.pypi,
+            "pinned": list(self.pinned),
+            "newest": self.newest,
+            "behind": self.behind,
+            "sources": dict(self.sources),
+            "companions": list(self.companions),
+            "error": self.error,
+        }
 
 
 @dataclass(frozen=True)
@@ -69,16 +76,22 @@ def outdated(recipes_dir: Path, client: Client, table: Table | None = None) -> R
     doc = load(recipes_dir / VARIANTS_FILE)
     tracked = [u for u in table.upstreams if u.version_key in doc.data]
     claimed = {k for u in table.upstreams for k in u.keys}
-    untracked = tuple(sorted(str(k) for k in doc.data if str(k).endswith("_version")
-                             and k not in claimed and k not in ENV_KEYS))
+    untracked = tuple(
+        sorted(
+            str(k) for k in doc.data if str(k).endswith("_version") and k not in claimed and k not in ENV_KEYS
+        )
+    )
     rows = tuple(_row(u, tuple(values(doc, u.version_key)), client, table) for u in tracked)
     return Report(rows, untracked)
 
 
 def newest_release(project: Project) -> str | None:
     """The highest final release with at least one file that is not yanked."""
-    final = [Version(v) for v, files in project.releases
-             if files and not all(f.yanked for f in files) and _final(v)]
+    final = [
+        Version(v)
+        for v, files in project.releases
+        if files and not all(f.yanked for f in files) and _final(v)
+    ]
     return str(max(final)) if final else None
 
 
@@ -122,8 +135,11 @@ def _sources(up: Upstream, version: str, client: Client) -> list[tuple[str, str]
             context["rev"] = context[f"{src.name.replace('-', '_')}_rev"] = rev
         if src.sha256_key:
             url = (src.url or "").format(**context)
-            cells.append("sha256: `rocmlock bump` downloads the archive" if client.reachable(url)
-                         else f"sha256 {UNREACHABLE}")
+            cells.append(
+                "sha256: `rocmlock bump` downloads the archive"
+                if client.reachable(url)
+                else f"sha256 {UNREACHABLE}"
+            )
         out.append((src.name, "; ".join(cells)))
     return out
 
@@ -155,7 +171,9 @@ def _companion(rule: Rule, up: Upstream, newest: str, client: Client, table: Tab
         project = client.project(follower.pypi)
     except OperationError as exc:
         return f"{rule.describe(newest)}: PyPI lookup failed ({exc})"
-    fits = [Version(v) for v, files in project.releases if files and _final(v) and rule.check(newest, v) == "ok"]
+    fits = [
+        Version(v) for v, files in project.releases if files and _final(v) and rule.check(newest, v) == "ok"
+    ]
     if not fits:
         return f"{rule.describe(newest)}: none released on PyPI yet ({rule.name})"
     return f"{rule.follower} {max(fits)} ({rule.name})"
@@ -197,5 +215,7 @@ def render_report(report: Report) -> str:
         lines += [f"  source {name}: {cell}" for name, cell in r.sources]
         lines += [f"  companion: {c}" for c in r.companions]
     if report.untracked:
-        lines.append(f"not tracked (no row in tools/rocmlock/data/upstreams.toml): {', '.join(report.untracked)}")
+        lines.append(
+            f"not tracked (no row in tools/rocmlock/data/upstreams.toml): {', '.join(report.untracked)}"
+        )
     return "\n".join(lines)

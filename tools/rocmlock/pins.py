@@ -96,7 +96,11 @@ class Rule:
         if self.kind == "at-most":
             return f"{self.leader} >={major}.{minor}"
         leaders = [f"{lead}.*" for lead, follow in self.series if follow == f"{major}.{minor}"]
-        return f"{self.leader} {' or '.join(leaders)}" if leaders else f"{self.leader}: not recorded in tools/rocmlock/{TABLE}"
+        return (
+            f"{self.leader} {' or '.join(leaders)}"
+            if leaders
+            else f"{self.leader}: not recorded in tools/rocmlock/{TABLE}"
+        )
 
     def describe(self, leader: str) -> str:
         """What the rule asks of the follower for ``leader`` in words (``torchvision 0.27.*``)."""
@@ -148,7 +152,9 @@ def parse_version(text: str, where: str) -> Version:
     try:
         return Version(text)
     except InvalidVersion:
-        raise InputError(f"{where}: '{text}' is not a version", hint="write it as PyPI does, e.g. 2.13.0") from None
+        raise InputError(
+            f"{where}: '{text}' is not a version", hint="write it as PyPI does, e.g. 2.13.0"
+        ) from None
 
 
 def _minor(version: str) -> tuple[int, int]:

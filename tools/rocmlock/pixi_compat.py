@@ -74,3 +74,28 @@ def channel_base_url(channel: str, root: Path) -> str:
     else:
         url = CHANNEL_ALIAS + channel.strip("/")
     return url.rstrip("/") + "/"
+
+
+# The virtual packages rattler models (rattler_virtual_packages' VirtualPackage variants). pixi solves and
+# checks a lock with these only: pixi_core/src/workspace/virtual_packages.rs, get_minimal_virtual_packages /
+# generic_to_virtual_package, drops every other declared name (`__amdgpu`, `__amdgpu_arch`, ...).
+RATTLER_VIRTUAL_PACKAGES = frozenset({"__unix", "__linux", "__glibc", "__musl", "__eglibc", "__win", "__osx",
+                                      "__cuda", "__cuda_arch", "__archspec"})
+
+
+def pixi_virtual_packages(declared: Iterable[VirtualPackage]) -> list[VirtualPackage]:
+    """What pixi's solver and ``--locked`` check see for a platform that declares ``declared``.
+
+    Version-only packages get build ``0``; ``__archspec`` is version 1 with the microarchitecture as build
+    (pixi's snapshot virtual_packages__tests__get_minimal_virtual_packages@linux-64.snap: ``__archspec=1=x86_64``,
+    though the lock file records ``__archspec=0=x86_64``).
+    """
+    out: list[VirtualPackage] = []
+    for name, version, build in declared:
+        if name not in RATTLER_VIRTUAL_PACKAGES:
+            continue
+        if name == "__archspec":
+            out.append((name, "1", build or "0"))
+        else:
+            out.append((name, "0" if name == "__unix" else version, "0"))
+    return out

@@ -19,7 +19,9 @@ from rocmlock.textutil import format_table
 from rocmlock.workspace import Workspace
 
 
-def rebuild_variants(ws: Workspace, recipes_dir: Path, files: Sequence[tuple[Path, str, str]]) -> list[Variant]:
+def rebuild_variants(
+    ws: Workspace, recipes_dir: Path, files: Sequence[tuple[Path, str, str]]
+) -> list[Variant]:
     """The variants to build once ``files`` (path, old text, new text) replace what is in ``recipes_dir``."""
     recipes_dir = recipes_dir.resolve()
     before = {v.id for v in make_plan(ws, recipes_dir=recipes_dir).variants}
@@ -40,5 +42,8 @@ def render_rebuild(variants: Sequence[Variant]) -> str:
     if not variants:
         return "no variant of the plan changes: nothing to rebuild"
     rows = [("#", "package", "version", "build", "environments")]
-    rows += [(str(i), v.stage, v.version, v.build_string, ",".join(v.environments)) for i, v in enumerate(variants, 1)]
+    rows += [
+        (str(i), v.stage, v.version, v.build_string, ",".join(v.environments))
+        for i, v in enumerate(variants, 1)
+    ]
     return "\n".join([f"{len(variants)} variant(s) to rebuild (rocmlock plan):", *format_table(rows)])

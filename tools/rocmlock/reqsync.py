@@ -45,22 +45,33 @@ def pyproject_dependencies(sdist: bytes, where: str) -> list[str]:
     """``[project] dependencies`` of the sdist's top-level pyproject.toml."""
     try:
         with tarfile.open(fileobj=io.BytesIO(sdist), mode="r:*") as tar:
-            member = next((m for m in tar.getmembers() if m.isfile() and m.name.count("/") == 1
-                           and m.name.endswith("/pyproject.toml")), None)
+            member = next(
+                (
+                    m
+                    for m in tar.getmembers()
+                    if m.isfile() and m.name.count("/") == 1 and m.name.endswith("/pyproject.toml")
+                ),
+                None,
+            )
             if member is None:
-                raise OperationError(f"{where}: the sdist has no pyproject.toml", hint="edit the recipe by hand")
+                raise OperationError(
+                    f"{where}: the sdist has no pyproject.toml", hint="edit the recipe by hand"
+                )
             raw = tar.extractfile(member).read()  # type: ignore[union-attr]
     except tarfile.TarError as exc:
         raise OperationError(f"{where}: not a readable sdist ({exc})") from None
     project = tomllib.loads(raw.decode()).get("project", {})
     if "dependencies" in project.get("dynamic", ()) or "dependencies" not in project:
-        raise OperationError(f"{where}: pyproject.toml has no static [project] dependencies",
-                             hint="edit the recipe's run requirements by hand")
+        raise OperationError(
+            f"{where}: pyproject.toml has no static [project] dependencies",
+            hint="edit the recipe's run requirements by hand",
+        )
     return [str(d) for d in project["dependencies"]]
 
 
-def conda_requirements(deps: Sequence[str], table: Table, pythons: Sequence[str],
-                       where: str) -> list[CondaRequirement]:
+def conda_requirements(
+    deps: Sequence[str], table: Table, pythons: Sequence[str], where: str
+) -> list[CondaRequirement]:
     """The dependencies as conda requirements; markers are evaluated for Linux and every python built."""
     out: list[CondaRequirement] = []
     for dep in deps:
@@ -69,7 +80,9 @@ def conda_requirements(deps: Sequence[str], table: Table, pythons: Sequence[str]
         except InvalidRequirement as exc:
             raise OperationError(f"{where}: dependency '{dep}' is not a requirement ({exc})") from None
         if req.url:
-            raise OperationError(f"{where}: dependency '{dep}' is a URL, which a conda recipe cannot depend on")
+            raise OperationError(
+                f"{where}: dependency '{dep}' is a URL, which a conda recipe cannot depend on"
+            )
         if not _applies(req, pythons, where):
             continue
         out.append(CondaRequirement(table.conda_name(req.name), _spec_text(dep)))
@@ -80,18 +93,21 @@ def _applies(req: Requirement, pythons: Sequence[str], where: str) -> bool:
     if req.marker is None:
         return True
     env = {**default_environment(), "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix"}
-    verdicts = {req.marker.evaluate({**env, "python_version": py, "python_full_version": f"{py}.0"})
-                for py in pythons}
+    verdicts = {
+        req.marker.evaluate({**env, "python_version": py, "python_full_version": f"{py}.0"}) for py in pythons
+    }
     if len(verdicts) > 1:
-        raise OperationError(f"{where}: '{req}' applies to some of python {', '.join(pythons)} only",
-                             hint="a noarch recipe cannot express that; edit the recipe by hand")
+        raise OperationError(
+            f"{where}: '{req}' applies to some of python {', '.join(pythons)} only",
+            hint="a noarch recipe cannot express that; edit the recipe by hand",
+        )
     return verdicts.pop()
 
 
 def _spec_text(dep: str) -> str:
     """The version bounds as written (``>=4.55.0,<=5.6.0,!=4.52.0``), without extras, marker or spaces."""
     body = dep.split(";", 1)[0]
-    body = body[_NAME.match(body).end():]  # type: ignore[union-attr]
+    body = body[_NAME.match(body).end() :]  # type: ignore[union-attr]
     body = re.sub(r"^\s*\[[^\]]*\]", "", body)
     return re.sub(r"[\s()]", "", body)
 

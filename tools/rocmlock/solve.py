@@ -1,8 +1,9 @@
 """Solving: every environment (or solve group) x platform with ``rattler.solve``, concurrently.
 
-The solve sees the platform's virtual packages (pixi's subdir defaults plus what a rich platform
-declares) and, for an environment with a GPU target, ``__amdgpu=0`` and ``__amdgpu_arch=<ISA>``,
-so a locking machine needs no GPU and a package built for another target cannot enter.
+The solve sees the virtual packages pixi solves with (the rattler-modelled ones a platform declares,
+subdir defaults included) and, for an environment with a GPU target, ``__amdgpu=0`` and
+``__amdgpu_arch=<ISA>``, so a locking machine needs no GPU and a package built for another target
+cannot enter.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from rattler.exceptions import GatewayError, InvalidMatchSpecError, SolverError
 from rocmlock.credentials import client_for_urls, redact_text, redact_url, split_url
 from rocmlock.errors import InputError, OperationError
 from rocmlock.fsutil import private_dir
+from rocmlock.pixi_compat import pixi_virtual_packages
 from rocmlock.targets import GpuTarget
 from rocmlock.workspace import Environment, Platform, VirtualPackage, Workspace
 
@@ -71,14 +73,17 @@ def default_cache_dir(workspace_root: Path) -> Path:
 
 
 def virtual_packages_for(env: Environment, platform: Platform) -> tuple[VirtualPackage, ...]:
-    """The solve's virtual packages: the platform's, plus the environment's GPU target when it has one."""
-    vps = platform.declared_virtual_packages()
-    names = {vp[0] for vp in vps}
+    """The solve's virtual packages: pixi's for the platform, plus ``__amdgpu``/``__amdgpu_arch`` for a GPU.
+
+    pixi solves with the packages rattler models only (pixi_compat.pixi_virtual_packages). The two GPU
+    packages are added as a guard: a package built for another target carries ``run_constraints:
+    __amdgpu_arch ==<its ISA>`` and cannot enter. They only remove candidates, except for a package that
+    *depends* on them, which pixi could never install; lock.py checks every fresh solve by pixi's rules.
+    """
+    vps = pixi_virtual_packages(platform.declared_virtual_packages())
     if env.gpu_target is not None and platform.subdir.startswith("linux"):
-        if "__amdgpu" not in names:
-            vps.append(("__amdgpu", "0", ""))
-        if "__amdgpu_arch" not in names:
-            vps.append(("__amdgpu_arch", env.gpu_target.isa, ""))
+        vps.append(("__amdgpu", platform.virtual_package("__amdgpu") or "0", ""))
+        vps.append(("__amdgpu_arch", platform.virtual_package("__amdgpu_arch") or env.gpu_target.isa, ""))
     return tuple(vps)
 
 

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -50,8 +51,11 @@ class Hosts:
     github_raw: str = "https://raw.githubusercontent.com"
 
     def placeholders(self) -> dict[str, str]:
-        return {"github": self.github.rstrip("/"), "github_api": self.github_api.rstrip("/"),
-                "github_raw": self.github_raw.rstrip("/")}
+        return {
+            "github": self.github.rstrip("/"),
+            "github_api": self.github_api.rstrip("/"),
+            "github_raw": self.github_raw.rstrip("/"),
+        }
 
 
 @dataclass(frozen=True)
@@ -94,9 +98,16 @@ class Project:
 def make_session(options: HttpOptions) -> requests.Session:
     """A Session that retries connection/read errors and 429/5xx, with the environment's proxies and CA."""
     session = requests.Session()
-    retry = Retry(total=options.retries, connect=options.retries, read=options.retries, status=options.retries,
-                  backoff_factor=options.backoff, status_forcelist=RETRY_STATUS, allowed_methods=("GET", "HEAD"),
-                  raise_on_status=False)
+    retry = Retry(
+        total=options.retries,
+        connect=options.retries,
+        read=options.retries,
+        status=options.retries,
+        backoff_factor=options.backoff,
+        status_forcelist=RETRY_STATUS,
+        allowed_methods=("GET", "HEAD"),
+        raise_on_status=False,
+    )
     adapter = HTTPAdapter(max_retries=retry)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
@@ -114,22 +125,41 @@ class Client:
         self.options = options or HttpOptions()
         self.session = make_session(self.options)
         self._projects: dict[str, Project] = {}
+        # Like pip, credentials of the index URL also go to files on the index's host (a mirror's sdists),
+        # and to no other host.
+        index = urlsplit(self.hosts.index_url)
+        self._index_host = index.hostname
+        self._index_auth = (
+            (unquote(index.username), unquote(index.password or "")) if index.username else None
+        )
 
-    def _get(self, url: str, stream: bool = False, headers: dict[str, str] | None = None) -> requests.Response:
+    def _get(
+        self, url: str, stream: bool = False, headers: dict[str, str] | None = None
+    ) -> requests.Response:
         shown = redact_url(url)
         try:
-            response = self.session.get(url, timeout=self.options.timeout, stream=stream, headers=headers)
+            same_host = urlsplit(url).hostname == self._index_host and "@" not in urlsplit(url).netloc
+            auth = self._index_auth if same_host else None
+            response = self.session.get(
+                url, timeout=self.options.timeout, stream=stream, headers=headers, auth=auth
+            )
         except requests.exceptions.RetryError as exc:
-            raise OperationError(f"{shown}: failing after {self.options.retries} retries ({_reason(exc)})",
-                                 hint="the server answers with errors; try again later or use a mirror") from None
+            raise OperationError(
+                f"{shown}: failing after {self.options.retries} retries ({_reason(exc)})",
+                hint="the server answers with errors; try again later or use a mirror",
+            ) from None
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-            raise Unreachable(f"{shown}: unreachable ({_reason(exc)})",
-                              hint="check the network, the proxy (HTTPS_PROXY) or pass a reachable mirror") from None
+            raise Unreachable(
+                f"{shown}: unreachable ({_reason(exc)})",
+                hint="check the network, the proxy (HTTPS_PROXY) or pass a reachable mirror",
+            ) from None
         if response.status_code == 404:
             raise NotFound(f"{shown}: not found (HTTP 404)")
         if response.status_code >= 400:
             retried = f" after {self.options.retries} retries" if response.status_code in RETRY_STATUS else ""
-            raise OperationError(f"{shown}: HTTP {response.status_code}{retried}", hint="try again later or use a mirror")
+            raise OperationError(
+                f"{shown}: HTTP {response.status_code}{retried}", hint="try again later or use a mirror"
+            )
         return response
 
     def project(self, name: str) -> Project:
@@ -139,8 +169,10 @@ class Client:
             try:
                 data = self._get(url).json()
             except ValueError:
-                raise OperationError(f"{redact_url(url)}: not a PyPI JSON API answer",
-                                     hint="--index-url takes the JSON API root, e.g. https://pypi.org/pypi") from None
+                raise OperationError(
+                    f"{redact_url(url)}: not a PyPI JSON API answer",
+                    hint="--index-url takes the JSON API root, e.g. https://pypi.org/pypi",
+                ) from None
             self._projects[name] = _project(name, data)
         return self._projects[name]
 
@@ -149,8 +181,10 @@ class Client:
         data = self._get(url).content
         got = hashlib.sha256(data).hexdigest()
         if sha256 is not None and got != sha256:
-            raise ChecksumMismatch(f"{redact_url(url)}: sha256 {got}, expected {sha256}",
-                                   hint="the download is corrupt or the file changed upstream; do not pin it")
+            raise ChecksumMismatch(
+                f"{redact_url(url)}: sha256 {got}, expected {sha256}",
+                hint="the download is corrupt or the file changed upstream; do not pin it",
+            )
         return data
 
     def sha256_of(self, url: str) -> str:
@@ -213,5 +247,10 @@ def _project(name: str, data: dict[str, Any]) -> Project:
 
 
 def _file(row: dict[str, Any]) -> File:
-    return File(row["filename"], row["url"], row.get("digests", {}).get("sha256", ""), row.get("packagetype", ""),
-                bool(row.get("yanked", False)))
+    return File(
+        row["filename"],
+        row["url"],
+        row.get("digests", {}).get("sha256", ""),
+        row.get("packagetype", ""),
+        bool(row.get("yanked", False)),
+    )

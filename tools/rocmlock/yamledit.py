@@ -22,7 +22,7 @@ from rocmlock.errors import InputError
 
 @dataclass
 class Document:
-    """A YAML file loaded for round-trip editing (mutable on purpose: edits happen in place, then ``dump``)."""
+    """A YAML file loaded for round-trip editing (mutable on purpose: edits happen in place)."""
 
     path: Path
     data: Any
@@ -65,8 +65,10 @@ def load(path: Path, text: str | None = None) -> Document:
         doc = Document(path, data, yaml, text)
         if doc.dump() == text:
             return doc
-    raise InputError(f"{path}: cannot edit without reformatting the file (mixed indentation?)",
-                     hint="indent mappings by 2 and list items by '  - ' throughout, then retry")
+    raise InputError(
+        f"{path}: cannot edit without reformatting the file (mixed indentation?)",
+        hint="indent mappings by 2 and list items by '  - ' throughout, then retry",
+    )
 
 
 def values(doc: Document, key: str) -> list[str]:
@@ -88,7 +90,7 @@ def zip_group(doc: Document, key: str) -> tuple[str, ...]:
 
 
 def set_value(doc: Document, key: str, position: int, value: str) -> bool:
-    """Put ``value`` at ``position`` of ``key``'s list, in the quoting style of the old value; True if it changed."""
+    """Put ``value`` at ``position`` of ``key``'s list, quoted like the old value; True if it changed."""
     seq = doc.data.get(key)
     if isinstance(seq, CommentedSeq):
         old = seq[position]
