@@ -16,10 +16,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rattler import Version, VersionSpec
 
-from rocmlock.credentials import redact_url
+from rocmlock.credentials import redact_text, redact_url
 from rocmlock.errors import InputError, OperationError
 from rocmlock.fsutil import relative_path
 from rocmlock.recipes import ENV_KEYS, Matrix, RenderedVariant, discover_recipes, load_matrix, render_recipe
@@ -164,9 +165,13 @@ def channel_contents(channel: str, names: Iterable[str]) -> frozenset[tuple[str,
     try:
         records = query_channel(url, ["linux-64", "noarch"], names)
     except Exception as exc:  # noqa: BLE001 - rattler's fetch errors are many; the message names the channel
+        first = str(exc).splitlines()[0]
+        refused = "401" in first or "403" in first
         raise OperationError(
-            f"cannot read channel {redact_url(url)}: {str(exc).splitlines()[0]}",
-            hint="check the URL/path and that the channel is indexed (repodata.json)",
+            f"cannot read channel {redact_url(url)}: {redact_text(first)}",
+            hint=f"give credentials for {urlsplit(url).hostname}: an entry in RATTLER_AUTH_FILE (CondaToken for "
+            "quetz or anaconda.org) or a /t/<token>/ channel URL" if refused
+            else "check the URL/path and that the channel is indexed (repodata.json)",
         ) from None
     return frozenset((r.name.normalized, str(r.version), str(r.build)) for r in records)
 

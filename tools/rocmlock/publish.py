@@ -123,11 +123,22 @@ def _secrets(env: Mapping[str, str]) -> list[str]:
     return [env[v] for v in SECRET_VARS if env.get(v)]
 
 
+def _read_headers(dest: Destination, env: Mapping[str, str]) -> dict[str, str]:
+    """What reading the destination's repodata needs beyond RATTLER_AUTH_FILE: quetz's key from the environment.
+
+    quetz 0.10.4 takes a key from the ``X-API-Key`` header (quetz/deps.py ``get_rules``) or from a ``/t/<key>/``
+    prefix (quetz/main.py ``CondaTokenMiddleware``); a private channel answers 401 to anything else. Without
+    QUETZ_API_KEY, a ``CondaToken`` for the host in RATTLER_AUTH_FILE reaches it through rattler's middleware.
+    """
+    key = env.get(TOKEN_VARS["quetz"]) if dest.kind == "quetz" else None
+    return {"X-API-Key": key} if key else {}
+
+
 def _remote_records(dest: Destination, packages: list[LocalPackage], env: Mapping[str, str]) -> dict[str, str]:
     """``{subdir/file: sha256}`` of the given packages' names in the destination's repodata."""
     subdirs = {p.subdir for p in packages} | {"noarch"}
     try:
-        records = query_channel(dest.read_url, subdirs, {p.name for p in packages})
+        records = query_channel(dest.read_url, subdirs, {p.name for p in packages}, _read_headers(dest, env))
         return {f"{r.subdir}/{r.file_name}": r.sha256.hex() if r.sha256 else "" for r in records}
     except Exception as exc:  # noqa: BLE001 - rattler raises several exception types for HTTP failures
         text = str(exc)

@@ -1,0 +1,182 @@
+"""rocmlock against a real quetz server (tests/quetz_server.py, one per session): publish, plan --channel.
+
+The server holds a private channel; reading it needs the API key, given as quetz 0.10.4 accepts it: the
+``X-API-Key`` header (quetz/deps.py ``get_rules``), a ``/t/<key>/`` URL prefix (quetz/main.py
+``CondaTokenMiddleware``), or, through rattler, a ``CondaToken`` in RATTLER_AUTH_FILE, which rattler turns into that
+prefix (rattler-build docs/authentication_and_upload.md lists CondaToken for quetz).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from channels import Pkg, build_channel
+from quetz_server import QuetzServer
+from rocmlock.cli import main
+
+PUBLISHED = ["noarch/amdgpu-target-1-gfx942.conda", "noarch/rocm-version-7.2-0.conda"]
+
+
+def _source(root: Path, summary_files: tuple[tuple[str, str], ...] = ()) -> Path:
+    return build_channel(root, [Pkg("rocm-version", "7.2", "0", subdir="noarch", noarch="generic",
+                                    files=summary_files),
+                                Pkg("amdgpu-target", "1", "gfx942", subdir="noarch", noarch="generic")])
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _publish(capsys: pytest.CaptureFixture[str], source: Path, quetz: QuetzServer,
+             *extra: str) -> tuple[int, dict[str, list[str]], str]:
+    code, out, err = _run(capsys, "publish", "--from", str(source), "--to", f"quetz+{quetz.url}/{quetz.channel}",
+                          "--json", *extra)
+    assert quetz.api_key not in out + err
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def _listed(quetz: QuetzServer, subdir: str) -> set[str]:
+    req = urllib.request.Request(f"{quetz.channel_url}/{subdir}/repodata.json", headers={"X-API-Key": quetz.api_key})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return set(json.loads(resp.read()).get("packages.conda", {}))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return set()
+        raise
+
+
+def wait_listed(quetz: QuetzServer, keys: list[str], timeout_s: float = 60) -> None:
+    """Wait until the channel's repodata lists ``keys``: quetz indexes in a background task after the 201
+    (quetz/main.py ``post_upload`` adds ``indexing.update_indexes`` to ``background_tasks``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = [k for k in keys if k.split("/", 1)[1] not in _listed(quetz, k.split("/", 1)[0])]
+        if not missing or time.monotonic() > deadline:
+            assert not missing, f"quetz never listed {missing}"
+            return
+        time.sleep(0.3)
+
+
+def _auth_file(tmp_path: Path, quetz: QuetzServer, token: str) -> Path:
+    path = tmp_path / "auth" / "credentials.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({quetz.host: {"CondaToken": token}}))
+    return path
+
+
+def test_the_channel_is_private(quetz: QuetzServer) -> None:
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{quetz.channel_url}/noarch/repodata.json", timeout=10)
+    assert err.value.code == 401
+
+
+def test_publish_without_the_key_uploads_nothing(quetz: QuetzServer, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    src = _source(tmp_path / "src")
+    code, _, err = _publish(capsys, src, quetz)
+    assert code == 1 and "credentials were refused" in err and "nothing was uploaded" in err
+    assert "QUETZ_API_KEY" in err
+    monkeypatch.setenv("QUETZ_API_KEY", "not-the-key-0123456789")
+    code, _, err = _publish(capsys, src, quetz)
+    assert code == 1 and "credentials were refused" in err and "not-the-key-0123456789" not in err
+    assert _listed(quetz, "noarch") == set()
+
+
+def test_publish_with_the_key_then_skip_then_refuse(quetz: QuetzServer, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("QUETZ_API_KEY", quetz.api_key)
+    src = _source(tmp_path / "src")
+    code, result, err = _publish(capsys, src, quetz)
+    assert code == 0, err
+    assert result["uploaded"] == PUBLISHED and result["skipped"] == []
+    assert result["destination"] == quetz.channel_url
+    wait_listed(quetz, PUBLISHED)
+    # What the server serves is byte for byte what was built.
+    for key in PUBLISHED:
+        req = urllib.request.Request(f"{quetz.channel_url}/{key}", headers={"X-API-Key": quetz.api_key})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.read() == (src / key).read_bytes()
+    # Publishing the same files again uploads nothing.
+    code, result, err = _publish(capsys, src, quetz)
+    assert code == 0, err
+    assert result["uploaded"] == [] and result["skipped"] == PUBLISHED
+    # A different file under a name the channel holds is refused before anything is sent.
+    other = _source(tmp_path / "other", summary_files=(("share/x.txt", "different"),))
+    code, _, err = _publish(capsys, other, quetz)
+    assert code == 1 and "already has a different noarch/rocm-version-7.2-0.conda" in err
+    assert "nothing was uploaded" in err
+    req = urllib.request.Request(f"{quetz.channel_url}/{PUBLISHED[1]}", headers={"X-API-Key": quetz.api_key})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.read() == (src / PUBLISHED[1]).read_bytes()
+
+
+def test_plan_sees_what_the_server_holds(quetz: QuetzServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from rocmlock.plan import make_plan
+    from rocmlock.workspace import load_workspace
+    from test_plan import mirror, workspace
+
+    mirror(tmp_path)
+    manifest = workspace(tmp_path, {"mi300x": ("gfx942", "7.2.*", "3.12.*")})
+    torch = next(v for v in make_plan(load_workspace(manifest)).variants if v.stage == "pytorch")
+    built = build_channel(tmp_path / "built", [Pkg("pytorch", torch.version, torch.build_string)])
+    key = f"linux-64/pytorch-{torch.version}-{torch.build_string}.conda"
+    # Published with the key from rattler's auth file alone (no QUETZ_API_KEY): rattler-build's quetz upload
+    # and rocmlock's check of the channel both take the CondaToken from there.
+    monkeypatch.setenv("RATTLER_AUTH_FILE", str(_auth_file(tmp_path, quetz, quetz.api_key)))
+    code, result, err = _publish(capsys, built, quetz)
+    assert code == 0 and result["uploaded"] == [key], err
+    wait_listed(quetz, [key])
+
+    def plan_present(channel: str) -> set[str]:
+        code, out, err = _run(capsys, "plan", "--json", "--channel", channel, "--manifest-path", str(manifest))
+        assert code == 0, err
+        assert quetz.api_key not in out + err
+        data = json.loads(out)
+        assert data["channel"] == quetz.channel_url
+        return {v["stage"] for v in data["variants"] if v["present"]}
+
+    assert "pytorch" in plan_present(quetz.channel_url)
+    monkeypatch.delenv("RATTLER_AUTH_FILE")
+    assert "pytorch" in plan_present(quetz.token_url())
+    # No credentials at all: one line naming the channel, nothing about the key.
+    code, out, err = _run(capsys, "plan", "--channel", quetz.channel_url, "--manifest-path", str(manifest))
+    assert code == 1 and out == ""
+    assert f"cannot read channel {quetz.channel_url}" in err and "401" in err
+    assert "RATTLER_AUTH_FILE" in err and "/t/<token>/" in err
+    # A wrong key in a /t/<key>/ URL: refused, and the key is not echoed.
+    wrong = quetz.token_url().replace(quetz.api_key, "wrong-key-0123456789")
+    code, _, err = _run(capsys, "plan", "--channel", wrong, "--manifest-path", str(manifest))
+    assert code == 1 and "401" in err and "wrong-key-0123456789" not in err
+
+
+@pytest.mark.parametrize(("ci", "rc", "says"), [("true", 1, "CI must run the quetz server"),
+                                                ("", 0, "no quetz server here")])
+def test_a_server_that_cannot_start_fails_under_ci(tmp_path: Path, ci: str, rc: int, says: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    # A venv marked complete whose python exits at once: quetz "starts" and dies.
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\necho 'quetz is broken here' >&2\nexit 3\n")
+    (venv / "bin" / "python").chmod(0o755)
+    (venv / ".rocmlock-complete").write_text("")
+    env = {**os.environ, "CI": ci, "ROCMLOCK_QUETZ_VENV": str(venv)}
+    here = Path(__file__)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                           f"{here}::test_the_channel_is_private"], cwd=here.parents[1], env=env,
+                          capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == rc, proc.stdout + proc.stderr
+    assert says in proc.stdout and "quetz is broken here" in proc.stdout
