@@ -180,3 +180,31 @@ def test_a_server_that_cannot_start_fails_under_ci(tmp_path: Path, ci: str, rc: 
                           capture_output=True, text=True, check=False, timeout=300)
     assert proc.returncode == rc, proc.stdout + proc.stderr
     assert says in proc.stdout and "quetz is broken here" in proc.stdout
+
+
+def test_force_on_quetz_says_how_to_replace(quetz: QuetzServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("QUETZ_API_KEY", quetz.api_key)
+    first = build_channel(tmp_path / "first", [Pkg("replace-me", "1", "0", subdir="noarch", noarch="generic")])
+    second = build_channel(tmp_path / "second", [Pkg("replace-me", "1", "0", subdir="noarch", noarch="generic",
+                                                     files=(("share/x.txt", "second"),))])
+    key = "noarch/replace-me-1-0.conda"
+    assert _publish(capsys, first, quetz)[0] == 0
+    wait_listed(quetz, [key])
+    code, _, err = _publish(capsys, second, quetz, "--force")
+    assert code == 1 and "quetz cannot overwrite on upload; nothing was uploaded" in err
+    # The hint's command, run as written (curl's request made with urllib), then a plain publish replaces it.
+    delete_url = err.split("curl -X DELETE -H \"X-API-Key: $QUETZ_API_KEY\" ", 1)[1].split(" ", 1)[0]
+    assert delete_url == f"{quetz.url}/api/channels/{quetz.channel}/packages/replace-me/versions/{key}"
+    req = urllib.request.Request(delete_url, method="DELETE", headers={"X-API-Key": quetz.api_key})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+    deadline = time.monotonic() + 60
+    while key.split("/")[1] in _listed(quetz, "noarch") and time.monotonic() < deadline:
+        time.sleep(0.3)
+    code, result, err = _publish(capsys, second, quetz)
+    assert code == 0 and result["uploaded"] == [key], err
+    wait_listed(quetz, [key])
+    req = urllib.request.Request(f"{quetz.channel_url}/{key}", headers={"X-API-Key": quetz.api_key})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.read() == (second / key).read_bytes()

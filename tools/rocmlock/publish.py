@@ -279,6 +279,19 @@ def _publish_s3(dest: Destination, packages: list[LocalPackage], env: Mapping[st
     asyncio.run(index_s3(dest.url, credentials=creds))
 
 
+def _refuse_quetz_replace(dest: Destination, replaced: list[str]) -> None:
+    """quetz cannot overwrite through the upload: py-rattler-build's quetz upload has no ``force``, and quetz
+    0.10.4 answers 409 to a second file under a name it holds (quetz/main.py ``post_upload``). Deleting the
+    version first (``delete_package_version`` there) is the way, so say exactly how."""
+    subdir, file = replaced[0].split("/", 1)
+    name = file.rsplit("-", 2)[0]
+    raise OperationError(
+        f"{dest} already has a different {replaced[0]} and quetz cannot overwrite on upload; nothing was uploaded",
+        hint=f"delete it first: curl -X DELETE -H \"X-API-Key: $QUETZ_API_KEY\" {dest.url}/api/channels/"
+             f"{dest.channel}/packages/{name}/versions/{subdir}/{file} (or bump the build number)",
+    )
+
+
 def _upload_http(dest: Destination, packages: list[LocalPackage], env: Mapping[str, str], force: bool) -> None:
     import rattler_build as rb
 
@@ -309,6 +322,8 @@ def publish(source: Path, to: str, *, force: bool = False, env: Mapping[str, str
     else:
         remote = _remote_records(dest, packages, env)
     upload, skipped, replaced = sort_out(packages, remote, force, str(dest))
+    if replaced and dest.kind == "quetz":
+        _refuse_quetz_replace(dest, replaced)
     for key in skipped:
         log(f"skip {key} (already in {dest})")
     if upload:
