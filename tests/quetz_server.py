@@ -1,4 +1,4 @@
-"""A real quetz server for the tests: its own venv (cached), a free port, a private channel and an API key.
+"""A real quetz server for the tests: its own venv (cached), a free port, private channels and API keys.
 
 quetz-server runs in a venv of its own because its dependencies clash with ours (FastAPI 0.104, pydantic <2.6:
 quetz/main.py uses ``app.route``, which later FastAPI removed); tests/quetz-constraints.txt pins that venv. The
@@ -33,12 +33,11 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 QUETZ_VERSION = "0.10.4"
 CONSTRAINTS = Path(__file__).with_name("quetz-constraints.txt")
-CHANNEL = "rocm"
 START_TIMEOUT_S = 120
 
 
@@ -47,26 +46,50 @@ class QuetzUnavailable(RuntimeError):
 
 
 @dataclass(frozen=True)
-class QuetzServer:
-    """A running server: ``url`` is its root, ``channel`` a private channel, ``api_key`` an owner's key on it."""
+class QuetzChannel:
+    """A private channel of a running server; ``api_key`` holds the owner role on it (and on nothing else)."""
 
-    url: str
-    channel: str
+    server: str
+    name: str
     api_key: str
-    log: Path
 
     @property
     def host(self) -> str:
         return "127.0.0.1"
 
     @property
-    def channel_url(self) -> str:
+    def url(self) -> str:
         """The channel as conda clients read it, without credentials."""
-        return f"{self.url}/get/{self.channel}"
+        return f"{self.server}/get/{self.name}"
 
+    @property
     def token_url(self) -> str:
         """The channel with the key in a ``/t/<key>/`` prefix (conda's token form)."""
-        return f"{self.url}/t/{self.api_key}/get/{self.channel}"
+        return f"{self.server}/t/{self.api_key}/get/{self.name}"
+
+    @property
+    def publish_to(self) -> str:
+        """``rocmlock publish --to`` for this channel."""
+        return f"quetz+{self.server}/{self.name}"
+
+
+@dataclass
+class QuetzServer:
+    """A running server at ``url``, logged in as its owner (alice) to make channels; ``log`` is quetz's output."""
+
+    url: str
+    log: Path
+    _opener: urllib.request.OpenerDirector = field(repr=False)
+    _made: list[str] = field(default_factory=list, repr=False)
+
+    def private_channel(self) -> QuetzChannel:
+        """A new private channel (``rocm-1``, ``rocm-2``, ...) and a key with the owner role on it."""
+        name = f"rocm-{len(self._made) + 1}"
+        _post_json(self._opener, f"{self.url}/api/channels", {"name": name, "private": True})
+        key = _post_json(self._opener, f"{self.url}/api/api-keys",
+                         {"description": f"rocmlock tests {name}", "roles": [{"channel": name, "role": "owner"}]})
+        self._made.append(name)
+        return QuetzChannel(self.url, name, str(key["key"]))
 
 
 def venv_dir() -> Path:
@@ -157,14 +180,6 @@ def _post_json(opener: urllib.request.OpenerDirector, url: str, body: dict[str, 
     return json.loads(text) if text.strip() else {}
 
 
-def _private_channel_and_key(url: str) -> str:
-    opener = _as_alice(url)
-    _post_json(opener, f"{url}/api/channels", {"name": CHANNEL, "private": True})
-    key = _post_json(opener, f"{url}/api/api-keys",
-                     {"description": "rocmlock tests", "roles": [{"channel": CHANNEL, "role": "owner"}]})["key"]
-    return str(key)
-
-
 @contextlib.contextmanager
 def quetz_server(workdir: Path) -> Iterator[QuetzServer]:
     """Start quetz on a free port of 127.0.0.1 with its deployment under ``workdir``; stop it on exit."""
@@ -180,7 +195,7 @@ def quetz_server(workdir: Path) -> Iterator[QuetzServer]:
                                 start_new_session=True)
     try:
         _wait_ready(proc, url, log)
-        yield QuetzServer(url, CHANNEL, _private_channel_and_key(url), log)
+        yield QuetzServer(url, log, _as_alice(url))
     finally:
         _stop(proc)
 

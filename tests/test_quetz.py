@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from channels import Pkg, build_channel
-from quetz_server import QuetzServer
+from quetz_server import QuetzChannel
 from rocmlock.cli import main
 
 PUBLISHED = ["noarch/amdgpu-target-1-gfx942.conda", "noarch/rocm-version-7.2-0.conda"]
@@ -34,16 +34,16 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return code, out, err
 
 
-def _publish(capsys: pytest.CaptureFixture[str], source: Path, quetz: QuetzServer,
+def _publish(capsys: pytest.CaptureFixture[str], source: Path, channel: QuetzChannel,
              *extra: str) -> tuple[int, dict[str, list[str]], str]:
-    code, out, err = _run(capsys, "publish", "--from", str(source), "--to", f"quetz+{quetz.url}/{quetz.channel}",
+    code, out, err = _run(capsys, "publish", "--from", str(source), "--to", channel.publish_to,
                           "--json", *extra)
-    assert quetz.api_key not in out + err
+    assert channel.api_key not in out + err
     return code, (json.loads(out) if out.strip() else {}), err
 
 
-def _listed(quetz: QuetzServer, subdir: str) -> set[str]:
-    req = urllib.request.Request(f"{quetz.channel_url}/{subdir}/repodata.json", headers={"X-API-Key": quetz.api_key})
+def _listed(channel: QuetzChannel, subdir: str) -> set[str]:
+    req = urllib.request.Request(f"{channel.url}/{subdir}/repodata.json", headers={"X-API-Key": channel.api_key})
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return set(json.loads(resp.read()).get("packages.conda", {}))
@@ -53,74 +53,63 @@ def _listed(quetz: QuetzServer, subdir: str) -> set[str]:
         raise
 
 
-def wait_listed(quetz: QuetzServer, keys: list[str], timeout_s: float = 60) -> None:
-    """Wait until the channel's repodata lists ``keys``: quetz indexes in a background task after the 201
-    (quetz/main.py ``post_upload`` adds ``indexing.update_indexes`` to ``background_tasks``)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        missing = [k for k in keys if k.split("/", 1)[1] not in _listed(quetz, k.split("/", 1)[0])]
-        if not missing or time.monotonic() > deadline:
-            assert not missing, f"quetz never listed {missing}"
-            return
-        time.sleep(0.3)
-
-
-def _auth_file(tmp_path: Path, quetz: QuetzServer, token: str) -> Path:
+def _auth_file(tmp_path: Path, channel: QuetzChannel, token: str) -> Path:
     path = tmp_path / "auth" / "credentials.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({quetz.host: {"CondaToken": token}}))
+    path.write_text(json.dumps({channel.host: {"CondaToken": token}}))
     return path
 
 
-def test_the_channel_is_private(quetz: QuetzServer) -> None:
+def test_the_channel_is_private(quetz_channel: QuetzChannel) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(f"{quetz.channel_url}/noarch/repodata.json", timeout=10)
+        urllib.request.urlopen(f"{quetz_channel.url}/noarch/repodata.json", timeout=10)
     assert err.value.code == 401
 
 
-def test_publish_without_the_key_uploads_nothing(quetz: QuetzServer, tmp_path: Path,
+def test_publish_without_the_key_uploads_nothing(quetz_channel: QuetzChannel, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     src = _source(tmp_path / "src")
-    code, _, err = _publish(capsys, src, quetz)
+    code, _, err = _publish(capsys, src, quetz_channel)
     assert code == 1 and "credentials were refused" in err and "nothing was uploaded" in err
     assert "QUETZ_API_KEY" in err
     monkeypatch.setenv("QUETZ_API_KEY", "not-the-key-0123456789")
-    code, _, err = _publish(capsys, src, quetz)
+    code, _, err = _publish(capsys, src, quetz_channel)
     assert code == 1 and "credentials were refused" in err and "not-the-key-0123456789" not in err
-    assert _listed(quetz, "noarch") == set()
+    assert _listed(quetz_channel, "noarch") == set()
 
 
-def test_publish_with_the_key_then_skip_then_refuse(quetz: QuetzServer, tmp_path: Path,
+def test_publish_with_the_key_then_skip_then_refuse(quetz_channel: QuetzChannel, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("QUETZ_API_KEY", quetz.api_key)
+    monkeypatch.setenv("QUETZ_API_KEY", quetz_channel.api_key)
     src = _source(tmp_path / "src")
-    code, result, err = _publish(capsys, src, quetz)
+    code, result, err = _publish(capsys, src, quetz_channel)
     assert code == 0, err
     assert result["uploaded"] == PUBLISHED and result["skipped"] == []
-    assert result["destination"] == quetz.channel_url
-    wait_listed(quetz, PUBLISHED)
+    assert result["destination"] == quetz_channel.url
+    # publish returns once quetz's index (built in the background after each upload) lists them.
+    assert _listed(quetz_channel, "noarch") == {k.split("/")[1] for k in PUBLISHED}
     # What the server serves is byte for byte what was built.
     for key in PUBLISHED:
-        req = urllib.request.Request(f"{quetz.channel_url}/{key}", headers={"X-API-Key": quetz.api_key})
+        req = urllib.request.Request(f"{quetz_channel.url}/{key}", headers={"X-API-Key": quetz_channel.api_key})
         with urllib.request.urlopen(req, timeout=10) as resp:
             assert resp.read() == (src / key).read_bytes()
     # Publishing the same files again uploads nothing.
-    code, result, err = _publish(capsys, src, quetz)
+    code, result, err = _publish(capsys, src, quetz_channel)
     assert code == 0, err
     assert result["uploaded"] == [] and result["skipped"] == PUBLISHED
     # A different file under a name the channel holds is refused before anything is sent.
     other = _source(tmp_path / "other", summary_files=(("share/x.txt", "different"),))
-    code, _, err = _publish(capsys, other, quetz)
+    code, _, err = _publish(capsys, other, quetz_channel)
     assert code == 1 and "already has a different noarch/rocm-version-7.2-0.conda" in err
     assert "nothing was uploaded" in err
-    req = urllib.request.Request(f"{quetz.channel_url}/{PUBLISHED[1]}", headers={"X-API-Key": quetz.api_key})
+    req = urllib.request.Request(f"{quetz_channel.url}/{PUBLISHED[1]}", headers={"X-API-Key": quetz_channel.api_key})
     with urllib.request.urlopen(req, timeout=10) as resp:
         assert resp.read() == (src / PUBLISHED[1]).read_bytes()
 
 
-def test_plan_sees_what_the_server_holds(quetz: QuetzServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_plan_sees_what_the_server_holds(quetz_channel: QuetzChannel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     from rocmlock.plan import make_plan
     from rocmlock.workspace import load_workspace
@@ -133,29 +122,29 @@ def test_plan_sees_what_the_server_holds(quetz: QuetzServer, tmp_path: Path, mon
     key = f"linux-64/pytorch-{torch.version}-{torch.build_string}.conda"
     # Published with the key from rattler's auth file alone (no QUETZ_API_KEY): rattler-build's quetz upload
     # and rocmlock's check of the channel both take the CondaToken from there.
-    monkeypatch.setenv("RATTLER_AUTH_FILE", str(_auth_file(tmp_path, quetz, quetz.api_key)))
-    code, result, err = _publish(capsys, built, quetz)
+    monkeypatch.setenv("RATTLER_AUTH_FILE", str(_auth_file(tmp_path, quetz_channel, quetz_channel.api_key)))
+    code, result, err = _publish(capsys, built, quetz_channel)
     assert code == 0 and result["uploaded"] == [key], err
-    wait_listed(quetz, [key])
+    assert key.split("/")[1] in _listed(quetz_channel, key.split("/")[0])
 
     def plan_present(channel: str) -> set[str]:
         code, out, err = _run(capsys, "plan", "--json", "--channel", channel, "--manifest-path", str(manifest))
         assert code == 0, err
-        assert quetz.api_key not in out + err
+        assert quetz_channel.api_key not in out + err
         data = json.loads(out)
-        assert data["channel"] == quetz.channel_url
+        assert data["channel"] == quetz_channel.url
         return {v["stage"] for v in data["variants"] if v["present"]}
 
-    assert "pytorch" in plan_present(quetz.channel_url)
+    assert "pytorch" in plan_present(quetz_channel.url)
     monkeypatch.delenv("RATTLER_AUTH_FILE")
-    assert "pytorch" in plan_present(quetz.token_url())
+    assert "pytorch" in plan_present(quetz_channel.token_url)
     # No credentials at all: one line naming the channel, nothing about the key.
-    code, out, err = _run(capsys, "plan", "--channel", quetz.channel_url, "--manifest-path", str(manifest))
+    code, out, err = _run(capsys, "plan", "--channel", quetz_channel.url, "--manifest-path", str(manifest))
     assert code == 1 and out == ""
-    assert f"cannot read channel {quetz.channel_url}" in err and "401" in err
+    assert f"cannot read channel {quetz_channel.url}" in err and "401" in err
     assert "RATTLER_AUTH_FILE" in err and "/t/<token>/" in err
     # A wrong key in a /t/<key>/ URL: refused, and the key is not echoed.
-    wrong = quetz.token_url().replace(quetz.api_key, "wrong-key-0123456789")
+    wrong = quetz_channel.token_url.replace(quetz_channel.api_key, "wrong-key-0123456789")
     code, _, err = _run(capsys, "plan", "--channel", wrong, "--manifest-path", str(manifest))
     assert code == 1 and "401" in err and "wrong-key-0123456789" not in err
 
@@ -182,29 +171,29 @@ def test_a_server_that_cannot_start_fails_under_ci(tmp_path: Path, ci: str, rc: 
     assert says in proc.stdout and "quetz is broken here" in proc.stdout
 
 
-def test_force_on_quetz_says_how_to_replace(quetz: QuetzServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_force_on_quetz_says_how_to_replace(quetz_channel: QuetzChannel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("QUETZ_API_KEY", quetz.api_key)
+    monkeypatch.setenv("QUETZ_API_KEY", quetz_channel.api_key)
     first = build_channel(tmp_path / "first", [Pkg("replace-me", "1", "0", subdir="noarch", noarch="generic")])
     second = build_channel(tmp_path / "second", [Pkg("replace-me", "1", "0", subdir="noarch", noarch="generic",
                                                      files=(("share/x.txt", "second"),))])
     key = "noarch/replace-me-1-0.conda"
-    assert _publish(capsys, first, quetz)[0] == 0
-    wait_listed(quetz, [key])
-    code, _, err = _publish(capsys, second, quetz, "--force")
+    assert _publish(capsys, first, quetz_channel)[0] == 0
+    assert key.split("/")[1] in _listed(quetz_channel, key.split("/")[0])
+    code, _, err = _publish(capsys, second, quetz_channel, "--force")
     assert code == 1 and "quetz cannot overwrite on upload; nothing was uploaded" in err
     # The hint's command, run as written (curl's request made with urllib), then a plain publish replaces it.
     delete_url = err.split("curl -X DELETE -H \"X-API-Key: $QUETZ_API_KEY\" ", 1)[1].split(" ", 1)[0]
-    assert delete_url == f"{quetz.url}/api/channels/{quetz.channel}/packages/replace-me/versions/{key}"
-    req = urllib.request.Request(delete_url, method="DELETE", headers={"X-API-Key": quetz.api_key})
+    assert delete_url == f"{quetz_channel.server}/api/channels/{quetz_channel.name}/packages/replace-me/versions/{key}"
+    req = urllib.request.Request(delete_url, method="DELETE", headers={"X-API-Key": quetz_channel.api_key})
     with urllib.request.urlopen(req, timeout=10) as resp:
         assert resp.status == 200
     deadline = time.monotonic() + 60
-    while key.split("/")[1] in _listed(quetz, "noarch") and time.monotonic() < deadline:
+    while key.split("/")[1] in _listed(quetz_channel, "noarch") and time.monotonic() < deadline:
         time.sleep(0.3)
-    code, result, err = _publish(capsys, second, quetz)
+    code, result, err = _publish(capsys, second, quetz_channel)
     assert code == 0 and result["uploaded"] == [key], err
-    wait_listed(quetz, [key])
-    req = urllib.request.Request(f"{quetz.channel_url}/{key}", headers={"X-API-Key": quetz.api_key})
+    assert key.split("/")[1] in _listed(quetz_channel, key.split("/")[0])
+    req = urllib.request.Request(f"{quetz_channel.url}/{key}", headers={"X-API-Key": quetz_channel.api_key})
     with urllib.request.urlopen(req, timeout=10) as resp:
         assert resp.read() == (second / key).read_bytes()

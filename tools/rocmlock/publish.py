@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import os
 import shutil
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,6 +280,26 @@ def _publish_s3(dest: Destination, packages: list[LocalPackage], env: Mapping[st
     asyncio.run(index_s3(dest.url, credentials=creds))
 
 
+def _await_index(dest: Destination, packages: list[LocalPackage], env: Mapping[str, str],
+                 timeout_s: float = 60.0) -> None:
+    """Return once the channel's repodata lists ``packages`` with their sha256, so a lock run next sees them.
+
+    quetz 0.10.4 answers an upload first and indexes afterwards, in a background task (quetz/main.py
+    ``post_upload`` adds ``indexing.update_indexes`` to ``background_tasks``).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remote = _remote_records(dest, packages, env)
+        missing = [p.key for p in packages if remote.get(p.key) != p.sha256()]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise OperationError(f"uploaded to {dest}, but after {timeout_s:.0f} s its repodata still does not "
+                                 f"list {missing[0]}" + (f" (+{len(missing) - 1} more)" if missing[1:] else ""),
+                                 hint="check the server's log: it indexes the channel after each upload")
+        time.sleep(0.5)
+
+
 def _refuse_quetz_replace(dest: Destination, replaced: list[str]) -> None:
     """quetz cannot overwrite through the upload: py-rattler-build's quetz upload has no ``force``, and quetz
     0.10.4 answers 409 to a second file under a name it holds (quetz/main.py ``post_upload``). Deleting the
@@ -335,6 +356,8 @@ def publish(source: Path, to: str, *, force: bool = False, env: Mapping[str, str
                 _publish_s3(dest, upload, env)
             else:
                 _upload_http(dest, upload, env, force)
+                if dest.kind == "quetz":
+                    _await_index(dest, upload, env)
         except OperationError:
             raise
         except Exception as exc:  # noqa: BLE001 - the upload libraries raise their own exception types
