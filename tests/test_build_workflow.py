@@ -1,9 +1,9 @@
-"""The example CI workflow: plan -> matrix from `rocmlock plan --json` -> self-hosted builds -> publish -> relock."""
+"""The example CI workflow: plan -> matrix from `rocmlock plan --json` -> self-hosted builds -> publish -> relock
+-> pull request. Its security properties: tests/test_workflow_security.py."""
 
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import subprocess
 import sys
@@ -30,10 +30,11 @@ def _steps_text(job: dict) -> str:
 
 def test_jobs_and_their_order(workflow: dict) -> None:
     jobs = workflow["jobs"]
-    assert list(jobs) == ["plan", "build", "publish", "relock"]
+    assert list(jobs) == ["plan", "build", "publish", "relock", "pull-request"]
     assert jobs["build"]["needs"] == "plan"
     assert jobs["publish"]["needs"] == "build"
     assert set(jobs["relock"]["needs"]) == {"plan", "publish"}
+    assert jobs["pull-request"]["needs"] == "relock"
     triggers = workflow.get(True) or workflow.get("on")  # YAML 1.1 reads the key `on` as True
     assert "workflow_dispatch" in triggers
 
@@ -54,9 +55,13 @@ def test_build_matrix_comes_from_the_plan(workflow: dict) -> None:
 
 def test_publish_and_relock_steps(workflow: dict) -> None:
     assert "rocmlock publish --from merged" in _steps_text(workflow["jobs"]["publish"])
-    relock = workflow["jobs"]["relock"]
+    relock, pull_request = workflow["jobs"]["relock"], workflow["jobs"]["pull-request"]
     assert "rocmlock lock" in _steps_text(relock)
-    pr = next(s for s in relock["steps"] if str(s.get("uses", "")).startswith("peter-evans/create-pull-request"))
+    upload = next(s for s in relock["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@"))
+    download = next(s for s in pull_request["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact@"))
+    assert upload["with"]["name"] == download["with"]["name"] and download["with"]["path"] == "${{ runner.temp }}/relock"
+    assert upload["with"]["path"].split() == ["pixi.lock", "envs/"]
+    pr = next(s for s in pull_request["steps"] if str(s.get("uses", "")).startswith("peter-evans/create-pull-request"))
     assert "pixi.lock" in pr["with"]["add-paths"] and "envs/**" in pr["with"]["add-paths"]
 
 
@@ -68,8 +73,7 @@ def test_every_rocmlock_command_in_the_workflow_parses(workflow: dict) -> None:
             line = line.strip()
             if not line.startswith("rocmlock "):
                 continue
-            line = re.sub(r"\$\{\{ matrix.environments \}\}", "-e mi300x", line)
-            line = re.sub(r"\$\{\{[^}]*\}\}", "X", line).split(">")[0]
+            line = line.replace('"${environments[@]}"', "-e mi300x").split(">")[0]  # from matrix.environments
             parser.parse_args(shlex.split(line)[1:])
             found += 1
     assert found >= 5

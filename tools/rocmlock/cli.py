@@ -330,17 +330,111 @@ def _add_install(p: argparse.ArgumentParser) -> None:
 
 def _cmd_install(args: argparse.Namespace) -> int:
     from rocmlock.errors import InputError
-    from rocmlock.install import install_from_lock
+    from rocmlock.install import install_from_lock, manifest_channels
     from rocmlock.lock import LOCK_NAME, manifest_file
 
     if not args.environment:
         raise InputError("rocmlock install needs -e/--environment")
-    lock = manifest_file(args.manifest_path).resolve().parent / LOCK_NAME
-    result = install_from_lock(lock, args.environment, args.prefix.resolve(), args.platform)
+    manifest = manifest_file(args.manifest_path).resolve()
+    result = install_from_lock(manifest.parent / LOCK_NAME, args.environment, args.prefix.resolve(),
+                               args.platform, channels=manifest_channels(manifest))
     if args.json:
         _print_json(result.to_dict())
     _err(f"installed {len(result.packages)} package(s) of '{result.environment}' [{result.platform}] "
          f"into {result.prefix}")
+    return 0
+
+
+def _add_pack(p: argparse.ArgumentParser) -> None:
+    _manifest_arg(p)
+    _env_arg(p, multiple=False)
+    p.add_argument("-p", "--platform", dest="platform", metavar="PLATFORM",
+                   help="the lock platform (default: the environment's only one)")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE",
+                   help="the bundle to write (default: ./<env>-<platform>.tar)")
+    p.add_argument("--with-installer", action="store_true",
+                   help="also add the wheels and install.sh that run `rocmlock unpack` on a node without rocmlock")
+    p.add_argument("--json", action="store_true", help="print what was packed as JSON on stdout")
+
+
+class _DownloadProgress:
+    """rich progress on stderr: bytes fetched of the lock's total, and the rate."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                 TransferSpeedColumn(), console=Console(stderr=True), transient=True)
+        self.task: Any = None
+
+    def __call__(self, total: int, count: int) -> Callable[[int], None]:
+        self.progress.start()
+        self.task = self.progress.add_task(f"fetching {count} packages", total=total or None)
+        return lambda n: self.progress.advance(self.task, n)
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.progress.stop()
+
+
+def _cmd_pack(args: argparse.Namespace) -> int:
+    from rocmlock.credentials import client_for_urls
+    from rocmlock.errors import InputError
+    from rocmlock.install import manifest_channels
+    from rocmlock.lock import LOCK_NAME, manifest_file
+    from rocmlock.pack import pack_environment
+
+    if not args.environment:
+        raise InputError("rocmlock pack needs -e/--environment")
+    manifest = manifest_file(args.manifest_path).resolve()
+    _, client = client_for_urls(manifest_channels(manifest))
+    progress = _DownloadProgress()
+    try:
+        result = pack_environment(manifest.parent / LOCK_NAME, args.environment, args.platform, args.output,
+                                  with_installer=args.with_installer, client=client, progress=progress)
+    finally:
+        progress.close()
+    meta = result.metadata
+    if args.json:
+        _print_json(result.to_dict())
+    gpu = f"{meta.gpu_target}, ROCm {meta.rocm_version}" if meta.gpu_target else "no GPU target"
+    _err(f"packed {len(meta.packages)} package(s) of '{meta.environment}' [{meta.platform}; {gpu}] into "
+         f"{result.output} ({result.size / 1e6:.1f} MB)")
+    return 0
+
+
+def _add_unpack(p: argparse.ArgumentParser) -> None:
+    p.add_argument("bundle", type=Path, metavar="FILE", help="a bundle of `rocmlock pack` (or its extracted directory)")
+    p.add_argument("--prefix", type=Path, required=True, metavar="DIR", help="where to create the environment")
+    p.add_argument("--force", action="store_true",
+                   help="install even when this node's GPU or ROCm does not match (never skips the integrity check)")
+    p.add_argument("--no-verify", action="store_true", help="do not run the environment's probe afterwards")
+    p.add_argument("--extract-dir", type=Path, metavar="DIR",
+                   help="extract the bundle here and keep it, with an @EXPLICIT file for conda "
+                        "(default: a temporary directory)")
+    p.add_argument("--host-root", type=Path, default=Path("/"), metavar="DIR",
+                   help="read the node's GPUs below DIR instead of / (a container with the host's /sys mounted)")
+    p.add_argument("--json", action="store_true", help="print what was installed and the probe's verdict as JSON")
+
+
+def _cmd_unpack(args: argparse.Namespace) -> int:
+    from rocmlock.unpack import unpack_bundle
+
+    result = unpack_bundle(args.bundle, args.prefix, force=args.force, verify=not args.no_verify,
+                           root=args.host_root, extract_dir=args.extract_dir, log=_err)
+    if args.json:
+        _print_json(result.to_dict())
+    if result.explicit is not None:
+        _err(f"conda users: `conda create -p DIR --file {result.explicit}` installs the same packages")
+    if result.probe is None:
+        return 0
+    _err(f"> {result.probe.command}")
+    _err(result.probe.summary)
+    if not result.ok:
+        _err(f"error: the environment is installed at {result.prefix}, but its probe failed; it stays installed "
+             f"(run `{result.probe.command.removesuffix(' --json')}` there for the full report)")
+        return 1
     return 0
 
 
@@ -356,6 +450,9 @@ _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Ha
      _add_publish, _cmd_publish),
     ("install", "create a conda prefix from pixi.lock with rattler (exactly the locked packages)", _add_install,
      _cmd_install),
+    ("pack", "pack one locked environment into a verified bundle for nodes without a channel", _add_pack,
+     _cmd_pack),
+    ("unpack", "check a bundle and this node's GPU, install the bundle, run its probe", _add_unpack, _cmd_unpack),
     ("verify", "run the post-install probe with an environment's python", _add_verify, _cmd_verify),
     ("preset", "write a LLaMA-Factory training YAML tuned to an environment's GPU", _add_preset, _cmd_preset),
 ]

@@ -1,32 +1,167 @@
-"""Keep secrets in channel URLs out of files, logs and error messages."""
+"""Secrets in channel URLs: recognise exactly them, keep them out of every file, log line and message.
+
+A channel URL may carry two kinds of secret, and nothing else in it is one:
+
+- ``user:password@`` (or a lone ``user@``) before the host, in any scheme;
+- an anaconda.org-style token ``/t/<token>/`` as the *first* path segment of an http(s) URL, on any
+  host (anaconda.org, quetz, a proxy on 127.0.0.1). rattler recognises it the same way
+  (conda/rattler crates/rattler_networking/src/redaction.rs, ``redact_known_secrets_from_url``:
+  only ``segments[0] == "t"``). A ``/t/`` deeper in the path, or in a ``file://`` URL, is an
+  ordinary directory and stays.
+
+:func:`split_url` separates a URL into its clean form and a :class:`ChannelAuth`. rattler only
+ever sees the clean URL (so its repodata cache is keyed by, and stores, no secret), and the
+secrets reach it in memory through :func:`rattler_client`'s middlewares: Basic credentials and
+extra headers through ``AddHeadersMiddleware``, the token through ``MirrorMiddleware``, which
+rewrites ``<clean>/...`` to ``<scheme>://<host>/t/<token>/...`` per request. Nothing is written
+to an auth file, so a ``kill -9`` cannot leave one behind.
+"""
 
 from __future__ import annotations
 
+import base64
 import re
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-_TOKEN_SEGMENT = re.compile(r"/t/[^/]+(?=/|$)")
+if TYPE_CHECKING:
+    from rattler import Client
+
+_URL_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+_TOKEN_SCHEMES = ("http", "https")
+MASK = "***"
 
 
-def redact_url(url: str) -> str:
-    """Return ``url`` without ``user:password@`` and without a ``/t/<token>/`` segment.
+@dataclass(frozen=True)
+class ChannelAuth:
+    """What one channel URL needs to be read: its clean ``url`` and the secrets taken out of it.
 
-    ``https://bob:s3cret@host/t/abc123/private`` becomes ``https://host/private``: the
-    credentials belong in rattler's auth file (``RATTLER_AUTH_FILE``), keyed by host.
+    ``headers`` are extra request headers for this channel (e.g. a quetz ``X-API-Key``); they are
+    secrets too and, like the rest, only ever held in memory.
     """
+
+    url: str
+    username: str | None = None
+    password: str | None = None
+    token: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def secrets(self) -> list[str]:
+        """The literal secret strings (for :func:`redact_text`)."""
+        values = [self.password, self.token, *(v for _, v in self.headers)]
+        if self.username and self.password is None:  # a lone ``token@host`` user is the secret
+            values.append(self.username)
+        return [v for v in values if v]
+
+    @property
+    def empty(self) -> bool:
+        return self.username is None and self.token is None and not self.headers
+
+    def request_headers(self) -> dict[str, str]:
+        """The headers to send with every request below :attr:`url`."""
+        out = dict(self.headers)
+        if self.username is not None:
+            basic = f"{self.username}:{self.password or ''}".encode()
+            out["Authorization"] = "Basic " + base64.b64encode(basic).decode()
+        return out
+
+
+def _token_and_path(scheme: str, path: str) -> tuple[str | None, str]:
+    if scheme.lower() not in _TOKEN_SCHEMES:
+        return None, path
+    match = re.match(r"^/t/([^/]+)(/.*)?$", path)
+    if match is None:
+        return None, path
+    return match.group(1), match.group(2) or "/"
+
+
+def split_url(url: str) -> ChannelAuth:
+    """``url`` split into its clean form and its secrets (see the module docstring for what counts)."""
     try:
         parts = urlsplit(url)
     except ValueError:
-        return _TOKEN_SEGMENT.sub("", url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    path = _TOKEN_SEGMENT.sub("", parts.path)
-    return urlunsplit((parts.scheme, netloc, path, parts.query, parts.fragment))
+        return ChannelAuth(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    token, path = _token_and_path(parts.scheme, parts.path)
+    clean = urlunsplit((parts.scheme, host, path, parts.query, parts.fragment))
+    if not at:
+        return ChannelAuth(clean, token=token)
+    user, colon, password = userinfo.partition(":")
+    return ChannelAuth(clean, unquote(user), unquote(password) if colon else None, token)
 
 
-def redact_text(text: str, secrets: list[str] | None = None) -> str:
+def redact_url(url: str) -> str:
+    """``url`` without its secrets: ``https://bob:pw@host/t/tok/chan`` -> ``https://host/chan``.
+
+    Only secrets are removed (``file:///tmp/x/t/chan`` and ``https://host/tools/t/x`` stay as they
+    are), so a redacted channel or package URL still resolves to the same file.
+    """
+    return split_url(url).url
+
+
+def redact_text(text: str, secrets: Iterable[str] | None = None) -> str:
     """Redact every URL in ``text`` and every literal secret given."""
-    out = re.sub(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+", lambda m: redact_url(m.group(0)), text)
+    out = _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
     for secret in secrets or []:
         if secret:
-            out = out.replace(secret, "***")
+            out = out.replace(secret, MASK)
     return out
+
+
+def _host_path(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return (parts.hostname or ""), parts.path.rstrip("/") + "/"
+
+
+def rattler_client(auths: Iterable[ChannelAuth]) -> Client:
+    """A py-rattler ``Client`` that reads the given channels with their secrets, held in memory only.
+
+    The stack is ``Client.default_client()``'s (retry, auth file/keyring, OCI, GCS, S3) with two
+    middlewares in front: request headers for each channel (matched by host and path prefix of the
+    clean URL; py-rattler's ``AddHeadersMiddleware`` callback gets host and path, no port), then a
+    mirror from each clean URL to its ``/t/<token>/`` form. Middlewares run in list order, so the
+    headers are chosen on the clean URL before the mirror rewrites it.
+    """
+    from rattler import Client
+    from rattler.networking import (
+        AddHeadersMiddleware,
+        AuthenticationMiddleware,
+        GCSMiddleware,
+        MirrorMiddleware,
+        OciMiddleware,
+        RetryMiddleware,
+        S3Middleware,
+    )
+
+    wanted = [a for a in auths if not a.empty]
+    # Longest path first, so a channel below another one's path gets its own headers.
+    by_path = sorted(((_host_path(a.url), a.request_headers()) for a in wanted), key=lambda x: -len(x[0][1]))
+
+    def headers(host: str, path: str) -> dict[str, str] | None:
+        for (h, prefix), values in by_path:
+            if host == h and (path.rstrip("/") + "/").startswith(prefix) and values:
+                return values
+        return None
+
+    mirrors: dict[str, list[str]] = {}
+    for a in wanted:
+        if a.token is not None:
+            parts = urlsplit(a.url)
+            base = a.url.rstrip("/") + "/"
+            mirrors[base] = [urlunsplit((parts.scheme, parts.netloc, f"/t/{a.token}{parts.path.rstrip('/')}/", "", ""))]
+    middlewares: list[Any] = [RetryMiddleware()]
+    if by_path:
+        middlewares.append(AddHeadersMiddleware(headers))
+    if mirrors:
+        middlewares.append(MirrorMiddleware(mirrors))
+    middlewares += [AuthenticationMiddleware(), OciMiddleware(), GCSMiddleware(), S3Middleware()]
+    return Client(middlewares)
+
+
+def client_for_urls(urls: Iterable[str]) -> tuple[list[str], Client]:
+    """The clean form of each of ``urls`` (same order) and a client holding their secrets."""
+    auths = [split_url(u) for u in urls]
+    return [a.url for a in auths], rattler_client(auths)

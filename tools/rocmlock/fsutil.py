@@ -66,6 +66,22 @@ def write_set_atomic(files: Mapping[Path, str | bytes]) -> None:
             backup.unlink(missing_ok=True)
 
 
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner can enter (created if missing; returned for chaining).
+
+    Caches hold what private channels serve; a directory mode of 0700 keeps them from other
+    users whatever the umask gives the files rattler writes inside.
+    """
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077 and path.stat().st_uid == os.getuid():
+            path.chmod(mode & 0o700)
+    except OSError:
+        pass  # someone else's directory: leave it as it is
+    return path
+
+
 def relative_path(path: Path, root: Path) -> str:
     """``path`` relative to ``root`` when it lies below it, else ``path`` as given."""
     try:

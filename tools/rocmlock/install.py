@@ -2,18 +2,22 @@
 
 This is what ``pixi install -e ENV --locked`` does, for machines and CI jobs without pixi: the records of
 one environment and platform are read from the lock and handed to ``rattler.install``. Private channels are
-reached with rattler's authenticated client (``RATTLER_AUTH_FILE``).
+reached with the credentials of the manifest's channel URLs, held in memory
+(:func:`rocmlock.credentials.rattler_client`), or rattler's auth file (``RATTLER_AUTH_FILE``).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmlock.credentials import redact_text
+from rattler import RepoDataRecord
+
+from rocmlock.credentials import client_for_urls, redact_text, split_url
 from rocmlock.errors import InputError, OperationError
-from rocmlock.lockfile import read_lockfile
+from rocmlock.lockfile import LockedPlatform, read_lockfile
 
 
 @dataclass(frozen=True)
@@ -28,11 +32,9 @@ class InstallResult:
                 "packages": list(self.packages)}
 
 
-def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform: str | None = None,
-                      cache_dir: Path | None = None) -> InstallResult:
-    """Install ``environment``'s locked records for ``platform`` (its only one when omitted) into ``prefix``."""
-    from rattler import Client, install
-
+def select_records(lock_path: Path, environment: str, platform: str | None = None
+                   ) -> tuple[LockedPlatform, list[RepoDataRecord]]:
+    """The lock platform (``environment``'s only one when ``platform`` is None) and its records."""
     locked = read_lockfile(lock_path)
     if locked is None:
         raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first")
@@ -50,12 +52,38 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
     if records is None:
         raise InputError(f"{lock_path}: environment '{environment}' has no platform '{platform}'",
                          hint=f"locked platforms: {', '.join(platforms)}")
+    subdir = records[0].subdir if records else "noarch"
+    return locked.platforms.get(platform) or LockedPlatform(platform, subdir, ()), records
+
+
+def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform: str | None = None,
+                      cache_dir: Path | None = None, channels: Sequence[str] = ()) -> InstallResult:
+    """Install ``environment``'s locked records for ``platform`` (its only one when omitted) into ``prefix``.
+
+    ``channels`` are the manifest's channel URLs as written, credentials included: the lock records clean
+    URLs only, and the credentials go to rattler in memory.
+    """
+    from rattler import install
+
+    locked_platform, records = select_records(lock_path, environment, platform)
+    _, client = client_for_urls(channels)
     try:
-        asyncio.run(install(records, prefix, cache_dir=cache_dir, show_progress=False,
-                            client=Client.default_client()))
+        asyncio.run(install(records, prefix, cache_dir=cache_dir, show_progress=False, client=client))
     except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
-        raise OperationError(f"installing '{environment}' into {prefix} failed: {redact_text(str(exc))}",
+        secrets = [s for c in channels for s in split_url(c).secrets]
+        raise OperationError(f"installing '{environment}' into {prefix} failed: {redact_text(str(exc), secrets)}",
                              hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials") \
             from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
-    return InstallResult(prefix, environment, platform, names)
+    return InstallResult(prefix, environment, locked_platform.name, names)
+
+
+def manifest_channels(manifest: Path) -> list[str]:
+    """Every channel URL of ``manifest`` (credentials included), or none when there is no manifest."""
+    from rocmlock.workspace import load_workspace
+
+    if not manifest.is_file():
+        return []
+    ws = load_workspace(manifest)
+    written = [c for c, _ in ws.channels] + [c for f in ws.features.values() for c, _ in f.channels or ()]
+    return [ws.channel_url(c) for c in dict.fromkeys(written)]

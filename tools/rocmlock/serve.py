@@ -3,7 +3,8 @@
 It serves ``GET``/``HEAD`` of the channel directory and accepts Artifactory-style uploads
 (``PUT /<channel>/<subdir>/<file>``, as py-rattler-build's ``upload_package_to_artifactory`` sends them),
 re-indexing the subdir with rattler after each one (like Artifactory, a PUT replaces). Every request without the right credentials gets 401,
-so a client with a bad password changes nothing.
+so a client with a bad password changes nothing. With ``--token-env`` every path must also start with an
+anaconda.org-style ``/t/<token>`` (``http://127.0.0.1:<port>/t/<token>/<channel>``), else 404.
 
 Run it as a process: ``python -m rocmlock.serve DIR --channel NAME --user U --password-env VAR``;
 it prints ``serving http://127.0.0.1:<port>/<channel>`` once listening (port 0 picks a free one).
@@ -23,6 +24,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from functools import partial
+from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -39,10 +41,12 @@ _INDEX_LOCK = threading.Lock()
 class ChannelHandler(SimpleHTTPRequestHandler):
     """Serves ``root`` as ``/<channel>/...``; checks Basic (or Bearer) credentials on every request."""
 
-    def __init__(self, *args: object, root: Path, channel: str, token: str, **kwargs: object) -> None:
+    def __init__(self, *args: object, root: Path, channel: str, token: str, path_token: str | None = None,
+                 **kwargs: object) -> None:
         self.root = root
         self.channel = channel
         self.token = token
+        self.path_token = path_token
         super().__init__(*args, directory=str(root.parent), **kwargs)  # type: ignore[arg-type]
 
     def log_message(self, format: str, *args: object) -> None:
@@ -60,13 +64,31 @@ class ChannelHandler(SimpleHTTPRequestHandler):
         self.end_headers()
         return False
 
+    def _strip_path_token(self, path: str) -> str | None:
+        if self.path_token is None:
+            return path
+        prefix = f"/t/{self.path_token}/"
+        return "/" + path[len(prefix):] if path.startswith(prefix) else None
+
     def translate_path(self, path: str) -> str:
         # Only the channel directory is visible, whatever its name on disk.
-        clean = path.split("?", 1)[0]
+        clean = self._strip_path_token(path.split("?", 1)[0])
+        if clean is None:
+            return str(self.root / "__not_found__")
         prefix = f"/{self.channel}"
         if clean != prefix and not clean.startswith(prefix + "/"):
             return str(self.root / "__not_found__")
         return str(self.root / clean[len(prefix):].lstrip("/"))
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        super().send_response(code, message)
+        if code == HTTPStatus.NOT_MODIFIED:
+            # http.server answers If-Modified-Since with a bare 304; rattler then fails the sharded index
+            # ("received unexpected status code (304 Not Modified)", conda/rattler#2719) unless the 304 says
+            # what it validated. Real channel servers (nginx, S3, quetz) send these headers too.
+            with contextlib.suppress(OSError):
+                mtime = os.stat(self.translate_path(self.path)).st_mtime
+                self.send_header("Last-Modified", self.date_time_string(int(mtime)))
 
     def do_GET(self) -> None:
         if self._authorized():
@@ -92,7 +114,7 @@ class ChannelHandler(SimpleHTTPRequestHandler):
     def do_PUT(self) -> None:
         if not self._authorized():
             return
-        match = _UPLOAD.match(self.path.split("?", 1)[0])
+        match = _UPLOAD.match(self._strip_path_token(self.path.split("?", 1)[0]) or "")
         if match is None or match["channel"] != self.channel:
             self.send_error(404, "upload to /<channel>/<subdir>/<package file>")
             return
@@ -106,10 +128,11 @@ class ChannelHandler(SimpleHTTPRequestHandler):
         self.end_headers()
 
 
-def make_server(root: Path, channel: str, user: str, password: str, port: int = 0) -> ThreadingHTTPServer:
-    """A server on 127.0.0.1 (``port`` 0: a free one) for ``root`` as ``/<channel>``."""
+def make_server(root: Path, channel: str, user: str, password: str, port: int = 0,
+                path_token: str | None = None) -> ThreadingHTTPServer:
+    """A server on 127.0.0.1 (``port`` 0: a free one) for ``root`` as ``/<channel>`` (or ``/t/<token>/<channel>``)."""
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    handler = partial(ChannelHandler, root=root.resolve(), channel=channel, token=token)
+    handler = partial(ChannelHandler, root=root.resolve(), channel=channel, token=token, path_token=path_token)
     return ThreadingHTTPServer(("127.0.0.1", port), handler)
 
 
@@ -120,13 +143,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--user", required=True)
     parser.add_argument("--password-env", required=True, help="environment variable holding the password")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--token-env", help="environment variable holding a /t/<token>/ path token to require")
     args = parser.parse_args(argv)
     password = os.environ.get(args.password_env)
     if not password:
         print(f"error: ${args.password_env} is not set", file=sys.stderr)
         return 2
-    server = make_server(args.root, args.channel, args.user, password, args.port)
-    print(f"serving http://127.0.0.1:{server.server_address[1]}/{args.channel}", flush=True)
+    path_token = os.environ.get(args.token_env) if args.token_env else None
+    if args.token_env and not path_token:
+        print(f"error: ${args.token_env} is not set", file=sys.stderr)
+        return 2
+    server = make_server(args.root, args.channel, args.user, password, args.port, path_token)
+    where = f"t/{path_token}/{args.channel}" if path_token else args.channel
+    print(f"serving http://127.0.0.1:{server.server_address[1]}/{where}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -137,16 +166,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextlib.contextmanager
-def serving(root: Path, channel: str, user: str, password: str, timeout: float = 20.0) -> Iterator[str]:
+def serving(root: Path, channel: str, user: str, password: str, timeout: float = 20.0,
+            path_token: str | None = None) -> Iterator[str]:
     """Run the server as a separate process for the duration of the ``with``; yields the channel URL.
 
     A separate process (not a thread): py-rattler's blocking calls hold the GIL, so an in-process
-    server would never answer them.
+    server would never answer them. Secrets travel through the environment, never argv.
     """
-    env = {**os.environ, "ROCMLOCK_SERVE_PASSWORD": password}
+    env = {**os.environ, "ROCMLOCK_SERVE_PASSWORD": password, "ROCMLOCK_SERVE_TOKEN": path_token or ""}
+    token_args = ["--token-env", "ROCMLOCK_SERVE_TOKEN"] if path_token else []
     proc = subprocess.Popen(
         [sys.executable, "-m", "rocmlock.serve", str(root), "--channel", channel, "--user", user,
-         "--password-env", "ROCMLOCK_SERVE_PASSWORD"],
+         "--password-env", "ROCMLOCK_SERVE_PASSWORD", *token_args],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
     )
     try:

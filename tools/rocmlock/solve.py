@@ -20,7 +20,6 @@ from rattler import (
     BuildString,
     Channel,
     ChannelPriority,
-    Client,
     Gateway,
     GenericVirtualPackage,
     MatchSpec,
@@ -32,8 +31,9 @@ from rattler import (
 )
 from rattler.exceptions import GatewayError, InvalidMatchSpecError, SolverError
 
-from rocmlock.credentials import redact_text, redact_url
+from rocmlock.credentials import client_for_urls, redact_text, redact_url, split_url
 from rocmlock.errors import InputError, OperationError
+from rocmlock.fsutil import private_dir
 from rocmlock.targets import GpuTarget
 from rocmlock.workspace import Environment, Platform, VirtualPackage, Workspace
 
@@ -125,31 +125,36 @@ async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
                          hint="fix the version/build of that dependency in pixi.toml") from None
     try:
         records = await solve(
-            [Channel(c) for c in job.channels], specs, gateway=gateway,
+            [Channel(redact_url(c)) for c in job.channels], specs, gateway=gateway,
             platforms=[Subdir(job.platform.subdir), Subdir("noarch")], locked_packages=list(job.locked),
             virtual_packages=[_vp(v) for v in job.virtual_packages],
             channel_priority=_PRIORITY[job.channel_priority], exclude_newer=job.exclude_newer,
         )
     except SolverError as exc:
         raise OperationError(
-            f"cannot solve {job.describe()}:\n{redact_text(str(exc))}",
+            f"cannot solve {job.describe()}:\n{redact_text(str(exc), _secrets(job))}",
             hint="relax the dependency versions, or build/publish the missing package for this target",
         ) from None
     except GatewayError as exc:
         channels = ", ".join(redact_url(c) for c in job.channels)
         raise OperationError(
-            f"cannot read the channels of {job.describe()} ({channels}): {redact_text(str(exc))}",
+            f"cannot read the channels of {job.describe()} ({channels}): {redact_text(str(exc), _secrets(job))}",
             hint="check the channel URL/path in pixi.toml, the network, and RATTLER_AUTH_FILE credentials",
         ) from None
     return sorted(records, key=lambda r: r.name.normalized)
 
 
+def _secrets(job: SolveJob) -> list[str]:
+    return [s for c in job.channels for s in split_url(c).secrets]
+
+
 async def _solve_all(jobs: Sequence[SolveJob], cache_dir: Path) -> list[list[RepoDataRecord]]:
     # One gateway for all jobs: repodata of a channel is fetched once and shared by every solve.
-    # Gateway() without a client sends no credentials; Client.default_client() carries rattler's
-    # AuthenticationMiddleware, which reads RATTLER_AUTH_FILE (keyed by host, without port), the
-    # keyring and ~/.rattler/credentials.json.
-    gateway = Gateway(cache_dir=cache_dir, client=Client.default_client())
+    # The gateway sees clean channel URLs only (its cache is keyed by them and stores no secret);
+    # the client adds the URLs' credentials in memory, and its AuthenticationMiddleware reads
+    # RATTLER_AUTH_FILE (keyed by host, without port), the keyring and ~/.rattler/credentials.json.
+    _, client = client_for_urls(dict.fromkeys(c for job in jobs for c in job.channels))
+    gateway = Gateway(cache_dir=private_dir(cache_dir), client=client)
     # return_exceptions: let every solve finish before reporting, so no task outlives the event loop.
     results = await asyncio.gather(*(_solve_one(job, gateway) for job in jobs), return_exceptions=True)
     for result in results:

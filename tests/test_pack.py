@@ -1,0 +1,331 @@
+"""rocmlock pack / unpack: a locked environment as a verified bundle, installed after checking bundle and node.
+
+The nodes are fake sysfs trees (``--host-root``), as the probe's tests fake them. pixi-pack's ``pixi-unpack``
+is a Rust binary from GitHub releases / conda-forge, neither reachable here: the layout test checks our
+bundle against what its source reads (QuantCo/pixi-pack 0.7.10, src/unpack.rs) and replays its install steps
+with rattler. About 15 s in all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+from rocmlock.bundle import FIXED_MTIME
+from rocmlock.cli import main
+from rocmlock.lockfile import read_lockfile
+
+ENV, PLATFORM = "mi300x", "linux-64-gfx942"
+KFD = "sys/class/kfd/kfd/topology/nodes"
+
+
+def fake_node(root: Path, gfx_target_versions: list[int], rocm: str | None = "7.2.1") -> Path:
+    """A host tree: a CPU node 0, one KFD node per GPU, and /opt/rocm/.info/version."""
+    for i, version in enumerate([0, *gfx_target_versions]):
+        props = root / KFD / str(i) / "properties"
+        props.parent.mkdir(parents=True, exist_ok=True)
+        props.write_text(f"cpu_cores_count {0 if i else 16}\ngfx_target_version {version}\n")
+    if rocm:
+        (root / "opt/rocm/.info").mkdir(parents=True, exist_ok=True)
+        (root / "opt/rocm/.info/version").write_text(f"{rocm}-42\n")
+    return root
+
+
+def pack(ws: Path, out: Path, *extra: str, env: str = ENV) -> int:
+    return main(["pack", "--manifest-path", str(ws / "pixi.toml"), "-e", env, "-o", str(out), *extra])
+
+
+def unpack(bundle: Path, prefix: Path, host: Path, *extra: str) -> int:
+    return main(["unpack", str(bundle), "--prefix", str(prefix), "--host-root", str(host), *extra])
+
+
+def installed(prefix: Path) -> set[tuple[str, str, str, str]]:
+    out = set()
+    for meta in (prefix / "conda-meta").glob("*.json"):
+        rec = json.loads(meta.read_text())
+        out.add((rec["name"], rec["version"], rec["build"], rec["sha256"]))
+    return out
+
+
+def locked_set(ws: Path, env: str = ENV, platform: str = PLATFORM) -> set[tuple[str, str, str, str]]:
+    locked = read_lockfile(ws / "pixi.lock")
+    assert locked is not None
+    return {(r.name.normalized, str(r.version), str(r.build), r.sha256.hex())
+            for r in locked.environments[env].records[platform]}
+
+
+@pytest.fixture(scope="module")
+def bundle(locked_ws: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bundle") / "mi300x.tar"
+    assert pack(locked_ws, out) == 0
+    return out
+
+
+def test_pack_then_unpack_installs_exactly_the_locked_packages(bundle: Path, locked_ws: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = tmp_path / "env"
+    assert unpack(bundle, prefix, fake_node(tmp_path / "host", [90402]), "--json") == 0
+    assert installed(prefix) == locked_set(locked_ws)
+    report = json.loads(capsys.readouterr().out)
+    assert report["gpu_target"] == "gfx942" and report["rocm_version"] == "7.2" and report["probe"] is None
+    assert not list(tmp_path.glob(".rocmlock-unpack-cache-*")), "the package cache beside the prefix is removed"
+
+
+def test_two_packs_of_one_lock_are_byte_identical(bundle: Path, locked_ws: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again.tar"
+    assert pack(locked_ws, again) == 0
+    assert again.read_bytes() == bundle.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again.tar"], "no staging or temporary file is left"
+
+
+def test_the_bundle_has_exactly_pixi_packs_layout(bundle: Path, locked_ws: Path, tmp_path: Path) -> None:
+    # pixi-unpack (src/unpack.rs) reads the tar uncompressed, pixi-pack.json as PixiPackMetadata
+    # (version "1", platform == the current platform), and repodata.json of every directory under
+    # channel/, then installs every package listed there; environment.yml is pixi-pack's (src/pack.rs).
+    with tarfile.open(bundle, mode="r:") as tar:  # "r:" fails on a compressed file
+        members = tar.getmembers()
+    names = [m.name for m in members]
+    packages = sorted(f"channel/{r.subdir}/{r.file_name}"
+                      for r in read_lockfile(locked_ws / "pixi.lock").environments[ENV].records[PLATFORM])  # type: ignore[union-attr]
+    assert sorted(n for n in names if n.endswith(".conda")) == packages
+    assert set(names) - set(packages) == {"channel", "channel/linux-64", "channel/noarch",
+                                          "channel/linux-64/repodata.json", "channel/noarch/repodata.json",
+                                          "environment.yml", "pixi-pack.json", "rocmlock-pack.json"}
+    assert names == sorted(names), "sorted like pixi-pack's walkdir sort_by_file_name"
+    assert {(m.uid, m.gid, m.uname, m.gname, m.mtime) for m in members} == {(0, 0, "", "", FIXED_MTIME)}
+    assert all(m.isdir() or m.isfile() for m in members)
+
+    shutil.unpack_archive(bundle, tmp_path / "x", format="tar")
+    x = tmp_path / "x"
+    assert json.loads((x / "pixi-pack.json").read_text()) == {"version": "1", "pixi-pack-version": None,
+                                                              "platform": "linux-64"}
+    env_yml = (x / "environment.yml").read_text().splitlines()
+    assert env_yml[1:5] == ["channels:", "  - ./channel", "  - nodefaults", "dependencies:"]
+    assert sorted(env_yml[5:]) == sorted(f"  - {n}={v}={b}" for n, v, b, _ in locked_set(locked_ws))
+
+    # pixi-unpack's steps, with rattler: every directory of channel/ has a repodata.json; each listed
+    # package, by its file URL, installs; the prefix is the lock's environment.
+    import asyncio
+
+    from rattler import Channel, RepoData, install
+
+    dirs = sorted(p for p in (x / "channel").iterdir())
+    assert all(d.is_dir() and (d / "repodata.json").is_file() for d in dirs)
+    records = [r for d in dirs for r in RepoData.from_path(d / "repodata.json").into_repo_data(
+        Channel(str(x / "channel")))]
+    asyncio.run(install(records, tmp_path / "pixi-unpacked", cache_dir=tmp_path / "cache", show_progress=False))
+    assert installed(tmp_path / "pixi-unpacked") == locked_set(locked_ws)
+
+
+def _flip_byte_of(bundle: Path, member: str, out: Path) -> Path:
+    shutil.copy(bundle, out)
+    with tarfile.open(out, mode="r:") as tar:
+        offset = tar.getmember(member).offset_data
+    with out.open("r+b") as fh:
+        fh.seek(offset + 100)
+        byte = fh.read(1)
+        fh.seek(offset + 100)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    return out
+
+
+def test_a_corrupted_package_is_refused_and_nothing_is_installed(bundle: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    member = "channel/linux-64/pytorch-2.12.1-rocm72_gfx942_py312_h1a2b3c4_0.conda"
+    bad = _flip_byte_of(bundle, member, tmp_path / "bad.tar")
+    prefix = tmp_path / "env"
+    host = fake_node(tmp_path / "host", [90402])
+    assert unpack(bad, prefix, host) == 2
+    err = capsys.readouterr().err
+    assert f"{member}: sha256 " in err and "differs from the bundle's metadata" in err
+    assert not prefix.exists()
+    # --force skips the node check only, never this one.
+    assert unpack(bad, prefix, host, "--force") == 2
+    assert not prefix.exists()
+
+
+def test_a_package_added_to_the_extracted_bundle_is_refused(bundle: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    x = tmp_path / "x"
+    shutil.unpack_archive(bundle, x, format="tar")
+    shutil.copy(x / "channel/noarch/peft-0.18.0-pyhd8ed1ab_0.conda", x / "channel/noarch/evil-1-0.conda")
+    assert unpack(x, tmp_path / "env", fake_node(tmp_path / "host", [90402])) == 2
+    assert "channel/noarch/evil-1-0.conda: not in the bundle's metadata" in capsys.readouterr().err
+
+
+def test_a_gfx942_bundle_is_refused_on_a_gfx90a_node_and_force_overrides(
+        bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    host = fake_node(tmp_path / "host", [90010, 90010])
+    prefix = tmp_path / "env"
+    assert unpack(bundle, prefix, host) == 1
+    err = capsys.readouterr().err
+    assert "error: GPU 0 is gfx90a, GPU 1 is gfx90a; the bundle was built for gfx942" in err
+    assert not prefix.exists()
+    assert unpack(bundle, prefix, host, "--force") == 0
+    assert "node check skipped (--force): GPU 0 is gfx90a" in capsys.readouterr().err
+    assert (prefix / "conda-meta").is_dir()
+
+
+def test_a_gfx942_bundle_is_accepted_where_one_of_the_gpus_is_gfx942(bundle: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert unpack(bundle, tmp_path / "env", fake_node(tmp_path / "host", [90010, 90402]), "--no-verify") == 0
+    assert "node check: a gfx942 GPU, ROCm 7.2 found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("gpus", "rocm", "message", "needed"), [
+    ([], "7.2.1", "no AMD GPU on this node", "built for gfx942"),
+    ([90402], None, "no ROCm found at", "needs ROCm 7.2"),
+    ([90402], "7.1.0", "this node has ROCm 7.1.0", "built for ROCm 7.2"),
+])
+def test_unpack_refuses_a_node_without_gpu_or_rocm_or_with_another_rocm(
+        bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], gpus: list[int], rocm: str | None,
+        message: str, needed: str) -> None:
+    assert unpack(bundle, tmp_path / "env", fake_node(tmp_path / "host", gpus, rocm)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-2].startswith(f"error: {message}") and needed in err[-2] and err[-1].startswith("hint: --force")
+    assert not (tmp_path / "env").exists()
+
+
+def test_packing_an_environment_missing_from_the_lock_is_a_clear_error(locked_ws: Path, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert pack(locked_ws, tmp_path / "x.tar", env="mi355x") == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == f"error: {locked_ws / 'pixi.lock'}: no environment 'mi355x'"
+    assert "Traceback" not in err and not list(tmp_path.iterdir())
+
+
+def test_a_package_whose_bytes_differ_from_the_lock_fails_the_pack_and_leaves_nothing(
+        ws_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lock = ws_copy / "pixi.lock"
+    record = next(r for r in read_lockfile(lock).environments[ENV].records[PLATFORM]  # type: ignore[union-attr]
+                  if r.name.normalized == "numpy")
+    lock.write_text(lock.read_text().replace(record.sha256.hex(), hashlib.sha256(b"other").hexdigest()))
+    out = tmp_path / "out" / "b.tar"
+    assert pack(ws_copy, out) == 1
+    err = capsys.readouterr().err
+    assert f"{record.file_name}: sha256 {record.sha256.hex()} differs from the lock's" in err
+    assert not list(out.parent.iterdir()), "no bundle, no staging directory"
+
+
+# ----------------------------------------------------------------------------- the probe, credentials
+
+PROBE = """#!/bin/sh
+if [ -n "$FAKE_PROBE_FAIL" ]; then echo '{"ok": false, "failed": ["host.driver"]}'; exit 1; fi
+echo '{"ok": true, "failed": []}'
+"""
+
+PROBE_WS = """[workspace]
+name = "probe"
+channels = ["{url}"]
+platforms = [{{ name = "linux-64-gfx942", platform = "linux-64", __amdgpu = "0", __amdgpu_arch = "9.4.2" }}]
+
+[dependencies]
+rocm-version = "7.2.*"
+rocm-env-check = "*"
+amdgpu-target = {{ version = "*", build = "gfx942" }}
+"""
+
+
+@pytest.fixture(scope="module")
+def probe_channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A channel whose rocm-env-check prints a report and fails when $FAKE_PROBE_FAIL is set."""
+    import rattler_build as rb
+    from channels import FIXED_TIME, Pkg, build_channel
+
+    root = tmp_path_factory.mktemp("probe")
+    channel = build_channel(root / "channel", [Pkg("rocm-version", "7.2", subdir="noarch", noarch="generic"),
+                                               Pkg("amdgpu-target", "1", "gfx942", subdir="noarch", noarch="generic")])
+    files = root / "files"
+    (files / "bin").mkdir(parents=True)
+    (files / "bin/rocm-env-check").write_text(PROBE)
+    (files / "bin/rocm-env-check").chmod(0o755)
+    rb.assemble_package(name="rocm-env-check", version="0.1.0", target_platform="noarch", build_string="0",
+                        output_dir=str(channel / "noarch"), files_dir=str(files), noarch="generic",
+                        timestamp=FIXED_TIME, license="MIT", summary="fake probe")
+    return build_channel(channel, [])
+
+
+def _probe_ws(root: Path, url: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "pixi.toml").write_text(PROBE_WS.format(url=url))
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 0
+    return root
+
+
+def test_unpack_runs_the_environments_probe_and_its_verdict_is_the_exit_code(
+        probe_channel: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = _probe_ws(tmp_path / "ws", probe_channel.as_uri())
+    assert pack(ws, tmp_path / "b.tar", env="default") == 0
+    host = fake_node(tmp_path / "host", [90402])
+    assert unpack(tmp_path / "b.tar", tmp_path / "ok", host) == 0
+    assert "probe passed" in capsys.readouterr().err
+    monkeypatch.setenv("FAKE_PROBE_FAIL", "1")
+    assert unpack(tmp_path / "b.tar", tmp_path / "bad", host, "--json") == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["probe"]["failed"] == ["host.driver"]
+    assert "probe failed: host.driver" in captured.err and "it stays installed" in captured.err
+    assert (tmp_path / "bad/bin/rocm-env-check").is_file()
+    assert unpack(tmp_path / "b.tar", tmp_path / "unverified", host, "--no-verify") == 0
+
+
+def test_a_credential_in_the_channel_url_never_reaches_the_bundle(
+        probe_channel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rocmlock.serve import serving
+
+    secret = "s3cr3t-Pa55-" + os.urandom(4).hex()
+    auth = tmp_path / "auth.json"
+    auth.write_text(json.dumps({"127.0.0.1": {"BasicHTTP": {"username": "packer", "password": secret}}}))
+    monkeypatch.setenv("RATTLER_AUTH_FILE", str(auth))
+    with serving(probe_channel, "private", "packer", secret) as url:
+        ws = _probe_ws(tmp_path / "ws", url.replace("http://", f"http://packer:{secret}@"))
+        assert pack(ws, tmp_path / "b.tar", env="default") == 0
+    data = (tmp_path / "b.tar").read_bytes()
+    assert secret.encode() not in data and b"packer" not in data
+    x = tmp_path / "x"
+    shutil.unpack_archive(tmp_path / "b.tar", x, format="tar")
+    for path in x.rglob("*"):
+        if path.is_file() and not path.name.endswith(".conda"):
+            assert secret not in path.read_text() and "packer" not in path.read_text(), path
+
+
+def test_a_kept_extraction_gets_an_explicit_file_with_its_file_urls(bundle: Path, locked_ws: Path,
+                                                                    tmp_path: Path) -> None:
+    keep = tmp_path / "kept"
+    assert unpack(bundle, tmp_path / "env", fake_node(tmp_path / "host", [90402]), "--extract-dir", str(keep)) == 0
+    lines = (keep / f"conda-{PLATFORM}.lock").read_text().splitlines()
+    urls = lines[lines.index("@EXPLICIT") + 1:]
+    assert len(urls) == len(locked_set(locked_ws))
+    for line in urls:
+        url, sha = line.split("#sha256:")
+        assert url.startswith((keep / "channel").as_uri() + "/")
+        path = Path(url.removeprefix("file://"))
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
+
+
+def test_with_installer_a_node_without_rocmlock_installs_the_bundle(locked_ws: Path, tmp_path: Path) -> None:
+    # Needs PyPI (pip download of py-rattler's wheel), as CI has; then the node side runs with no network:
+    # pip --no-index from the bundle's wheels, in a venv of the node's python. About 15 s.
+    import subprocess
+    import sys
+
+    assert pack(locked_ws, tmp_path / "b.tar", "--with-installer") == 0
+    x = tmp_path / "x"
+    shutil.unpack_archive(tmp_path / "b.tar", x, format="tar")
+    wheels = sorted(p.name for p in (x / "installer/wheels").iterdir())
+    assert [w.split("-")[0] for w in wheels] == ["py_rattler", "rocmlock"]
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {"PATH": os.defpath, "HOME": str(tmp_path), "TMPDIR": str(scratch), "PYTHON": sys.executable}
+    proc = subprocess.run(["sh", str(x / "installer/install.sh"), "--prefix", str(tmp_path / "env"),
+                           "--host-root", str(fake_node(tmp_path / "host", [90402]))],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert installed(tmp_path / "env") == locked_set(locked_ws)
+    assert "node check: a gfx942 GPU" in proc.stderr
+    assert not list(scratch.iterdir()), "the temporary venv is removed"

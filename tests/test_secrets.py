@@ -1,0 +1,202 @@
+"""Secrets in channel URLs: only real secrets are redacted, and none reaches a file, a log line or a message.
+
+The end-to-end test runs every command that reads a private channel (lock, relock on a warm cache, export,
+install, pack, plan --channel, publish) against ``rocmlock.serve`` requiring both Basic credentials and an
+anaconda.org-style ``/t/<token>/`` path, then greps every file under the test's directory (the user's
+pixi.toml and auth file excepted) and all output for each secret. Cost: about 5 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from channels import Pkg, build_channel
+from lockhelpers import manifest
+from rocmlock.cli import main
+from rocmlock.credentials import ChannelAuth, redact_text, redact_url, split_url
+from rocmlock.lockfile import read_lockfile
+from rocmlock.serve import serving
+
+ROOT = Path(__file__).resolve().parents[1]
+USER, PASSWORD, TOKEN = "alice-user", "pw-9c1e55-secret", "tok-4b7d02"
+SECRETS = (PASSWORD, TOKEN, USER)
+
+# (url, what must remain): anything that is not a secret stays byte for byte.
+KEEP = [
+    "file:///tmp/x/t/chan",
+    "file:///t/chan/",
+    "https://host/tools/t/x/",
+    "https://host/conda/t/tok/chan",  # a token segment counts only as the first one
+    "https://host/t",  # no segment after /t: nothing to strip
+    "s3://bucket/t/abc/chan",
+    "https://conda.anaconda.org/conda-forge/",
+    "/tmp/x/t/chan",
+]
+STRIP = [
+    ("https://bob:s3cret@repo.example.com/t/tok123/private", "https://repo.example.com/private"),
+    ("https://prefix.dev/t/abc/conda-forge/linux-64", "https://prefix.dev/conda-forge/linux-64"),
+    ("http://127.0.0.1:8080/t/abc/", "http://127.0.0.1:8080/"),
+    ("http://quetz.local/t/abc/get/chan/", "http://quetz.local/get/chan/"),
+    ("https://u:p%40ss@host:8443/chan/", "https://host:8443/chan/"),
+    ("https://tokenonly@host/chan", "https://host/chan"),
+    ("file://user:pw@/srv/chan", "file:///srv/chan"),
+    ("file:///tmp/x/t/chan?x#y", "file:///tmp/x/t/chan?x#y"),
+]
+
+
+@pytest.mark.parametrize("url", KEEP)
+def test_redaction_keeps_what_is_not_a_secret(url: str) -> None:
+    assert redact_url(url) == url
+    assert split_url(url).secrets == []
+
+
+@pytest.mark.parametrize(("url", "clean"), STRIP)
+def test_redaction_strips_credentials_and_first_segment_tokens(url: str, clean: str) -> None:
+    assert redact_url(url) == clean
+    assert redact_text(f"failed: {url} (x)") == f"failed: {clean} (x)"
+
+
+def test_split_url_keeps_each_secret_for_the_client() -> None:
+    auth = split_url("https://bob:p%40ss@host/t/tok1/chan/")
+    assert auth == ChannelAuth("https://host/chan/", "bob", "p@ss", "tok1")
+    assert auth.request_headers() == {"Authorization": "Basic Ym9iOnBAc3M="}
+    assert sorted(auth.secrets) == ["p@ss", "tok1"]
+    assert split_url("https://abcdef@host/c").secrets == ["abcdef"]
+    assert split_url("file:///tmp/x/t/chan").empty
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def _soon_stale(channel: Path) -> None:
+    # rattler revalidates a cached shard index once it is stale; with a Last-Modified of a moment ago
+    # its heuristic freshness (a tenth of the age) is gone within a second.
+    past = time.time() - 2
+    for index in channel.glob("*/repodata_shards.msgpack.zst"):
+        os.utime(index, (past, past))
+
+
+def _grep(root: Path, skip: set[Path]) -> list[str]:
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path not in skip:
+            data = path.read_bytes()
+            found += [f"{path}: {s}" for s in SECRETS if s.encode() in data]
+    return found
+
+
+def _run(capsys: pytest.CaptureFixture[str], out: list[str], *args: str) -> int:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    out += [captured.out, captured.err]
+    assert "Traceback" not in captured.err
+    return code
+
+
+def test_no_secret_reaches_any_file_or_output(channels: dict[str, Path], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    served = shutil.copytree(channels["private"], tmp_path / "served" / "private")
+    _soon_stale(served)
+    monkeypatch.setenv("RATTLER_CACHE_DIR", str(tmp_path / "rattler-cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.delenv("ROCMLOCK_CACHE_DIR", raising=False)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    out: list[str] = []
+    with serving(served, "private", USER, PASSWORD, path_token=TOKEN) as url:
+        clean = url.replace(f"/t/{TOKEN}", "")
+        private = url.replace("http://", f"http://{USER}:{PASSWORD}@")
+        (ws / "pixi.toml").write_text(manifest(private, channels["forge"].as_uri()))
+        m = str(ws / "pixi.toml")
+        assert _run(capsys, out, "lock", "--manifest-path", m, "--json") == 0, out
+        cache = tmp_path / "xdg-cache" / "rocmlock"
+        assert list(cache.glob("*")) and (cache.stat().st_mode & 0o077) == 0
+        time.sleep(1)
+        # A re-solve on the warm cache revalidates the shard index (a 304) and still works.
+        assert _run(capsys, out, "lock", "--manifest-path", m, "--update", "--json") == 0, out
+        assert _run(capsys, out, "export", "--manifest-path", m) == 0, out
+        assert _run(capsys, out, "install", "--manifest-path", m, "-e", "mi300x",
+                    "--prefix", str(tmp_path / "prefix"), "--json") == 0, out
+        assert _run(capsys, out, "pack", "--manifest-path", m, "-e", "mi300x", "-o", str(tmp_path / "b.tar")) == 0, out
+        assert _run(capsys, out, "plan", "--manifest-path", str(ROOT / "pixi.toml"), "--channel", private,
+                    "--json") == 0, out
+        src = build_channel(tmp_path / "src", [Pkg("rocm-version", "7.9", "0", subdir="noarch", noarch="generic")])
+        auth = tmp_path / "auth.json"  # the user's own credentials file, like pixi.toml exempt from the grep
+        auth.write_text(json.dumps({"127.0.0.1": {"BasicHTTP": {"username": USER, "password": PASSWORD}}}))
+        monkeypatch.setenv("RATTLER_AUTH_FILE", str(auth))
+        to = url.replace("http://", "artifactory+http://")
+        assert _run(capsys, out, "publish", "--from", str(src), "--to", to, "--json") == 0, out[-1]
+    assert (tmp_path / "prefix" / "conda-meta").is_dir()
+    assert _grep(tmp_path, {ws / "pixi.toml", auth}) == []
+    assert not [s for s in SECRETS for text in out if s in text]
+    # The lock names the channel by its clean URL, and every package URL in the lock and the exports
+    # is one the channel serves (with the credentials, which the client adds).
+    locked = read_lockfile(ws / "pixi.lock")
+    assert locked is not None
+    assert f"{clean}/" in locked.environments["mi300x"].channels
+    urls = {r.url for env in locked.environments.values() for recs in env.records.values() for r in recs}
+    exported = {line.split("#")[0] for p in (ws / "envs").rglob("*.lock") for line in p.read_text().splitlines()
+                if "://" in line}
+    assert exported and exported <= urls
+    for u in sorted(urls):
+        if u.startswith(clean):
+            assert (served / u[len(clean) + 1:]).is_file(), u
+        else:
+            assert u.startswith("file://") and Path(u[len("file://"):]).is_file(), u
+
+
+def test_lock_urls_resolve_when_the_channel_path_contains_t(channels: dict[str, Path], tmp_path: Path) -> None:
+    """A channel under a directory named ``t`` locks to URLs that point at the solved files (cold cache)."""
+    chan = shutil.copytree(channels["private"], tmp_path / "x" / "t" / "chan")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "pixi.toml").write_text(manifest(chan.as_uri(), channels["forge"].as_uri()))
+    assert main(["lock", "--manifest-path", str(ws / "pixi.toml"), "-e", "mi300x"]) == 0
+    locked = read_lockfile(ws / "pixi.lock")
+    assert locked is not None
+    assert f"{chan.as_uri()}/" in locked.environments["mi300x"].channels
+    urls = [r.url for recs in locked.environments["mi300x"].records.values() for r in recs]
+    assert any("/x/t/chan/" in u for u in urls)
+    for u in urls:
+        assert Path(u[len("file://"):]).is_file(), u
+    env_yml = (ws / "envs" / "mi300x" / "environment.yml").read_text()
+    assert f"  - {chan.as_uri()}\n" in env_yml
+
+
+def test_channel_server_answers_revalidation_with_its_validator(tmp_path: Path) -> None:
+    """A 304 names what it validated (rattler fails a bare 304 on a shard index, conda/rattler#2719)."""
+    import base64
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from rocmlock.serve import make_server
+
+    root = tmp_path / "chan"
+    (root / "noarch").mkdir(parents=True)
+    (root / "noarch" / "repodata.json").write_text("{}")
+    server = make_server(root, "chan", "u", "p", path_token="tk")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    auth = {"Authorization": "Basic " + base64.b64encode(b"u:p").decode()}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{base}/t/tk/chan/noarch/repodata.json",
+                                                           headers=auth)) as resp:
+            modified = resp.headers["Last-Modified"]
+        request = urllib.request.Request(f"{base}/t/tk/chan/noarch/repodata.json",
+                                         headers={**auth, "If-Modified-Since": modified})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(request)
+        assert err.value.code == 304 and err.value.headers["Last-Modified"] == modified
+        with pytest.raises(urllib.error.HTTPError) as err:  # the token path is required
+            urllib.request.urlopen(urllib.request.Request(f"{base}/chan/noarch/repodata.json", headers=auth))
+        assert err.value.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()

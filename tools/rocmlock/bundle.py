@@ -1,0 +1,217 @@
+"""The bundle format of ``rocmlock pack`` / ``rocmlock unpack``: pixi-pack's layout plus rocmlock's metadata.
+
+A bundle is an uncompressed tar that pixi-pack's ``pixi-unpack`` accepts as it is (checked against the
+pixi-pack 0.7.10 source, QuantCo/pixi-pack ``src/lib.rs``, ``src/pack.rs``, ``src/unpack.rs``)::
+
+    channel/<subdir>/<package>.conda     every package of the locked environment, nothing else
+    channel/<subdir>/repodata.json       written by rattler's indexer (pixi-unpack installs every
+                                         package these list; each directory of channel/ needs one)
+    environment.yml                      ``./channel`` + ``nodefaults``, exact ``name=version=build`` pins
+    pixi-pack.json                       ``{"version": "1", "pixi-pack-version": ..., "platform": <subdir>}``
+    rocmlock-pack.json                   environment, GPU target, ROCm version, lock hash, every package's sha256
+    installer/                           (``--with-installer``) wheels + install.sh; pixi-unpack ignores it
+
+Members are written like pixi-pack's tar-rs ``HeaderMode::Deterministic`` writes them: sorted depth-first by
+name, owner 0:0 with no names, mode 0644/0755, the fixed mtime 1153704088 (tar-rs DETERMINISTIC_TIMESTAMP).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocmlock.errors import InputError
+
+CHANNEL_DIR = "channel"
+PIXI_PACK_METADATA = "pixi-pack.json"
+ROCMLOCK_METADATA = "rocmlock-pack.json"
+ENVIRONMENT_FILE = "environment.yml"
+INSTALLER_DIR = "installer"
+# pixi-pack's DEFAULT_PIXI_PACK_VERSION (src/lib.rs): the only format pixi-unpack accepts.
+PIXI_PACK_FORMAT = "1"
+PIXI_PACK_CHECKED = "0.7.10"
+FORMAT = 1
+# tar-rs HeaderMode::Deterministic's mtime (not 0: some tools mishandle a zero timestamp).
+FIXED_MTIME = 1153704088
+
+
+@dataclass(frozen=True)
+class BundledPackage:
+    """One package file of the bundle's channel and the lock's identity of it."""
+
+    subdir: str
+    filename: str
+    name: str
+    version: str
+    build: str
+    sha256: str
+    size: int
+
+    @property
+    def member(self) -> str:
+        """Its path inside the bundle."""
+        return f"{CHANNEL_DIR}/{self.subdir}/{self.filename}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"subdir": self.subdir, "file": self.filename, "name": self.name, "version": self.version,
+                "build": self.build, "sha256": self.sha256, "size": self.size}
+
+
+@dataclass(frozen=True)
+class BundleMetadata:
+    """What ``rocmlock-pack.json`` says: which environment, for which GPU and ROCm, made from which lock."""
+
+    environment: str
+    platform: str
+    subdir: str
+    gpu_target: str | None
+    gpu_isa: str | None
+    rocm_version: str | None
+    lock_sha256: str
+    rocmlock_version: str
+    probe: str | None
+    packages: tuple[BundledPackage, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "environment": self.environment, "platform": self.platform, "subdir": self.subdir,
+            "gpu": None if self.gpu_target is None else {"target": self.gpu_target, "isa": self.gpu_isa},
+            "rocm-version": self.rocm_version, "lock-sha256": self.lock_sha256,
+            "rocmlock-version": self.rocmlock_version, "probe": self.probe,
+            "packages": [p.to_json() for p in self.packages],
+        }
+
+    def render(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+
+
+def render_pixi_pack_json(subdir: str) -> str:
+    """pixi-pack.json as pixi-unpack reads it (``PixiPackMetadata``, kebab-case keys).
+
+    ``pixi-pack-version`` is null: rocmlock is not pixi-pack, and pixi-unpack only logs a version mismatch.
+    """
+    data = {"version": PIXI_PACK_FORMAT, "pixi-pack-version": None, "platform": subdir}
+    return json.dumps(data, indent=2) + "\n"
+
+
+def render_environment_yml(environment: str, packages: tuple[BundledPackage, ...]) -> str:
+    """environment.yml like pixi-pack's: the bundle's channel (relative to the extracted bundle) and exact pins."""
+    lines = [f"# {environment}, packed by rocmlock: `conda env create -p DIR -f environment.yml` from this directory",
+             "channels:", f"  - ./{CHANNEL_DIR}", "  - nodefaults", "dependencies:"]
+    lines += [f"  - {p.name}={p.version}={p.build}" for p in sorted(packages, key=lambda p: p.name)]
+    return "\n".join(lines) + "\n"
+
+
+def _bad(path: Path, key: str, what: str) -> InputError:
+    return InputError(f"{path}: key '{key}' {what}",
+                      hint="the bundle is damaged or was not made by `rocmlock pack`; pack it again")
+
+
+def _field(data: dict[str, Any], key: str, kind: type, path: Path, optional: bool = False) -> Any:
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, kind):
+        raise _bad(path, key, f"must be a {kind.__name__}")
+    return value
+
+
+def _package(item: Any, path: Path) -> BundledPackage:
+    if not isinstance(item, dict):
+        raise _bad(path, "packages", "must list objects")
+    values = {k: _field(item, k, str, path) for k in ("subdir", "file", "name", "version", "build", "sha256")}
+    if "/" in values["subdir"] + values["file"] or values["file"].startswith("."):
+        raise _bad(path, "packages", f"names a file outside the channel: {values['subdir']}/{values['file']}")
+    return BundledPackage(values["subdir"], values["file"], values["name"], values["version"], values["build"],
+                          values["sha256"], int(_field(item, "size", int, path)))
+
+
+def read_metadata(bundle_dir: Path) -> BundleMetadata:
+    """Read and validate ``rocmlock-pack.json`` of an extracted bundle."""
+    path = bundle_dir / ROCMLOCK_METADATA
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path.parent}: no {ROCMLOCK_METADATA}: not a bundle of `rocmlock pack`",
+                         hint="a plain pixi-pack bundle installs with `pixi-unpack`") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read it: {exc}", hint="pack the environment again") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise _bad(path, "format", f"must be {FORMAT} (made by another rocmlock version?)")
+    gpu = _field(data, "gpu", dict, path, optional=True) or {}
+    packages = tuple(_package(item, path) for item in _field(data, "packages", list, path))
+    return BundleMetadata(
+        environment=_field(data, "environment", str, path), platform=_field(data, "platform", str, path),
+        subdir=_field(data, "subdir", str, path),
+        gpu_target=_field(gpu, "target", str, path, optional=True), gpu_isa=_field(gpu, "isa", str, path, True),
+        rocm_version=_field(data, "rocm-version", str, path, optional=True),
+        lock_sha256=_field(data, "lock-sha256", str, path),
+        rocmlock_version=_field(data, "rocmlock-version", str, path),
+        probe=_field(data, "probe", str, path, optional=True), packages=packages,
+    )
+
+
+def index_mismatch(channel: Path, packages: tuple[BundledPackage, ...]) -> str | None:
+    """The first difference between the channel's repodata and ``packages`` (name, version, build, sha256)."""
+    indexed: dict[tuple[str, str], tuple[str, ...]] = {}
+    for repodata in channel.glob("*/repodata.json"):
+        try:
+            data = json.loads(repodata.read_text())
+            for key in ("packages", "packages.conda"):
+                for fn, rec in data.get(key, {}).items():
+                    indexed[(repodata.parent.name, fn)] = (rec["name"], rec["version"], rec["build"],
+                                                           rec.get("sha256"))
+        except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
+            return f"{repodata}: cannot read it: {exc}"
+    wanted = {(p.subdir, p.filename): (p.name, p.version, p.build, p.sha256) for p in packages}
+    for key in sorted(wanted.keys() | indexed.keys()):
+        if wanted.get(key) != indexed.get(key):
+            return (f"{CHANNEL_DIR}/{key[0]}/{key[1]}: the channel's repodata.json says {indexed.get(key)}, "
+                    f"the metadata {wanted.get(key)}")
+    return None
+
+
+# ----------------------------------------------------------------------------- the tar
+
+
+def _walk(root: Path, rel: str = "") -> Iterator[tuple[str, Path]]:
+    """Depth-first, siblings sorted by name (walkdir's ``sort_by_file_name``, as pixi-pack walks)."""
+    for entry in sorted(os.scandir(root / rel if rel else root), key=lambda e: e.name.encode()):
+        name = f"{rel}/{entry.name}" if rel else entry.name
+        yield name, Path(entry.path)
+        if entry.is_dir(follow_symlinks=False):
+            yield from _walk(root, name)
+
+
+def _tarinfo(name: str, path: Path) -> tarfile.TarInfo:
+    st = path.lstat()
+    info = tarfile.TarInfo(name)
+    info.mtime = FIXED_MTIME
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if stat.S_ISDIR(st.st_mode):
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+    elif stat.S_ISREG(st.st_mode):
+        info.size = st.st_size
+        info.mode = 0o755 if st.st_mode & 0o111 else 0o644
+    else:
+        raise InputError(f"{path}: not a regular file or directory; a bundle holds only those")
+    return info
+
+
+def write_tar(stage: Path, fileobj: Any) -> None:
+    """Write every file and directory below ``stage`` to ``fileobj`` as a deterministic GNU tar."""
+    with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, path in _walk(stage):
+            info = _tarinfo(name, path)
+            if info.isdir():
+                tar.addfile(info)
+                continue
+            with path.open("rb") as src:
+                tar.addfile(info, src)

@@ -1,0 +1,98 @@
+"""``rocmlock pack --with-installer``: what a node without rocmlock needs to run ``rocmlock unpack``.
+
+``installer/wheels/`` holds a wheel of rocmlock (built from this checkout) and py-rattler's wheel for the
+bundle's platform (``pip download``: py-rattler is an abi3 wheel with no dependencies, one file for every
+CPython >= 3.10); ``unpack`` imports nothing else. ``installer/install.sh`` makes a temporary venv with the
+node's python3 (>= 3.11, rocmlock's floor), installs the two wheels with ``--no-index`` and runs
+``rocmlock unpack`` on the extracted bundle with the arguments it was given.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from rattler import __version__ as rattler_version  # type: ignore[attr-defined]
+
+from rocmlock.bundle import FIXED_MTIME, INSTALLER_DIR, BundleMetadata
+from rocmlock.errors import OperationError
+from rocmlock.runner import CommandError, run_command
+
+MANYLINUX = {
+    "linux-64": ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64"),
+    "linux-aarch64": ("manylinux_2_17_aarch64", "manylinux2014_aarch64", "manylinux_2_28_aarch64"),
+}
+
+INSTALL_SH = """#!/bin/sh
+# Install this bundle on a node without rocmlock. Needs python3 >= 3.11 (with venv) and nothing from a network:
+#   mkdir bundle && tar -xf {environment}.tar -C bundle && sh bundle/installer/install.sh --prefix DIR [...]
+# Arguments go to `rocmlock unpack` (--prefix DIR, --force, --no-verify, --json, ...).
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+py=${{PYTHON:-python3}}
+if ! "$py" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "install.sh: needs Python >= 3.11 with venv (set PYTHON=...); $py is $("$py" -V 2>&1 || echo missing)" >&2
+    exit 2
+fi
+venv=$(mktemp -d "${{TMPDIR:-/tmp}}/rocmlock-installer.XXXXXX")
+trap 'rm -rf "$venv"' EXIT
+"$py" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \\
+    --find-links "$here/{installer}/wheels" rocmlock py-rattler
+"$venv/bin/python" -m rocmlock unpack "$here" "$@"
+"""
+
+
+def _source_tree() -> Path:
+    import rocmlock
+
+    root = Path(rocmlock.__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").is_file() or not (root / "tools" / "rocmlock").is_dir():
+        raise OperationError("--with-installer builds rocmlock's wheel from its source tree, and this rocmlock "
+                             f"is not installed from one ({root})",
+                             hint="run pack from a checkout of rocmlock (`pip install -e .`)")
+    return root
+
+
+def _build_rocmlock_wheel(dest: Path) -> None:
+    """A wheel of this checkout, built in a copy (nothing is written into the checkout), timestamps fixed."""
+    root = _source_tree()
+    with tempfile.TemporaryDirectory(prefix="rocmlock-wheel-") as tmp:
+        src = Path(tmp) / "src"
+        shutil.copytree(root / "tools" / "rocmlock", src / "tools" / "rocmlock",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(root / name, src / name)
+        env = {**os.environ, "SOURCE_DATE_EPOCH": str(FIXED_MTIME)}
+        _pip(["wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dest), str(src)], env)
+
+
+def _download_rattler(dest: Path, subdir: str) -> None:
+    platforms = MANYLINUX.get(subdir)
+    if platforms is None:
+        raise OperationError(f"--with-installer supports {', '.join(MANYLINUX)}, not {subdir}")
+    tags = [arg for p in platforms for arg in ("--platform", p)]
+    _pip(["download", f"py-rattler=={rattler_version}", "--no-deps", "--only-binary=:all:", "--python-version",
+          "3.11", "--implementation", "cp", *tags, "--dest", str(dest)], dict(os.environ))
+
+
+def _pip(args: list[str], env: dict[str, str]) -> None:
+    try:
+        run_command([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], env=env, timeout=900)
+    except CommandError as exc:
+        raise OperationError(f"--with-installer: {exc}", hint="pip needs PyPI (or PIP_FIND_LINKS / PIP_INDEX_URL "
+                             "pointing at a mirror holding py-rattler's wheel)") from None
+
+
+def add_installer(dest: Path, metadata: BundleMetadata) -> None:
+    """Write ``dest/wheels/*.whl`` and ``dest/install.sh`` for ``metadata``'s platform."""
+    wheels = dest / "wheels"
+    wheels.mkdir(parents=True)
+    _download_rattler(wheels, metadata.subdir)
+    _build_rocmlock_wheel(wheels)
+    script = dest / "install.sh"
+    script.write_text(INSTALL_SH.format(environment=metadata.environment, installer=INSTALLER_DIR))
+    script.chmod(0o755)

@@ -1,0 +1,284 @@
+"""``rocmlock unpack``: install a bundle of ``rocmlock pack`` on a node, after checking the bundle and the node.
+
+``unpack_bundle`` reads top to bottom: open the bundle (extract the tar, or use an extracted directory)
+-> read its metadata -> check it was made for this machine's platform -> check every package's sha256
+and that the channel holds exactly those packages (never skipped) -> check the node's GPUs and ROCm
+against the bundle's target (``--force`` skips only this) -> install with rattler from the bundle's
+channel (``file://`` URLs, no network) -> write an ``@EXPLICIT`` file with those URLs where the bundle
+stays extracted -> run the environment's probe (``rocm-env-check --json``) unless told not to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rattler import RepoDataRecord
+
+from rocmlock.bundle import (
+    CHANNEL_DIR,
+    PIXI_PACK_FORMAT,
+    PIXI_PACK_METADATA,
+    BundleMetadata,
+    index_mismatch,
+    read_metadata,
+)
+from rocmlock.credentials import redact_text
+from rocmlock.errors import InputError, OperationError
+from rocmlock.exports import explicit_name, render_explicit
+from rocmlock.fsutil import write_atomic
+from rocmlock.lockfile import LockedPlatform
+from rocmlock.node import node_problem, read_node
+from rocmlock.runner import CommandError, run_command
+
+CHUNK = 1 << 20
+PROBE_TIMEOUT_S = 1800.0
+DAMAGED = "the bundle is damaged: copy it again from where it was packed (or pack it again)"
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """The environment's own probe, run from the new prefix."""
+
+    command: str
+    exit_code: int
+    ok: bool
+    failed: tuple[str, ...]
+    summary: str
+
+
+@dataclass(frozen=True)
+class UnpackResult:
+    """What ``rocmlock unpack`` did."""
+
+    prefix: Path
+    metadata: BundleMetadata
+    node: str
+    explicit: Path | None
+    probe: ProbeOutcome | None
+
+    @property
+    def ok(self) -> bool:
+        return self.probe is None or self.probe.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        meta = self.metadata
+        probe = None if self.probe is None else {
+            "command": self.probe.command, "exit_code": self.probe.exit_code, "ok": self.probe.ok,
+            "failed": list(self.probe.failed), "summary": self.probe.summary}
+        return {"prefix": str(self.prefix), "environment": meta.environment, "platform": meta.platform,
+                "gpu_target": meta.gpu_target, "rocm_version": meta.rocm_version, "node": self.node,
+                "packages": [f"{p.name}-{p.version}-{p.build}" for p in meta.packages],
+                "explicit": None if self.explicit is None else str(self.explicit), "probe": probe, "ok": self.ok}
+
+
+def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bool = True,
+                  root: Path = Path("/"), env: Mapping[str, str] | None = None, extract_dir: Path | None = None,
+                  log: Log | None = None) -> UnpackResult:
+    """Check ``bundle`` and this node, install it into ``prefix`` and (``verify``) run its probe.
+
+    ``root`` stands for ``/`` when reading the node's GPUs; ``env`` for the environment (ROCm paths, and
+    the probe's environment). A tar is extracted into ``extract_dir`` (kept: the ``@EXPLICIT`` file points
+    into it) or a temporary directory (removed).
+    """
+    import os
+
+    say = log or (lambda _msg: None)
+    env = dict(os.environ if env is None else env)
+    prefix = prefix.absolute()
+    with _opened(bundle, extract_dir) as (where, kept):
+        meta = read_metadata(where)
+        _check_platform(where, meta)
+        _check_integrity(where, meta)
+        say(f"bundle ok: {len(meta.packages)} packages of '{meta.environment}' ({meta.platform}), sha256 checked")
+        node = _check_node(meta, root, env, force)
+        say(node)
+        records = _records(where, meta)
+        _install(records, prefix, meta)
+        say(f"installed {len(records)} packages into {prefix}")
+        explicit = _write_explicit(where, meta, records) if kept else None
+    probe = _run_probe(prefix, meta, env) if verify and meta.probe else None
+    if verify and not meta.probe:
+        say(f"not verified: '{meta.environment}' has no rocm-env-check package (add it to the environment)")
+    return UnpackResult(prefix, meta, node, explicit, probe)
+
+
+# ----------------------------------------------------------------------------- open
+
+
+def _extract(bundle: Path, dest: Path) -> None:
+    try:
+        with tarfile.open(bundle, mode="r:") as tar:
+            # The "data" filter refuses absolute names, '..', devices and links that leave ``dest``.
+            tar.extractall(dest, filter="data")
+    except FileNotFoundError:
+        raise InputError(f"{bundle}: no such file", hint="pass the .tar written by `rocmlock pack`") from None
+    except (tarfile.TarError, OSError) as exc:
+        raise InputError(f"{bundle}: cannot extract it: {exc}", hint=DAMAGED) from None
+
+
+@contextlib.contextmanager
+def _opened(bundle: Path, extract_dir: Path | None) -> Iterator[tuple[Path, bool]]:
+    """(the extracted bundle, whether it stays after the command)."""
+    if bundle.is_dir():
+        yield bundle.absolute(), True
+        return
+    if extract_dir is not None:
+        if extract_dir.exists() and any(extract_dir.iterdir()):
+            raise InputError(f"{extract_dir}: --extract-dir must be empty or not exist")
+        extract_dir.mkdir(parents=True, exist_ok=True)
+        _extract(bundle, extract_dir)
+        yield extract_dir.absolute(), True
+        return
+    with tempfile.TemporaryDirectory(prefix="rocmlock-unpack-") as tmp:
+        _extract(bundle, Path(tmp))
+        yield Path(tmp), False
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _check_platform(where: Path, meta: BundleMetadata) -> None:
+    """pixi-pack.json agrees with our metadata, and the bundle was made for this machine's platform."""
+    from rattler import Subdir
+
+    path = where / PIXI_PACK_METADATA
+    try:
+        pixi_pack = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read it: {exc}", hint=DAMAGED) from None
+    if not isinstance(pixi_pack, dict) or pixi_pack.get("version") != PIXI_PACK_FORMAT \
+            or pixi_pack.get("platform") != meta.subdir:
+        raise InputError(f"{path}: expected version '{PIXI_PACK_FORMAT}' and platform '{meta.subdir}'", hint=DAMAGED)
+    here = str(Subdir.current())
+    if meta.subdir not in (here, "noarch"):
+        raise OperationError(f"the bundle is for {meta.subdir} ({meta.platform}), this machine is {here}",
+                             hint=f"pack the environment with -p for a {here} platform")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_integrity(where: Path, meta: BundleMetadata) -> None:
+    """Every package's sha256 against the metadata; the channel holds those packages and nothing else."""
+    channel = where / CHANNEL_DIR
+    wanted = {p.member for p in meta.packages}
+    present = {str(p.relative_to(where)) for p in channel.glob("*/*") if p.name != "repodata.json"}
+    extra = sorted(present - wanted)
+    if extra:
+        raise InputError(f"{where / extra[0]}: not in the bundle's metadata (pixi-unpack would install it)",
+                         hint=DAMAGED)
+    for pkg in meta.packages:
+        path = where / pkg.member
+        if not path.is_file():
+            raise InputError(f"{path}: missing from the bundle", hint=DAMAGED)
+        digest = _sha256(path)
+        if digest != pkg.sha256:
+            raise InputError(f"{path}: sha256 {digest} differs from the bundle's metadata ({pkg.sha256})",
+                             hint=DAMAGED)
+    problem = index_mismatch(channel, meta.packages)
+    if problem:
+        raise InputError(f"{where}: {problem}", hint=DAMAGED)
+
+
+def _check_node(meta: BundleMetadata, root: Path, env: Mapping[str, str], force: bool) -> str:
+    """A line for the log; raises when the node cannot run the bundle (unless ``force``)."""
+    if meta.gpu_target is None:
+        return f"node check: '{meta.environment}' has no GPU target; nothing to check"
+    problem = node_problem(read_node(root, env), meta.gpu_target, meta.rocm_version)
+    if problem is None:
+        rocm = f", ROCm {meta.rocm_version}" if meta.rocm_version else ""
+        return f"node check: a {meta.gpu_target} GPU{rocm} found, as the bundle needs"
+    if force:
+        return f"node check skipped (--force): {problem}"
+    raise OperationError(problem, hint="--force installs anyway (the integrity check still runs)")
+
+
+# ----------------------------------------------------------------------------- install
+
+
+def _records(where: Path, meta: BundleMetadata) -> list[RepoDataRecord]:
+    """The bundle's packages as records with ``file://`` URLs into its channel."""
+    from rattler import Channel, RepoData
+
+    channel = where / CHANNEL_DIR
+    records: list[RepoDataRecord] = []
+    for subdir in sorted({p.subdir for p in meta.packages}):
+        repodata = RepoData.from_path(channel / subdir / "repodata.json")
+        records += repodata.into_repo_data(Channel(str(channel)))
+    return sorted(records, key=lambda r: r.name.normalized)
+
+
+def _check_prefix(prefix: Path) -> bool:
+    """True when ``prefix`` is new. An existing non-empty directory must be a conda environment."""
+    if not prefix.exists():
+        return True
+    if not prefix.is_dir():
+        raise InputError(f"{prefix}: --prefix exists and is not a directory")
+    if any(prefix.iterdir()) and not (prefix / "conda-meta").is_dir():
+        raise InputError(f"{prefix}: --prefix is a non-empty directory and not a conda environment",
+                         hint="choose a new directory (it is created)")
+    return False
+
+
+def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata) -> None:
+    """Install with rattler from the bundle's channel; a prefix this call created is removed on failure."""
+    from rattler import install
+
+    created = _check_prefix(prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    # The package cache sits beside the prefix (same filesystem: rattler hard-links) and goes afterwards.
+    with tempfile.TemporaryDirectory(prefix=".rocmlock-unpack-cache-", dir=prefix.parent) as cache:
+        try:
+            asyncio.run(install(records, prefix, cache_dir=Path(cache), show_progress=False))
+        except Exception as exc:  # noqa: BLE001 - rattler's link/extract errors; the message names the file
+            if created:
+                shutil.rmtree(prefix, ignore_errors=True)
+            raise OperationError(f"installing '{meta.environment}' into {prefix} failed: "
+                                 f"{redact_text(str(exc))}") from None
+
+
+def _write_explicit(where: Path, meta: BundleMetadata, records: list[RepoDataRecord]) -> Path:
+    """An ``@EXPLICIT`` file with the ``file://`` URLs of the extracted channel (conda needs absolute URLs)."""
+    path = where / explicit_name(meta.platform)
+    platform = LockedPlatform(meta.platform, meta.subdir, (f"__amdgpu_arch={meta.gpu_isa}",) if meta.gpu_isa else ())
+    write_atomic(path, render_explicit(meta.environment, platform, records))
+    return path
+
+
+# ----------------------------------------------------------------------------- probe
+
+
+def _run_probe(prefix: Path, meta: BundleMetadata, env: Mapping[str, str]) -> ProbeOutcome:
+    """``<prefix>/bin/rocm-env-check --json``; its report's ``ok`` and ``failed`` say the verdict."""
+    probe = prefix / (meta.probe or "")
+    command = f"{probe} --json"
+    try:
+        res = run_command([str(probe), "--json"], env={**env, "CONDA_PREFIX": str(prefix)},
+                          timeout=PROBE_TIMEOUT_S, check=False)
+    except CommandError as exc:
+        return ProbeOutcome(command, -1, False, (), f"the probe did not run: {exc}")
+    try:
+        report = json.loads(res.stdout)
+        ok, failed = bool(report["ok"]) and res.ok, tuple(str(f) for f in report.get("failed") or ())
+    except (ValueError, KeyError, TypeError):
+        return ProbeOutcome(command, res.returncode, False, (),
+                            f"the probe wrote no JSON report (exit {res.returncode}): {res.last_error_line()}")
+    summary = "probe passed" if ok else f"probe failed: {', '.join(failed) or f'exit {res.returncode}'}"
+    return ProbeOutcome(command, res.returncode, ok, failed, summary)
