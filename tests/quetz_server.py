@@ -2,7 +2,7 @@
 
 quetz-server runs in a venv of its own because its dependencies clash with ours (FastAPI 0.104, pydantic <2.6:
 quetz/main.py uses ``app.route``, which later FastAPI removed); tests/quetz-constraints.txt pins that venv. The
-venv is made once and reused from a fixed path (``ROCMLOCK_QUETZ_VENV`` or ``~/.cache/rocmlock/...``); .ci/run
+venv is made once and reused from a fixed path (``ROCMLOCK_QUETZ_VENV`` or ``~/.cache/rocmlock-tests/...``); .ci/run
 makes it before the tests (``python tests/quetz_server.py``).
 
 What the server does is quetz 0.10.4's (github.com/mamba-org/quetz, tag v0.10.4):
@@ -97,9 +97,9 @@ def venv_dir() -> Path:
     if os.environ.get("ROCMLOCK_QUETZ_VENV"):
         return Path(os.environ["ROCMLOCK_QUETZ_VENV"])
     digest = hashlib.sha256(CONSTRAINTS.read_bytes()).hexdigest()[:12]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return cache / "rocmlock" / f"quetz-{QUETZ_VERSION}-{py}-{digest}"
+    # Not under XDG_CACHE_HOME: tests point that at their own directories (rocmlock's repodata cache).
+    return Path.home() / ".cache" / "rocmlock-tests" / f"quetz-{QUETZ_VERSION}-{py}-{digest}"
 
 
 def ensure_venv() -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from channels import Pkg, build_channel
-from quetz_server import QuetzChannel
+from quetz_server import QuetzChannel, QuetzServer
 from rocmlock.cli import main
 
 PUBLISHED = ["noarch/amdgpu-target-1-gfx942.conda", "noarch/rocm-version-7.2-0.conda"]
@@ -197,3 +197,100 @@ def test_force_on_quetz_says_how_to_replace(quetz_channel: QuetzChannel, tmp_pat
     req = urllib.request.Request(f"{quetz_channel.url}/{key}", headers={"X-API-Key": quetz_channel.api_key})
     with urllib.request.urlopen(req, timeout=10) as resp:
         assert resp.read() == (second / key).read_bytes()
+
+
+# ----------------------------------------------------------------------------- lock and install from quetz
+
+
+@pytest.fixture(scope="module")
+def quetz_private(quetz: QuetzServer, channels: dict[str, Path]) -> QuetzChannel:
+    """A quetz channel holding the session's private ROCm channel, published with `rocmlock publish`."""
+    from rocmlock.publish import publish
+
+    channel = quetz.private_channel()
+    result = publish(channels["private"], channel.publish_to, env={"QUETZ_API_KEY": channel.api_key})
+    assert len(result.uploaded) == len(list(channels["private"].glob("*/*.conda")))
+    return channel
+
+
+def _keyless_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, private: str, forge: Path) -> Path:
+    """A workspace over ``private`` and the forge channel; every cache under ``tmp_path``."""
+    from lockhelpers import manifest
+
+    for name in ("ROCMLOCK_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)  # rocmlock's repodata cache: <workspace>/.rocmlock/cache
+    monkeypatch.setenv("RATTLER_CACHE_DIR", str(tmp_path / "rattler-cache"))  # install's package cache
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "pixi.toml").write_text(manifest(private, forge.as_uri()))
+    return ws
+
+
+def _lock_export_install(capsys: pytest.CaptureFixture[str], ws: Path, channel: QuetzChannel,
+                         prefix: Path) -> str:
+    """lock, export, install -e mi300x; returns all they printed (checked for the key by the caller)."""
+    printed = ""
+    m = str(ws / "pixi.toml")
+    for argv in (["lock", "--manifest-path", m, "--json"], ["export", "--manifest-path", m],
+                 ["install", "--manifest-path", m, "-e", "mi300x", "--prefix", str(prefix), "--json"]):
+        code, out, err = _run(capsys, *argv)
+        assert code == 0, err
+        printed += out + err
+    from lockhelpers import by_name
+
+    assert by_name(ws / "pixi.lock", "mi300x")["pytorch"] == "2.12.1 rocm72_gfx942_py312_h1a2b3c4_0"
+    lock_text = (ws / "pixi.lock").read_text()
+    assert f"{channel.url}/" in lock_text and f"{channel.url}/linux-64/pytorch-2.12.1-" in lock_text
+    envs = "".join(p.read_text() for p in sorted((ws / "envs").rglob("*")) if p.is_file())
+    assert f"{channel.url}/linux-64/pytorch-2.12.1-rocm72_gfx942" in envs
+    assert json.loads((prefix / "conda-meta" / "pytorch-2.12.1-rocm72_gfx942_py312_h1a2b3c4_0.json").read_text())
+    return printed
+
+
+def _files_holding(root: Path, secret: str, allowed: set[Path]) -> list[str]:
+    return sorted(str(p) for p in root.rglob("*")
+                  if p.is_file() and not p.is_symlink() and p not in allowed and secret.encode() in p.read_bytes())
+
+
+def test_lock_and_install_with_the_key_in_rattlers_auth_file(quetz_private: QuetzChannel,
+                                                             channels: dict[str, Path], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    ws = _keyless_workspace(tmp_path, monkeypatch, quetz_private.url, channels["forge"])
+    auth = _auth_file(tmp_path, quetz_private, quetz_private.api_key)
+    monkeypatch.setenv("RATTLER_AUTH_FILE", str(auth))
+    printed = _lock_export_install(capsys, ws, quetz_private, tmp_path / "prefix")
+    assert (ws / ".rocmlock" / "cache").is_dir()
+    assert quetz_private.api_key not in printed
+    assert _files_holding(tmp_path, quetz_private.api_key, {auth}) == []
+    # Installing from the lock without the auth file (and with no package cache) is refused in one line.
+    monkeypatch.delenv("RATTLER_AUTH_FILE")
+    monkeypatch.setenv("RATTLER_CACHE_DIR", str(tmp_path / "empty-cache"))
+    code, out, err = _run(capsys, "install", "--manifest-path", str(ws / "pixi.toml"), "-e", "mi300x",
+                          "--prefix", str(tmp_path / "prefix2"))
+    assert code == 1 and out == "", err
+    assert len(err.strip().splitlines()) == 2, err
+    assert "401" in err and quetz_private.url in err and "RATTLER_AUTH_FILE" in err
+
+
+def test_lock_and_install_with_the_key_in_a_token_url(quetz_private: QuetzChannel, channels: dict[str, Path],
+                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    ws = _keyless_workspace(tmp_path, monkeypatch, quetz_private.token_url, channels["forge"])
+    printed = _lock_export_install(capsys, ws, quetz_private, tmp_path / "prefix")
+    assert (ws / ".rocmlock" / "cache").is_dir()
+    assert quetz_private.api_key not in printed
+    # The user wrote the key into pixi.toml; it goes nowhere else (lock, exports, caches, the prefix).
+    assert _files_holding(tmp_path, quetz_private.api_key, {ws / "pixi.toml"}) == []
+
+
+def test_lock_without_credentials_fails_with_one_line(quetz_private: QuetzChannel, channels: dict[str, Path],
+                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    ws = _keyless_workspace(tmp_path, monkeypatch, quetz_private.url, channels["forge"])
+    code, out, err = _run(capsys, "lock", "--manifest-path", str(ws / "pixi.toml"))
+    assert code == 1 and out == "" and not (ws / "pixi.lock").exists()
+    assert len(err.strip().splitlines()) == 2, err
+    error, hint = err.strip().splitlines()
+    assert error.startswith("error: ") and quetz_private.url in error and "401" in error
+    assert "RATTLER_AUTH_FILE" in hint and "/t/<token>/" in hint
