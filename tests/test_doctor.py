@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rocmlock import doctor
+from rocmlock import doctor, rocm_host
 from rocmlock.cli import main
 from rocmlock.doctor import Host, Resources, max_jobs_for, run_doctor
 from rocmlock.targets import get_target
@@ -128,16 +128,41 @@ def test_hip_platform_trap_is_real_and_reported(tmp_path: Path, debian_rocm: Pat
     assert {c.name: c for c in run_doctor([], resources=PLENTY).checks}["hip-platform"].status == "ok"
 
 
-def test_missing_hip_path_names_the_real_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_distro_rocm_in_usr_needs_no_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Debian's ROCm lives in /usr, where the compiler and CMake look anyway: unset variables are fine there,
+    # and doctor does not advise exporting ROCM_PATH=/usr (which breaks ROCm 7's hipcc, tests/test_rocm72_doctor.py).
     prefix = Path(_hipcc()).resolve().parent.parent
-    monkeypatch.setattr(doctor, "DEFAULT_ROCM", tmp_path / "no-opt-rocm")
-    report = run_doctor([], build=True, resources=PLENTY)
+    assert prefix == rocm_host.DISTRO_ROCM
+    monkeypatch.setattr(rocm_host, "DEFAULT_ROCM", tmp_path / "no-opt-rocm")
+    report = run_doctor([get_target("gfx90a")], build=True, resources=PLENTY)
+    checks = {c.name: c for c in report.checks}
+    assert checks["hip-path"].status == "ok", checks["hip-path"]
+    assert "distribution's ROCm in /usr" in checks["hip-path"].message
+    assert checks["device-libs"].status == "ok" and "links /usr/lib/x86_64-linux-gnu/amdgcn/bitcode" in \
+        checks["device-libs"].message
+    assert checks["offload-arch:gfx90a"].status == "ok", checks["offload-arch:gfx90a"]
+
+
+def test_rocm_elsewhere_gets_the_exports_it_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ROCm in a non-default prefix that only hipconfig knows; its device libraries under lib/llvm (ROCm 5 layout).
+    root = _fake_rocm(tmp_path, "7.2.0", 0)
+    shutil.rmtree(root / "amdgcn")
+    (root / "lib/llvm/amdgcn/bitcode").mkdir(parents=True)
+    (root / "lib/llvm/amdgcn/bitcode/ocml.bc").write_text("")
+    hipconfig = root / "bin/hipconfig"
+    hipconfig.write_text(f"#!/bin/sh\n[ \"$1\" = --path ] && echo {root}\nexit 0\n")
+    hipconfig.chmod(0o755)
+    monkeypatch.setattr(rocm_host, "DEFAULT_ROCM", tmp_path / "no-opt-rocm")
+    monkeypatch.setattr(rocm_host, "DISTRO_ROCM", tmp_path / "no-usr")
+    host = Host(env={"PATH": str(root / "bin")}, kfd=tmp_path / "kfd")
+    report = run_doctor([], build=True, host=host, resources=PLENTY)
     check = report.checks[0]
     assert check.name == "hip-path" and check.status == "fail"
     assert "hip_runtime.h not found" in check.message
-    assert check.fix == f"export HIP_PATH={prefix} ROCM_PATH={prefix}"
+    assert check.fix == (f"export HIP_PATH={root} ROCM_PATH={root} "
+                         f"HIP_DEVICE_LIB_PATH={root}/lib/llvm/amdgcn/bitcode")
     # Without --build it is only a warning (a workstation's activation script sets the variables).
-    assert run_doctor([]).checks[0].status == "warn"
+    assert run_doctor([], host=host).checks[0].status == "warn"
 
 
 def test_hip_path_without_header_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -155,6 +180,8 @@ def _fake_rocm(tmp_path: Path, version: str, compiler_rc: int) -> Path:
     (root / "include/hip/hip_runtime.h").write_text("")
     (root / ".info").mkdir()
     (root / ".info/version").write_text(f"{version}-48\n")
+    (root / "amdgcn/bitcode").mkdir(parents=True)
+    (root / "amdgcn/bitcode/ocml.bc").write_text("")
     (root / "bin").mkdir()
     hipcc = root / "bin/hipcc"
     hipcc.write_text(f"#!/bin/sh\necho \"$@\" >> {root}/calls\n"
@@ -184,7 +211,8 @@ def test_rocm_version_mismatch_with_the_plan_fails_build(tmp_path: Path) -> None
     assert "rocm-version 7.2" in checks["rocm-version"].message
 
 
-def test_no_compiler_fails_every_target(tmp_path: Path) -> None:
+def test_no_compiler_fails_every_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rocm_host, "DISTRO_ROCM", tmp_path / "no-usr")  # this host's /usr has Debian's ROCm
     host = Host(env={"PATH": str(tmp_path)}, which=lambda name, path: None)
     checks = {c.name: c for c in run_doctor([get_target("gfx90a")], build=True, host=host,
                                             resources=PLENTY).checks}

@@ -274,14 +274,11 @@ def test_unpack_runs_the_environments_probe_and_its_verdict_is_the_exit_code(
     assert unpack(tmp_path / "b.tar", tmp_path / "unverified", host, "--no-verify") == 0
 
 
-def test_a_credential_in_the_channel_url_never_reaches_the_bundle(
-        probe_channel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_credential_in_the_channel_url_never_reaches_the_bundle(probe_channel: Path, tmp_path: Path) -> None:
     from rocmlock.serve import serving
 
+    # No auth file: the only credentials are the URL's, which lock and pack hand to rattler in memory.
     secret = "s3cr3t-Pa55-" + os.urandom(4).hex()
-    auth = tmp_path / "auth.json"
-    auth.write_text(json.dumps({"127.0.0.1": {"BasicHTTP": {"username": "packer", "password": secret}}}))
-    monkeypatch.setenv("RATTLER_AUTH_FILE", str(auth))
     with serving(probe_channel, "private", "packer", secret) as url:
         ws = _probe_ws(tmp_path / "ws", url.replace("http://", f"http://packer:{secret}@"))
         assert pack(ws, tmp_path / "b.tar", env="default") == 0
@@ -329,3 +326,58 @@ def test_with_installer_a_node_without_rocmlock_installs_the_bundle(locked_ws: P
     assert installed(tmp_path / "env") == locked_set(locked_ws)
     assert "node check: a gfx942 GPU" in proc.stderr
     assert not list(scratch.iterdir()), "the temporary venv is removed"
+
+
+def test_the_tar_writer_writes_what_tarfile_would(tmp_path: Path) -> None:
+    # bundle.write_tar copies files with copy_file_range and leaves holes for the packages that are downloaded
+    # into place; the bytes must be tarfile's own for the same members.
+    from rocmlock.bundle import Member, _tarinfo, members_of_tree, sort_members, write_tar
+
+    payload = os.urandom(70_001)
+    tree = tmp_path / "tree"
+    (tree / "wheels").mkdir(parents=True)
+    (tree / "wheels" / ("long-" * 30 + ".whl")).write_bytes(os.urandom(5000))
+    (tree / "install.sh").write_text("#!/bin/sh\n")
+    (tree / "install.sh").chmod(0o755)
+    members = sort_members([*members_of_tree(tree, "installer"), Member("channel", is_dir=True),
+                            Member("channel/noarch", is_dir=True), Member("channel/noarch/a.conda", size=70_001),
+                            Member("channel.txt", data=b""), Member("channel/noarch/repodata.json", data=b"{}")])
+    assert [m.name for m in members][:4] == ["channel", "channel/noarch", "channel/noarch/a.conda",
+                                             "channel/noarch/repodata.json"]
+    with (tmp_path / "ours.tar").open("wb") as fh:
+        offsets = write_tar(members, fh.fileno())
+        os.pwrite(fh.fileno(), payload, offsets["channel/noarch/a.conda"])
+    with tarfile.open(tmp_path / "theirs.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+        for m in members:
+            data = payload if m.name.endswith("a.conda") else m.data if m.data is not None else \
+                m.path.read_bytes() if m.path else None
+            tar.addfile(_tarinfo(m), None if data is None else __import__("io").BytesIO(data))
+    assert (tmp_path / "ours.tar").read_bytes() == (tmp_path / "theirs.tar").read_bytes()
+
+
+def test_a_package_larger_than_the_locked_size_never_overwrites_the_next_member(
+        ws_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    lock = ws_copy / "pixi.lock"
+    text = lock.read_text()
+    block = re.search(r"- conda: \S+/numpy-2\.2\.0-py312h0_0\.conda\n(?:  .*\n)*?  size: (\d+)\n", text)
+    assert block is not None
+    lock.write_text(text.replace(block.group(0), block.group(0).replace(f"size: {block.group(1)}", "size: 100")))
+    out = tmp_path / "out" / "b.tar"
+    assert pack(ws_copy, out) == 1
+    assert "numpy-2.2.0-py312h0_0.conda: larger than the lock's size 100" in capsys.readouterr().err
+    assert not list(out.parent.iterdir())
+
+
+def test_a_distribution_rocm_in_usr_is_found_by_its_version_header(bundle: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # Debian's ROCm 7.2.4 layout: /usr, no .info/version, the version in rocm-core's rocm_version.h.
+    host = fake_node(tmp_path / "host", [90402], rocm=None)
+    (host / "usr/include/hip").mkdir(parents=True)
+    (host / "usr/include/hip/hip_runtime.h").write_text("")
+    (host / "usr/include/rocm-core").mkdir(parents=True)
+    (host / "usr/include/rocm-core/rocm_version.h").write_text(
+        "#define ROCM_VERSION_MAJOR 7\n#define ROCM_VERSION_MINOR 2\n#define ROCM_VERSION_PATCH 4\n")
+    assert unpack(bundle, tmp_path / "env", host) == 0
+    assert "node check: a gfx942 GPU, ROCm 7.2 found" in capsys.readouterr().err

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hostpython import python_shim
 from rocmlock.cli import main
 from rocmlock.verify import REPO_PROBE, probe_command, resolve_target, rocm_from_spec
 
@@ -17,12 +19,21 @@ REPO = Path(__file__).resolve().parents[1]
 def fake_env(prefix: Path, packages: dict[str, tuple[str, str]] | None = None) -> Path:
     """A prefix whose bin/python is this interpreter and whose conda-meta lists ``packages``."""
     (prefix / "bin").mkdir(parents=True)
-    (prefix / "bin" / "python").symlink_to(sys.executable)
+    python_shim(prefix / "bin" / "python")
     (prefix / "conda-meta").mkdir()
     for name, (version, build) in (packages or {}).items():
         (prefix / "conda-meta" / f"{name}-{version}-{build}.json").write_text(
             json.dumps({"name": name, "version": version, "build": build}))
     return prefix
+
+
+def test_fake_env_python_is_this_interpreter_with_its_packages(tmp_path: Path) -> None:
+    # In a venv, a symlink to sys.executable outside the venv starts the base interpreter (no pyvenv.cfg
+    # beside it) and loses the venv's site-packages; the suite must behave the same in a venv.
+    prefix = fake_env(tmp_path / "env")
+    code = "import sys; print(sys.prefix)"
+    out = subprocess.run([str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == sys.prefix
 
 
 @pytest.fixture

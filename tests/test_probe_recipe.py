@@ -8,11 +8,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import rattler_build as rb
+from hostpython import python_shim
 from rattler import Channel, install, solve
 from rattler.index import index_fs
 
@@ -70,7 +70,7 @@ def test_the_command_checks_its_own_environment(probe_prefix: Path) -> None:
     bindir = probe_prefix.parent / "hostbin"
     bindir.mkdir(exist_ok=True)
     (bindir / "python3").unlink(missing_ok=True)
-    (bindir / "python3").symlink_to(sys.executable)
+    python_shim(bindir / "python3")
     env = {**os.environ, "PATH": f"{bindir}:/usr/bin:/bin", "HIP_PATH": "/usr"}
     proc = subprocess.run([str(probe_prefix / "bin" / "rocm-env-check"), "--only", "rocm", "--json"],
                           capture_output=True, text=True, env=env, check=False, timeout=120)

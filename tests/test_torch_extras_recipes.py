@@ -16,6 +16,7 @@ import pytest
 import rattler_build as rb
 from channels import Pkg, build_channel, py, solve_on_gpu_host
 from rattler import Version, VersionSpec
+from rocmlock.pins import load_table
 from rocmlock.plan import make_plan
 from rocmlock.recipes import Matrix, RenderedVariant, render_config, render_recipe, spec_name
 from rocmlock.targets import get_target
@@ -167,11 +168,14 @@ def test_versions_pair_with_pytorch_and_satisfy_llamafactory(matrix: Matrix, ren
     (torch,) = matrix.get("pytorch_version")
     (vision,) = matrix.get("torchvision_version")
     (audio,) = matrix.get("torchaudio_version")
-    t_major, t_minor = (int(x) for x in torch.split(".")[:2])
-    # torchvision 0.N pairs with torch 2.(N-15): 0.19 <-> 2.4 (LLaMA-Factory's floors), 0.27 <-> 2.12.
-    assert vision.split(".")[:2] == ["0", str(t_minor + 15)] and t_major == 2
-    # torchaudio stopped at 2.11 (stable-ABI extensions): never newer than torch, never before 2.11.
-    assert (2, 11) <= tuple(int(x) for x in audio.split(".")[:2]) <= (t_major, t_minor)
+    # The pairing rules (torchvision/torch, torchaudio/torch, triton/torch) are data in
+    # tools/rocmlock/data/upstreams.toml, the same rules `rocmlock bump` enforces.
+    table = load_table()
+    keys = {u.name: u.version_key for u in table.upstreams}
+    assert {r.name for r in table.rules} >= {"torchvision-pytorch", "torchaudio-pytorch", "triton-pytorch"}
+    for rule in table.rules:
+        (leader,), (follower,) = matrix.get(keys[rule.leader]), matrix.get(keys[rule.follower])
+        assert rule.check(leader, follower) == "ok", (rule.name, leader, follower, rule.why)
     (lf,) = rendered["llamafactory"]
     bounds = {spec_name(s): s for s in lf.specs("run")}
     for name, version in (("torchvision", vision), ("torchaudio", audio), ("pytorch", torch)):

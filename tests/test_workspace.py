@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from rattler import MatchSpec
 from rocmlock.errors import InputError
 from rocmlock.workspace import channel_base_url, load_workspace
 
@@ -100,7 +100,6 @@ def test_rich_platform_virtual_packages(tmp_path: Path) -> None:
 
 def test_environment_forms_and_legacy_project(tmp_path: Path) -> None:
     text = BASE.replace("[workspace]", "[project]") + """
-exclude-newer = 2026-01-31
 [feature.f.dependencies]
 a = { version = ">=1", build = "py*", channel = "conda-forge" }
 [environments]
@@ -112,7 +111,6 @@ lock = "rocmlock lock"
 scripts = ["x.sh"]
 """
     ws = load_workspace(write(tmp_path, text))
-    assert ws.exclude_newer == datetime(2026, 1, 31, tzinfo=UTC)
     assert ws.environment_names() == ["default", "listed", "tabled"]
     tabled = ws.environment("tabled")
     assert tabled.solve_group == "g" and tabled.features == ("f",)
@@ -137,6 +135,8 @@ def test_manifest_error_details(tmp_path: Path) -> None:
         load_workspace(write(tmp_path, '[workspace]\nname = "t"\nchannels = ["a" "b"]\n'))
     with pytest.raises(InputError, match="exclude-newer"):
         load_workspace(write(tmp_path, BASE + 'exclude-newer = "last tuesday"\n'))
+    with pytest.raises(InputError, match="key 'solve-strategy' is 'fastest'|solve-strategy' is 'fastest'"):
+        load_workspace(write(tmp_path, BASE + 'solve-strategy = "fastest"\n'))
     conflict = BASE.replace('platforms = ["linux-64"]', 'platforms = [{ name = "g", platform = "linux-64", '
                             '__amdgpu_arch = "9.0.10" }]') + \
         '[dependencies]\namdgpu-target = { version = "*", build = "gfx942" }\n'
@@ -144,3 +144,134 @@ def test_manifest_error_details(tmp_path: Path) -> None:
         load_workspace(write(tmp_path, conflict)).environments()
     with pytest.raises(InputError, match="unknown environment 'nope'"):
         load_workspace(write(tmp_path, BASE)).environment("nope")
+
+
+# ----------------------------------------------------------------------------- pixi's own parsing rules
+
+
+def test_dependency_match_fields_go_into_the_spec(tmp_path: Path) -> None:
+    """pixi_spec/src/detailed.rs and toml.rs (pixi v0.77.0): `build-number`, `md5` and `sha256` are part of
+    the spec pixi matches locked records with; a version string is strict except that a bare version
+    is taken as `==` (parse_version_string)."""
+    digest = "315f5bdb76d078c43b8ac0064e4a0164612b1fce77c869345bfc94c75894edd3"
+    text = BASE + f"""
+[dependencies]
+a = {{ version = "1.2", build-number = ">=3", sha256 = "{digest}" }}
+b = {{ build-number = 2, md5 = "d41d8cd98f00b204e9800998ecf8427e", channel = "c" }}
+c = "1.2"
+"""
+    ws = load_workspace(write(tmp_path, text))
+    env = ws.environment("default")
+    specs = [d.matchspec() for d in env.dependencies_for(env.platforms[0])]
+    assert specs == [f'a ==1.2[build_number=">=3", sha256="{digest}"]',
+                     'c::b *[build_number="2", md5="d41d8cd98f00b204e9800998ecf8427e"]', "c ==1.2"]
+    a_spec = MatchSpec(specs[0])
+    assert a_spec.build_number is not None and a_spec.sha256 is not None
+
+
+@pytest.mark.parametrize(("deps", "message"), [
+    ('a = { build-number = "x" }', "key 'dependencies.a.build-number' is 'x'"),
+    ('a = { md5 = "zz" }', "key 'dependencies.a.md5' is 'zz'"),
+    ('a = ">= 1.0"', "key 'dependencies.a' is '>= 1.0', not a valid version spec"),
+    ('a = "1.2.*.*"', "not a valid version spec"),  # lenient only for an ambiguous bare version
+    ('a = { version = "*", when = "__linux" }', "key 'dependencies.a.when' (a conditional dependency)"),
+    ('a = { version = "*", file-name = "a.conda" }', "key 'dependencies.a.file-name' is not supported"),
+])
+def test_dependency_keys_are_used_or_refused(tmp_path: Path, deps: str, message: str) -> None:
+    with pytest.raises(InputError) as err:
+        load_workspace(write(tmp_path, BASE + "[dependencies]\n" + deps + "\n"))
+    assert message in str(err.value)
+
+
+def plats(tmp_path: Path, entries: str, extra: str = "") -> tuple[str, ...]:
+    ws = load_workspace(write(tmp_path, BASE.replace('["linux-64"]', f"[{entries}]") + extra))
+    return tuple(p.name for p in ws.platforms)
+
+
+def test_platform_entries_parse_as_in_pixi(tmp_path: Path) -> None:
+    """pixi_manifest/src/toml/platform.rs (pixi v0.77.0, TomlPixiPlatform): `name` may be left out (derived from
+    the subdir and the customised packages, synthesize_name_string), `platform` may be left out when the
+    name is a subdir, `osx` is an alias of `macos`."""
+    assert plats(tmp_path, '{ platform = "linux-64", cuda = "12.0" }') == ("linux-64-cuda-12-0",)
+    assert plats(tmp_path, '{ platform = "linux-64", archspec = "x86_64_v3" }') == ("linux-64-archspec-x86-64-v3",)
+    assert plats(tmp_path, '{ platform = "linux-64", cuda = { driver = "12.0", arch = "8.6" } }') == (
+        "linux-64-cuda-12-0-cuda-arch-8-6",)
+    assert plats(tmp_path, '{ platform = "linux-64", __amdgpu_arch = "9.4.2" }') == ("linux-64-amdgpu-arch-9-4-2",)
+    assert plats(tmp_path, '{ name = "osx-arm64" }, { platform = "linux-64" }') == ("osx-arm64", "linux-64")
+    ws = load_workspace(write(tmp_path, BASE.replace('["linux-64"]', '[{ name = "m", platform = "osx-arm64", '
+                                                                     'osx = "14.0" }]')))
+    assert ws.platforms[0].customised_virtual_packages() == ["__osx=14.0"]
+
+
+@pytest.mark.parametrize(("entries", "message"), [
+    ('{ platform = "linux-64", glibc = "2.28", __glibc = "2.31" }', "declares '__glibc' a second time"),
+    ('{ name = "g", platform = "osx-arm64", osx = "14", macos = "14" }', "is an alias for 'macos'"),
+    ('{ name = "g", platform = "linux-64", cuda = { arch = "8.6" } }', "has no 'driver'"),
+    ('{ name = "g", platform = "linux-64", __amdgpu = 0 }', "must be a string"),
+    ('{ name = "g", platform = "linux-64", glibc = 2.28 }', "must be a string"),
+    ('{ name = "g", platform = "linux-64", glibc = "" }', "not a valid version"),
+    ('{ name = "linux-64", glibc = "2.31" }', "adds virtual packages to the subdir platform"),
+    ('{ platform = "linux-64", glibc = "2.28" }', "adds virtual packages to the subdir platform"),
+    ('{ name = "gpu" }', "not a conda subdir"),
+    ('{ cuda = "12" }', "sets neither 'name' nor 'platform'"),
+    ('{ name = "linux", platform = "linux-64", cuda = "12" }', "reserved target selector"),
+    ('{ name = "9x", platform = "linux-64", cuda = "12" }', "not a valid platform name"),
+    ('{ name = "g", platform = "linux-64", gpu = "1" }', "not a platform key"),
+])
+def test_platform_entries_pixi_rejects(tmp_path: Path, entries: str, message: str) -> None:
+    """pixi_manifest/src/toml/platform.rs and platform.rs (pixi v0.77.0): values are strings that parse as
+    versions, a package is declared once, `cuda.arch` needs `cuda.driver`, a subdir-named entry carries
+    no virtual packages (PixiPlatformError::IsSubdirPlatform), names are PixiPlatformName."""
+    with pytest.raises(InputError) as err:
+        plats(tmp_path, entries)
+    assert message in str(err.value)
+
+
+def test_feature_platforms_follow_pixi(tmp_path: Path) -> None:
+    """pixi_manifest/src/features_ext.rs (FeaturesExt::platforms) and toml/manifest.rs (pixi v0.77.0): a feature
+    names platforms by name or bare subdir; pinning one by exact name drops the other platforms of that
+    subdir. In a workspace of plain subdirs, a feature may name another subdir, which joins the workspace."""
+    rich = '"linux-64", { name = "gpu", platform = "linux-64", __amdgpu_arch = "9.4.2" }, "osx-arm64"'
+    extra = ('[feature.base]\nplatforms = ["linux-64", "osx-arm64"]\n[feature.g]\nplatforms = ["gpu"]\n'
+             '[environments]\nbase = ["base"]\ngpu = ["base", "g"]\n')
+    ws = load_workspace(write(tmp_path, BASE.replace('["linux-64"]', f"[{rich}]") + extra))
+    assert [p.name for p in ws.environment("base").platforms] == ["linux-64", "osx-arm64"]
+    # "linux-64" in base matches gpu by its subdir; g pins gpu by name, which drops plain linux-64.
+    assert [p.name for p in ws.environment("gpu").platforms] == ["gpu"]
+    # Plain-subdir workspace: a feature's extra subdir becomes a workspace platform.
+    simple = '[feature.mac]\nplatforms = ["osx-arm64"]\n[environments]\nmac = ["mac"]\n'
+    ws = load_workspace(write(tmp_path, BASE + simple))
+    assert [p.name for p in ws.platforms] == ["linux-64", "osx-arm64"]
+    assert [p.name for p in ws.environment("mac").platforms] == ["osx-arm64"]
+    with pytest.raises(InputError, match="names platform 'nope', which the workspace does not declare"):
+        load_workspace(write(tmp_path, BASE.replace('["linux-64"]', f"[{rich}]")
+                             + '[feature.x]\nplatforms = ["nope"]\n'))
+
+
+def test_solve_group_environments_share_the_group_channels(tmp_path: Path) -> None:
+    """pixi_core/src/lock_file/satisfiability/environment.rs and update.rs (pixi v0.77.0) use the solve group's
+    channels (all its environments' features, workspace/solve_group.rs) for each environment."""
+    text = BASE + """
+[feature.extra]
+channels = ["https://x.example/extra"]
+[environments]
+a = { features = ["extra"], solve-group = "g" }
+b = { features = [], solve-group = "g" }
+c = []
+"""
+    ws = load_workspace(write(tmp_path, text))
+    assert ws.environment("a").channels == ws.environment("b").channels == (
+        "https://x.example/extra", "./channel", "conda-forge")
+    assert ws.environment("c").channels == ("./channel", "conda-forge")
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ('[constraints]\nnumpy = "<2"\n', "key 'constraints' is not supported"),
+    ('[target."if(__linux)".dependencies]\na = "*"\n', "(a conditional target) is not supported"),
+    ('[exclude-newer]\nnumpy = "2026-01-01"\n', "key 'exclude-newer' is 'a per-package table'"),
+    ('[feature.f]\nsolve-strategy = "lowest-direct"\n', "key 'feature.f.solve-strategy' is 'lowest-direct'"),
+])
+def test_solve_changing_keys_are_refused(tmp_path: Path, extra: str, message: str) -> None:
+    with pytest.raises(InputError) as err:
+        load_workspace(write(tmp_path, BASE + extra))
+    assert message in str(err.value)

@@ -21,7 +21,6 @@ import json
 import os
 import stat
 import tarfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,38 +179,101 @@ def index_mismatch(channel: Path, packages: tuple[BundledPackage, ...]) -> str |
 # ----------------------------------------------------------------------------- the tar
 
 
-def _walk(root: Path, rel: str = "") -> Iterator[tuple[str, Path]]:
-    """Depth-first, siblings sorted by name (walkdir's ``sort_by_file_name``, as pixi-pack walks)."""
-    for entry in sorted(os.scandir(root / rel if rel else root), key=lambda e: e.name.encode()):
-        name = f"{rel}/{entry.name}" if rel else entry.name
-        yield name, Path(entry.path)
-        if entry.is_dir(follow_symlinks=False):
-            yield from _walk(root, name)
+@dataclass(frozen=True)
+class Member:
+    """One tar member: a directory, inline ``data``, a file at ``path``, or (neither) ``size`` bytes filled later."""
+
+    name: str
+    size: int = 0
+    data: bytes | None = None
+    path: Path | None = None
+    is_dir: bool = False
+    executable: bool = False
+
+    @property
+    def deferred(self) -> bool:
+        return not self.is_dir and self.data is None and self.path is None
 
 
-def _tarinfo(name: str, path: Path) -> tarfile.TarInfo:
-    st = path.lstat()
-    info = tarfile.TarInfo(name)
+def sort_members(members: list[Member]) -> list[Member]:
+    """Depth-first, siblings by name: walkdir's ``sort_by_file_name`` order, as pixi-pack walks its directory."""
+    return sorted(members, key=lambda m: tuple(part.encode() for part in m.name.split("/")))
+
+
+def members_of_tree(root: Path, prefix: str) -> list[Member]:
+    """Every directory and file below ``root`` as members named ``prefix/...`` (``prefix`` itself included)."""
+    out = [Member(prefix, is_dir=True)]
+    for path in sorted(root.rglob("*")):
+        name = f"{prefix}/{path.relative_to(root).as_posix()}"
+        mode = path.lstat().st_mode
+        if stat.S_ISDIR(mode):
+            out.append(Member(name, is_dir=True))
+        elif stat.S_ISREG(mode):
+            out.append(Member(name, size=path.stat().st_size, path=path, executable=bool(mode & 0o111)))
+        else:
+            raise InputError(f"{path}: not a regular file or directory; a bundle holds only those")
+    return out
+
+
+def _tarinfo(member: Member) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(member.name)
     info.mtime = FIXED_MTIME
     info.uid = info.gid = 0
     info.uname = info.gname = ""
-    if stat.S_ISDIR(st.st_mode):
+    if member.is_dir:
         info.type, info.mode = tarfile.DIRTYPE, 0o755
-    elif stat.S_ISREG(st.st_mode):
-        info.size = st.st_size
-        info.mode = 0o755 if st.st_mode & 0o111 else 0o644
     else:
-        raise InputError(f"{path}: not a regular file or directory; a bundle holds only those")
+        info.size = len(member.data) if member.data is not None else member.size
+        info.mode = 0o755 if member.executable else 0o644
     return info
 
 
-def write_tar(stage: Path, fileobj: Any) -> None:
-    """Write every file and directory below ``stage`` to ``fileobj`` as a deterministic GNU tar."""
-    with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        for name, path in _walk(stage):
-            info = _tarinfo(name, path)
-            if info.isdir():
-                tar.addfile(info)
-                continue
-            with path.open("rb") as src:
-                tar.addfile(info, src)
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _copy_data(src: Path, fd: int, size: int) -> None:
+    """``size`` bytes of ``src`` to ``fd`` in the kernel (``copy_file_range``) where it can, else through Python."""
+    with src.open("rb") as fh:
+        done = 0
+        try:
+            while done < size:
+                n = os.copy_file_range(fh.fileno(), fd, size - done)
+                if n == 0:
+                    break
+                done += n
+        except (AttributeError, OSError):  # no such call, or not between these two files (a pipe, another FS)
+            fh.seek(done)
+            while done < size and (chunk := fh.read(min(1 << 20, size - done))):
+                _write_all(fd, chunk)
+                done += len(chunk)
+    if done != size:
+        raise OSError(f"{src}: changed size while it was archived")
+
+
+def write_tar(members: list[Member], fd: int) -> dict[str, int]:
+    """Write ``members`` (in the order given) to the file descriptor ``fd`` as a deterministic GNU tar.
+
+    The bytes are the ones ``tarfile`` writes for the same members (headers from ``TarInfo.tobuf``, data
+    padded to 512-byte blocks, two zero blocks, padding to a 10240-byte record). Deferred members get
+    their header and a hole of their size: the caller writes their bytes at the returned offsets (so
+    packages go straight from the network into the bundle, one pass and no second copy on disk).
+    """
+    offsets: dict[str, int] = {}
+    for member in members:
+        info = _tarinfo(member)
+        _write_all(fd, info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape"))
+        if member.is_dir:
+            continue
+        if member.data is not None:
+            _write_all(fd, member.data)
+        elif member.path is not None:
+            _copy_data(member.path, fd, info.size)
+        else:
+            offsets[member.name] = os.lseek(fd, info.size, os.SEEK_CUR) - info.size
+        _write_all(fd, tarfile.NUL * (-info.size % tarfile.BLOCKSIZE))
+    end = os.lseek(fd, 0, os.SEEK_CUR) + 2 * tarfile.BLOCKSIZE
+    _write_all(fd, tarfile.NUL * (2 * tarfile.BLOCKSIZE + -end % tarfile.RECORDSIZE))
+    return offsets

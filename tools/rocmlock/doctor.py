@@ -11,20 +11,20 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rocmlock.runner import CommandError, CommandResult, Runner, run_command
+from rocmlock import rocm_host
+from rocmlock.rocm_host import HIP_HEADER, Host, holds_device_libs, holds_header
+from rocmlock.runner import CommandResult
 from rocmlock.targets import GpuTarget, all_targets, get_target, minor_version, version_tuple
 from rocmlock.workspace import Workspace
 
-Status = Literal["ok", "warn", "fail"]
-Which = Callable[[str, str | None], str | None]
+__all__ = ["Check", "DoctorReport", "Host", "Resources", "render_report", "run_doctor"]
 
-HIP_HEADER = Path("include/hip/hip_runtime.h")
-DEFAULT_ROCM = Path("/opt/rocm")
+Status = Literal["ok", "warn", "fail"]
 GIB = 1024**3
 # PyTorch's own guidance: about 4-5 GB of RAM per parallel compile job (research/rocm-stack.md).
 GIB_PER_JOB = 5
@@ -68,6 +68,7 @@ class DoctorReport:
     hip_path: str | None = None
     compiler: str | None = None
     build: bool = False
+    device_libs: str | None = None
 
     @property
     def failures(self) -> tuple[Check, ...]:
@@ -87,30 +88,10 @@ class DoctorReport:
             "rocm_version": self.rocm_version,
             "hip_path": self.hip_path,
             "compiler": self.compiler,
+            "device_libs": self.device_libs,
             "checks": [{"name": c.name, "status": c.status, "message": c.message, "fix": c.fix}
                        for c in self.checks],
         }
-
-
-@dataclass(frozen=True)
-class Host:
-    """The host as doctor sees it; every part is injectable so tests can describe another machine."""
-
-    env: Mapping[str, str]
-    runner: Runner = run_command
-    which: Which = field(default=lambda name, path: shutil.which(name, path=path))
-    kfd: Path = Path("/dev/kfd")
-
-    def find(self, name: str) -> str | None:
-        return self.which(name, self.env.get("PATH", os.defpath))
-
-    def run(self, argv: list[str], env: Mapping[str, str] | None = None, cwd: Path | None = None,
-            timeout: float = 60.0) -> CommandResult | None:
-        """Run a probe command; ``None`` when it cannot even start (a finding, not a crash)."""
-        try:
-            return self.runner(argv, env=env or self.env, cwd=cwd, timeout=timeout, check=False)
-        except CommandError:
-            return None
 
 
 # ----------------------------------------------------------------------------- inputs from the workspace
@@ -181,78 +162,77 @@ def _jobs_by_memory(resources: Resources) -> int:
 # ----------------------------------------------------------------------------- toolchain checks
 
 
-def _holds_header(path: str | Path) -> bool:
-    return (Path(path) / HIP_HEADER).is_file()
+def _export_fix(prefix: Path | None, device_libs: Path | None) -> str:
+    """The exports that make ``prefix`` work, HIP_DEVICE_LIB_PATH included where clang would not find them."""
+    if prefix is None:
+        return "install ROCm (hipcc) and export HIP_PATH/ROCM_PATH to its prefix"
+    fix = f"export HIP_PATH={prefix} ROCM_PATH={prefix}"
+    if device_libs is not None and not holds_device_libs(prefix / "amdgcn/bitcode"):
+        fix += f" HIP_DEVICE_LIB_PATH={device_libs}"
+    return fix
 
 
-def _candidate_rocm(host: Host) -> Path | None:
-    """Where ROCm actually is when the variables do not say: /opt/rocm, else what ``hipconfig`` reports."""
-    if _holds_header(DEFAULT_ROCM):
-        return DEFAULT_ROCM
-    hipconfig = host.find("hipconfig")
-    if hipconfig:
-        res = host.run([hipconfig, "--path"])
-        if res is not None and res.ok and res.stdout.strip() and _holds_header(res.stdout.strip()):
-            return Path(res.stdout.strip())
-    return None
-
-
-def check_hip_path(host: Host, build: bool) -> tuple[Check, Path | None]:
-    """HIP_PATH / ROCM_PATH set and holding ``include/hip/hip_runtime.h``."""
-    candidate = _candidate_rocm(host)
-    export = f"export HIP_PATH={candidate} ROCM_PATH={candidate}" if candidate else \
-        "install ROCm (hipcc) and export HIP_PATH/ROCM_PATH to its prefix"
+def check_hip_path(host: Host, build: bool, device_libs: Path | None = None) -> tuple[Check, Path | None]:
+    """HIP_PATH / ROCM_PATH set and holding ``include/hip/hip_runtime.h``, or unset with ROCm where tools look."""
+    candidate = rocm_host.discover_prefix(host)
     for var in ("HIP_PATH", "ROCM_PATH"):
         value = host.env.get(var)
-        if value and not _holds_header(value):
+        if value and not holds_header(value):
             return Check("hip-path", "fail", f"{var}={value} does not hold {HIP_HEADER} "
-                         "(the build stops with 'hip_runtime.h not found')", export), candidate
+                         "(the build stops with 'hip_runtime.h not found')",
+                         _export_fix(candidate, device_libs)), candidate
     set_vars = [v for v in ("HIP_PATH", "ROCM_PATH") if host.env.get(v)]
     if set_vars:
         path = Path(host.env[set_vars[0]])
         both = " and ".join(f"{v}={host.env[v]}" for v in set_vars)
         return Check("hip-path", "ok", f"{both}: {HIP_HEADER} found"), path
-    if candidate == DEFAULT_ROCM:
-        return Check("hip-path", "ok", f"HIP_PATH/ROCM_PATH unset; the default {DEFAULT_ROCM} holds {HIP_HEADER}"), \
+    if candidate == rocm_host.DEFAULT_ROCM:
+        return Check("hip-path", "ok", f"HIP_PATH/ROCM_PATH unset; the default {candidate} holds {HIP_HEADER}"), \
             candidate
-    where = f"ROCm is at {candidate}, not the default {DEFAULT_ROCM}" if candidate else "no ROCm found"
+    if candidate is not None and rocm_host.is_distro_layout(candidate):
+        # The compiler's and CMake's default search paths include /usr: nothing needs the variables, and
+        # rocm-build-env.sh / the rocm-version activation export them (with HIP_DEVICE_LIB_PATH) where needed.
+        return Check("hip-path", "ok", f"HIP_PATH/ROCM_PATH unset; the distribution's ROCm in {candidate} holds "
+                     f"{HIP_HEADER} (found without them)"), candidate
+    where = f"ROCm is at {candidate}, not the default {rocm_host.DEFAULT_ROCM}" if candidate else "no ROCm found"
     return Check("hip-path", "fail" if build else "warn",
-                 f"HIP_PATH/ROCM_PATH unset and {where}: builds fail with 'hip_runtime.h not found'", export), \
-        candidate
+                 f"HIP_PATH/ROCM_PATH unset and {where}: builds fail with 'hip_runtime.h not found'",
+                 _export_fix(candidate, device_libs)), candidate
 
 
-def _version_from_file(root: Path | None) -> str | None:
-    if root is None:
-        return None
-    for rel in (".info/version", ".info/version-dev"):
-        try:
-            text = (root / rel).read_text().strip()
-        except OSError:
-            continue
-        if text:
-            return text.split("-")[0]
-    return None
+def check_device_libs(host: Host, compiler: str | None, device_libs: Path | None, how: str, build: bool) -> Check:
+    """ROCm's device libraries (``ocml.bc`` ...): found, and found by the compiler in the user's environment.
 
-
-def find_rocm_version(host: Host, rocm: Path | None) -> tuple[str | None, str]:
-    """The host's ROCm version and where it came from (``.info/version`` or ``hipconfig --version``)."""
-    version = _version_from_file(rocm)
-    if version:
-        return version, f"{rocm}/.info/version"
-    hipconfig = (str(rocm / "bin" / "hipconfig") if rocm and (rocm / "bin" / "hipconfig").exists()
-                 else host.find("hipconfig"))
-    if hipconfig:
-        res = host.run([hipconfig, "--version"])
-        if res is not None and res.ok and version_tuple(res.stdout.strip()):
-            # HIP's version is major.minor.build; major.minor is the ROCm release it ships with.
-            return ".".join(str(p) for p in version_tuple(res.stdout.strip())[:2]), "hipconfig --version"
-    return None, ""
+    The compiler is asked (``-###``, nothing compiled) with the environment as it is plus HIP_PLATFORM=amd:
+    a setup that works is reported as working, whatever layout it has.
+    """
+    status: Status = "fail" if build else "warn"
+    if how == "HIP_DEVICE_LIB_PATH" and device_libs is not None and not holds_device_libs(device_libs):
+        return Check("device-libs", status, f"HIP_DEVICE_LIB_PATH={device_libs} holds no {rocm_host.DEVICE_LIB_PROBE}",
+                     "point HIP_DEVICE_LIB_PATH at ROCm's amdgcn/bitcode directory, or unset it")
+    dry = rocm_host.dry_run_device_libs(host, compiler, {**host.env, "HIP_PLATFORM": "amd"}) if compiler else None
+    if dry is not None and dry.ok:
+        return Check("device-libs", "ok", f"{Path(compiler or '').name} links {dry.device_libs}")
+    if device_libs is None:
+        return Check("device-libs", status, f"no ROCm device libraries ({rocm_host.DEVICE_LIB_PROBE}) under "
+                     "ROCm or the compiler's resource directory: every HIP compile fails "
+                     "with 'cannot find ROCm device library'",
+                     "install ROCm's device libraries (rocm-device-libs) and export HIP_DEVICE_LIB_PATH to them")
+    if dry is not None:
+        # Builds get HIP_DEVICE_LIB_PATH from rocm-build-env.sh; a plain hipcc in this shell does not.
+        rocm = host.env.get("ROCM_PATH") or host.env.get("HIP_PATH")
+        why = f" with ROCM_PATH={rocm} (clang looks in {rocm}/amdgcn/bitcode)" if rocm else ""
+        return Check("device-libs", "warn", f"the compiler does not find the device libraries in {device_libs}"
+                     f"{why}: {dry.error}",
+                     f"export HIP_DEVICE_LIB_PATH={device_libs}" + (" (or unset ROCM_PATH)" if rocm else ""))
+    return Check("device-libs", "ok", f"{device_libs} (from {how})")
 
 
 def check_rocm_version(version: str | None, source: str, wanted: tuple[str, ...], build: bool) -> Check:
     """The ROCm version is known, and matches what the plan builds for."""
     if version is None:
-        return Check("rocm-version", "fail" if build else "warn", "no ROCm version found (.info/version, hipconfig)",
+        return Check("rocm-version", "fail" if build else "warn",
+                     f"no ROCm version found (.info/version, {rocm_host.VERSION_HEADER}, hipconfig --version)",
                      "install ROCm and set ROCM_PATH to it")
     mine = version_tuple(version)[:2]
     if wanted and all(version_tuple(w)[:2] != mine for w in wanted):
@@ -297,19 +277,24 @@ def check_compiler(host: Host, compiler: str | None) -> Check:
     return Check("compiler", "ok", f"{compiler} ({first})")
 
 
-def _compile_env(host: Host, rocm: Path | None) -> dict[str, str]:
-    # Compile as the fixed environment would: the HIP_PLATFORM trap is reported on its own, so the
-    # per-target result says only whether the toolchain can emit code for that GPU.
-    env = {**host.env, "HIP_PLATFORM": "amd"}
-    if rocm is not None:
-        env.setdefault("HIP_PATH", str(rocm))
-        env.setdefault("ROCM_PATH", str(rocm))
-    return env
+def compiler_verdict(res: CommandResult | None) -> str:
+    """The line that says why a compile failed: the compiler's first ``error:`` line, else its last line."""
+    if res is None:
+        return "the compiler did not start"
+    for text in (res.stderr, res.stdout):
+        for line in text.splitlines():
+            if "error:" in line or "error :" in line:
+                return line.strip()
+    return res.last_error_line()
 
 
-def check_offload_arch(host: Host, compiler: str | None, rocm: Path | None, rocm_version: str | None,
+def check_offload_arch(host: Host, compiler: str | None, env: Mapping[str, str], rocm_version: str | None,
                        target: GpuTarget) -> Check:
-    """Compile a tiny HIP kernel with ``--offload-arch=<gfx>``."""
+    """Compile a tiny HIP kernel with ``--offload-arch=<gfx>`` in the build's environment (``env``).
+
+    Compiled as the fixed environment would (HIP_PLATFORM=amd, HIP_DEVICE_LIB_PATH where needed): those traps
+    are reported on their own, so the per-target result says only whether the toolchain can emit code for it.
+    """
     name = f"offload-arch:{target.gfx}"
     if compiler is None:
         return Check(name, "fail", f"cannot test {target.gfx}: no HIP compiler", "see the 'compiler' check")
@@ -318,11 +303,10 @@ def check_offload_arch(host: Host, compiler: str | None, rocm: Path | None, rocm
         src.write_text(KERNEL)
         argv = [compiler, *(["-x", "hip"] if "clang" in Path(compiler).name else []),
                 f"--offload-arch={target.gfx}", "-c", str(src), "-o", str(Path(tmp) / "probe.o")]
-        res = host.run(argv, env=_compile_env(host, rocm), cwd=Path(tmp), timeout=COMPILE_TIMEOUT_S)
+        res = host.run(argv, env=env, cwd=Path(tmp), timeout=COMPILE_TIMEOUT_S)
     if res is not None and res.ok:
         return Check(name, "ok", f"compiled a HIP kernel for {target.gfx} ({', '.join(target.products)})")
-    verdict = res.last_error_line() if res is not None else "the compiler did not start"
-    verdict = verdict.split(";")[0][:160]
+    verdict = compiler_verdict(res)
     too_old = rocm_version is not None and version_tuple(rocm_version) < version_tuple(target.first_rocm)
     if too_old or "invalid target id" in verdict.lower():
         found = f" (found ROCm {rocm_version})" if rocm_version else ""
@@ -384,21 +368,24 @@ def run_doctor(
     """Run every check; ``build`` adds the build-host checks (compiler, per-target compile, jobs, disk, ccache)."""
     host = host or Host(env=dict(os.environ))
     targets = tuple(targets)
-    hip_check, rocm = check_hip_path(host, build)
-    version, source = find_rocm_version(host, rocm)
-    checks = [hip_check, check_rocm_version(version, source, rocm_wanted, build), check_hip_platform(host, build),
+    prefix = rocm_host.discover_prefix(host)
+    hip_check, rocm = check_hip_path(host, build, rocm_host.find_device_libs(host, prefix)[0])
+    version, source = rocm_host.find_version(host, rocm)
+    device_libs, how = rocm_host.find_device_libs(host, rocm)
+    compiler = find_compiler(host, rocm)
+    checks = [hip_check, check_rocm_version(version, source, rocm_wanted, build),
+              check_device_libs(host, compiler, device_libs, how, build), check_hip_platform(host, build),
               check_gpu_driver(host)]
-    compiler = None
     jobs = 1
     if build:
         resources = resources or detect_resources(workdir)
-        compiler = find_compiler(host, rocm)
         checks.append(check_compiler(host, compiler))
-        checks.extend(check_offload_arch(host, compiler, rocm, version, t) for t in targets)
+        env = rocm_host.compile_env(host, rocm, device_libs)
+        checks.extend(check_offload_arch(host, compiler, env, version, t) for t in targets)
         jobs_check, jobs = check_jobs(resources, host.env)
         checks.extend([jobs_check, check_disk(resources, workdir), check_ccache(host)])
     return DoctorReport(tuple(checks), tuple(t.gfx for t in targets), jobs, version,
-                        str(rocm) if rocm else None, compiler, build)
+                        str(rocm) if rocm else None, compiler, build, str(device_libs) if device_libs else None)
 
 
 def render_report(report: DoctorReport) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from rattler import RepoDataRecord
 
 from rocmlock import fsutil, stamp
 from rocmlock.credentials import redact_url
-from rocmlock.errors import InputError
+from rocmlock.errors import InputError, OperationError
 from rocmlock.exports import render_exports
 from rocmlock.lockfile import (
     LockedEnvironment,
@@ -30,7 +30,7 @@ from rocmlock.lockfile import (
     read_lockfile,
     render_lockfile,
 )
-from rocmlock.satisfy import environment_unsat, platform_unsat
+from rocmlock.satisfy import environment_unsat, platform_unsat, records_unsat
 from rocmlock.solve import (
     SolveJob,
     SolveKey,
@@ -75,6 +75,9 @@ class LockResult:
     solved: tuple[SolveKey, ...]
     written: bool
     reasons: dict[SolveKey, str] = field(default_factory=dict, hash=False)
+    # Environment x platform pairs of the manifest that the lock does not hold (a run limited by -e/-p
+    # on a workspace never locked in full): pixi's --locked refuses such a lock as a whole.
+    not_locked: tuple[SolveKey, ...] = ()
 
     @property
     def up_to_date(self) -> bool:
@@ -104,6 +107,7 @@ class LockResult:
             "solved": [{"environment": e, "platform": p, "reason": self.reasons.get((e, p))}
                        for e, p in self.solved],
             "changes": {e: dict(p) for e, p in envs.items()},
+            "not_locked": [{"environment": e, "platform": p} for e, p in self.not_locked],
         }
 
 
@@ -157,7 +161,7 @@ def _plan(ws: Workspace, envs: list[Environment], names: set[str], plats: set[st
             key = (env.name, plat.name)
             previous = old.records(env.name, plat.name) if old else None
             selected = env.name in names and plat.name in plats
-            reason = env_reason or (platform_unsat(env, plat, old, ws.exclude_newer) if old else None)
+            reason = env_reason or (platform_unsat(env, plat, old) if old else None)
             if previous is not None and reason is None and (update is None or not selected):
                 kept[key] = previous
                 continue
@@ -189,6 +193,19 @@ def _solve(ws: Workspace, envs: list[Environment], jobs: list[SolveJob],
             recs = subset_for(recs, job.specs) if len(js) > 1 else recs
             out[job.key] = [redact_record(r) for r in recs]
     return out
+
+
+def _check_solved(envs: list[Environment], solved: dict[SolveKey, list[RepoDataRecord]]) -> None:
+    """Every fresh solve must pass pixi's own check, or pixi would refuse the lock we write."""
+    by_name = {e.name: e for e in envs}
+    for (env_name, plat_name), records in sorted(solved.items()):
+        env = by_name[env_name]
+        reason = records_unsat(env, env.platform(plat_name), records)
+        if reason is not None:
+            raise OperationError(
+                f"the solve of environment '{env_name}' on platform '{plat_name}' is one pixi would reject: {reason}",
+                hint="a package that depends on __amdgpu/__amdgpu_arch cannot be installed by pixi (it does not "
+                     "detect them); depend on the amdgpu-target mutex instead")
 
 
 def _lock_channel(ws: Workspace, channel: str) -> str:
@@ -273,6 +290,8 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
     cache = cache_dir or default_cache_dir(manifest.parent)
     ws = load_workspace(manifest)
     envs, names, plats = _select(ws, environments, platforms)
+    # The stamp is only ever recorded by a run over every environment and platform (below), so an
+    # unchanged one means the whole lock is complete and satisfied, whatever this run selects.
     if update is None and (outputs := stamp.unchanged(cache, manifest)) is not None:
         files = {p: p.read_text() for p in outputs}
         return LockResult(manifest, files, (), (), (), False)
@@ -280,14 +299,17 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
     _check_update_names(ws, old, update)
     kept, jobs, reasons = _plan(ws, envs, names, plats, old, update)
     solved = _solve(ws, envs, jobs, cache)
+    _check_solved(envs, solved)
     locked = _assemble(ws, envs, {**kept, **solved})
     changes = [c for env in envs for p in env.platforms if (key := (env.name, p.name)) in solved
                for c in diff_records(env.name, p.name, old.records(*key) if old else None, solved[key])]
     files = render_outputs(ws, locked, envs)
     result = _finish(ws, files, changes, [j.key for j in jobs], reasons, check)
-    if not check or not result.stale:
+    everything = names == {e.name for e in envs} and plats == {p.name for p in ws.platforms}
+    if everything and (not check or not result.stale):
         stamp.record(cache, manifest, files)
-    return result
+    missing = tuple((e.name, p.name) for e in envs for p in e.platforms if locked.records(e.name, p.name) is None)
+    return replace(result, not_locked=missing) if missing else result
 
 
 def manifest_file(manifest_path: str | Path) -> Path:

@@ -1,11 +1,11 @@
 """What a node offers a bundle: its GPUs' gfx targets (from KFD's sysfs topology) and its ROCm version.
 
-Read the way the post-install probe reads them (tools/verify_env.py ``check_driver``, ``host_rocm``,
-``rocm_version``; the probe is standalone and imports nothing of ours, so the few lines are repeated here):
-``/sys/class/kfd/kfd/topology/nodes/*/properties`` ``gfx_target_version`` (0 for CPU nodes), and ROCm at
-``$HIP_PATH`` / ``$ROCM_PATH`` / ``/opt/rocm`` with its version from ``.info/version`` (AMD's packages) or
-``include/rocm-core/rocm_version.h`` (distribution packages). ``root`` stands for ``/`` so tests (and a
-container with the host mounted) can show another machine.
+The GPUs are read the way the post-install probe reads them (tools/verify_env.py ``check_driver``; the probe
+is standalone and imports nothing of ours, so the few lines are repeated here):
+``/sys/class/kfd/kfd/topology/nodes/*/properties`` ``gfx_target_version`` (0 for CPU nodes). ROCm is found
+as doctor finds it (:mod:`rocmlock.rocm_host`: ``$HIP_PATH`` / ``$ROCM_PATH`` / ``/opt/rocm`` / a
+distribution's ``/usr``; the version from ``.info/version``, rocm-core's header or ``hipconfig``). ``root``
+stands for ``/`` so tests (and a container with the host mounted) can show another machine.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmlock.rocm_host import Host, discover_prefix, find_version, holds_header
 from rocmlock.targets import all_targets, minor_version
 
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
@@ -61,27 +62,27 @@ def read_gpus(root: Path) -> tuple[Gpu, ...]:
     return tuple(Gpu(i, g) for i, g in enumerate(gfx))
 
 
-def rocm_version_at(rocm: Path) -> str | None:
-    """The ROCm version of the install at ``rocm``: ``.info/version``, else rocm-core's header."""
-    try:
-        text = (rocm / ".info" / "version").read_text().strip()
-        if text:
-            return text.split("-")[0]
-    except OSError:
-        pass
-    try:
-        header = (rocm / "include/rocm-core/rocm_version.h").read_text()
-    except OSError:
-        return None
-    parts = [re.search(rf"#define\s+ROCM_VERSION_{p}\s+(\d+)", header) for p in ("MAJOR", "MINOR", "PATCH")]
-    return ".".join(m.group(1) for m in parts if m) if parts[0] and parts[1] else None
+def _rocm_prefix(root: Path, env: Mapping[str, str], host: Host) -> Path | None:
+    """HIP_PATH/ROCM_PATH as given; else /opt/rocm or a distribution's /usr below ``root``; on the real root
+    also where ``hipconfig --path`` says (:func:`rocmlock.rocm_host.discover_prefix`)."""
+    for var in ("HIP_PATH", "ROCM_PATH"):
+        if env.get(var):
+            return Path(env[var])
+    if (root / "opt/rocm").is_dir():
+        return root / "opt/rocm"
+    if root == Path("/"):
+        return discover_prefix(host)
+    return root / "usr" if holds_header(root / "usr") else None
 
 
 def read_node(root: Path, env: Mapping[str, str]) -> Node:
-    """The node below ``root``: ``HIP_PATH``/``ROCM_PATH`` are taken as given, the default below ``root``."""
-    rocm = next((Path(env[v]) for v in ("HIP_PATH", "ROCM_PATH") if env.get(v)), root / "opt/rocm")
-    rocm_root = rocm if rocm.is_dir() else None
-    return Node(read_gpus(root), rocm_root, rocm_version_at(rocm) if rocm_root else None)
+    """The node below ``root``; the ROCm version as doctor finds it (:func:`rocmlock.rocm_host.find_version`).
+
+    Below another root no command of this host runs: its ``hipconfig`` would describe this host."""
+    host = Host(env) if root == Path("/") else Host(env, which=lambda _name, _path: None)
+    prefix = _rocm_prefix(root, env, host)
+    version, _source = find_version(host, prefix)
+    return Node(read_gpus(root), prefix, version)
 
 
 def _products(gfx: str) -> str:

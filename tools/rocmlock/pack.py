@@ -1,11 +1,12 @@
 """``rocmlock pack``: one locked environment as a self-contained, verified bundle for nodes without a channel.
 
 ``pack_environment`` reads top to bottom as the pipeline it is: select the environment's records from
-pixi.lock (no solve) -> describe its GPU target and ROCm version -> fetch every package into a staging
-channel, hashing each byte as it is written and comparing with the lock's sha256 -> index the channel with
-rattler -> check the index lists exactly the locked packages -> write environment.yml and the metadata ->
-(optionally) add the offline installer -> write the deterministic tar atomically. Nothing is left behind
-when a step fails. The format is :mod:`rocmlock.bundle`'s (pixi-pack's layout).
+pixi.lock (no solve) -> describe its GPU target and ROCm version -> lay out the bundle's members (each
+subdir's repodata.json from the lock's records, environment.yml, the metadata, and (optionally) the offline
+installer; the packages as holes of the lock's sizes) -> write the tar's headers and small files -> fetch
+every package straight into its place, hashing each byte as it is written and comparing with the lock's
+size and sha256 -> move the finished file into place. The bytes go to disk once; a failure leaves nothing.
+The format is :mod:`rocmlock.bundle`'s (pixi-pack's layout).
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ import asyncio
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from rattler import RepoDataRecord
@@ -33,9 +33,11 @@ from rocmlock.bundle import (
     ROCMLOCK_METADATA,
     BundledPackage,
     BundleMetadata,
-    index_mismatch,
+    Member,
+    members_of_tree,
     render_environment_yml,
     render_pixi_pack_json,
+    sort_members,
     write_tar,
 )
 from rocmlock.credentials import redact_text, redact_url
@@ -81,21 +83,15 @@ def pack_environment(lock_path: Path, environment: str, platform: str | None = N
     metadata = _describe(environment, locked_platform, records, _sha256_file(lock_path))
     out = (output or Path(f"{environment}-{locked_platform.name}.tar")).absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".rocmlock-pack-", dir=out.parent))
-    try:
-        channel = stage / CHANNEL_DIR
-        on_bytes = progress(sum(r.size or 0 for r in records), len(records)) if progress else None
-        _fetch_all(records, channel, lock_path.parent, client, on_bytes)
-        _index(channel)
-        _check_index(channel, metadata.packages)
-        _write_texts(stage, metadata)
+    with tempfile.TemporaryDirectory(prefix=".rocmlock-pack-", dir=out.parent) as scratch:
+        members = _members(metadata, records)
         if with_installer:
             from rocmlock.installer import add_installer
 
-            add_installer(stage / INSTALLER_DIR, metadata)
-        size = _write_bundle(stage, out)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+            add_installer(Path(scratch), metadata)
+            members += members_of_tree(Path(scratch), INSTALLER_DIR)
+        on_bytes = progress(sum(r.size or 0 for r in records), len(records)) if progress else None
+        size = _write_bundle(out, sort_members(members), records, lock_path.parent, client, on_bytes)
     return PackResult(out, metadata, size, with_installer)
 
 
@@ -141,17 +137,27 @@ def _describe(environment: str, platform: LockedPlatform, records: list[RepoData
 # ----------------------------------------------------------------------------- fetch
 
 
-class _HashingWriter:
-    """A file that hashes what is written to it (rattler's ``download_to_writer`` calls ``write``)."""
+class _Overflow(Exception):
+    """More bytes than the lock's size: stop before they reach the next member."""
 
-    def __init__(self, fh: IO[bytes], on_bytes: Progress | None) -> None:
-        self.fh, self.on_bytes = fh, on_bytes
+
+class _HashingWriter:
+    """Writes a package's bytes at its place in the bundle and hashes them (``download_to_writer`` calls ``write``)."""
+
+    def __init__(self, fd: int, offset: int, expected_size: int, on_bytes: Progress | None) -> None:
+        self.fd, self.offset, self.expected_size, self.on_bytes = fd, offset, expected_size, on_bytes
         self.digest = hashlib.sha256()
         self.size = 0
+        self.overflow = False
 
     def write(self, data: bytes) -> int:
+        if self.size + len(data) > self.expected_size:  # never into the next member
+            self.overflow = True
+            raise _Overflow
         self.digest.update(data)
-        self.fh.write(data)
+        view, done = memoryview(data), 0
+        while done < len(data):
+            done += os.pwrite(self.fd, view[done:], self.offset + self.size + done)
         self.size += len(data)
         if self.on_bytes:
             self.on_bytes(len(data))
@@ -174,97 +180,112 @@ def _copy(src: Path, writer: _HashingWriter) -> None:
             writer.write(chunk)
 
 
-async def _fetch(record: RepoDataRecord, channel: Path, base: Path, client: Any, on_bytes: Progress | None,
+def _mismatch(record: RepoDataRecord, what: str) -> OperationError:
+    return OperationError(f"{redact_url(record.url)}: {what}", hint="the channel's file changed since the lock "
+                          "was made; lock again (`rocmlock lock --update`) or fix the channel")
+
+
+async def _fetch(record: RepoDataRecord, writer: _HashingWriter, base: Path, client: Any,
                  limit: asyncio.Semaphore) -> None:
     from rattler.package_streaming import download_to_writer
 
-    dest = channel / record.subdir / record.file_name
     local = _local_path(record.url, base)
     async with limit:
-        with dest.open("wb") as fh:
-            writer = _HashingWriter(fh, on_bytes)
-            try:
-                if local is not None:
-                    await asyncio.to_thread(_copy, local, writer)
-                else:
-                    await download_to_writer(client, record.url, writer)
-            except Exception as exc:  # noqa: BLE001 - rattler's and the OS's errors; the message names the file
-                raise OperationError(f"cannot fetch {redact_url(record.url)}: {redact_text(str(exc))}",
-                                     hint="check the channel is reachable and RATTLER_AUTH_FILE holds its "
-                                          "credentials") from None
+        try:
+            if local is not None:
+                await asyncio.to_thread(_copy, local, writer)
+            else:
+                await download_to_writer(client, record.url, writer)
+        except Exception as exc:  # noqa: BLE001 - rattler's and the OS's errors; the message names the file
+            if writer.overflow:  # however rattler wrapped the writer's exception
+                raise _mismatch(record, f"larger than the lock's size {writer.expected_size}") from None
+            raise OperationError(f"cannot fetch {redact_url(record.url)}: {redact_text(str(exc))}",
+                                 hint="check the channel is reachable and RATTLER_AUTH_FILE holds its "
+                                      "credentials") from None
+    if writer.size != writer.expected_size:
+        raise _mismatch(record, f"{writer.size} bytes, the lock says {writer.expected_size}")
     expected = record.sha256.hex() if record.sha256 else ""
     if writer.digest.hexdigest() != expected:
-        raise OperationError(f"{redact_url(record.url)}: sha256 {writer.digest.hexdigest()} differs from the "
-                             f"lock's {expected}", hint="the channel's file changed since the lock was made; "
-                             "lock again (`rocmlock lock --update`) or fix the channel")
+        raise _mismatch(record, f"sha256 {writer.digest.hexdigest()} differs from the lock's {expected}")
 
 
-def _fetch_all(records: list[RepoDataRecord], channel: Path, base: Path, client: Any,
+def _fetch_all(records: list[RepoDataRecord], fd: int, offsets: dict[str, int], base: Path, client: Any,
                on_bytes: Progress | None) -> None:
-    """Every record's file into ``channel/<subdir>/``, each verified against the lock's sha256."""
+    """Every record's bytes into the bundle at its offset, each verified against the lock's size and sha256."""
     if client is None:
         from rattler import Client
 
         client = Client.default_client()
-    for subdir in {r.subdir for r in records} | {"noarch"}:  # rattler's indexer always wants noarch
-        (channel / subdir).mkdir(parents=True, exist_ok=True)
 
     async def fetch_all() -> None:
         limit = asyncio.Semaphore(CONCURRENT_DOWNLOADS)
-        await asyncio.gather(*(_fetch(r, channel, base, client, on_bytes, limit) for r in records))
+        writers = [_HashingWriter(fd, offsets[_member_name(r)], int(r.size or 0), on_bytes) for r in records]
+        await asyncio.gather(*(_fetch(r, w, base, client, limit) for r, w in zip(records, writers, strict=True)))
 
     asyncio.run(fetch_all())
 
 
-# ----------------------------------------------------------------------------- index
+# ----------------------------------------------------------------------------- repodata
 
 
-def _index(channel: Path) -> None:
-    """repodata.json per subdir with rattler's indexer, then only what pixi-unpack reads.
+def _repodata_entry(record: RepoDataRecord) -> dict[str, Any]:
+    entry = json.loads(record.to_json())
+    for key in ("fn", "url", "channel"):  # where the lock found it: not part of a channel's own repodata
+        entry.pop(key, None)
+    return entry
 
-    pixi-unpack reads ``repodata.json`` of every directory of ``channel/`` (src/unpack.rs
-    ``collect_packages``), so the indexer's scratch directory goes. ``indexed_timestamp`` is the time the
-    indexer ran: dropped so that two packs of one lock are byte-identical (the solver falls back to the
-    package's own ``timestamp``; nothing is solved from a bundle anyway).
+
+def _repodata(records: list[RepoDataRecord]) -> dict[str, bytes]:
+    """``repodata.json`` of every subdir (noarch always) from the lock's records, serialized by rattler.
+
+    This is pixi-pack's way (src/pack.rs ``create_repodata_files``), not ``rattler.index``: the lock's records
+    are what was solved, the source channel's repodata patches included, which the indexer would re-derive
+    from each archive's index.json without them; and the indexer reads every archive once more (about
+    40 MB/s here, three times the whole download). Each file's sha256 is checked against these very records.
     """
-    from rattler.index import index_fs
-
-    asyncio.run(index_fs(channel, write_zst=False, write_shards=False, force=True))
-    for entry in channel.iterdir():
-        if not (entry.is_dir() and (entry / "repodata.json").is_file()):
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-    for repodata in sorted(channel.glob("*/repodata.json")):
-        data = json.loads(repodata.read_text())
-        for key in ("packages", "packages.conda"):
-            for rec in data.get(key, {}).values():
-                rec.pop("indexed_timestamp", None)
-        repodata.write_text(json.dumps(data, sort_keys=True, separators=(",", ":")))
+    subdirs: dict[str, dict[str, dict[str, Any]]] = {s: {"packages": {}, "packages.conda": {}}
+                                                      for s in {r.subdir for r in records} | {"noarch"}}
+    for record in records:
+        key = "packages.conda" if record.file_name.endswith(".conda") else "packages"
+        subdirs[record.subdir][key][record.file_name] = _repodata_entry(record)
+    return {subdir: json.dumps({"info": {"subdir": subdir}, **packages, "repodata_version": 1},
+                               sort_keys=True, separators=(",", ":")).encode()
+            for subdir, packages in subdirs.items()}
 
 
-def _check_index(channel: Path, packages: tuple[BundledPackage, ...]) -> None:
-    problem = index_mismatch(channel, packages)
-    if problem:
-        raise OperationError(problem, hint="the package file does not match its lock record; lock again")
+def _member_name(record: RepoDataRecord) -> str:
+    return f"{CHANNEL_DIR}/{record.subdir}/{record.file_name}"
 
 
-# ----------------------------------------------------------------------------- write
+def _members(metadata: BundleMetadata, records: list[RepoDataRecord]) -> list[Member]:
+    """Every member of the bundle but the installer's; packages are deferred (filled by the download)."""
+    members = [Member(CHANNEL_DIR, is_dir=True)]
+    for subdir, repodata in _repodata(records).items():
+        members += [Member(f"{CHANNEL_DIR}/{subdir}", is_dir=True),
+                    Member(f"{CHANNEL_DIR}/{subdir}/repodata.json", data=repodata)]
+    for record in records:
+        if record.size is None:
+            raise OperationError(f"{record.file_name}: the lock has no size for it",
+                                 hint="lock again with `rocmlock lock` (or `pixi lock`), which records sizes")
+        members.append(Member(_member_name(record), size=int(record.size)))
+    texts = {ENVIRONMENT_FILE: render_environment_yml(metadata.environment, metadata.packages),
+             PIXI_PACK_METADATA: render_pixi_pack_json(metadata.subdir), ROCMLOCK_METADATA: metadata.render()}
+    return members + [Member(name, data=text.encode()) for name, text in texts.items()]
 
 
-def _write_texts(stage: Path, metadata: BundleMetadata) -> None:
-    (stage / ENVIRONMENT_FILE).write_text(render_environment_yml(metadata.environment, metadata.packages))
-    (stage / PIXI_PACK_METADATA).write_text(render_pixi_pack_json(metadata.subdir))
-    (stage / ROCMLOCK_METADATA).write_text(metadata.render())
-
-
-def _write_bundle(stage: Path, out: Path) -> int:
-    """The tar of ``stage`` at ``out``, through a temporary file beside it and ``os.replace``."""
+def _write_bundle(out: Path, members: list[Member], records: list[RepoDataRecord], base: Path, client: Any,
+                  on_bytes: Progress | None) -> int:
+    """The tar at ``out``: headers and small files first, then every package downloaded into its place, all in
+    a temporary file beside ``out`` that ``os.replace`` puts there only when every package checked out."""
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            write_tar(stage, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-            size = fh.tell()
+        try:
+            offsets = write_tar(members, fd)
+            _fetch_all(records, fd, offsets, base, client, on_bytes)
+            os.fsync(fd)
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600; a bundle is shared like any file

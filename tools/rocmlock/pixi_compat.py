@@ -6,11 +6,7 @@ References are to the pixi repository (crates/pixi_manifest, crates/pixi_default
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
-
-from rocmlock.errors import InputError
 
 DEFAULT_GLIBC = "2.28"
 DEFAULT_LINUX = "4.18"
@@ -19,8 +15,6 @@ DEFAULT_LINUX = "4.18"
 DEFAULT_OSX = {"osx-64": "13.0", "osx-arm64": "13.0"}
 ARCHSPEC = {"linux-64": "x86_64", "osx-64": "x86_64", "win-64": "x86_64", "linux-aarch64": "aarch64",
             "win-arm64": "aarch64", "osx-arm64": "m1", "linux-ppc64le": "ppc64le"}
-# Virtual packages whose friendly value is a build string (``archspec = "x86_64"`` is ``__archspec=0=x86_64``).
-BUILD_VALUED = frozenset({"__archspec"})
 LIBC_NAMES = frozenset({"__glibc", "__musl", "__eglibc"})
 # A bare channel name resolves like pixi's default channel alias does.
 CHANNEL_ALIAS = "https://conda.anaconda.org/"
@@ -82,16 +76,26 @@ def channel_base_url(channel: str, root: Path) -> str:
     return url.rstrip("/") + "/"
 
 
-def parse_exclude_newer(value: Any, path: Path, key: str) -> datetime | None:
-    """``exclude-newer`` as a UTC datetime (a TOML date/datetime or an ISO string)."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, date):
-        return datetime(value.year, value.month, value.day, tzinfo=UTC)
-    try:
-        return parse_exclude_newer(datetime.fromisoformat(str(value)), path, key)
-    except ValueError:
-        raise InputError(f"{path}: key '{key}' is '{value}', not a date or date-time",
-                         hint='write it as "2026-01-31" or "2026-01-31T12:00:00Z"') from None
+# The virtual packages rattler models (rattler_virtual_packages' VirtualPackage variants). pixi solves and
+# checks a lock with these only: pixi_core/src/workspace/virtual_packages.rs, get_minimal_virtual_packages /
+# generic_to_virtual_package, drops every other declared name (`__amdgpu`, `__amdgpu_arch`, ...).
+RATTLER_VIRTUAL_PACKAGES = frozenset({"__unix", "__linux", "__glibc", "__musl", "__eglibc", "__win", "__osx",
+                                      "__cuda", "__cuda_arch", "__archspec"})
+
+
+def pixi_virtual_packages(declared: Iterable[VirtualPackage]) -> list[VirtualPackage]:
+    """What pixi's solver and ``--locked`` check see for a platform that declares ``declared``.
+
+    Version-only packages get build ``0``; ``__archspec`` is version 1 with the microarchitecture as build
+    (pixi's snapshot virtual_packages__tests__get_minimal_virtual_packages@linux-64.snap: ``__archspec=1=x86_64``,
+    though the lock file records ``__archspec=0=x86_64``).
+    """
+    out: list[VirtualPackage] = []
+    for name, version, build in declared:
+        if name not in RATTLER_VIRTUAL_PACKAGES:
+            continue
+        if name == "__archspec":
+            out.append((name, "1", build or "0"))
+        else:
+            out.append((name, "0" if name == "__unix" else version, "0"))
+    return out

@@ -7,21 +7,22 @@ pixi_core/src/lock_file/satisfiability/{environment.rs,platform.rs}:
 - the lock lists no platform the environment does not have;
 - every manifest spec matches the locked record of that name (or a virtual package of the platform);
 - every ``depends`` of every reached record matches a locked record or a virtual package;
-- every locked record is reached (nothing extra).
-rocmlock adds one rule pixi checks through the lock's solve options: with ``exclude-newer`` set,
-no record may be newer than it.
+- every locked record is reached (nothing extra);
+- a dependency whose ``[when="..."]`` condition no locked record or virtual package meets is skipped;
+- the virtual packages are the ones pixi models (pixi_compat.pixi_virtual_packages): ``__amdgpu`` and
+  ``__amdgpu_arch`` satisfy nothing, ``__archspec`` is version 1.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from functools import lru_cache
 
 from rattler import BuildString, MatchSpec, PackageRecord, RepoDataRecord
 
 from rocmlock.credentials import redact_url
 from rocmlock.lockfile import LockedWorkspace
+from rocmlock.pixi_compat import pixi_virtual_packages
 from rocmlock.workspace import (
     Environment,
     Platform,
@@ -58,8 +59,7 @@ def environment_unsat(ws: Workspace, env: Environment, locked: LockedWorkspace) 
     return None
 
 
-def platform_unsat(env: Environment, platform: Platform, locked: LockedWorkspace,
-                   exclude_newer: datetime | None = None) -> str | None:
+def platform_unsat(env: Environment, platform: Platform, locked: LockedWorkspace) -> str | None:
     """Why the lock's records of ``env`` on ``platform`` no longer satisfy the manifest, or None."""
     lplat = locked.platforms.get(platform.name)
     records = locked.records(env.name, platform.name)
@@ -69,13 +69,17 @@ def platform_unsat(env: Environment, platform: Platform, locked: LockedWorkspace
         return f"platform '{platform.name}' changed subdir ({lplat.subdir} -> {platform.subdir})"
     if customised_virtual_packages(lplat.subdir, lplat.virtual_packages) != platform.customised_virtual_packages():
         return f"platform '{platform.name}' changed its virtual packages"
-    if exclude_newer is not None:
-        newer = [r.name.normalized for r in records
-                 if any(t and t > exclude_newer for t in (r.timestamp, r.indexed_timestamp))]
-        if newer:
-            return f"{', '.join(sorted(newer))} newer than exclude-newer"
+    return records_unsat(env, platform, records)
+
+
+def records_unsat(env: Environment, platform: Platform, records: Sequence[RepoDataRecord]) -> str | None:
+    """Why ``records`` would not satisfy ``env`` on ``platform`` by pixi's package rules, or None.
+
+    Also run on every fresh solve: rocmlock's solve offers ``__amdgpu``/``__amdgpu_arch``, pixi's check does not.
+    """
     specs = [d.matchspec() for d in env.dependencies_for(platform)]
-    return _records_unsat(specs, records, platform.declared_virtual_packages(), platform.subdir)
+    return _records_unsat(specs, records, pixi_virtual_packages(platform.declared_virtual_packages()),
+                          platform.subdir)
 
 
 def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
@@ -87,6 +91,8 @@ def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
     while stack:
         text, source = stack.pop()
         spec = _spec(text)
+        if spec.condition and not _condition_met(spec.condition, records, list(virtual.values())):
+            continue
         name = spec.name.normalized
         record = by_name.get(name)
         if record is None:
@@ -102,3 +108,51 @@ def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
         stack.extend((dep, name) for dep in record.depends)
     extra = sorted(set(by_name) - visited)
     return f"locked package(s) no longer needed: {', '.join(extra)}" if extra else None
+
+
+def _tokens(condition: str) -> list[str]:
+    """``a and (b or c >=1)`` -> ``a``, ``and``, ``(``, ``b``, ``or``, ``c >=1``, ``)``."""
+    out: list[str] = []
+    leaf: list[str] = []
+    for word in condition.replace("(", " ( ").replace(")", " ) ").split():
+        if word in ("(", ")", "and", "or"):
+            if leaf:
+                out.append(" ".join(leaf))
+                leaf = []
+            out.append(word)
+        else:
+            leaf.append(word)
+    return [*out, " ".join(leaf)] if leaf else out
+
+
+def _condition_met(condition: str, records: Sequence[RepoDataRecord], virtual: Sequence[PackageRecord]) -> bool:
+    """A ``when`` condition (``a and (b or c>=1)``): a leaf holds when a locked record or a virtual package
+    matches it (pixi satisfiability/platform.rs, condition_is_met; ``and`` binds tighter than ``or``)."""
+    tokens = _tokens(condition)
+    candidates = [*records, *virtual]
+
+    def leaf(text: str) -> bool:
+        spec = _spec(text)
+        return any(spec.matches(c) for c in candidates)
+
+    def parse_or(i: int) -> tuple[bool, int]:
+        value, i = parse_and(i)
+        while i < len(tokens) and tokens[i] == "or":
+            rhs, i = parse_and(i + 1)
+            value = value or rhs
+        return value, i
+
+    def parse_and(i: int) -> tuple[bool, int]:
+        value, i = parse_atom(i)
+        while i < len(tokens) and tokens[i] == "and":
+            rhs, i = parse_atom(i + 1)
+            value = value and rhs
+        return value, i
+
+    def parse_atom(i: int) -> tuple[bool, int]:
+        if tokens[i] == "(":
+            value, i = parse_or(i + 1)
+            return value, i + 1
+        return leaf(tokens[i]), i + 1
+
+    return parse_or(0)[0]

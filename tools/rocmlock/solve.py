@@ -1,8 +1,9 @@
 """Solving: every environment (or solve group) x platform with ``rattler.solve``, concurrently.
 
-The solve sees the platform's virtual packages (pixi's subdir defaults plus what a rich platform
-declares) and, for an environment with a GPU target, ``__amdgpu=0`` and ``__amdgpu_arch=<ISA>``,
-so a locking machine needs no GPU and a package built for another target cannot enter.
+The solve sees the virtual packages pixi solves with (the rattler-modelled ones a platform declares,
+subdir defaults included) and, for an environment with a GPU target, ``__amdgpu=0`` and
+``__amdgpu_arch=<ISA>``, so a locking machine needs no GPU and a package built for another target
+cannot enter.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import asyncio
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
@@ -41,6 +41,7 @@ from rocmlock.credentials import (
 )
 from rocmlock.errors import InputError, OperationError
 from rocmlock.fsutil import private_dir
+from rocmlock.pixi_compat import pixi_virtual_packages
 from rocmlock.targets import GpuTarget
 from rocmlock.workspace import Environment, Platform, VirtualPackage, Workspace
 
@@ -60,7 +61,6 @@ class SolveJob:
     specs: tuple[str, ...]
     virtual_packages: tuple[VirtualPackage, ...]
     channel_priority: str
-    exclude_newer: datetime | None
     target: GpuTarget | None
     locked: tuple[RepoDataRecord, ...] = ()
 
@@ -80,14 +80,17 @@ def default_cache_dir(workspace_root: Path) -> Path:
 
 
 def virtual_packages_for(env: Environment, platform: Platform) -> tuple[VirtualPackage, ...]:
-    """The solve's virtual packages: the platform's, plus the environment's GPU target when it has one."""
-    vps = platform.declared_virtual_packages()
-    names = {vp[0] for vp in vps}
+    """The solve's virtual packages: pixi's for the platform, plus ``__amdgpu``/``__amdgpu_arch`` for a GPU.
+
+    pixi solves with the packages rattler models only (pixi_compat.pixi_virtual_packages). The two GPU
+    packages are added as a guard: a package built for another target carries ``run_constraints:
+    __amdgpu_arch ==<its ISA>`` and cannot enter. They only remove candidates, except for a package that
+    *depends* on them, which pixi could never install; lock.py checks every fresh solve by pixi's rules.
+    """
+    vps = pixi_virtual_packages(platform.declared_virtual_packages())
     if env.gpu_target is not None and platform.subdir.startswith("linux"):
-        if "__amdgpu" not in names:
-            vps.append(("__amdgpu", "0", ""))
-        if "__amdgpu_arch" not in names:
-            vps.append(("__amdgpu_arch", env.gpu_target.isa, ""))
+        vps.append(("__amdgpu", platform.virtual_package("__amdgpu") or "0", ""))
+        vps.append(("__amdgpu_arch", platform.virtual_package("__amdgpu_arch") or env.gpu_target.isa, ""))
     return tuple(vps)
 
 
@@ -101,7 +104,6 @@ def make_job(ws: Workspace, env: Environment, platform: Platform,
         specs=tuple(d.matchspec() for d in env.dependencies_for(platform)),
         virtual_packages=virtual_packages_for(env, platform),
         channel_priority=env.channel_priority,
-        exclude_newer=ws.exclude_newer,
         target=env.gpu_target,
         locked=tuple(locked),
     )
@@ -116,7 +118,7 @@ def merge_jobs(key: SolveKey, jobs: Sequence[SolveJob]) -> SolveJob:
     specs = sorted({s for job in jobs for s in job.specs})
     locked = {(r.name.normalized, r.url): r for job in jobs for r in job.locked}
     return SolveJob(key, first.platform, tuple(channels), tuple(specs), first.virtual_packages,
-                    first.channel_priority, first.exclude_newer, first.target, tuple(locked.values()))
+                    first.channel_priority, first.target, tuple(locked.values()))
 
 
 def _vp(vp: VirtualPackage) -> GenericVirtualPackage:
@@ -135,7 +137,7 @@ async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
             [Channel(redact_url(c)) for c in job.channels], specs, gateway=gateway,
             platforms=[Subdir(job.platform.subdir), Subdir("noarch")], locked_packages=list(job.locked),
             virtual_packages=[_vp(v) for v in job.virtual_packages],
-            channel_priority=_PRIORITY[job.channel_priority], exclude_newer=job.exclude_newer,
+            channel_priority=_PRIORITY[job.channel_priority],
         )
     except SolverError as exc:
         raise OperationError(

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from rocmlock.dependencies import Dependency, parse_dependencies
 from rocmlock.errors import InputError, expect_type
 
 # pixi's virtual-package defaults and channel URL rules live in pixi_compat; re-exported here.
@@ -26,40 +26,24 @@ from rocmlock.pixi_compat import (
     customised_virtual_packages,
     format_virtual_package,
     is_local_channel,
-    parse_exclude_newer,
     parse_virtual_package,
     subdir_default_virtual_packages,
 )
-from rocmlock.platforms import Platform, parse_platforms
+from rocmlock.platforms import KNOWN_SUBDIRS, Platform, check_platform_name, parse_platforms
 from rocmlock.targets import GpuTarget, get_target, target_for_isa
 
 ChannelPriority = Literal["strict", "flexible", "disabled"]
+# pixi_manifest/src/workspace.rs, SolveStrategy: the values pixi accepts; only "highest" (the default) is recordable.
+SOLVE_STRATEGIES = ("highest", "lowest", "lowest-direct")
 # Keys that change what gets solved but that rocmlock does not implement.
-UNSUPPORTED_SOLVE_KEYS = ("pypi-dependencies", "pypi-options", "host-dependencies", "build-dependencies")
-# Dependency table keys that point at sources rocmlock cannot lock.
-UNSUPPORTED_SOURCE_KEYS = ("path", "git", "url", "branch", "tag", "rev", "subdirectory")
+UNSUPPORTED_SOLVE_KEYS = ("pypi-dependencies", "pypi-options", "host-dependencies", "build-dependencies",
+                          "constraints")
 __all__ = [
     "ARCHSPEC", "CHANNEL_ALIAS", "DEFAULT_GLIBC", "DEFAULT_LINUX", "Dependency", "Environment", "Feature",
     "Platform", "VirtualPackage", "Workspace", "channel_base_url", "customised_virtual_packages",
     "format_virtual_package", "is_local_channel",
     "load_workspace", "parse_virtual_package", "parse_workspace", "subdir_default_virtual_packages",
 ]
-
-
-@dataclass(frozen=True)
-class Dependency:
-    """A conda dependency: ``"2.9.*"`` or ``{ version, build, channel }``."""
-
-    name: str
-    version: str = "*"
-    build: str | None = None
-    channel: str | None = None
-
-    def matchspec(self) -> str:
-        """The MatchSpec string the solver gets (``name version build`` or ``channel::name ...``)."""
-        version = self.version or "*"
-        spec = f"{self.name} {version}" if self.build is None else f"{self.name} {version} {self.build}"
-        return f"{self.channel}::{spec}" if self.channel else spec
 
 
 @dataclass(frozen=True)
@@ -124,7 +108,6 @@ class Workspace:
     channels: tuple[tuple[str, int], ...]
     platforms: tuple[Platform, ...]
     channel_priority: ChannelPriority
-    exclude_newer: datetime | None
     features: dict[str, Feature] = field(hash=False)
     environment_specs: dict[str, EnvironmentSpec] = field(hash=False)
 
@@ -187,11 +170,12 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
     channels = _parse_channels(ws["channels"], path, f"{table_key}.channels")
     platforms = parse_platforms(ws["platforms"], path, f"{table_key}.platforms")
     priority = _parse_priority(ws.get("channel-priority", "strict"), path, f"{table_key}.channel-priority")
-    exclude_newer = parse_exclude_newer(ws.get("exclude-newer"), path, f"{table_key}.exclude-newer")
-    features = {"default": _parse_feature("default", data, path, "", platforms, top=True)}
+    _refuse_unrecordable(ws, data, path, table_key)
+    features = {"default": _parse_feature("default", data, path, "", top=True)}
     for fname, ftable in expect_type(data.get("feature", {}), dict, path, "feature", "a table").items():
         expect_type(ftable, dict, path, f"feature.{fname}", "a table")
-        features[fname] = _parse_feature(fname, ftable, path, f"feature.{fname}.", platforms)
+        features[fname] = _parse_feature(fname, ftable, path, f"feature.{fname}.")
+    platforms = _referenced_platforms(platforms, features, path)
     envs = _parse_environments(data.get("environments", {}), path, features)
     return Workspace(
         path=path,
@@ -199,7 +183,6 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
         channels=channels,
         platforms=platforms,
         channel_priority=priority,
-        exclude_newer=exclude_newer,
         features=features,
         environment_specs=envs,
     )
@@ -224,10 +207,41 @@ def _reject_unsupported(data: dict[str, Any], path: Path) -> None:
 
 
 def _parse_priority(value: Any, path: Path, key: str) -> Any:
-    """``channel-priority`` as written (None when absent); any other value than pixi's three is an error."""
+    """``channel-priority`` as written (None when absent); only ``strict`` can be recorded in pixi.lock."""
     if value is not None and value not in get_args(ChannelPriority):
         raise InputError(f"{path}: key '{key}' is '{value}'", hint="use one of: strict, flexible, disabled")
+    if value is not None and value != "strict":
+        raise _unrecordable(path, key, value)
     return value
+
+
+def _unrecordable(path: Path, key: str, value: Any) -> InputError:
+    # pixi compares the lock's solve options with the manifest's (pixi_core lock_file/satisfiability/
+    # environment.rs: SolveStrategyMismatch, ChannelPriorityMismatch, ExcludeNewerMismatch), and
+    # py-rattler's LockFile writes none, so pixi would read the lock as strict/highest/unbounded.
+    return InputError(f"{path}: key '{key}' is '{value}', which rocmlock cannot record in pixi.lock "
+                      "(pixi would call the lock out of date)",
+                      hint="remove the key (rocmlock solves with strict priority, highest versions), "
+                           "or lock this workspace with `pixi lock`")
+
+
+def _refuse_unrecordable(ws: dict[str, Any], data: dict[str, Any], path: Path, table_key: str) -> None:
+    """Solve options a lock written by py-rattler cannot carry: refused, never silently dropped."""
+    tables: list[tuple[str, dict[str, Any]]] = [(f"{table_key}.", ws)]
+    for fname, ftable in data.get("feature", {}).items():
+        if isinstance(ftable, dict):
+            tables.append((f"feature.{fname}.", ftable))
+    for prefix, table in tables:
+        strategy = table.get("solve-strategy")
+        if strategy is not None and strategy not in SOLVE_STRATEGIES:
+            raise InputError(f"{path}: key '{prefix}solve-strategy' is '{strategy}'",
+                             hint=f"use one of: {', '.join(SOLVE_STRATEGIES)}")
+        if strategy not in (None, "highest"):
+            raise _unrecordable(path, f"{prefix}solve-strategy", strategy)
+    if "exclude-newer" in ws:
+        raise _unrecordable(path, f"{table_key}.exclude-newer", ws["exclude-newer"])
+    if "exclude-newer" in data:
+        raise _unrecordable(path, "exclude-newer", "a per-package table")
 
 
 def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], ...]:
@@ -244,38 +258,15 @@ def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], 
     return tuple(out)
 
 
-def _parse_dependencies(value: Any, path: Path, key: str) -> tuple[Dependency, ...]:
-    out: list[Dependency] = []
-    for name, spec in sorted(expect_type(value, dict, path, key, "a table").items()):
-        where = f"{key}.{name}"
-        if isinstance(spec, str):
-            out.append(Dependency(name, spec))
-            continue
-        if not isinstance(spec, dict):
-            raise InputError(f"{path}: key '{where}' must be a version string or a table")
-        for skey in UNSUPPORTED_SOURCE_KEYS:
-            if skey in spec:
-                raise InputError(
-                    f"{path}: key '{where}.{skey}' (a source dependency) is not supported by rocmlock",
-                    hint="use `pixi lock` for workspaces with path/git/url dependencies",
-                )
-        unknown = sorted(set(spec) - {"version", "build", "channel", "build-number", "md5", "sha256"})
-        if unknown:
-            raise InputError(f"{path}: key '{where}.{unknown[0]}' is not a dependency key",
-                             hint="a dependency table takes version, build and channel")
-        out.append(Dependency(name, str(spec.get("version", "*")), spec.get("build"), spec.get("channel")))
-    return tuple(out)
-
-
-def _parse_feature(
-    name: str, table: dict[str, Any], path: Path, prefix: str, ws_platforms: tuple[Platform, ...], top: bool = False
-) -> Feature:
-    deps = _parse_dependencies(table.get("dependencies", {}), path, f"{prefix}dependencies")
-    known = {p.name for p in ws_platforms}
+def _parse_feature(name: str, table: dict[str, Any], path: Path, prefix: str, top: bool = False) -> Feature:
+    deps = parse_dependencies(table.get("dependencies", {}), path, f"{prefix}dependencies")
     target: list[tuple[str, tuple[Dependency, ...]]] = []
     for plat, ttable in sorted(expect_type(table.get("target", {}), dict, path, f"{prefix}target", "a table").items()):
         expect_type(ttable, dict, path, f"{prefix}target.{plat}", "a table")
-        target.append((plat, _parse_dependencies(ttable.get("dependencies", {}), path,
+        if "(" in plat:  # pixi_manifest/src/target.rs, parse_if_expression: a conditional selector
+            raise InputError(f"{path}: key '{prefix}target.{plat}' (a conditional target) is not supported by rocmlock",
+                             hint="use a platform, subdir or family selector, or `pixi lock` for such workspaces")
+        target.append((plat, parse_dependencies(ttable.get("dependencies", {}), path,
                                                  f"{prefix}target.{plat}.dependencies")))
     channels: tuple[tuple[str, int], ...] | None = None
     platforms: tuple[str, ...] | None = None
@@ -286,13 +277,10 @@ def _parse_feature(
         priority = _parse_priority(table.get("channel-priority"), path, f"{prefix}channel-priority")
         if "platforms" in table:
             plats = expect_type(table["platforms"], list, path, f"{prefix}platforms", "a list")
-            for p in plats:
-                if p not in known:
-                    raise InputError(
-                        f"{path}: key '{prefix}platforms' names platform '{p}' that the workspace does not list",
-                        hint=f"add it to [workspace] platforms (known: {', '.join(sorted(known))})",
-                    )
-            platforms = tuple(plats)
+            for i, p in enumerate(plats):
+                check_platform_name(expect_type(p, str, path, f"{prefix}platforms[{i}]", "a platform name"),
+                                    path, f"{prefix}platforms[{i}]")
+            platforms = tuple(dict.fromkeys(plats))
     return Feature(name, deps, tuple(target), channels, platforms, priority)
 
 
@@ -325,13 +313,35 @@ def _parse_environments(
 # ----------------------------------------------------------------------------- resolving
 
 
-def _resolve(ws: Workspace, spec: EnvironmentSpec) -> Environment:
+def _features(ws: Workspace, spec: EnvironmentSpec) -> list[Feature]:
     # pixi orders an environment's features as listed, then the default feature.
     feats = [ws.features[f] for f in spec.features]
     if not spec.no_default_feature:
         feats.append(ws.features["default"])
+    return feats
+
+
+def _group_features(ws: Workspace, spec: EnvironmentSpec) -> list[Feature]:
+    """The features whose channels an environment is solved, locked and checked with.
+
+    pixi uses the solve group's channels for each of its environments (pixi_core workspace/solve_group.rs,
+    SolveGroup::features: every environment's features in declaration order, first mention wins;
+    lock_file/update.rs writes and satisfiability/environment.rs compares ``grouped_env.channels()``).
+    """
+    if spec.solve_group is None:
+        return _features(ws, spec)
+    members = [s for s in ws.environment_specs.values() if s.solve_group == spec.solve_group]
+    unique: dict[str, Feature] = {}
+    for member in members:
+        for feat in _features(ws, member):
+            unique.setdefault(feat.name, feat)
+    return list(unique.values())
+
+
+def _resolve(ws: Workspace, spec: EnvironmentSpec) -> Environment:
+    feats = _features(ws, spec)
     where = f"{ws.path}: environment '{spec.name}'"
-    channels = _merge_channels(ws, feats)
+    channels = _merge_channels(ws, _group_features(ws, spec))
     platforms = _environment_platforms(ws, feats, where)
     deps_by_platform = [(plat.name, _platform_dependencies(feats, plat)) for plat in platforms]
     target = _gpu_target(platforms, deps_by_platform, where)
@@ -389,16 +399,45 @@ def _merge_channels(ws: Workspace, feats: list[Feature]) -> tuple[str, ...]:
     return tuple(order)
 
 
+def _referenced_platforms(platforms: tuple[Platform, ...], features: dict[str, Feature],
+                          path: Path) -> tuple[Platform, ...]:
+    """The workspace platforms after the features' ``platforms`` lists are checked against them.
+
+    pixi_manifest/src/toml/manifest.rs (migrate_system_requirements_to_platforms): when every
+    declared platform is a plain subdir, a feature may name another subdir, which joins the
+    workspace's platforms; otherwise every name must be a declared platform.
+    """
+    out = list(platforms)
+    simple = all(not p.is_rich for p in platforms)
+    for feat in features.values():
+        for name in feat.platforms or ():
+            if any(p.name == name for p in out):
+                continue
+            if simple and name in KNOWN_SUBDIRS:
+                out.append(Platform(name, name))
+                continue
+            known = ", ".join(p.name for p in platforms)
+            raise InputError(f"{path}: key 'feature.{feat.name}.platforms' names platform '{name}', "
+                             "which the workspace does not declare",
+                             hint=f"the workspace declares: {known}")
+    return tuple(out)
+
+
 def _environment_platforms(ws: Workspace, feats: list[Feature], where: str) -> tuple[Platform, ...]:
-    names = [p.name for p in ws.platforms]
-    for feat in feats:
-        if feat.platforms is not None:
-            names = [n for n in names if n in feat.platforms]
-    if not names:
+    # pixi_manifest/src/features_ext.rs (FeaturesExt::platforms): a platform is the environment's when
+    # every feature names it, by name or by its bare subdir; where a feature pins a platform by exact
+    # name, the subdir shorthand no longer drags in the other platforms of that subdir.
+    def supports(feat: Feature, plat: Platform) -> bool:
+        return feat.platforms is None or plat.name in feat.platforms or plat.subdir in feat.platforms
+
+    exact = {n for f in feats for n in f.platforms or ()}
+    exact_subdirs = {p.subdir for p in ws.platforms if p.name in exact}
+    out = tuple(p for p in ws.platforms if all(supports(f, p) for f in feats)
+                and (p.name in exact or p.subdir not in exact_subdirs))
+    if not out:
         raise InputError(f"{where} has no platform left after intersecting its features' platforms",
                          hint="make the features' `platforms` lists overlap")
-    by_name = {p.name: p for p in ws.platforms}
-    return tuple(by_name[n] for n in names)
+    return out
 
 
 def _gpu_target(

@@ -1,0 +1,93 @@
+"""Run commands inside the Debian ROCm 7.2.4 chroot that tests/rocm72/make-chroot.sh makes (once, cached).
+
+Each command runs in a private mount namespace (``unshare --mount``) that mounts /proc, binds this checkout's
+``tools/`` on ``/mnt/rocmlock`` (first on PYTHONPATH, so ``/venv/bin/rocmlock`` runs the code under test, not
+the copy installed when the chroot was made), optionally binds a host directory on ``/mnt/work``, and for the
+AMD-layout cases binds ``/srv/rocmlock-amd/opt`` on ``/opt`` (so ``/opt/rocm -> rocm-7.2.4`` exists only
+there). Nothing is left mounted when the command ends, and the cached chroot is never written to.
+
+Where the chroot is missing (no root, no apt, not made yet) the tests skip with the reason, except under
+``CI=true``, where they fail: .ci/run makes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MAKE = REPO / "tests/rocm72/make-chroot.sh"
+PACKAGES = REPO / "tests/rocm72/packages.txt"
+CHROOT = Path(os.environ.get("ROCMLOCK_ROCM72_CHROOT", "/var/cache/rocmlock-rocm72"))
+STAMP = "etc/rocmlock-rocm72"
+ROCM_VERSION = "7.2.4"
+# Where the tests find the pinned source mirrors (../shared/mirrors next to the checkout, see its README).
+MIRRORS = Path(os.environ.get("ROCMLOCK_MIRRORS", str(REPO.parent / "shared/mirrors")))
+BASE_ENV = {"PATH": "/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
+            "PYTHONPATH": "/mnt/rocmlock"}
+# In the private namespace: mount /proc and the binds, then chroot. $1 root, $2 tools, $3 work ("" none),
+# $4 1 for AMD's layout; the command follows.
+_MOUNT_AND_CHROOT = """set -e
+r=$1 tools=$2 work=$3 amd=$4; shift 4
+mount -t proc proc "$r/proc"
+mount --bind -o ro "$tools" "$r/mnt/rocmlock" 2>/dev/null || mount --bind "$tools" "$r/mnt/rocmlock"
+[ -z "$work" ] || mount --bind "$work" "$r/mnt/work"
+[ "$amd" != 1 ] || mount --bind "$r/srv/rocmlock-amd/opt" "$r/opt"
+exec chroot "$r" "$@"
+"""
+
+
+def fingerprint() -> str:
+    """What make-chroot.sh writes into the chroot: the recipe that made it (script, package pins, rocmlock's deps)."""
+    data = MAKE.read_bytes() + PACKAGES.read_bytes() + (REPO / "pyproject.toml").read_bytes()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def unavailable_reason() -> str | None:
+    """Why the chroot cannot be used here, or None when it can."""
+    make = f"make it with `sudo {MAKE.relative_to(REPO)}` (needs root and apt; ~4 GB, minutes; .ci/run does it)"
+    if os.geteuid() != 0:
+        return f"the ROCm {ROCM_VERSION} chroot needs root (chroot, mount namespaces); {make}"
+    stamp = CHROOT / STAMP
+    if not stamp.is_file():
+        return f"no ROCm {ROCM_VERSION} chroot at {CHROOT}: {make}"
+    if stamp.read_text().strip() != fingerprint():
+        return f"the chroot at {CHROOT} was made by another version of make-chroot.sh, packages.txt or pyproject.toml: {make}"
+    return None
+
+
+def require_chroot() -> Path:
+    """The chroot's root; skip (fail under CI=true) with the reason where it is not there."""
+    reason = unavailable_reason()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return CHROOT
+
+
+def require_mirror(name: str) -> Path:
+    """A pinned source mirror (``bitsandbytes.git``) under $ROCMLOCK_MIRRORS; skip (fail under CI) without it."""
+    path = MIRRORS / name
+    if not path.is_dir():
+        reason = f"no source mirror {path}: set ROCMLOCK_MIRRORS to the directory holding {name}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return path
+
+
+def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, amd_layout: bool = False,
+        work: Path | None = None, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` in the chroot with a clean environment (BASE_ENV plus ``env``), capturing its output."""
+    root = require_chroot()
+    full_env = [f"{k}={v}" for k, v in {**BASE_ENV, **(env or {})}.items()]
+    cmd = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _MOUNT_AND_CHROOT, "sh",
+           str(root), str(REPO / "tools"), str(work or ""), "1" if amd_layout else "0",
+           "env", "-i", *full_env, *argv]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)

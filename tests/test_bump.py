@@ -1,0 +1,428 @@
+"""`rocmlock bump` against a local PyPI/GitHub stand-in (tests/fakeupstream.py), on a copy of the real
+recipes.
+
+Versions are read from the copied recipes/variants.yaml, so the tests hold whatever it pins.
+About 10 s (the rebuild summary test plans 4 times).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from fakeupstream import FakeUpstream, Reply, closed_port_url, sdist, serve
+from rocmlock.cli import main
+from rocmlock.pins import load_table
+from rocmlock.yamledit import load, values
+from shipped import MANIFEST, RECIPES, ROOT
+
+# PyPI's Warehouse names sdists <normalized name>-<version>.tar.gz (PEP 625).
+SDIST_NAMES = {"flash-attn": "flash_attn", "llamafactory": "llamafactory", "deepspeed": "deepspeed"}
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeUpstream:
+    # requests takes proxies from the environment (as pip does): never send 127.0.0.1 through one.
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+    with serve() as server:
+        yield server
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """A checkout copy: recipes/ copied, tools/ linked (the recipes read ../../tools/...)."""
+    shutil.copytree(RECIPES, tmp_path / "recipes")
+    (tmp_path / "tools").symlink_to(ROOT / "tools")
+    return tmp_path
+
+
+def bump(ws: Path, fake_url: str, *args: str, github: str | None = None, manifest: Path | None = None) -> int:
+    github = github or fake_url
+    return main(
+        [
+            "bump",
+            *args,
+            "--recipes-dir",
+            str(ws / "recipes"),
+            "--manifest-path",
+            str(manifest or ws / "no-pixi.toml"),
+            "--index-url",
+            f"{fake_url}/pypi",
+            "--github-url",
+            github,
+            "--github-api-url",
+            f"{github}/api",
+            "--github-raw-url",
+            f"{github}/raw",
+            "--timeout",
+            "1",
+            "--retries",
+            "1",
+            "--backoff",
+            "0",
+        ]
+    )
+
+
+def pinned(ws: Path, key: str) -> str:
+    return values(load(ws / "recipes" / "variants.yaml"), key)[0]
+
+
+def add_sdist(
+    fake: FakeUpstream, name: str, version: str, data: bytes | None = None, sha256: str | None = None
+) -> str:
+    data = data if data is not None else f"{name} {version}".encode()
+    fake.add_project(name, {version: [fake.file(f"{SDIST_NAMES[name]}-{version}.tar.gz", data, sha256)]})
+    return hashlib.sha256(data).hexdigest()
+
+
+def snapshot(ws: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted((ws / "recipes").rglob("*")) if p.is_file()}
+
+
+def test_round_trip_changes_exactly_the_bumped_lines(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = ws / "recipes" / "variants.yaml"
+    before = path.read_text().splitlines(True)
+    old_version, old_sha = pinned(ws, "flash_attn_version"), pinned(ws, "flash_attn_sha256")
+    new_version = f"{old_version}.post9"
+    sha = add_sdist(fake, "flash-attn", new_version)
+    assert bump(ws, fake.url, f"flash-attn={new_version}") == 0
+    after = path.read_text().splitlines(True)
+    changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+    # Every comment, key, quote and indent byte for byte; only the version and its sha256 moved.
+    assert changed == [
+        (f'  - "{old_version}"\n', f'  - "{new_version}"\n'),
+        (f"  - {old_sha}\n", f"  - {sha}\n"),
+    ]
+    out = capsys.readouterr().out
+    assert f'+  - "{new_version}"' in out and f"+  - {sha}" in out and out.count("\n+ ") == 2
+
+
+def test_dry_run_writes_nothing_but_shows_the_diff(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = snapshot(ws)
+    new_version = f"{pinned(ws, 'deepspeed_version')}.post1"
+    sha = add_sdist(fake, "deepspeed", new_version)
+    assert bump(ws, fake.url, f"deepspeed={new_version}", "--dry-run") == 0
+    out, err = capsys.readouterr()
+    assert snapshot(ws) == before
+    assert f"+  - {sha}" in out and "dry run: nothing written" in err
+
+
+def test_the_same_bump_gives_the_same_bytes(ws: Path, fake: FakeUpstream, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(ws / "recipes", other / "recipes")
+    new_version = f"{pinned(ws, 'deepspeed_version')}.post1"
+    add_sdist(fake, "deepspeed", new_version)
+    assert bump(ws, fake.url, f"deepspeed={new_version}") == 0
+    assert bump(other, fake.url, f"deepspeed={new_version}") == 0
+    assert snapshot(ws).values() and list(snapshot(ws).values()) == list(snapshot(other).values())
+
+
+def _torch_2_15(fake: FakeUpstream) -> dict[str, str]:
+    """PyPI releases of torch 2.15.0 with its companions, and their GitHub sources on the fake GitHub."""
+    for name, version in (("torch", "2.15.0"), ("torchvision", "0.30.0"), ("triton", "3.9.0")):
+        fake.add_project(
+            name,
+            {version: [fake.file(f"{name}-{version}-cp312-linux_x86_64.whl", packagetype="bdist_wheel")]},
+        )
+    rev, llvm = "a" * 40, "b" * 40
+    archives = {
+        "pytorch": "/pytorch/pytorch/releases/download/v2.15.0/pytorch-v2.15.0.tar.gz",
+        "torchvision": "/pytorch/vision/archive/refs/tags/v0.30.0.tar.gz",
+        "triton": f"/triton-lang/triton/archive/{rev}.tar.gz",
+        "triton-llvm": f"/llvm/llvm-project/archive/{llvm}.tar.gz",
+    }
+    for name, path in archives.items():
+        fake.add(path, Reply(body=name.encode()))
+    fake.add("/api/repos/triton-lang/triton/commits/v3.9.0", Reply(body=rev.encode()))
+    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-hash.txt", Reply(body=llvm.encode() + b"\n"))
+    shas = {name: hashlib.sha256(name.encode()).hexdigest() for name in archives}
+    return {
+        "pytorch_version": "2.15.0",
+        "pytorch_sha256": shas["pytorch"],
+        "torchvision_version": "0.30.0",
+        "torchvision_sha256": shas["torchvision"],
+        "triton_version": "3.9.0",
+        "triton_git_rev": rev,
+        "triton_sha256": shas["triton"],
+        "triton_llvm_rev": llvm,
+        "triton_llvm_sha256": shas["triton-llvm"],
+    }
+
+
+def test_pytorch_with_companions_takes_commits_and_hashes_from_github(ws: Path, fake: FakeUpstream) -> None:
+    expected = _torch_2_15(fake)
+    path = ws / "recipes" / "variants.yaml"
+    old_doc, before = load(path), path.read_text().splitlines()
+    assert bump(ws, fake.url, "pytorch=2.15.0", "torchvision=0.30.0", "triton=3.9.0") == 0
+    doc = load(path)
+    assert {key: values(doc, key)[0] for key in expected} == expected
+    # Line for line: only the value lines of the keys that moved differ, the rest (comments too) is unchanged.
+    moved = sum(values(old_doc, key)[0] != value for key, value in expected.items())
+    after = path.read_text().splitlines()
+    assert len(after) == len(before) and sum(a != b for a, b in zip(before, after, strict=True)) == moved
+
+
+def test_github_unreachable_needs_hashes_and_commits_given(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = _torch_2_15(fake)
+    before = snapshot(ws)
+    down = closed_port_url()
+    assert bump(ws, fake.url, "pytorch=2.15.0", "torchvision=0.30.0", "triton=3.9.0", github=down) == 2
+    err = capsys.readouterr().err
+    assert "source 'pytorch' is needed and its archive is unreachable" in err
+    assert "hint: pass --sha256 pytorch=HEX" in err and snapshot(ws) == before
+    given = [
+        "--sha256",
+        f"pytorch={expected['pytorch_sha256']}",
+        "--sha256",
+        f"torchvision={expected['torchvision_sha256']}",
+        "--rev",
+        f"triton={expected['triton_git_rev']}",
+        "--sha256",
+        f"triton={expected['triton_sha256']}",
+        "--rev",
+        f"triton-llvm={expected['triton_llvm_rev']}",
+        "--sha256",
+        f"triton-llvm={expected['triton_llvm_sha256']}",
+    ]
+    assert (
+        bump(ws, fake.url, "pytorch=2.15.0", "torchvision=0.30.0", "triton=3.9.0", *given, github=down) == 0
+    )
+    doc = load(ws / "recipes" / "variants.yaml")
+    assert {key: values(doc, key)[0] for key in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "rule", "hint"),
+    [
+        (
+            ["pytorch=2.15.0"],
+            "pairing rule 'torchvision-pytorch'",
+            "bump it in the same command: torchvision 0.30.*",
+        ),
+        (["pytorch=2.15.0", "torchvision=0.30.0"], "pairing rule 'triton-pytorch'", "triton 3.9.*"),
+        (["torchvision=0.30.0"], "pairing rule 'torchvision-pytorch'", "pytorch 2.15.*"),
+        (["torchaudio=2.99.0"], "pairing rule 'torchaudio-pytorch'", "pytorch >=2.99"),
+        (
+            ["pytorch=2.13.0", "torchvision=0.28.0"],
+            "which triton goes with pytorch 2.13.0 is not recorded",
+            "add it to the rule in tools/rocmlock/data/upstreams.toml",
+        ),
+    ],
+)
+def test_a_pairing_violation_is_refused_with_the_rule_named(
+    ws: Path, args: list[str], rule: str, hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = snapshot(ws)
+    # No server at all: the rules are checked before anything is looked up.
+    assert bump(ws, closed_port_url(), *args) == 2
+    err = capsys.readouterr().err
+    assert rule in err and hint in err and "Traceback" not in err
+    assert snapshot(ws) == before
+
+
+def test_bad_requests_exit_2_with_one_line(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add_sdist(fake, "deepspeed", "9.9.9")
+    cases = [
+        (["torch=2.15.0"], "unknown upstream 'torch'"),
+        (["deepspeed"], "expected NAME=VALUE"),
+        (["deepspeed=not-a-version"], "'not-a-version' is not a version"),
+        (["deepspeed=9.9.8"], "'deepspeed' has no release 9.9.8"),
+        (["deepspeed=9.9.9", "--sha256", "deepspeed=abc"], "not 64 lowercase hex digits"),
+        (["deepspeed=9.9.9", "--rev", "triton=" + "a" * 40], "triton is not bumped"),
+        (
+            ["deepspeed=9.9.9", "--sha256", "deepspeed=" + "0" * 64],
+            "PyPI's sdist deepspeed-9.9.9.tar.gz has sha256",
+        ),
+    ]
+    for args, message in cases:
+        assert bump(ws, fake.url, *args) == 2, args
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, (args, err)
+
+
+def test_a_second_zip_position_is_chosen_by_series(tmp_path: Path, fake: FakeUpstream) -> None:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    text = (
+        'python:\n  - "3.12"\n# two flash-attn lines\nflash_attn_version:\n  - "2.7.4"\n  - "2.8.3"\n'
+        "flash_attn_sha256:\n  - " + "1" * 64 + "  # 2.7.4\n  - " + "2" * 64 + "  # 2.8.3\n"
+        "zip_keys:\n  - [flash_attn_version, flash_attn_sha256]\n"
+    )
+    (recipes / "variants.yaml").write_text(text)
+    sha = add_sdist(fake, "flash-attn", "2.7.4.post1")
+    assert bump(tmp_path, fake.url, "flash-attn=2.7.4.post1") == 0
+    assert (recipes / "variants.yaml").read_text() == text.replace('"2.7.4"', '"2.7.4.post1"').replace(
+        "1" * 64, sha
+    )
+
+
+def test_rebuild_summary_lists_the_new_variants(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copy(MANIFEST, ws / "pixi.toml")
+    new_version = f"{pinned(ws, 'flash_attn_version')}.post9"
+    add_sdist(fake, "flash-attn", new_version)
+    assert (
+        bump(ws, fake.url, f"flash-attn={new_version}", "--dry-run", "--json", manifest=ws / "pixi.toml") == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["written"] is False and data["files"] == ["recipes/variants.yaml"]
+    assert data["rebuild"] and all(i.startswith(f"flash-attn-{new_version}-") for i in data["rebuild"])
+    assert {c["key"] for c in data["changes"]} == {"flash_attn_version", "flash_attn_sha256"}
+    # Written for real, the summary is the same: the plan is made before the files change.
+    assert bump(ws, fake.url, f"flash-attn={new_version}", "--json", manifest=ws / "pixi.toml") == 0
+    written = json.loads(capsys.readouterr().out)
+    assert written["written"] is True and written["rebuild"] == data["rebuild"]
+    assert pinned(ws, "flash_attn_version") == new_version
+
+
+def test_url_templates_are_the_recipes_source_urls() -> None:
+    """upstreams.toml's archive URLs are what the recipes download; its keys are the recipes' keys."""
+    github = {"github": "https://github.com"}
+    for up in load_table().upstreams:
+        key = up.sources[0].keys[0]
+        recipe = next(p for p in RECIPES.glob("*/recipe.yaml") if f"${{{{ {key} }}}}" in p.read_text())
+        text = recipe.read_text()
+        assert f"${{{{ {up.version_key} }}}}" in text, (recipe, up.version_key)
+        for src in up.sources:
+            for key in src.keys:
+                assert f"${{{{ {key} }}}}" in text, (recipe, key)
+            if src.url:
+                url = src.url.format(version="${{ version }}", rev=f"${{{{ {src.rev_key} }}}}", **github)
+                assert f"url: {url}" in text, (recipe, url)
+
+
+# ----------------------------------------------------------------------------- llamafactory's run reqs
+
+PYPI_NAMES = {
+    "pytorch": "torch",
+    "matplotlib-base": "matplotlib",
+}  # the inverse of upstreams.toml's conda_names
+
+
+def _current_requirements(recipe: Path) -> list[str]:
+    """The recipe's run requirements from the sdist (all but python), as PyPI requirement strings."""
+    run = load(recipe).data["requirements"]["run"]
+    out = []
+    for entry in run:
+        name, _, spec = str(entry).partition(" ")
+        if name != "python":
+            out.append(PYPI_NAMES.get(name, name) + spec)
+    return out
+
+
+def _pyproject(deps: list[str]) -> str:
+    return (
+        '[project]\nname = "llamafactory"\ndynamic = ["version"]\ndependencies = [\n'
+        + "".join(f"    {json.dumps(d)},\n" for d in deps)
+        + "]\n"
+    )
+
+
+def test_llamafactory_run_requirements_follow_the_new_sdist(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipe = ws / "recipes" / "llamafactory" / "recipe.yaml"
+    original = recipe.read_text()
+    before = [str(e) for e in load(recipe).data["requirements"]["run"]]
+    deps = _current_requirements(recipe)
+    assert before[1].startswith("pytorch ") and any(d.startswith("matplotlib>") for d in deps)
+    deps.pop()  # upstream dropped its last dependency
+    deps[0] = "torch>=2.99.0"  # raised a floor
+    deps.insert(
+        2, "Brand_New.Pkg >= 1.0, < 2 ; sys_platform == 'linux'"
+    )  # added one (odd spelling on purpose)
+    deps.append("pywin32>=300; sys_platform == 'win32'")  # never on Linux
+    data = sdist("llamafactory", "9.9.9", _pyproject(deps))
+    sha = add_sdist(fake, "llamafactory", "9.9.9", data)
+    assert bump(ws, fake.url, "llamafactory=9.9.9") == 0
+    run = [str(e) for e in load(recipe).data["requirements"]["run"]]
+    # python (the recipe's own) stays first; the rest in the pyproject's order, conda-forge names
+    # (torch -> pytorch, matplotlib -> matplotlib-base, PEP 503 normalized), a new one after its predecessor.
+    assert run == [before[0], "pytorch >=2.99.0", before[2], "brand-new-pkg >=1.0,<2", *before[3:-1]]
+    new_text = recipe.read_text()
+    old_comments = [line for line in original.splitlines() if line.lstrip().startswith("#")]
+    new_comments = [line for line in new_text.splitlines() if line.lstrip().startswith("#")]
+    # Every comment stays where it was; one citing the version ("core (0.9.5 pyproject.toml") follows it.
+    assert [re.sub(r"\(\S+ pyproject", "(X pyproject", c) for c in new_comments] == [
+        re.sub(r"\(\S+ pyproject", "(X pyproject", c) for c in old_comments
+    ]
+    cited = [c for c in old_comments if re.search(r"\(\S+ pyproject\.toml", c)]
+    assert sum("(9.9.9 pyproject.toml" in c for c in new_comments) == len(cited)
+    assert pinned(ws, "llamafactory_sha256") == sha
+    out = capsys.readouterr().out
+    assert "+    - pytorch >=2.99.0" in out and "+    - brand-new-pkg >=1.0,<2" in out
+
+
+def test_a_wrong_checksum_writes_nothing(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = snapshot(ws)
+    data = sdist("llamafactory", "9.9.9", _pyproject(["torch>=2.4.0"]))
+    add_sdist(fake, "llamafactory", "9.9.9", data, sha256="f" * 64)  # the index's digest lies
+    assert bump(ws, fake.url, "llamafactory=9.9.9") == 1
+    err = capsys.readouterr().err
+    assert f"expected {'f' * 64}" in err and "do not pin it" in err
+    assert snapshot(ws) == before  # neither variants.yaml nor the recipe
+
+
+def test_a_downgrade_is_done_but_said(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = pinned(ws, "deepspeed_version")
+    add_sdist(fake, "deepspeed", "0.0.1")
+    assert bump(ws, fake.url, "deepspeed=0.0.1") == 0
+    assert f"deepspeed: {old} -> 0.0.1 is a downgrade" in capsys.readouterr().err
+    assert pinned(ws, "deepspeed_version") == "0.0.1"
+
+
+def test_dynamic_dependencies_are_refused(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = snapshot(ws)
+    data = sdist(
+        "llamafactory", "9.9.9", '[project]\nname = "llamafactory"\ndynamic = ["version", "dependencies"]\n'
+    )
+    add_sdist(fake, "llamafactory", "9.9.9", data)
+    assert bump(ws, fake.url, "llamafactory=9.9.9") == 1
+    assert "no static [project] dependencies" in capsys.readouterr().err
+    assert snapshot(ws) == before
+
+
+def test_zip_groups_are_read_generically(
+    tmp_path: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another column zipped with the version keeps its value; an unknown key of the upstream's is refused."""
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    text = (
+        'rocm_version:\n  - "6.4"\n  - "7.2"\ndeepspeed_version:\n  - "0.17.1"\n  - "0.18.4"\n'
+        "deepspeed_sha256:\n  - " + "1" * 64 + "\n  - " + "2" * 64 + "\n"
+        "zip_keys:\n  - [rocm_version, deepspeed_version, deepspeed_sha256]\n"
+    )
+    (recipes / "variants.yaml").write_text(text)
+    sha = add_sdist(fake, "deepspeed", "0.18.5")
+    assert bump(tmp_path, fake.url, "deepspeed=0.18.5") == 0
+    assert (recipes / "variants.yaml").read_text() == text.replace('"0.18.4"', '"0.18.5"').replace(
+        "2" * 64, sha
+    )
+    (recipes / "variants.yaml").write_text(
+        text.replace("deepspeed_sha256]", "deepspeed_sha256, deepspeed_patch]")
+        + "deepspeed_patch:\n  - a\n  - b\n"
+    )
+    assert bump(tmp_path, fake.url, "deepspeed=0.18.5") == 2
+    assert "has deepspeed_patch, which rocmlock does not fill for deepspeed" in capsys.readouterr().err

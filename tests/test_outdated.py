@@ -1,0 +1,162 @@
+"""`rocmlock outdated` against a local PyPI/GitHub stand-in, on a copy of the real recipes/variants.yaml."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from fakeupstream import FakeUpstream, Reply, closed_port_url, serve
+from rocmlock.cli import main
+from rocmlock.pins import load_table
+from rocmlock.yamledit import load, values
+from shipped import RECIPES
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeUpstream:
+    # requests takes proxies from the environment (as pip does): never send 127.0.0.1 through one.
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+    with serve() as server:
+        yield server
+
+
+@pytest.fixture
+def recipes(tmp_path: Path) -> Path:
+    shutil.copy(RECIPES / "variants.yaml", tmp_path / "variants.yaml")
+    return tmp_path
+
+
+def outdated(recipes: Path, fake_url: str, github: str, *extra: str) -> int:
+    return main(
+        [
+            "outdated",
+            "--recipes-dir",
+            str(recipes),
+            "--index-url",
+            f"{fake_url}/pypi",
+            "--github-url",
+            github,
+            "--github-api-url",
+            f"{github}/api",
+            "--github-raw-url",
+            f"{github}/raw",
+            "--timeout",
+            "1",
+            "--retries",
+            "0",
+            "--backoff",
+            "0",
+            *extra,
+        ]
+    )
+
+
+def publish_all(fake: FakeUpstream, recipes: Path, newer: dict[str, str]) -> dict[str, str]:
+    """Every tracked upstream on the fake PyPI with its pinned release, plus ``newer`` (name -> version)."""
+    doc = load(recipes / "variants.yaml")
+    pins = {}
+    for up in load_table().upstreams:
+        pins[up.name] = values(doc, up.version_key)[0]
+        versions = {pins[up.name], *([newer[up.name]] if up.name in newer else [])}
+        kind = "sdist" if up.sources[0].kind == "sdist" else "bdist_wheel"
+        fake.add_project(
+            up.pypi,
+            {
+                v: [fake.file(f"{up.pypi}-{v}.tar.gz", f"{up.pypi}{v}".encode(), packagetype=kind)]
+                for v in versions
+            },
+        )
+    return pins
+
+
+def test_report_lists_pins_newest_sources_and_companions(
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pins = publish_all(
+        fake,
+        recipes,
+        {
+            "pytorch": "2.15.0",
+            "torchvision": "0.30.0",
+            "triton": "3.9.0",
+            "flash-attn": "9.0.0",
+            "bitsandbytes": "9.1.0",
+        },
+    )
+    fake.add("/api/repos/bitsandbytes-foundation/bitsandbytes/commits/9.1.0", Reply(body=b"c" * 40))
+    fake.add("/pytorch/pytorch/releases/download/v2.15.0/pytorch-v2.15.0.tar.gz", Reply(body=b"x"))
+    assert outdated(recipes, fake.url, fake.url, "--json") == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["upstreams"]}
+    assert set(rows) == {u.name for u in load_table().upstreams}
+    assert rows["pytorch"]["pinned"] == [pins["pytorch"]] and rows["pytorch"]["newest"] == "2.15.0"
+    assert rows["pytorch"]["behind"] and not rows["deepspeed"]["behind"]
+    assert rows["pytorch"]["companions"] == [
+        "torchvision 0.30.0 (torchvision-pytorch)",
+        f"torchaudio {pins['torchaudio']} (torchaudio-pytorch)",
+        "triton 3.9.0 (triton-pytorch)",
+    ]
+    assert rows["torchvision"]["companions"] == ["needs pytorch 2.15.* (torchvision-pytorch)"]
+    sha = hashlib.sha256(b"flash-attn9.0.0").hexdigest()
+    assert rows["flash-attn"]["sources"] == {"flash-attn": f"sdist sha256 {sha}"}
+    assert rows["bitsandbytes"]["sources"] == {"bitsandbytes": f"commit {'c' * 40}"}
+    assert rows["pytorch"]["sources"] == {"pytorch": "sha256: `rocmlock bump` downloads the archive"}
+
+
+def test_github_unreachable_is_a_cell_not_a_failure(
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish_all(fake, recipes, {"triton": "3.9.0", "torchvision": "0.30.0", "bitsandbytes": "9.1.0"})
+    assert outdated(recipes, fake.url, closed_port_url()) == 0
+    out = capsys.readouterr().out
+    assert "  source triton: commit unknown (unreachable); sha256 unknown (unreachable)" in out
+    assert (
+        "  source triton-llvm: commit unknown (needs the triton commit); sha256 unknown (needs the commit)"
+        in out
+    )
+    assert "  source torchvision: sha256 unknown (unreachable)" in out
+    assert "  source bitsandbytes: commit unknown (unreachable)" in out
+
+
+def test_a_project_missing_on_the_index_fails_its_row_only(
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish_all(fake, recipes, {})
+    fake.routes.pop("/pypi/deepspeed/json")
+    assert outdated(recipes, fake.url, closed_port_url()) == 1
+    out = capsys.readouterr().out
+    assert "deepspeed: " in out and "not found (HTTP 404)" in out
+    assert "pytorch" in out and "up to date" in out
+
+
+def test_version_keys_no_upstream_claims_are_listed(
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = recipes / "variants.yaml"
+    path.write_text(path.read_text() + '\nfoo_version:\n  - "1.0"\n')
+    publish_all(fake, recipes, {})
+    assert outdated(recipes, fake.url, closed_port_url()) == 0
+    assert (
+        "not tracked (no row in tools/rocmlock/data/upstreams.toml): foo_version" in capsys.readouterr().out
+    )
+
+
+def test_an_unrecorded_pairing_shows_what_pypi_metadata_says(
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish_all(fake, recipes, {"triton": "3.8.0"})
+    fake.add_project(
+        "torch",
+        {"2.13.0": [fake.file("torch-2.13.0-cp312-linux_x86_64.whl", packagetype="bdist_wheel")]},
+        requires_dist=["filelock", 'triton==3.8.0; platform_system == "Linux"'],
+    )
+    assert outdated(recipes, fake.url, closed_port_url()) == 0
+    out = capsys.readouterr().out
+    assert (
+        "companion: triton for pytorch 2.13.0: not recorded in tools/rocmlock/data/upstreams.toml "
+        "(triton-pytorch); "
+        "PyPI's torch 2.13.0 requires triton==3.8.0"
+    ) in out

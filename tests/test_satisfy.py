@@ -1,0 +1,83 @@
+"""rocmlock.satisfy against pixi 0.77.0's own rules: which lock `pixi install --locked` accepts, and what
+rocmlock refuses to write because pixi would not accept it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from channels import Pkg, build_channel
+from lockhelpers import make_workspace
+from rattler import BuildString, PackageRecord, RepoDataRecord
+from rocmlock.cli import main
+from rocmlock.pixi_compat import pixi_virtual_packages
+from rocmlock.satisfy import records_unsat
+from rocmlock.solve import virtual_packages_for
+from rocmlock.workspace import Environment, Platform, load_workspace
+
+GPU = '[workspace]\nname = "t"\nchannels = ["c"]\nplatforms = [{ name = "gpu", platform = "linux-64", ' \
+      '__amdgpu = "0", __amdgpu_arch = "9.4.2" }]\n'
+
+
+def record(name: str, version: str = "1", depends: tuple[str, ...] = ()) -> RepoDataRecord:
+    pkg = PackageRecord(name, version, BuildString("0"), 0, "linux-64", depends=list(depends))
+    return RepoDataRecord(pkg, f"{name}-{version}-0.conda", f"https://c.example/linux-64/{name}-{version}-0.conda",
+                          "https://c.example/")
+
+
+def env_of(tmp_path: Path, deps: str) -> tuple[Environment, Platform]:
+    (tmp_path / "pixi.toml").write_text(GPU + "[dependencies]\n" + deps)
+    env = load_workspace(tmp_path).environment("default")
+    return env, env.platforms[0]
+
+
+def test_virtual_packages_are_the_ones_pixi_models(tmp_path: Path) -> None:
+    """pixi_core/src/workspace/virtual_packages.rs (get_minimal_virtual_packages, generic_to_virtual_package) drops
+    names rattler does not model; its linux-64 snapshot has `__archspec` version 1 (rattler_virtual_packages
+    lib.rs, From<Archspec> for GenericVirtualPackage) and build "0" on version-only packages."""
+    env, gpu = env_of(tmp_path, 'a = "*"\n')
+    assert pixi_virtual_packages(gpu.declared_virtual_packages()) == [
+        ("__unix", "0", "0"), ("__linux", "4.18", "0"), ("__glibc", "2.28", "0"), ("__archspec", "1", "x86_64")]
+    # The lock file still records the declared form (pixi_manifest platform.rs, subdir_default_virtual_packages).
+    assert ("__archspec", "0", "x86_64") in gpu.declared_virtual_packages()
+    # rocmlock's solve adds the GPU packages as a guard only.
+    assert virtual_packages_for(env, gpu)[-2:] == (("__amdgpu", "0", ""), ("__amdgpu_arch", "9.4.2", ""))
+
+
+@pytest.mark.parametrize(("depends", "ok"), [
+    (("__archspec 1.*",), True),          # pixi's archspec is version 1
+    (("__archspec 0.*",), False),
+    (("__glibc >=2.17",), True),
+    (("__amdgpu_arch ==9.4.2",), False),  # pixi has no __amdgpu_arch to satisfy it
+    (("__amdgpu",), False),
+    (('b *[when="python >=3.12"]',), True),   # condition unmet (python 3.11 locked): skipped
+    (('b *[when="python >=3.10"]',), False),  # condition met: b must be locked
+    (('b *[when="python >=3.12 or __unix"]',), False),
+    (('b *[when="(python >=3.12 or __unix) and __win"]',), True),
+])
+def test_record_dependencies_by_pixis_rules(tmp_path: Path, depends: tuple[str, ...], ok: bool) -> None:
+    """pixi_core/src/lock_file/satisfiability/platform.rs (pixi v0.77.0): every depends of a reached record must
+    match a locked record or one of pixi's virtual packages, except a conditional one whose condition no
+    locked record or virtual package meets (condition_is_met; `and` binds tighter than `or`, rattler
+    match_spec/condition.rs)."""
+    env, gpu = env_of(tmp_path, 'a = "*"\npython = "*"\n')
+    records = [record("a", depends=depends), record("python", "3.11.0")]
+    reason = records_unsat(env, gpu, records)
+    assert (reason is None) is ok, reason
+
+
+def test_a_solve_pixi_would_reject_is_not_written(
+        tmp_path: Path, channels: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """A package that depends on `__amdgpu_arch` solves with rocmlock's guard packages, but pixi provides no
+    `__amdgpu_arch` (virtual_packages.rs) and its --locked check would fail: rocmlock refuses the lock."""
+    gpu_only = build_channel(tmp_path / "gpu-only", [
+        Pkg("gpu-only", "1", "0", subdir="noarch", noarch="generic", depends=("__amdgpu_arch ==9.4.2",))])
+    extra = '\n[feature.g.dependencies]\ngpu-only = "*"\n[environments.odd]\nfeatures = ["gfx942", "g"]\n'
+    root = make_workspace(tmp_path / "ws", channels, extra=extra)
+    text = (root / "pixi.toml").read_text()
+    (root / "pixi.toml").write_text(text.replace('channels = ["', f'channels = ["{gpu_only.as_uri()}", "', 1))
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml"), "-e", "odd"]) == 1
+    err = capsys.readouterr().err
+    assert "environment 'odd' on platform 'linux-64-gfx942' is one pixi would reject" in err
+    assert "'__amdgpu_arch ==9.4.2' (from gpu-only) has no matching locked package" in err
+    assert not (root / "pixi.lock").exists()

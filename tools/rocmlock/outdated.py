@@ -1,0 +1,221 @@
+"""``rocmlock outdated``: for every upstream pinned in recipes/variants.yaml, the pin, the newest release
+on PyPI, where a bump's source values would come from, and which companions a bump drags along.
+
+PyPI is the one source of versions (every upstream here publishes its releases there). What PyPI lacks
+for some (no sdist: the GitHub archive's hash, a tag's commit) is looked up on GitHub; when the host
+cannot reach it that cell says ``unknown (unreachable)`` and the command still succeeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from rocmlock.errors import OperationError
+from rocmlock.pins import Rule, Source, Table, Upstream, load_table
+from rocmlock.recipes import ENV_KEYS, VARIANTS_FILE
+from rocmlock.textutil import format_table
+from rocmlock.upstream import Client, Project, Unreachable
+from rocmlock.yamledit import load, values
+
+UNREACHABLE = "unknown (unreachable)"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One upstream: pinned, newest, source values for the newest, companions, or the error that hid them."""
+
+    name: str
+    pypi: str
+    pinned: tuple[str, ...]
+    newest: str | None
+    sources: tuple[tuple[str, str], ...] = ()
+    companions: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def behind(self) -> bool:
+        return self.newest is not None and all(Version(p) < Version(self.newest) for p in self.pinned)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "pypi": self.pypi,
+            "pinned": list(self.pinned),
+            "newest": self.newest,
+            "behind": self.behind,
+            "sources": dict(self.sources),
+            "companions": list(self.companions),
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    """Every tracked upstream, and the version keys of variants.yaml no upstream claims."""
+
+    rows: tuple[Row, ...]
+    untracked: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(r.error is None for r in self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"upstreams": [r.to_json() for r in self.rows], "untracked": list(self.untracked)}
+
+
+def outdated(recipes_dir: Path, client: Client, table: Table | None = None) -> Report:
+    """Look up every upstream of ``recipes_dir``'s variants.yaml on PyPI (and GitHub where reachable)."""
+    table = table or load_table()
+    doc = load(recipes_dir / VARIANTS_FILE)
+    tracked = [u for u in table.upstreams if u.version_key in doc.data]
+    claimed = {k for u in table.upstreams for k in u.keys}
+    untracked = tuple(
+        sorted(
+            str(k) for k in doc.data if str(k).endswith("_version") and k not in claimed and k not in ENV_KEYS
+        )
+    )
+    rows = tuple(_row(u, tuple(values(doc, u.version_key)), client, table) for u in tracked)
+    return Report(rows, untracked)
+
+
+def newest_release(project: Project) -> str | None:
+    """The highest final release with at least one file that is not yanked."""
+    final = [
+        Version(v)
+        for v, files in project.releases
+        if files and not all(f.yanked for f in files) and _final(v)
+    ]
+    return str(max(final)) if final else None
+
+
+def _final(version: str) -> bool:
+    try:
+        parsed = Version(version)
+    except ValueError:
+        return False
+    return not (parsed.is_prerelease or parsed.is_devrelease)
+
+
+def _row(up: Upstream, pinned: tuple[str, ...], client: Client, table: Table) -> Row:
+    try:
+        newest = newest_release(client.project(up.pypi))
+    except OperationError as exc:
+        return Row(up.name, up.pypi, pinned, None, error=str(exc))
+    if newest is None:
+        return Row(up.name, up.pypi, pinned, None, error=f"no final release of '{up.pypi}' on the index")
+    sources = tuple(_sources(up, newest, client))
+    companions = tuple(_companion(rule, up, newest, client, table) for rule in table.rules_of(up.name))
+    return Row(up.name, up.pypi, pinned, newest, sources, companions)
+
+
+def _sources(up: Upstream, version: str, client: Client) -> list[tuple[str, str]]:
+    """Per source of ``version``: the sdist sha256, the commit, and whether the archive can be hashed here."""
+    out: list[tuple[str, str]] = []
+    context = {"version": version, **client.hosts.placeholders()}
+    for src in up.sources:
+        if src.kind == "sdist":
+            sdist = client.project(up.pypi).sdist(version)
+            out.append((src.name, f"sdist sha256 {sdist.sha256}" if sdist else "no sdist on PyPI"))
+            continue
+        cells = []
+        if src.rev_key:
+            rev = _rev(src, context, client)
+            cells.append(f"commit {rev}")
+            if rev.startswith("unknown"):
+                sha = f"sha256 {UNREACHABLE}" if rev == UNREACHABLE else "sha256 unknown (needs the commit)"
+                out.append((src.name, "; ".join([*cells, sha] if src.sha256_key else cells)))
+                continue
+            context["rev"] = context[f"{src.name.replace('-', '_')}_rev"] = rev
+        if src.sha256_key:
+            url = (src.url or "").format(**context)
+            cells.append(
+                "sha256: `rocmlock bump` downloads the archive"
+                if client.reachable(url)
+                else f"sha256 {UNREACHABLE}"
+            )
+        out.append((src.name, "; ".join(cells)))
+    return out
+
+
+def _rev(src: Source, context: dict[str, str], client: Client) -> str:
+    try:
+        if src.tag and src.repo:
+            return client.github_commit(src.repo, src.tag.format(**context))
+        if src.rev_file:
+            return next(iter(client.text(src.rev_file.format(**context)).split()), UNREACHABLE)
+    except KeyError as exc:  # the rev_file names an earlier source's commit, which is not known either
+        return f"unknown (needs the {exc.args[0].removesuffix('_rev').replace('_', '-')} commit)"
+    except Unreachable:
+        return UNREACHABLE
+    except OperationError as exc:
+        return f"unknown ({exc})"
+    return UNREACHABLE
+
+
+def _companion(rule: Rule, up: Upstream, newest: str, client: Client, table: Table) -> str:
+    """What ``rule`` asks of the other side when ``up`` moves to ``newest``."""
+    if up.name == rule.follower:
+        return f"needs {rule.leader_needs(newest)} ({rule.name})"
+    follower = table.get(rule.follower)
+    expected = rule.expected_series(newest)
+    if expected is None:
+        return f"{rule.describe(newest)} ({rule.name}){_metadata_says(up, follower, newest, client)}"
+    try:
+        project = client.project(follower.pypi)
+    except OperationError as exc:
+        return f"{rule.describe(newest)}: PyPI lookup failed ({exc})"
+    fits = [
+        Version(v) for v, files in project.releases if files and _final(v) and rule.check(newest, v) == "ok"
+    ]
+    if not fits:
+        return f"{rule.describe(newest)}: none released on PyPI yet ({rule.name})"
+    return f"{rule.follower} {max(fits)} ({rule.name})"
+
+
+def _metadata_says(leader: Upstream, follower: Upstream, version: str, client: Client) -> str:
+    """What the leader's own metadata on PyPI requires of the follower, when PyPI shows it for ``version``.
+
+    The JSON API carries ``requires_dist`` of the newest release only (torch 2.15.0: ``triton~=3.9.0;
+    platform_system == "Linux"``), so this is a lead for whoever records the rule, not the rule itself.
+    """
+    project = client.project(leader.pypi)
+    if project.latest != version:
+        return ""
+    for text in project.requires_dist:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) == canonicalize_name(follower.pypi) and str(req.specifier):
+            return f"; PyPI's {leader.pypi} {version} requires {req.name}{req.specifier}"
+    return ""
+
+
+def render_report(report: Report) -> str:
+    """The report as a table for people, then each upstream's sources and companions."""
+    rows = [("upstream", "pinned", "newest", "status")]
+    for r in report.rows:
+        status = "error" if r.error else "behind" if r.behind else "up to date"
+        rows.append((r.name, ", ".join(r.pinned), r.newest or "?", status))
+    lines = format_table(rows)
+    for r in report.rows:
+        if r.error:
+            lines.append(f"{r.name}: {r.error}")
+            continue
+        if not r.behind:
+            continue
+        lines.append(f"{r.name} {r.newest}:")
+        lines += [f"  source {name}: {cell}" for name, cell in r.sources]
+        lines += [f"  companion: {c}" for c in r.companions]
+    if report.untracked:
+        lines.append(
+            f"not tracked (no row in tools/rocmlock/data/upstreams.toml): {', '.join(report.untracked)}"
+        )
+    return "\n".join(lines)

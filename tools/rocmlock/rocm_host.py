@@ -1,0 +1,221 @@
+"""Where the host's ROCm is, which version it is, and where its device libraries are, on both layouts users have.
+
+- AMD's packages: ``/opt/rocm-X.Y.Z`` (``/opt/rocm`` links to it) with ``.info/version``, ``lib/llvm/bin/clang``
+  and ``amdgcn/bitcode``.
+- A distribution's (Debian/Ubuntu, ROCm 7.2.4 in Debian experimental): ROCm in ``/usr``, no ``.info/version``
+  (the version is in ``include/rocm-core/rocm_version.h`` and ``hipconfig --version``), clang in
+  ``/usr/lib/llvm-22`` and the device libraries in that clang's resource directory
+  (``/usr/lib/llvm-22/lib/clang/22/amdgcn/bitcode``).
+
+With ``--rocm-path``/``ROCM_PATH`` set, clang looks for the device libraries in ``<rocm>/amdgcn/bitcode`` only
+(clang/lib/Driver/ToolChains/AMDGPU.cpp, RocmInstallationDetector), so ``ROCM_PATH=/usr`` breaks a distro ROCm
+unless ``HIP_DEVICE_LIB_PATH`` names the real directory: everything that exports ROCM_PATH must export that too.
+The recipes' ``rocm-build-env.sh`` and the ``rocm-version`` activation script follow the same search order.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocmlock.runner import CommandError, CommandResult, Runner, run_command
+from rocmlock.targets import version_tuple
+
+Which = Callable[[str, str | None], str | None]
+
+HIP_HEADER = Path("include/hip/hip_runtime.h")
+DEFAULT_ROCM = Path("/opt/rocm")
+DISTRO_ROCM = Path("/usr")
+VERSION_HEADER = Path("include/rocm-core/rocm_version.h")
+# One file every ROCm device-library directory holds (ROCm-Device-Libs' ocml).
+DEVICE_LIB_PROBE = "ocml.bc"
+
+
+@dataclass(frozen=True)
+class Host:
+    """The host as doctor sees it; every part is injectable so tests can describe another machine."""
+
+    env: Mapping[str, str]
+    runner: Runner = run_command
+    which: Which = field(default=lambda name, path: shutil.which(name, path=path))
+    kfd: Path = Path("/dev/kfd")
+
+    def find(self, name: str) -> str | None:
+        return self.which(name, self.env.get("PATH", os.defpath))
+
+    def run(self, argv: list[str], env: Mapping[str, str] | None = None, cwd: Path | None = None,
+            timeout: float = 60.0) -> CommandResult | None:
+        """Run a probe command; ``None`` when it cannot even start (a finding, not a crash)."""
+        try:
+            return self.runner(argv, env=env or self.env, cwd=cwd, timeout=timeout, check=False)
+        except CommandError:
+            return None
+
+    def output(self, argv: list[str]) -> str | None:
+        """A probe command's stripped stdout, ``None`` when it fails or prints nothing."""
+        res = self.run(argv)
+        return res.stdout.strip() if res is not None and res.ok and res.stdout.strip() else None
+
+
+def holds_header(path: str | Path) -> bool:
+    return (Path(path) / HIP_HEADER).is_file()
+
+
+def is_distro_layout(prefix: Path) -> bool:
+    """ROCm installed into the system prefix by a distribution's packages (no ``.info/version`` there)."""
+    return prefix == DISTRO_ROCM and not (prefix / ".info/version").is_file()
+
+
+def _hipconfig(host: Host, prefix: Path | None) -> str | None:
+    if prefix is not None and (prefix / "bin/hipconfig").is_file():
+        return str(prefix / "bin/hipconfig")
+    return host.find("hipconfig")
+
+
+def discover_prefix(host: Host) -> Path | None:
+    """Where ROCm is when HIP_PATH/ROCM_PATH do not say: /opt/rocm, else ``hipconfig --path``, else /usr."""
+    if holds_header(DEFAULT_ROCM):
+        return DEFAULT_ROCM
+    hipconfig = host.find("hipconfig")
+    reported = host.output([hipconfig, "--path"]) if hipconfig else None
+    if reported and holds_header(reported):
+        return Path(reported)
+    return DISTRO_ROCM if holds_header(DISTRO_ROCM) else None
+
+
+def _version_from_info(root: Path) -> str | None:
+    for rel in (".info/version", ".info/version-dev"):
+        try:
+            text = (root / rel).read_text().strip()
+        except OSError:
+            continue
+        if text:
+            return text.splitlines()[0].split("-")[0]
+    return None
+
+
+def _version_from_header(root: Path) -> str | None:
+    """``ROCM_VERSION_MAJOR/MINOR/PATCH`` from rocm-core's ``rocm_version.h`` (AMD's and Debian's packages)."""
+    try:
+        text = (root / VERSION_HEADER).read_text()
+    except OSError:
+        return None
+    parts = [re.search(rf"#define\s+ROCM_VERSION_{key}\s+(\d+)", text) for key in ("MAJOR", "MINOR", "PATCH")]
+    if not (parts[0] and parts[1]):
+        return None
+    return ".".join(m.group(1) for m in parts if m)
+
+
+def find_version(host: Host, prefix: Path | None) -> tuple[str | None, str]:
+    """The ROCm version and its source: ``.info/version``, else rocm-core's header, else ``hipconfig --version``."""
+    if prefix is not None:
+        version = _version_from_info(prefix)
+        if version:
+            return version, f"{prefix}/.info/version"
+        version = _version_from_header(prefix)
+        if version:
+            return version, f"{prefix}/{VERSION_HEADER}"
+    hipconfig = _hipconfig(host, prefix)
+    out = host.output([hipconfig, "--version"]) if hipconfig else None
+    if out and version_tuple(out.splitlines()[-1]):
+        # HIP's version is major.minor.build; major.minor is the ROCm release it ships with.
+        return ".".join(str(p) for p in version_tuple(out.splitlines()[-1])[:2]), "hipconfig --version"
+    return None, ""
+
+
+def holds_device_libs(path: str | Path) -> bool:
+    return (Path(path) / DEVICE_LIB_PROBE).is_file()
+
+
+def _clang_of(host: Host, prefix: Path | None) -> str | None:
+    """The clang hipcc drives: ``<rocm>/lib/llvm/bin/clang`` (AMD), else the one ``hipconfig --hipclangpath`` names."""
+    if prefix is not None and (prefix / "lib/llvm/bin/clang").is_file():
+        return str(prefix / "lib/llvm/bin/clang")
+    hipconfig = _hipconfig(host, prefix)
+    bindir = host.output([hipconfig, "--hipclangpath"]) if hipconfig else None
+    if bindir and (Path(bindir) / "clang").is_file():
+        return str(Path(bindir) / "clang")
+    return None
+
+
+def device_lib_candidates(host: Host, prefix: Path | None) -> list[tuple[Path, str]]:
+    """Where ROCm's device libraries may be, in search order, each with how it was found."""
+    found: list[tuple[Path, str]] = []
+    if prefix is not None:
+        found += [(prefix / "amdgcn/bitcode", "<rocm>/amdgcn/bitcode"),
+                  (prefix / "lib/llvm/amdgcn/bitcode", "<rocm>/lib/llvm/amdgcn/bitcode")]
+        found += [(p, "<rocm>/lib/llvm/lib/clang/*/amdgcn/bitcode")
+                  for p in sorted((prefix / "lib/llvm/lib/clang").glob("*/amdgcn/bitcode"))]
+        # Debian 12 / Ubuntu 24.04's ROCm 5.x packages: the multiarch library directory.
+        found += [(p, "<rocm>/lib/<multiarch>/amdgcn/bitcode")
+                  for p in sorted((prefix / "lib").glob("*-linux-gnu/amdgcn/bitcode"))]
+    clang = _clang_of(host, prefix)
+    resource = host.output([clang, "-print-resource-dir"]) if clang else None
+    if resource:
+        found.append((Path(resource) / "amdgcn/bitcode", f"{clang} -print-resource-dir"))
+    return found
+
+
+def find_device_libs(host: Host, prefix: Path | None) -> tuple[Path | None, str]:
+    """The device-library directory the compiler needs, and how it was found (HIP_DEVICE_LIB_PATH wins)."""
+    given = host.env.get("HIP_DEVICE_LIB_PATH")
+    if given:
+        return Path(given), "HIP_DEVICE_LIB_PATH"
+    for path, how in device_lib_candidates(host, prefix):
+        if holds_device_libs(path):
+            return path, how
+    return None, ""
+
+
+_LINKED_OCML = re.compile(r'-mlink-builtin-bitcode" "([^"]*)/' + re.escape(DEVICE_LIB_PROBE) + '"')
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What the compiler would do for a HIP compile (``-###``): the device libraries it links, or why not."""
+
+    ok: bool
+    device_libs: Path | None
+    error: str
+
+
+def dry_run_device_libs(host: Host, compiler: str, env: Mapping[str, str], gfx: str = "gfx90a") -> DryRun | None:
+    """Ask the compiler (``hipcc -###``, nothing compiled) where it finds the device libraries in ``env``.
+
+    ``None`` when the dry run says nothing either way (the compiler did not start, or failed for another reason).
+    """
+    with tempfile.TemporaryDirectory(prefix="rocmlock-dryrun-") as tmp:
+        src = Path(tmp) / "probe.hip"
+        src.write_text("")
+        argv = [compiler, *(["-x", "hip"] if "clang" in Path(compiler).name else []), "-###",
+                f"--offload-arch={gfx}", "-c", str(src), "-o", str(Path(tmp) / "probe.o")]
+        res = host.run(argv, env=env, cwd=Path(tmp))
+    if res is None:
+        return None
+    text = res.stderr + res.stdout
+    linked = _LINKED_OCML.search(text)
+    if res.ok and linked:
+        return DryRun(True, Path(linked.group(1)), "")
+    for line in text.splitlines():
+        if "device librar" in line and "error" in line:
+            return DryRun(False, None, line.strip())
+    return None
+
+
+def compile_env(host: Host, prefix: Path | None, device_libs: Path | None) -> dict[str, str]:
+    """The environment a build gets from ``rocm-build-env.sh``: HIP_PLATFORM=amd, ROCM_PATH/HIP_PATH set to the
+    ROCm found, and HIP_DEVICE_LIB_PATH whenever the device libraries are not where clang looks for that
+    ROCM_PATH (``<rocm>/amdgcn/bitcode``)."""
+    env = {**host.env, "HIP_PLATFORM": "amd"}
+    if prefix is not None:
+        env.setdefault("ROCM_PATH", env.get("HIP_PATH", str(prefix)))
+        env.setdefault("HIP_PATH", env["ROCM_PATH"])
+    if device_libs is not None and "HIP_DEVICE_LIB_PATH" not in env \
+            and not holds_device_libs(Path(env.get("ROCM_PATH", "/nonexistent")) / "amdgcn/bitcode"):
+        env["HIP_DEVICE_LIB_PATH"] = str(device_libs)
+    return env
