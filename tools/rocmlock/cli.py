@@ -393,7 +393,8 @@ def _cmd_outdated(args: argparse.Namespace) -> int:
 
 
 def _add_bump(p: argparse.ArgumentParser) -> None:
-    p.add_argument("versions", nargs="+", metavar="NAME=VERSION", help="an upstream and its new version (pytorch=2.13.0)")
+    p.add_argument("versions", nargs="+", metavar="NAME=VERSION",
+                   help="an upstream and its new version (flash-attn=2.8.3.post2)")
     p.add_argument("--sha256", action="append", default=[], metavar="NAME=HEX",
                    help="a source archive's sha256 (repeatable; needed where GitHub is unreachable)")
     p.add_argument("--rev", action="append", default=[], metavar="NAME=COMMIT",
