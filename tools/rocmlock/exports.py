@@ -1,6 +1,6 @@
 """Conda exports of a lock, as pure renderers (records in, text out; no timestamps, fixed order).
 
-``envs/<env>/environment.yml``: name, channels and exact ``channel::name=version=build`` pins, for
+``envs/<env>/environment.yml``: name, channels and exact ``name=version=build`` pins, for
 ``conda env create -f``. ``envs/<env>/conda-<platform>.lock``: an ``@EXPLICIT`` file, one package
 URL per line with its sha256, dependencies before dependents, for ``conda create --file``.
 """
@@ -23,31 +23,26 @@ def _gpu_comment(platform: LockedPlatform) -> list[str]:
     return [f"# virtual packages: {', '.join(vps)}"] if vps else []
 
 
-# conda reads environment.yml differently across versions (conda/conda, tags 23.1.0 .. 26.7.1):
-# up to 26.5 `conda env create` runs conda/env/installers/conda.py, which drops a `nodefaults` entry
-# and then leaves the .condarc channels out; from 26.7.0 `env create` is `conda create`
-# (conda/cli/main_env_create.py -> conda/cli/install.py), which hands every listed channel to the
-# solver, so `nodefaults` is fetched as a channel and fails. So no `nodefaults`: each pin names its
-# channel instead, which every version honours, and the .condarc channels cannot supply a package.
+# conda reads environment.yml differently across versions (conda/conda, tags 23.11.0 .. 26.7.1, run by
+# hand as the README records): up to 26.5 `conda env create` runs conda/env/installers/conda.py, which
+# drops a `nodefaults` entry and then leaves the .condarc channels out; from 26.7.0 `env create` is
+# `conda create` (conda/cli/main_env_create.py -> conda/cli/install.py), which hands every listed
+# channel to the solver, so `nodefaults` is fetched as a channel and fails. Channel-qualified pins
+# (`<url>::name=...`) are no way out: before 26.7, conda's MatchSpec keeps only the last path segment
+# of a channel URL and looks it up on anaconda.org. So: plain exact pins, no `nodefaults`.
 YML_NOTES = (
-    "# Every package is pinned to its channel, version and build (<channel>::<name>=<version>=<build>),",
-    "# so channels from your .condarc cannot supply one, on conda 23.x through 26.x. conda still reads",
-    "# them: with no .condarc it reads `defaults`. To keep them out (conda 26.7 and later):",
-    "#   conda create -n <name> --file environment.yml --override-channels -c <each channel below>",
-    "# `conda env create` has no channel options before 26.7; there, list only reachable channels in",
-    "# .condarc. No `nodefaults` entry: conda 26.7+ would fetch it as a channel.",
+    "# Exact name=version=build pins from the channels below, for `conda env create -f` (conda 23.x-26.x).",
+    "# conda also reads the channels of your .condarc (after these; `defaults` when it lists none); they can",
+    "# only supply a package of the very same name, version and build. To keep them out:",
+    "#   conda 26.7+: conda create -n <name> --file environment.yml --override-channels -c <each channel below>",
+    "#   conda 24.9+: conda create -n <name> --file conda-<platform>.lock   (URLs and sha256, no channels read)",
+    "# No `nodefaults` entry: conda 26.7+ fetches it as a channel and fails.",
 )
-
-
-def _channel_pin(record: RepoDataRecord) -> str:
-    channel = redact_url(record.channel or "").rstrip("/")
-    pin = f"{record.name.normalized}={record.version}={record.build}"
-    return f"{channel}::{pin}" if channel else pin
 
 
 def render_environment_yml(env: str, channels: Sequence[str], platform: LockedPlatform,
                            records: Sequence[RepoDataRecord], other_platforms: Sequence[str] = ()) -> str:
-    """``environment.yml`` pinning every package of ``env`` on ``platform`` to its channel and exact build."""
+    """``environment.yml`` pinning every package of ``env`` on ``platform`` to its exact build."""
     lines = [HEADER, f"# platform: {platform.name} ({platform.subdir})", *_gpu_comment(platform)]
     if other_platforms:
         lines.append(f"# other platforms: {', '.join(other_platforms)} (see conda-<platform>.lock)")
@@ -55,12 +50,16 @@ def render_environment_yml(env: str, channels: Sequence[str], platform: LockedPl
     lines += [f"  - {redact_url(c).rstrip('/')}" for c in channels]
     lines.append("dependencies:")
     for rec in sorted(records, key=lambda r: r.name.normalized):
-        lines.append(f"  - {_channel_pin(rec)}")
+        lines.append(f"  - {rec.name.normalized}={rec.version}={rec.build}")
     return "\n".join(lines) + "\n"
 
 
 def render_explicit(env: str, platform: LockedPlatform, records: Sequence[RepoDataRecord]) -> str:
-    """An ``@EXPLICIT`` file: ``url#sha256:<hex>`` per package, dependencies first."""
+    """An ``@EXPLICIT`` file: ``url#sha256:<hex>`` per package, dependencies first.
+
+    conda reads ``#sha256:`` lines from 24.9.0 on (conda/misc.py, url_pat; conda/conda#14048); older conda
+    stops with "Could not parse explicit URL" and takes environment.yml instead.
+    """
     lines = [HEADER, f"# environment: {env}", f"# platform: {platform.subdir}",
              f"# rocmlock platform: {platform.name}", *_gpu_comment(platform), "@EXPLICIT"]
     by_name = {r.name.normalized: r for r in records}
