@@ -119,7 +119,8 @@ def _cmd_lock(args: argparse.Namespace) -> int:
     from rocmlock.lock import lock_workspace
 
     result = lock_workspace(args.manifest_path, environments=args.environments or None,
-                            platforms=args.platforms or None, update=args.update, check=args.check)
+                            platforms=args.platforms or None, update=args.update, check=args.check,
+                            on_wait=_err)
     return _report_lock(result, args, "lock")
 
 
@@ -133,7 +134,8 @@ def _add_export(p: argparse.ArgumentParser) -> None:
 def _cmd_export(args: argparse.Namespace) -> int:
     from rocmlock.lock import export_workspace
 
-    result = export_workspace(args.manifest_path, environments=args.environments or None, check=args.check)
+    result = export_workspace(args.manifest_path, environments=args.environments or None, check=args.check,
+                              on_wait=_err)
     return _report_lock(result, args, "export")
 
 

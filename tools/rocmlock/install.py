@@ -18,6 +18,7 @@ from rattler import RepoDataRecord
 from rocmlock.credentials import client_for_urls, credentials_hint, redact_text, refused_channel, split_url
 from rocmlock.errors import InputError, OperationError
 from rocmlock.lockfile import LockedPlatform, read_lockfile
+from rocmlock.outputs import settle
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class InstallResult:
 def select_records(lock_path: Path, environment: str, platform: str | None = None
                    ) -> tuple[LockedPlatform, list[RepoDataRecord]]:
     """The lock platform (``environment``'s only one when ``platform`` is None) and its records."""
+    settle(lock_path.parent)  # a write of the lock outputs that was interrupted is finished first
     locked = read_lockfile(lock_path)
     if locked is None:
         raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first")

@@ -10,7 +10,7 @@ nothing is written and ``LockResult.stale`` lists what would change.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from rocmlock.lockfile import (
     read_lockfile,
     render_lockfile,
 )
+from rocmlock.outputs import commit, exclusive
 from rocmlock.satisfy import environment_unsat, platform_unsat, records_unsat
 from rocmlock.solve import (
     SolveJob,
@@ -258,7 +259,7 @@ def _finish(ws: Workspace, files: dict[Path, str], changes: list[Change], solved
             reasons: dict[SolveKey, str], check: bool) -> LockResult:
     stale = _stale(files)
     if stale and not check:
-        fsutil.write_set_atomic({p: files[p] for p in stale})
+        commit(ws.root, {p: files[p] for p in stale})
     return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons)
 
 
@@ -279,14 +280,22 @@ def _read_lock(ws: Workspace) -> LockedWorkspace | None:
 
 def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
                    platforms: Sequence[str] | None = None, update: Sequence[str] | None = None,
-                   check: bool = False, cache_dir: Path | None = None) -> LockResult:
+                   check: bool = False, cache_dir: Path | None = None,
+                   on_wait: Callable[[str], None] | None = None) -> LockResult:
     """Lock the workspace of ``manifest_path`` (pixi.toml or its directory).
 
     ``environments``/``platforms`` limit what is re-solved (the rest stays as locked);
     ``update=None`` keeps locked packages, ``update=[]`` lets every package move and
-    ``update=["pytorch"]`` only those named. ``check=True`` writes nothing.
+    ``update=["pytorch"]`` only those named. ``check=True`` writes nothing. The whole run holds the
+    workspace's writer lock (:mod:`rocmlock.outputs`; ``on_wait`` hears why it waits, if it does).
     """
     manifest = manifest_file(manifest_path)
+    with exclusive(manifest.parent, write=not check, on_wait=on_wait):
+        return _lock_held(manifest, environments, platforms, update, check, cache_dir)
+
+
+def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Sequence[str] | None,
+               update: Sequence[str] | None, check: bool, cache_dir: Path | None) -> LockResult:
     cache = cache_dir or default_cache_dir(manifest.parent)
     ws = load_workspace(manifest)
     envs, names, plats = _select(ws, environments, platforms)
@@ -306,7 +315,7 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
     files = render_outputs(ws, locked, envs)
     result = _finish(ws, files, changes, [j.key for j in jobs], reasons, check)
     everything = names == {e.name for e in envs} and plats == {p.name for p in ws.platforms}
-    if everything and (not check or not result.stale):
+    if everything and not check:
         stamp.record(cache, manifest, files)
     missing = tuple((e.name, p.name) for e in envs for p in e.platforms if locked.records(e.name, p.name) is None)
     return replace(result, not_locked=missing) if missing else result
@@ -319,9 +328,15 @@ def manifest_file(manifest_path: str | Path) -> Path:
 
 
 def export_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
-                     check: bool = False) -> LockResult:
+                     check: bool = False, on_wait: Callable[[str], None] | None = None) -> LockResult:
     """Regenerate ``envs/`` from the existing pixi.lock, without solving (for teams that lock with pixi)."""
-    ws = load_workspace(manifest_path)
+    manifest = manifest_file(manifest_path)
+    with exclusive(manifest.parent, write=not check, on_wait=on_wait):
+        return _export_held(manifest, environments, check)
+
+
+def _export_held(manifest: Path, environments: Sequence[str] | None, check: bool) -> LockResult:
+    ws = load_workspace(manifest)
     envs, names, _ = _select(ws, environments, None)
     locked = _read_lock(ws)
     if locked is None:
