@@ -229,7 +229,7 @@ def _fetch_all(records: list[RepoDataRecord], fd: int, offsets: dict[str, int], 
 
 
 def _repodata_entry(record: RepoDataRecord) -> dict[str, Any]:
-    entry = json.loads(record.to_json())
+    entry: dict[str, Any] = json.loads(record.to_json())
     for key in ("fn", "url", "channel"):  # where the lock found it: not part of a channel's own repodata
         entry.pop(key, None)
     return entry
