@@ -7,20 +7,81 @@ rocmlock_die() {
     exit 1
 }
 
-# ROCm comes from the build host: ROCM_PATH, else HIP_PATH, else /opt/rocm.
+# Where the build host's ROCm is: ROCM_PATH, else HIP_PATH, else /opt/rocm (AMD's packages), else what
+# `hipconfig --path` says, else /usr (a distribution's packages: Debian's ROCm 7.2.4 lives there).
+# The same search as rocmlock doctor (tools/rocmlock/rocm_host.py).
+rocmlock_find_rocm() {
+    local p
+    for p in "${ROCM_PATH:-}" "${HIP_PATH:-}"; do
+        [ -n "${p}" ] && { echo "${p}"; return; }
+    done
+    if [ -f /opt/rocm/include/hip/hip_runtime.h ]; then
+        echo /opt/rocm
+        return
+    fi
+    p="$(hipconfig --path 2>/dev/null || true)"
+    if [ -n "${p}" ] && [ -f "${p}/include/hip/hip_runtime.h" ]; then
+        echo "${p}"
+    elif [ -f /usr/include/hip/hip_runtime.h ]; then
+        echo /usr
+    fi
+}
+
+# The ROCm version of a prefix: .info/version (AMD), else rocm-core's rocm_version.h (Debian has no .info),
+# else `hipconfig --version` (major.minor only: HIP's third number is a build number).
+rocmlock_rocm_version_of() {
+    local rocm="$1" header="$1/include/rocm-core/rocm_version.h" v
+    if [ -r "${rocm}/.info/version" ]; then
+        v="$(head -n 1 "${rocm}/.info/version")"
+        echo "${v%%-*}"
+    elif [ -r "${header}" ]; then
+        awk '/#define[ \t]+ROCM_VERSION_(MAJOR|MINOR|PATCH)[ \t]/ {v[$2] = $3}
+             END {if (v["ROCM_VERSION_MAJOR"] != "") printf "%s.%s.%s\n", v["ROCM_VERSION_MAJOR"], v["ROCM_VERSION_MINOR"], v["ROCM_VERSION_PATCH"]}' "${header}"
+    elif [ -x "${rocm}/bin/hipconfig" ] || command -v hipconfig >/dev/null 2>&1; then
+        v="$("${rocm}/bin/hipconfig" --version 2>/dev/null || hipconfig --version 2>/dev/null || true)"
+        echo "${v}" | sed -n 's/^\([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | tail -n 1
+    fi
+}
+
+# The directory holding ROCm's device libraries (ocml.bc ...) for a prefix: HIP_DEVICE_LIB_PATH, else
+# <rocm>/amdgcn/bitcode, <rocm>/lib/llvm/amdgcn/bitcode, <rocm>/lib/llvm/lib/clang/*/amdgcn/bitcode,
+# <rocm>/lib/<multiarch>/amdgcn/bitcode (Debian 12's 5.x), else the resource directory of the clang hipcc
+# drives (Debian's 7.2.4: /usr/lib/llvm-22/lib/clang/22/amdgcn/bitcode).
+rocmlock_device_libs_of() {
+    local rocm="$1" d clang=""
+    if [ -n "${HIP_DEVICE_LIB_PATH:-}" ]; then
+        echo "${HIP_DEVICE_LIB_PATH}"
+        return
+    fi
+    for d in "${rocm}/amdgcn/bitcode" "${rocm}/lib/llvm/amdgcn/bitcode" "${rocm}"/lib/llvm/lib/clang/*/amdgcn/bitcode \
+        "${rocm}"/lib/*-linux-gnu/amdgcn/bitcode; do
+        [ -f "${d}/ocml.bc" ] && { echo "${d}"; return; }
+    done
+    if [ -x "${rocm}/lib/llvm/bin/clang" ]; then
+        clang="${rocm}/lib/llvm/bin/clang"
+    else
+        d="$(hipconfig --hipclangpath 2>/dev/null || true)"
+        [ -n "${d}" ] && [ -x "${d}/clang" ] && clang="${d}/clang"
+    fi
+    if [ -n "${clang}" ]; then
+        d="$("${clang}" -print-resource-dir 2>/dev/null || true)/amdgcn/bitcode"
+        [ -f "${d}/ocml.bc" ] && echo "${d}"
+    fi
+    return 0
+}
+
 rocmlock_rocm_env() {
     : "${ROCMLOCK_ROCM_VERSION:?recipe.yaml sets ROCMLOCK_ROCM_VERSION}"
     : "${ROCMLOCK_GPU_TARGET:?recipe.yaml sets ROCMLOCK_GPU_TARGET}"
-    ROCM_PATH="${ROCM_PATH:-${HIP_PATH:-/opt/rocm}}"
+    ROCM_PATH="$(rocmlock_find_rocm)"
+    [ -n "${ROCM_PATH}" ] || rocmlock_die "no ROCm found (ROCM_PATH, HIP_PATH, /opt/rocm, hipconfig --path, /usr); install ROCm ${ROCMLOCK_ROCM_VERSION} or set ROCM_PATH"
     [ -x "${ROCM_PATH}/bin/hipcc" ] || [ -x "${ROCM_PATH}/bin/amdclang++" ] \
         || rocmlock_die "no ROCm at ${ROCM_PATH} (no bin/hipcc); install ROCm ${ROCMLOCK_ROCM_VERSION} or set ROCM_PATH"
-    local host_version=""
-    if [ -r "${ROCM_PATH}/.info/version" ]; then
-        host_version="$(head -n 1 "${ROCM_PATH}/.info/version")"
-    fi
+    local host_version
+    host_version="$(rocmlock_rocm_version_of "${ROCM_PATH}")"
     case "${host_version}" in
-        "${ROCMLOCK_ROCM_VERSION}" | "${ROCMLOCK_ROCM_VERSION}".* | "${ROCMLOCK_ROCM_VERSION}"-*) ;;
-        *) rocmlock_die "this variant is for ROCm ${ROCMLOCK_ROCM_VERSION} but ${ROCM_PATH}/.info/version says '${host_version}'; point ROCM_PATH at a ROCm ${ROCMLOCK_ROCM_VERSION} install" ;;
+        "${ROCMLOCK_ROCM_VERSION}" | "${ROCMLOCK_ROCM_VERSION}".*) ;;
+        *) rocmlock_die "this variant is for ROCm ${ROCMLOCK_ROCM_VERSION} but the ROCm at ${ROCM_PATH} is '${host_version}' (.info/version, include/rocm-core/rocm_version.h, hipconfig --version); point ROCM_PATH at a ROCm ${ROCMLOCK_ROCM_VERSION} install" ;;
     esac
     # FindHIP needs ROCM_PATH, hipcc and torch.utils.cpp_extension read ROCM_HOME, and without
     # HIP_PATH the compiler misses hip_runtime.h. Set all three to the same tree.
@@ -28,10 +89,13 @@ rocmlock_rocm_env() {
     export ROCM_HOME="${ROCM_PATH}"
     export HIP_PATH="${HIP_PATH:-${ROCM_PATH}}"
     export HIP_PLATFORM=amd
-    if [ -z "${HIP_DEVICE_LIB_PATH:-}" ] && [ -d "${ROCM_PATH}/lib/llvm/amdgcn/bitcode" ]; then
-        export HIP_DEVICE_LIB_PATH="${ROCM_PATH}/lib/llvm/amdgcn/bitcode"
-    fi
+    # With ROCM_PATH set, clang looks for the device libraries in $ROCM_PATH/amdgcn/bitcode only; a
+    # distribution keeps them in its clang's resource directory. Say where they are, always.
+    HIP_DEVICE_LIB_PATH="$(rocmlock_device_libs_of "${ROCM_PATH}")"
+    [ -n "${HIP_DEVICE_LIB_PATH}" ] || rocmlock_die "no ROCm device libraries (ocml.bc) for ${ROCM_PATH}; install rocm-device-libs or set HIP_DEVICE_LIB_PATH"
+    export HIP_DEVICE_LIB_PATH
     export PATH="${ROCM_PATH}/bin:${PATH}"
+    echo "rocmlock build: ROCm ${host_version} at ${ROCM_PATH}, device libraries in ${HIP_DEVICE_LIB_PATH}" >&2
 }
 
 # Extensions built against torch (torchvision, torchaudio) need this variant's ROCm pytorch in the host prefix.

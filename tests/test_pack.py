@@ -3,7 +3,7 @@
 The nodes are fake sysfs trees (``--host-root``), as the probe's tests fake them. pixi-pack's ``pixi-unpack``
 is a Rust binary from GitHub releases / conda-forge, neither reachable here: the layout test checks our
 bundle against what its source reads (QuantCo/pixi-pack 0.7.10, src/unpack.rs) and replays its install steps
-with rattler. About 15 s in all.
+with rattler. About 40 s in all (most of it the installer test: a venv and pip from the bundle).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_pack_then_unpack_installs_exactly_the_locked_packages(bundle: Path, loc
     assert installed(prefix) == locked_set(locked_ws)
     report = json.loads(capsys.readouterr().out)
     assert report["gpu_target"] == "gfx942" and report["rocm_version"] == "7.2" and report["probe"] is None
-    assert not list(tmp_path.glob(".rocmlock-unpack-cache-*")), "the package cache beside the prefix is removed"
+    assert not list(tmp_path.glob(".rocmlock-unpack*")), "the extraction and package cache beside it are removed"
 
 
 def test_two_packs_of_one_lock_are_byte_identical(bundle: Path, locked_ws: Path, tmp_path: Path) -> None:
@@ -147,6 +147,19 @@ def test_a_corrupted_package_is_refused_and_nothing_is_installed(bundle: Path, t
     # --force skips the node check only, never this one.
     assert unpack(bad, prefix, host, "--force") == 2
     assert not prefix.exists()
+
+
+def test_a_member_outside_the_bundle_is_refused_before_anything_is_extracted(
+        bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    evil = tmp_path / "evil.tar"
+    shutil.copy(bundle, evil)
+    with tarfile.open(evil, "a") as tar:
+        tar.addfile(tarfile.TarInfo("../escaped.txt"), io.BytesIO(b""))
+    assert unpack(evil, tmp_path / "env", fake_node(tmp_path / "host", [90402])) == 2
+    assert "member '../escaped.txt' is not a plain file or directory inside the bundle" in capsys.readouterr().err
+    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "env").exists()
 
 
 def test_a_package_added_to_the_extracted_bundle_is_refused(bundle: Path, tmp_path: Path,
@@ -381,3 +394,61 @@ def test_a_distribution_rocm_in_usr_is_found_by_its_version_header(bundle: Path,
         "#define ROCM_VERSION_MAJOR 7\n#define ROCM_VERSION_MINOR 2\n#define ROCM_VERSION_PATCH 4\n")
     assert unpack(bundle, tmp_path / "env", host) == 0
     assert "node check: a gfx942 GPU, ROCm 7.2 found" in capsys.readouterr().err
+
+
+REAL_PROBE_WS = """[workspace]
+name = "real-probe"
+channels = ["{probe}", "{private}", "{forge}"]
+platforms = [{{ name = "linux-64-gfx942", platform = "linux-64", __amdgpu = "0", __amdgpu_arch = "9.4.2" }}]
+
+[dependencies]
+python = "3.12.*"
+rocm-version = "7.2.*"
+rocm-env-check = "*"
+amdgpu-target = {{ version = "*", build = "gfx942" }}
+"""
+
+
+def test_unpack_runs_the_real_rocm_env_check_and_reports_its_verdict(
+        channels: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rocm-env-check recipe built for real (as tests/test_probe_recipe.py does); on this GPU-less host the
+    # probe fails (no amdgpu driver): unpack must run it from the new prefix, show its failed checks, exit 1
+    # and keep the prefix. The test channel's python is empty: the wrapper falls back to python3 on PATH.
+    import asyncio
+
+    import rattler_build as rb
+    from hostpython import python_shim
+    from rattler.index import index_fs
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes/rocm-env-check/recipe.yaml"
+    probe = tmp_path / "probe-channel"
+    (rendered,) = rb.Stage0Recipe.from_file(str(recipe)).render(rb.VariantConfig())
+    rendered.run_build(tool_config=rb.ToolConfiguration(test_strategy="skip"), output_dir=str(probe),
+                       channels=[], no_build_id=True)
+    shutil.rmtree(probe / "bld", ignore_errors=True)
+    asyncio.run(index_fs(str(probe)))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "pixi.toml").write_text(REAL_PROBE_WS.format(probe=probe.as_uri(), private=channels["private"].as_uri(),
+                                                       forge=channels["forge"].as_uri()))
+    assert main(["lock", "--manifest-path", str(ws / "pixi.toml")]) == 0
+    assert pack(ws, tmp_path / "b.tar", env="default") == 0
+    bindir = tmp_path / "hostbin"
+    bindir.mkdir()
+    python_shim(bindir / "python3")
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    # The probe's torch checks would take 20 s of this machine (importing the host's CPU torch) to fail the
+    # same way; a torch that cannot be imported makes them fail at once.
+    (tmp_path / "notorch/torch").mkdir(parents=True)
+    (tmp_path / "notorch/torch/__init__.py").write_text("raise ImportError('no torch in this test')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "notorch"))
+    capsys.readouterr()
+    assert unpack(tmp_path / "b.tar", tmp_path / "env", fake_node(tmp_path / "host", [90402]), "--json") == 1
+    captured = capsys.readouterr()
+    probe_result = json.loads(captured.out)["probe"]
+    assert probe_result["command"] == f"{tmp_path / 'env/bin/rocm-env-check'} --json"
+    assert probe_result["failed"] and not probe_result["ok"] and probe_result["exit_code"] == 1
+    assert f"probe failed: {', '.join(probe_result['failed'])}" in captured.err
+    assert (tmp_path / "env/share/rocm-env-check/verify_env.py").is_file()
+    assert "host.driver" in probe_result["failed"], "no amdgpu driver here"

@@ -266,9 +266,14 @@ def _fake_rocm(root: Path, version: str) -> Path:
     return root
 
 
-def test_activation_sets_paths_when_unset(meta_prefix: Path) -> None:
-    out = _activate(meta_prefix, {})
-    assert "ROCM_PATH=/opt/rocm\n" in out.stdout and "HIP_PATH=/opt/rocm\n" in out.stdout
+def test_activation_points_at_the_distro_rocm_when_unset(meta_prefix: Path) -> None:
+    # This host (and CI's) has Debian 12's ROCm 5.2 in /usr (.ci/run installs hipcc) and no /opt/rocm: the
+    # activation points at /usr, never at a missing /opt/rocm, and says where the device libraries are.
+    # Both ROCm 7.2.4 layouts: tests/test_rocm72_env.py.
+    assert not Path("/opt/rocm").exists() and Path("/usr/include/hip/hip_runtime.h").is_file()
+    out = _activate(meta_prefix, {}, 'echo "HIP_DEVICE_LIB_PATH=${HIP_DEVICE_LIB_PATH:-}"')
+    assert "ROCM_PATH=/usr\n" in out.stdout and "HIP_PATH=/usr\n" in out.stdout
+    assert "HIP_DEVICE_LIB_PATH=/usr/lib/x86_64-linux-gnu/amdgcn/bitcode\n" in out.stdout
 
 
 def test_activation_keeps_hip_path_and_follows_it(meta_prefix: Path, tmp_path: Path) -> None:
@@ -304,17 +309,32 @@ def test_deactivation_undoes_only_what_activation_set(meta_prefix: Path, tmp_pat
 # ----------------------------------------------------------------------------- the build environment
 
 
+# Every recipe whose build.sh runs rocmlock_rocm_env (finding 4 of issue 13: bitsandbytes and deepspeed
+# passed none of the host's settings into rattler-build's isolated build).
+ROCM_BUILD_RECIPES = ("pytorch-rocm", "flash-attn-rocm", "torchvision-rocm", "torchaudio-rocm",
+                      "bitsandbytes-rocm", "deepspeed-rocm")
+
+
 def test_build_host_settings_reach_the_build_script(matrix: Matrix, monkeypatch: pytest.MonkeyPatch) -> None:
     # rattler-build's strict isolation forwards nothing: the recipe passes them explicitly.
-    env = script_env(matrix, "pytorch-rocm", "gfx942")
-    # Empty values are left out of the script's environment; build.sh then uses its defaults.
-    assert env["ROCM_PATH"] == "/opt/rocm" and "MAX_JOBS" not in env and "HIP_PATH" not in env
-    monkeypatch.setenv("HIP_PATH", "/opt/rocm-7.2.0")
-    monkeypatch.setenv("MAX_JOBS", "7")
-    for recipe in ARCH_RECIPES:
+    assert sorted(ROCM_BUILD_RECIPES) == sorted(
+        p.parent.name for p in RECIPES.glob("*/build.sh") if "rocmlock_rocm_env" in p.read_text())
+    for recipe in ROCM_BUILD_RECIPES:
         env = script_env(matrix, recipe, "gfx942")
-        assert env["ROCM_PATH"] == "/opt/rocm-7.2.0" and env["HIP_PATH"] == "/opt/rocm-7.2.0"
-        assert env["MAX_JOBS"] == "7" and env["ROCMLOCK_ROCM_VERSION"] == "7.2"
+        # Unset stays unset (empty values are left out of the script's environment): rocm-build-env.sh then
+        # finds the host's ROCm itself (/opt/rocm, hipconfig --path, a distribution's /usr), no baked /opt/rocm.
+        assert "ROCM_PATH" not in env and "MAX_JOBS" not in env and "HIP_PATH" not in env, recipe
+    monkeypatch.setenv("HIP_PATH", "/opt/rocm-7.2.0")
+    monkeypatch.setenv("ROCM_PATH", "/opt/rocm-7.2.0")
+    monkeypatch.setenv("HIP_DEVICE_LIB_PATH", "/opt/rocm-7.2.0/amdgcn/bitcode")
+    monkeypatch.setenv("MAX_JOBS", "7")
+    monkeypatch.setenv("CCACHE_DIR", "/var/cache/ccache")
+    for recipe in ROCM_BUILD_RECIPES:
+        env = script_env(matrix, recipe, "gfx942")
+        assert env["ROCM_PATH"] == "/opt/rocm-7.2.0" and env["HIP_PATH"] == "/opt/rocm-7.2.0", recipe
+        assert env["HIP_DEVICE_LIB_PATH"] == "/opt/rocm-7.2.0/amdgcn/bitcode", recipe
+        assert env["MAX_JOBS"] == "7" and env["CCACHE_DIR"] == "/var/cache/ccache", recipe
+        assert env["ROCMLOCK_ROCM_VERSION"] == "7.2", recipe
 
 
 def _build_env(tmp_path: Path, env: dict[str, str], body: str) -> subprocess.CompletedProcess[str]:
@@ -334,6 +354,7 @@ def _fake_rocm_tree(root: Path, version: str) -> Path:
     (root / "bin" / "hipcc").write_text("#!/bin/sh\n")
     (root / "bin" / "hipcc").chmod(0o755)
     (root / "lib/llvm/amdgcn/bitcode").mkdir(parents=True)
+    (root / "lib/llvm/amdgcn/bitcode/ocml.bc").write_text("")
     return root
 
 

@@ -6,3 +6,6 @@ fi
 if [ -n "${_ROCMLOCK_SET_HIP_PATH:-}" ]; then
     unset HIP_PATH _ROCMLOCK_SET_HIP_PATH
 fi
+if [ -n "${_ROCMLOCK_SET_HIP_DEVICE_LIB_PATH:-}" ]; then
+    unset HIP_DEVICE_LIB_PATH _ROCMLOCK_SET_HIP_DEVICE_LIB_PATH
+fi

@@ -13,7 +13,7 @@
 #     them, apt-get fails ("Version ... was not found") and so does this script;
 #   - Debian's layout: ROCm in /usr, no /opt/rocm;
 #   - AMD's layout as a second view of the same files: /srv/rocmlock-amd/opt/rocm-7.2.4 (bin/, include/,
-#     lib/ with lib/llvm, amdgcn/bitcode, .info/version) and /srv/rocmlock-amd/opt/rocm -> rocm-7.2.4. The
+#     share/, lib/ with lib/llvm, amdgcn/bitcode, .info/version) and /srv/rocmlock-amd/opt/rocm -> rocm-7.2.4. The
 #     tests bind-mount /srv/rocmlock-amd/opt onto /opt in a private mount namespace for the AMD-layout cases,
 #     so the Debian-layout cases see no /opt/rocm;
 #   - rocmlock installed in /venv (/venv/bin/rocmlock) with its dependencies; the tests bind-mount the
@@ -108,6 +108,7 @@ step_amd_view() {
     mkdir -p "${view}/bin" "${view}/lib" "${view}/.info" "${view}/amdgcn" "${root}/mnt/rocmlock" "${root}/mnt/work"
     echo "${rocm_version}" >"${view}/.info/version"
     ln -s /usr/include "${view}/include"
+    ln -s /usr/share "${view}/share"
     ln -s /usr/lib/llvm-22 "${view}/lib/llvm"
     # Debian's hipcc (the only one here) runs <rocm>/lib/llvm-22/bin/clang++ where AMD's runs lib/llvm/bin.
     ln -s /usr/lib/llvm-22 "${view}/lib/llvm-22"

@@ -1,0 +1,81 @@
+"""The bitsandbytes recipe's own build.sh, run for real against Debian's ROCm 7.2.4 in the chroot
+(tests/rocm72/make-chroot.sh), for gfx942, with the variables rattler-build gives a build script.
+
+The source is the pinned commit (recipes/variants.yaml, bitsandbytes_git_rev) taken from a local mirror,
+never the network: $ROCMLOCK_MIRRORS/bitsandbytes.git (default ../shared/mirrors next to the checkout; see its
+README). The python prefix is a venv with Debian's scikit-build-core/setuptools/trove-classifiers (the
+recipe's host requirements; build.sh installs with --no-build-isolation). The library's code objects are then
+checked with `llvm-objdump --offloading`: exactly one bundle, for gfx942.
+Cost: one CMake configure + build of the HIP backend for one target, about 1-3 min on 2 shared cores.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import rocm72chroot
+import yaml
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+PY = "python3.14"  # Debian sid's python3 in the chroot (tests/rocm72/packages.txt)
+
+
+def _pinned_rev() -> tuple[str, str]:
+    variants = yaml.safe_load((RECIPES / "variants.yaml").read_text())
+    return variants["bitsandbytes_version"][0], variants["bitsandbytes_git_rev"][0]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    rocm72chroot.require_chroot()
+    mirror = rocm72chroot.require_mirror("bitsandbytes.git")
+    version, rev = _pinned_rev()
+    work = tmp_path_factory.mktemp("bnb")
+    src = work / "src"
+    src.mkdir()
+    archive = subprocess.run(["git", "--git-dir", str(mirror), "archive", rev], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+    # The recipe directory as rattler-build sees it: build.sh sources ../rocm-build-env.sh.
+    shutil.copytree(RECIPES / "bitsandbytes-rocm", work / "recipes/bitsandbytes-rocm")
+    shutil.copy(RECIPES / "rocm-build-env.sh", work / "recipes/rocm-build-env.sh")
+    env = {
+        "PATH": "/mnt/work/prefix/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "RECIPE_DIR": "/mnt/work/recipes/bitsandbytes-rocm", "SRC_DIR": "/mnt/work/src",
+        "PREFIX": "/mnt/work/prefix", "PKG_NAME": "bitsandbytes", "PKG_VERSION": version,
+        "ROCMLOCK_ROCM_VERSION": "7.2", "ROCMLOCK_GPU_TARGET": "gfx942", "MAX_JOBS": "2",
+        "PYTHONPATH": "",
+    }
+    script = ("set -e\npython3 -m venv --system-site-packages /mnt/work/prefix\n"
+              "cd /mnt/work/src\nbash /mnt/work/recipes/bitsandbytes-rocm/build.sh\n")
+    proc = rocm72chroot.run(["sh", "-c", script], env=env, work=work, timeout=1200)
+    return work, proc
+
+
+def test_build_sh_builds_the_hip_library_for_gfx942(built: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    work, proc = built
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = proc.stdout + proc.stderr
+    # rocm-build-env.sh found Debian's ROCm in /usr with ROCM_PATH unset, and its device libraries.
+    assert ("rocmlock build: ROCm 7.2.4 at /usr, device libraries in /usr/lib/llvm-22/lib/clang/22/amdgcn/bitcode"
+            in log)
+    assert "HIP Targets: gfx942" in log
+    lib = work / "src/bitsandbytes/libbitsandbytes_rocm72.so"
+    assert lib.is_file()
+    # build.sh's pip step installed the package around it into the prefix.
+    installed = work / f"prefix/lib/{PY}/site-packages/bitsandbytes/libbitsandbytes_rocm72.so"
+    assert installed.is_file() and installed.read_bytes() == lib.read_bytes()
+
+
+def test_code_objects_hold_exactly_gfx942(built: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    work, proc = built
+    assert proc.returncode == 0
+    dump = rocm72chroot.run(["llvm-objdump-22", "--offloading",
+                             "/mnt/work/src/bitsandbytes/libbitsandbytes_rocm72.so"], work=work)
+    assert dump.returncode == 0, dump.stderr
+    bundles = re.findall(r"hipv4-amdgcn-amd-amdhsa-[\w:+-]*", dump.stdout)
+    assert bundles, dump.stdout[-2000:]
+    assert set(bundles) == {"hipv4-amdgcn-amd-amdhsa--gfx942"}, dump.stdout[-2000:]
