@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from lockhelpers import by_name
 from pixilock import write_pixi_lock
-from rattler import MatchSpec
+from rattler import LockFile, MatchSpec
 from rocmlock.cli import main
 from rocmlock.errors import InputError
 from rocmlock.lock import lock_workspace
@@ -208,3 +208,30 @@ def test_exclude_newer_values_pixi_accepts(tmp_path: Path, channels: dict[str, P
     manifest = _ws(tmp_path, channels["forge"], "")
     _workspace_key(manifest, f'exclude-newer = "{value}"')
     assert load_workspace(manifest).lock_refusals[0].key == "workspace.exclude-newer"
+
+
+def test_an_environment_whose_features_share_no_platform_is_locked_empty(
+        tmp_path: Path, channels: dict[str, Path]) -> None:
+    # pixi v0.77.0 features_ext.rs (FeaturesExt::platforms) returns an empty set without an error; pixi's
+    # examples/constructor-minimal has such an environment, locked as `packages: {}`.
+    body = """[dependencies]
+python = "3.12.*"
+[feature.a]
+platforms = ["linux-64"]
+[feature.b]
+platforms = ["osx-arm64"]
+[environments]
+none = ["a", "b"]
+"""
+    manifest = _ws(tmp_path / "ws", channels["forge"], body)
+    manifest.write_text(manifest.read_text().replace('platforms = ["linux-64"]', 'platforms = ["linux-64", "osx-arm64"]', 1))
+    ws = load_workspace(manifest)
+    assert ws.environment("none").platforms == ()
+    result = lock_workspace(manifest, platforms=["linux-64"])
+    assert ("none", "linux-64") not in result.solved
+    lock = LockFile.from_path(manifest.parent / "pixi.lock")
+    none = lock.environment("none")
+    assert none is not None and none.platforms() == [] and [str(c) for c in none.channels()] == [
+        channels["forge"].as_uri() + "/"]
+    assert main(["export", "--manifest-path", str(manifest), "-e", "none"]) == 0
+    assert not (manifest.parent / "envs" / "none").exists()

@@ -102,7 +102,9 @@ class Environment:
 
     def dependency(self, name: str, platform: Platform | None = None) -> Dependency | None:
         """The dependency named ``name`` (on the first platform unless one is given)."""
-        plat = platform or self.platforms[0]
+        plat = platform or (self.platforms[0] if self.platforms else None)
+        if plat is None:
+            return None
         return next((d for d in self.dependencies_for(plat) if d.name == name), None)
 
 
@@ -217,7 +219,8 @@ def _check_solve_options(ws: dict[str, Any], data: dict[str, Any], path: Path, t
     lock_file/satisfiability/environment.rs) and py-rattler's LockFile writes none."""
     tables: list[tuple[str, Any]] = [(f"{table_key}.", ws)]
     for group in ("feature", "environments"):
-        tables += [(f"{group}.{name}.", t) for name, t in (data.get(group) or {}).items()]
+        group_table = data.get(group)
+        tables += [(f"{group}.{name}.", t) for name, t in group_table.items()] if isinstance(group_table, dict) else []
     for prefix, table in tables:
         strategy = table.get("solve-strategy") if isinstance(table, dict) else None
         if strategy is not None and strategy not in SOLVE_STRATEGIES:
@@ -446,12 +449,10 @@ def _environment_platforms(ws: Workspace, feats: list[Feature], where: str) -> t
 
     exact = {n for f in feats for n in f.platforms or ()}
     exact_subdirs = {p.subdir for p in ws.platforms if p.name in exact}
-    out = tuple(p for p in ws.platforms if all(supports(f, p) for f in feats)
-                and (p.name in exact or p.subdir not in exact_subdirs))
-    if not out:
-        raise InputError(f"{where} has no platform left after intersecting its features' platforms",
-                         hint="make the features' `platforms` lists overlap")
-    return out
+    # Features that share no platform leave the environment with none: pixi accepts that and locks the
+    # environment empty (its examples/constructor-minimal), so rocmlock does too.
+    return tuple(p for p in ws.platforms if all(supports(f, p) for f in feats)
+                 and (p.name in exact or p.subdir not in exact_subdirs))
 
 
 def _gpu_target(
