@@ -90,6 +90,21 @@ b = { version = "*", file-name = "b-1-0.conda", track-features = ["x"], license-
     assert b.file_name == "b-1-0.conda" and 'license_family="BSD"' in str(b) and 'track_features="x"' in str(b)
 
 
+def test_constraints_limit_what_is_locked_and_never_add(tmp_path: Path, channels: dict[str, Path]) -> None:
+    # pixi v0.77.0: [constraints] go to the solver as constraints (pixi_core lock_file/update.rs) and a locked
+    # package that violates one makes the lock stale (satisfiability/platform.rs, ConstraintViolated).
+    body = '[dependencies]\npython = "3.12.*"\nnumpy = "*"\n[constraints]\nnumpy = "<2.2"\npeft = "<0.1"\n'
+    manifest = _ws(tmp_path / "ws", channels["forge"], body)
+    lock_workspace(manifest)
+    locked = by_name(manifest.parent / "pixi.lock", "default")
+    assert locked["numpy"].startswith("2.1.3 ") and "peft" not in locked
+    assert lock_workspace(manifest, cache_dir=tmp_path / "c1").solved == ()  # satisfied: kept
+    manifest.write_text(manifest.read_text().replace('numpy = "<2.2"', 'numpy = ">=2.2"'))
+    again = lock_workspace(manifest, cache_dir=tmp_path / "c2")
+    assert again.solved == (("default", "linux-64"),) and "violates constraint" in again.reasons[again.solved[0]]
+    assert by_name(manifest.parent / "pixi.lock", "default")["numpy"].startswith("2.2.0 ")
+
+
 def test_host_and_build_dependencies_join_the_environment(tmp_path: Path, channels: dict[str, Path]) -> None:
     body = '[dependencies]\npython = "3.12.*"\n[host-dependencies]\nnumpy = "2.1.*"\n' \
            '[target.linux-64.build-dependencies]\nrequests = "*"\n'
@@ -168,7 +183,6 @@ clash = ["mirror", "other"]
     ('[feature.f.dependencies]\nmine = { git = "https://example.invalid/mine.git", branch = "main" }\n',
      "feature.f.dependencies.mine"),
     ('[dev]\nmine = { path = "." }\n', "dev"),
-    ('[constraints]\nnumpy = "<2"\n', "constraints"),
     ('[system-requirements]\ncuda = "12"\n', "system-requirements"),
     ('[exclude-newer]\nnumpy = "7d"\n', "exclude-newer"),
     ('[environments.e]\nsolve-strategy = "lowest"\n', "environments.e.solve-strategy"),

@@ -30,7 +30,6 @@ _SOLVE_OPTION = "a solve option that pixi.lock must record and py-rattler's Lock
 _REASONS = {
     "pypi-dependencies": "holds PyPI dependencies; rocmlock lock solves conda packages only",
     "dev": "holds dev dependencies, which pixi builds from source",
-    "constraints": "holds constraints, which rocmlock lock does not pass to the solver",
     "system-requirements": "changes the virtual packages; rocmlock takes them from rich platforms",
 }
 

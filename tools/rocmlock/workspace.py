@@ -32,7 +32,7 @@ from rocmlock.pixi_compat import (
     parse_virtual_package,
     subdir_default_virtual_packages,
 )
-from rocmlock.pixi_keys import LockRefusal, check_exclude_newer, lock_refusals
+from rocmlock.pixi_keys import LockRefusal, check_exclude_newer, is_source_dependency, lock_refusals
 from rocmlock.platforms import KNOWN_SUBDIRS, Platform, check_platform_name, parse_platforms
 from rocmlock.pypi import DEFAULT_INDEXES, PypiIndexes, merge_pypi_options, parse_pypi_options
 from rocmlock.targets import GpuTarget, get_target, target_for_isa
@@ -62,6 +62,9 @@ class Feature:
     platforms: tuple[str, ...] | None = None
     channel_priority: ChannelPriority | None = None
     pypi_options: PypiIndexes | None = None
+    # [constraints] (pixi_manifest toml/feature.rs): limit a package if it is installed, never add it.
+    constraints: tuple[Dependency, ...] = ()
+    target_constraints: tuple[tuple[str, tuple[Dependency, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,11 @@ class Environment:
     channel_priority: ChannelPriority = "strict"
     # Where pip finds the environment's PyPI pins (pixi's merged pypi-options).
     pypi_indexes: PypiIndexes = DEFAULT_INDEXES
+    constraints: tuple[tuple[str, tuple[Dependency, ...]], ...] = ()
+
+    def constraints_for(self, platform: Platform) -> tuple[Dependency, ...]:
+        """The ``[constraints]`` of this environment on ``platform`` (merged like the dependencies)."""
+        return dict(self.constraints).get(platform.name, ())
 
     def dependencies_for(self, platform: Platform) -> tuple[Dependency, ...]:
         """The dependencies of this environment on ``platform`` (target-specific ones merged in).
@@ -260,12 +268,14 @@ def _combined_dependencies(table: dict[str, Any], path: Path, prefix: str) -> tu
 def _parse_feature(name: str, table: dict[str, Any], path: Path, prefix: str, top: bool = False) -> Feature:
     deps = _combined_dependencies(table, path, prefix)
     target: list[tuple[str, tuple[Dependency, ...]]] = []
+    constraints: list[tuple[str, tuple[Dependency, ...]]] = [("", _constraints(table, path, prefix))]
     for plat, ttable in sorted(expect_type(table.get("target", {}), dict, path, f"{prefix}target", "a table").items()):
         expect_type(ttable, dict, path, f"{prefix}target.{plat}", "a table")
         if "(" in plat:  # pixi_manifest/src/target.rs, parse_if_expression: a conditional selector
             raise InputError(f"{path}: key '{prefix}target.{plat}' (a conditional target) is not supported by rocmlock",
                              hint="use a platform, subdir or family selector, or `pixi lock` for such workspaces")
         target.append((plat, _combined_dependencies(ttable, path, f"{prefix}target.{plat}.")))
+        constraints.append((plat, _constraints(ttable, path, f"{prefix}target.{plat}.")))
     channels: tuple[tuple[str, int], ...] | None = None
     platforms: tuple[str, ...] | None = None
     priority = None
@@ -281,7 +291,17 @@ def _parse_feature(name: str, table: dict[str, Any], path: Path, prefix: str, to
             platforms = tuple(dict.fromkeys(plats))
     pypi = parse_pypi_options(table["pypi-options"], path, f"{prefix}pypi-options") if "pypi-options" in table \
         else None
-    return Feature(name, deps, tuple(target), channels, platforms, priority, pypi)
+    return Feature(name, deps, tuple(target), channels, platforms, priority, pypi, constraints[0][1],
+                   tuple(c for c in constraints[1:] if c[1]))
+
+
+def _constraints(table: dict[str, Any], path: Path, prefix: str) -> tuple[Dependency, ...]:
+    value = table.get("constraints", {})
+    for name, spec in expect_type(value, dict, path, f"{prefix}constraints", "a table").items():
+        if is_source_dependency(spec):  # pixi: SourceConstraintNotSupported (satisfiability/platform.rs)
+            raise InputError(f"{path}: key '{prefix}constraints.{name}' is a source spec, which [constraints] "
+                             "does not take", hint="give a version (and build) instead")
+    return parse_dependencies(value, path, f"{prefix}constraints")
 
 
 def _parse_environments(
@@ -350,7 +370,7 @@ def _resolve(ws: Workspace, spec: EnvironmentSpec) -> Environment:
     where = f"{ws.path}: environment '{spec.name}'"
     channels = _merge_channels(ws, _group_features(ws, spec))
     platforms = _environment_platforms(ws, feats, where)
-    deps_by_platform = [(plat.name, _platform_dependencies(feats, plat)) for plat in platforms]
+    deps_by_platform = [(plat.name, _platform_specs(feats, plat)) for plat in platforms]
     target = _gpu_target(platforms, deps_by_platform, where)
     return Environment(
         name=spec.name,
@@ -363,6 +383,7 @@ def _resolve(ws: Workspace, spec: EnvironmentSpec) -> Environment:
         channel_priority=_channel_priority(ws, feats, where),
         pypi_indexes=merge_pypi_options(ws.pypi_options, [(f.name, f.pypi_options) for f in feats
                                                            if f.pypi_options is not None], where),
+        constraints=tuple((p.name, _platform_specs(feats, p, constraints=True)) for p in platforms),
     )
 
 
@@ -380,13 +401,13 @@ def _selector_rank(selector: str, plat: Platform) -> int | None:
     return ranks.get(selector)
 
 
-def _platform_dependencies(feats: list[Feature], plat: Platform) -> tuple[Dependency, ...]:
-    # pixi (pixi_manifest feature.rs, combined_dependencies): within a feature a more specific
-    # target replaces the spec of the same name; across features every spec is kept and all apply.
+def _platform_specs(feats: list[Feature], plat: Platform, constraints: bool = False) -> tuple[Dependency, ...]:
+    # pixi (pixi_manifest feature.rs, combined_dependencies; combined_constraints alike): within a feature
+    # a more specific target replaces the spec of the same name; across features every spec applies.
     out: list[Dependency] = []
     for feat in feats:
-        merged = {dep.name: dep for dep in feat.dependencies}
-        targets = [(r, deps) for sel, deps in feat.target_dependencies
+        merged = {dep.name: dep for dep in (feat.constraints if constraints else feat.dependencies)}
+        targets = [(r, deps) for sel, deps in (feat.target_constraints if constraints else feat.target_dependencies)
                    if (r := _selector_rank(sel, plat)) is not None]
         for _, tdeps in sorted(targets, key=lambda t: t[0]):
             merged.update({dep.name: dep for dep in tdeps})
