@@ -600,6 +600,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.hint:
             _err(f"hint: {exc.hint}")
         return exc.exit_code
+    except OSError as exc:  # a file rocmlock had to read or write: one line, never a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        _err(f"error: {where}{exc.strerror or exc}")
+        _err("hint: check that the path exists, is writable and the disk is not full")
+        return 1
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
