@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rattler import RepoDataRecord
 
-from rocmlock.credentials import client_for_urls, redact_text, split_url
+from rocmlock.credentials import client_for_urls, credentials_hint, redact_text, refused_channel, split_url
 from rocmlock.errors import InputError, OperationError
 from rocmlock.lockfile import LockedPlatform, read_lockfile
 from rocmlock.outputs import settle
@@ -78,12 +78,21 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
         if created:  # a half-made environment is worse than none: it imports, then fails at run time
             shutil.rmtree(prefix, ignore_errors=True)
         left = "nothing was left there" if created else "it existed before and may be partly changed"
-        raise OperationError(f"installing '{environment}' into {prefix} failed ({left}): "
-                             f"{redact_text(str(exc), secrets)}",
-                             hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials") \
-            from None
+        text = redact_text(str(exc), secrets)
+        raise _install_error(f"installing '{environment}' into {prefix} failed ({left})", text,
+                             [*channels, *(r.channel or "" for r in records)]) from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
     return InstallResult(prefix, environment, locked_platform.name, names)
+
+
+def _install_error(what: str, text: str, channels: Sequence[str]) -> OperationError:
+    """One line when a channel refused a download (its 401/403 and how to give credentials), else rattler's text."""
+    channel = refused_channel(channels, text)
+    if channel is None:
+        return OperationError(f"{what}: {text}",
+                              hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials")
+    why = text.strip().splitlines()[-1].removeprefix("Caused by: ")
+    return OperationError(f"{what}: channel {channel} refused a download: {why}", hint=credentials_hint(channel))
 
 
 def manifest_channels(manifest: Path) -> list[str]:
