@@ -73,7 +73,7 @@ def test_pack_then_unpack_installs_exactly_the_locked_packages(bundle: Path, loc
     assert installed(prefix) == locked_set(locked_ws)
     report = json.loads(capsys.readouterr().out)
     assert report["gpu_target"] == "gfx942" and report["rocm_version"] == "7.2" and report["probe"] is None
-    assert not list(tmp_path.glob(".rocmlock-unpack-cache-*")), "the package cache beside the prefix is removed"
+    assert not list(tmp_path.glob(".rocmlock-unpack*")), "the extraction and package cache beside it are removed"
 
 
 def test_two_packs_of_one_lock_are_byte_identical(bundle: Path, locked_ws: Path, tmp_path: Path) -> None:
@@ -147,6 +147,19 @@ def test_a_corrupted_package_is_refused_and_nothing_is_installed(bundle: Path, t
     # --force skips the node check only, never this one.
     assert unpack(bad, prefix, host, "--force") == 2
     assert not prefix.exists()
+
+
+def test_a_member_outside_the_bundle_is_refused_before_anything_is_extracted(
+        bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    evil = tmp_path / "evil.tar"
+    shutil.copy(bundle, evil)
+    with tarfile.open(evil, "a") as tar:
+        tar.addfile(tarfile.TarInfo("../escaped.txt"), io.BytesIO(b""))
+    assert unpack(evil, tmp_path / "env", fake_node(tmp_path / "host", [90402])) == 2
+    assert "member '../escaped.txt' is not a plain file or directory inside the bundle" in capsys.readouterr().err
+    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "env").exists()
 
 
 def test_a_package_added_to_the_extracted_bundle_is_refused(bundle: Path, tmp_path: Path,

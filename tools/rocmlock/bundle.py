@@ -162,8 +162,8 @@ def index_mismatch(channel: Path, packages: tuple[BundledPackage, ...]) -> str |
     for repodata in channel.glob("*/repodata.json"):
         try:
             data = json.loads(repodata.read_text())
-            for key in ("packages", "packages.conda"):
-                for fn, rec in data.get(key, {}).items():
+            for section in ("packages", "packages.conda"):
+                for fn, rec in data.get(section, {}).items():
                     indexed[(repodata.parent.name, fn)] = (rec["name"], rec["version"], rec["build"],
                                                            rec.get("sha256"))
         except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:

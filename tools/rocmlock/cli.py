@@ -100,6 +100,8 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
     data = result.to_json()
     if args.json:
         _print_json(data)
+    for warning in result.warnings:
+        _err(f"warning: {warning}")
     for line in result.change_lines():
         _err(line)
     if result.not_locked:
@@ -119,7 +121,8 @@ def _cmd_lock(args: argparse.Namespace) -> int:
     from rocmlock.lock import lock_workspace
 
     result = lock_workspace(args.manifest_path, environments=args.environments or None,
-                            platforms=args.platforms or None, update=args.update, check=args.check)
+                            platforms=args.platforms or None, update=args.update, check=args.check,
+                            on_wait=_err)
     return _report_lock(result, args, "lock")
 
 
@@ -127,13 +130,17 @@ def _add_export(p: argparse.ArgumentParser) -> None:
     _manifest_arg(p)
     _env_arg(p)
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if an export is stale")
+    p.add_argument("--skip-source", action="store_true",
+                   help="leave out source packages (pixi-build, git/path PyPI dependencies) with a warning "
+                        "instead of refusing")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from rocmlock.lock import export_workspace
 
-    result = export_workspace(args.manifest_path, environments=args.environments or None, check=args.check)
+    result = export_workspace(args.manifest_path, environments=args.environments or None, check=args.check,
+                              skip_source=args.skip_source, on_wait=_err)
     return _report_lock(result, args, "export")
 
 
@@ -552,7 +559,8 @@ def _cmd_unpack(args: argparse.Namespace) -> int:
 _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Handler]] = [
     ("plan", "which package variants the environments need, in build order", _add_plan, _cmd_plan),
     ("lock", "solve every environment x platform; write pixi.lock and envs/ exports", _add_lock, _cmd_lock),
-    ("export", "regenerate envs/<env>/ conda exports from pixi.lock without solving", _add_export, _cmd_export),
+    ("export", "regenerate envs/<env>/ conda (and PyPI) exports from any pixi.lock without solving", _add_export,
+     _cmd_export),
     ("doctor", "check this host's ROCm toolchain before building or running", _add_doctor, _cmd_doctor),
     ("build", "build the plan's variants in dependency order (skips what exists, resumes)", _add_build, _cmd_build),
     ("publish", "upload built packages to a channel (directory, S3, prefix.dev, quetz, artifactory, anaconda)",

@@ -1,38 +1,50 @@
-"""Atomic file writes (one file, or a set of files that land all together or not at all), and paths for display."""
+"""Atomic file writes (one file, or a small set of files that land all together or not at all), and paths for display.
+
+The lock outputs (pixi.lock + envs/) have their own journal and writer lock (:mod:`rocmlock.outputs`);
+these helpers serve single files and small sets (presets, stamps, a server's uploads).
+"""
 
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
 
-def _temp_beside(path: Path, data: bytes) -> Path:
+def _temp_beside(path: Path, data: bytes, suffix: str = ".tmp") -> Path:
+    """``data`` in a new hidden file beside ``path``, fsynced; its mode comes from the umask (like git's)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{suffix}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
     except BaseException:
-        os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
-    return Path(tmp)
+    return tmp
 
 
 def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
-    write_set_atomic({Path(path): text})
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace`` (``path`` is never missing)."""
+    target = Path(path)
+    tmp = _temp_beside(target, text.encode() if isinstance(text, str) else text)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_set_atomic(files: Mapping[Path, str | bytes]) -> None:
-    """Write several files so that either all of them change or none does.
+    """Write several files so that either all of them change or none does (within this process).
 
     Every new content is first written to a temporary file beside its target. Only
     when all of them exist are they moved into place; if a move fails, the files
-    already replaced are restored from backups.
+    already replaced are restored from backups (names unique to this call).
     """
     staged: list[tuple[Path, Path]] = []
     try:
@@ -47,11 +59,16 @@ def write_set_atomic(files: Mapping[Path, str | bytes]) -> None:
     try:
         for path, tmp in staged:
             backup = None
-            if path.exists():
-                backup = path.with_name(f".{path.name}.bak")
-                os.replace(path, backup)
+            if path.exists():  # a second name for the old file: ``path`` itself is never missing
+                backup = path.with_name(f".{path.name}.{secrets.token_hex(4)}.bak")
+                os.link(path, backup)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                if backup is not None:
+                    backup.unlink()
+                raise
             done.append((path, backup))
-            os.replace(tmp, path)
     except BaseException:
         for path, backup in reversed(done):
             if backup is not None:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from rattler import RepoDataRecord
 
-from rocmlock.credentials import client_for_urls, redact_text, split_url
+from rocmlock.credentials import client_for_urls, credentials_hint, redact_text, refused_channel, split_url
 from rocmlock.errors import InputError, OperationError
 from rocmlock.lockfile import LockedPlatform, read_lockfile
+from rocmlock.outputs import settle
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class InstallResult:
 def select_records(lock_path: Path, environment: str, platform: str | None = None
                    ) -> tuple[LockedPlatform, list[RepoDataRecord]]:
     """The lock platform (``environment``'s only one when ``platform`` is None) and its records."""
+    settle(lock_path.parent)  # a write of the lock outputs that was interrupted is finished first
     locked = read_lockfile(lock_path)
     if locked is None:
         raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first")
@@ -71,11 +73,21 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
         asyncio.run(install(records, prefix, cache_dir=cache_dir, show_progress=False, client=client))
     except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
         secrets = [s for c in channels for s in split_url(c).secrets]
-        raise OperationError(f"installing '{environment}' into {prefix} failed: {redact_text(str(exc), secrets)}",
-                             hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials") \
-            from None
+        text = redact_text(str(exc), secrets)
+        raise _install_error(f"installing '{environment}' into {prefix} failed", text,
+                             [*channels, *(r.channel or "" for r in records)]) from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
     return InstallResult(prefix, environment, locked_platform.name, names)
+
+
+def _install_error(what: str, text: str, channels: Sequence[str]) -> OperationError:
+    """One line when a channel refused a download (its 401/403 and how to give credentials), else rattler's text."""
+    channel = refused_channel(channels, text)
+    if channel is None:
+        return OperationError(f"{what}: {text}",
+                              hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials")
+    why = text.strip().splitlines()[-1].removeprefix("Caused by: ")
+    return OperationError(f"{what}: channel {channel} refused a download: {why}", hint=credentials_hint(channel))
 
 
 def manifest_channels(manifest: Path) -> list[str]:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rattler import __version__ as rattler_version  # type: ignore[attr-defined]
+from rattler import __version__ as rattler_version
 
 from rocmlock.bundle import FIXED_MTIME, INSTALLER_DIR, BundleMetadata
 from rocmlock.errors import OperationError

@@ -10,7 +10,7 @@ nothing is written and ``LockResult.stale`` lists what would change.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from rocmlock.lockfile import (
     read_lockfile,
     render_lockfile,
 )
+from rocmlock.outputs import commit, exclusive
 from rocmlock.satisfy import environment_unsat, platform_unsat, records_unsat
 from rocmlock.solve import (
     SolveJob,
@@ -78,6 +79,7 @@ class LockResult:
     # Environment x platform pairs of the manifest that the lock does not hold (a run limited by -e/-p
     # on a workspace never locked in full): pixi's --locked refuses such a lock as a whole.
     not_locked: tuple[SolveKey, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     @property
     def up_to_date(self) -> bool:
@@ -108,6 +110,7 @@ class LockResult:
                        for e, p in self.solved],
             "changes": {e: dict(p) for e, p in envs.items()},
             "not_locked": [{"environment": e, "platform": p} for e, p in self.not_locked],
+            "warnings": list(self.warnings),
         }
 
 
@@ -240,7 +243,8 @@ def render_outputs(ws: Workspace, locked: LockedWorkspace, envs: Iterable[Enviro
         plats = [locked.platforms[p.name] for p in env.platforms if p.name in locked.platforms]
         # conda reads a relative channel path against the current directory, so exports name it absolutely.
         channels = [channel_base_url(c, ws.root) if is_local_channel(c) else c for c in lenv.channels]
-        files.update(render_exports(ws.root / ENVS_DIR, env.name, channels, plats, lenv.records))
+        files.update(render_exports(ws.root / ENVS_DIR, env.name, channels, plats, lenv.records,
+                                    lenv.pypi, env.pypi_indexes, lenv.sources))
     return files
 
 
@@ -255,11 +259,12 @@ def _stale(files: dict[Path, str]) -> tuple[Path, ...]:
 
 
 def _finish(ws: Workspace, files: dict[Path, str], changes: list[Change], solved: Sequence[SolveKey],
-            reasons: dict[SolveKey, str], check: bool) -> LockResult:
+            reasons: dict[SolveKey, str], check: bool, warnings: Sequence[str] = ()) -> LockResult:
     stale = _stale(files)
     if stale and not check:
-        fsutil.write_set_atomic({p: files[p] for p in stale})
-    return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons)
+        commit(ws.root, {p: files[p] for p in stale})
+    return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons,
+                      warnings=tuple(warnings))
 
 
 def _check_update_names(ws: Workspace, old: LockedWorkspace | None, update: Sequence[str] | None) -> None:
@@ -279,16 +284,26 @@ def _read_lock(ws: Workspace) -> LockedWorkspace | None:
 
 def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
                    platforms: Sequence[str] | None = None, update: Sequence[str] | None = None,
-                   check: bool = False, cache_dir: Path | None = None) -> LockResult:
+                   check: bool = False, cache_dir: Path | None = None,
+                   on_wait: Callable[[str], None] | None = None) -> LockResult:
     """Lock the workspace of ``manifest_path`` (pixi.toml or its directory).
 
     ``environments``/``platforms`` limit what is re-solved (the rest stays as locked);
     ``update=None`` keeps locked packages, ``update=[]`` lets every package move and
-    ``update=["pytorch"]`` only those named. ``check=True`` writes nothing.
+    ``update=["pytorch"]`` only those named. ``check=True`` writes nothing. The whole run holds the
+    workspace's writer lock (:mod:`rocmlock.outputs`; ``on_wait`` hears why it waits, if it does).
     """
     manifest = manifest_file(manifest_path)
+    with exclusive(manifest.parent, write=not check, on_wait=on_wait):
+        return _lock_held(manifest, environments, platforms, update, check, cache_dir)
+
+
+def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Sequence[str] | None,
+               update: Sequence[str] | None, check: bool, cache_dir: Path | None) -> LockResult:
     cache = cache_dir or default_cache_dir(manifest.parent)
     ws = load_workspace(manifest)
+    if ws.lock_refusals:
+        raise ws.lock_refusals[0].error(ws.path)
     envs, names, plats = _select(ws, environments, platforms)
     # The stamp is only ever recorded by a run over every environment and platform (below), so an
     # unchanged one means the whole lock is complete and satisfied, whatever this run selects.
@@ -306,7 +321,7 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
     files = render_outputs(ws, locked, envs)
     result = _finish(ws, files, changes, [j.key for j in jobs], reasons, check)
     everything = names == {e.name for e in envs} and plats == {p.name for p in ws.platforms}
-    if everything and (not check or not result.stale):
+    if everything and not check:
         stamp.record(cache, manifest, files)
     missing = tuple((e.name, p.name) for e in envs for p in e.platforms if locked.records(e.name, p.name) is None)
     return replace(result, not_locked=missing) if missing else result
@@ -318,10 +333,38 @@ def manifest_file(manifest_path: str | Path) -> Path:
     return (path / "pixi.toml" if path.is_dir() else path).absolute()
 
 
+def _source_packages(lock_path: Path, locked: LockedWorkspace, envs: Sequence[Environment],
+                     skip_source: bool) -> list[str]:
+    """Refuse the source packages of ``envs`` in one line, or (``skip_source``) return one warning per platform."""
+    warnings: list[str] = []
+    for env in envs:
+        found = locked.environments[env.name].sources
+        if found and not skip_source:
+            names = sorted({s.describe() for srcs in found.values() for s in srcs})
+            raise InputError(f"{lock_path}: environment '{env.name}' has packages that no export can pin "
+                             f"(built from source, or without a hash): "
+                             f"{', '.join(names)}",
+                             hint="pass --skip-source to export the rest (the exports name what they leave out)")
+        warnings += [f"environment '{env.name}' [{plat}]: left out source package(s) "
+                     f"{', '.join(s.describe() for s in srcs)}" for plat, srcs in sorted(found.items())]
+    return warnings
+
+
 def export_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
-                     check: bool = False) -> LockResult:
-    """Regenerate ``envs/`` from the existing pixi.lock, without solving (for teams that lock with pixi)."""
-    ws = load_workspace(manifest_path)
+                     check: bool = False, on_wait: Callable[[str], None] | None = None,
+                     skip_source: bool = False) -> LockResult:
+    """Regenerate ``envs/`` from the existing pixi.lock, without solving (for teams that lock with pixi).
+
+    PyPI packages are exported too; a source package (pixi-build, a git or path dependency) is refused
+    unless ``skip_source``, which leaves it out with a warning.
+    """
+    manifest = manifest_file(manifest_path)
+    with exclusive(manifest.parent, write=not check, on_wait=on_wait):
+        return _export_held(manifest, environments, check, skip_source)
+
+
+def _export_held(manifest: Path, environments: Sequence[str] | None, check: bool, skip_source: bool) -> LockResult:
+    ws = load_workspace(manifest)
     envs, names, _ = _select(ws, environments, None)
     locked = _read_lock(ws)
     if locked is None:
@@ -331,6 +374,7 @@ def export_workspace(manifest_path: str | Path, environments: Sequence[str] | No
         raise InputError(f"{ws.root / LOCK_NAME}: environment '{missing[0]}' is not locked",
                          hint="run `rocmlock lock` (or `pixi lock`) first")
     selected = [e for e in envs if e.name in names]
+    warnings = _source_packages(ws.root / LOCK_NAME, locked, selected, skip_source)
     files = render_outputs(ws, locked, selected)
     files.pop(ws.root / LOCK_NAME)
-    return _finish(ws, files, [], [], {}, check)
+    return _finish(ws, files, [], [], {}, check, warnings)

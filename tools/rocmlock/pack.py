@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import json
 import os
+import secrets
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -229,7 +230,7 @@ def _fetch_all(records: list[RepoDataRecord], fd: int, offsets: dict[str, int], 
 
 
 def _repodata_entry(record: RepoDataRecord) -> dict[str, Any]:
-    entry = json.loads(record.to_json())
+    entry: dict[str, Any] = json.loads(record.to_json())
     for key in ("fn", "url", "channel"):  # where the lock found it: not part of a channel's own repodata
         entry.pop(key, None)
     return entry
@@ -277,7 +278,9 @@ def _write_bundle(out: Path, members: list[Member], records: list[RepoDataRecord
                   on_bytes: Progress | None) -> int:
     """The tar at ``out``: headers and small files first, then every package downloaded into its place, all in
     a temporary file beside ``out`` that ``os.replace`` puts there only when every package checked out."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    # Like fsutil's temporary files: hidden beside the target, mode from the umask (a bundle is shared).
+    tmp = out.with_name(f".{out.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         try:
             offsets = write_tar(members, fd)
@@ -286,11 +289,8 @@ def _write_bundle(out: Path, members: list[Member], records: list[RepoDataRecord
             size = os.fstat(fd).st_size
         finally:
             os.close(fd)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600; a bundle is shared like any file
         os.replace(tmp, out)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return size

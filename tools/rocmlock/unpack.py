@@ -97,7 +97,7 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
     say = log or (lambda _msg: None)
     env = dict(os.environ if env is None else env)
     prefix = prefix.absolute()
-    with _opened(bundle, extract_dir) as (where, kept):
+    with _opened(bundle, extract_dir, prefix.parent) as (where, kept):
         meta = read_metadata(where)
         _check_platform(where, meta)
         _check_integrity(where, meta)
@@ -117,11 +117,23 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
 # ----------------------------------------------------------------------------- open
 
 
+def _members(tar: tarfile.TarFile, bundle: Path) -> list[tarfile.TarInfo]:
+    """The bundle's members, each a plain file or directory with a relative name that stays inside."""
+    members = tar.getmembers()
+    for m in members:
+        if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in m.name.split("/"):
+            raise InputError(f"{bundle}: member '{m.name}' is not a plain file or directory inside the bundle",
+                             hint=DAMAGED)
+    return members
+
+
 def _extract(bundle: Path, dest: Path) -> None:
     try:
         with tarfile.open(bundle, mode="r:") as tar:
-            # The "data" filter refuses absolute names, '..', devices and links that leave ``dest``.
-            tar.extractall(dest, filter="data")
+            members = _members(tar, bundle)
+            # Python >= 3.11.4 also applies its own "data" filter (permissions, names).
+            extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tar.extractall(dest, members=members, **extra)  # type: ignore[arg-type]
     except FileNotFoundError:
         raise InputError(f"{bundle}: no such file", hint="pass the .tar written by `rocmlock pack`") from None
     except (tarfile.TarError, OSError) as exc:
@@ -129,8 +141,9 @@ def _extract(bundle: Path, dest: Path) -> None:
 
 
 @contextlib.contextmanager
-def _opened(bundle: Path, extract_dir: Path | None) -> Iterator[tuple[Path, bool]]:
-    """(the extracted bundle, whether it stays after the command)."""
+def _opened(bundle: Path, extract_dir: Path | None, beside: Path) -> Iterator[tuple[Path, bool]]:
+    """(the extracted bundle, whether it stays after the command); a temporary one goes in ``beside``
+    (the prefix's directory: a bundle of many GB may not fit in /tmp)."""
     if bundle.is_dir():
         yield bundle.absolute(), True
         return
@@ -141,7 +154,8 @@ def _opened(bundle: Path, extract_dir: Path | None) -> Iterator[tuple[Path, bool
         _extract(bundle, extract_dir)
         yield extract_dir.absolute(), True
         return
-    with tempfile.TemporaryDirectory(prefix="rocmlock-unpack-") as tmp:
+    beside.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".rocmlock-unpack-", dir=beside) as tmp:
         _extract(bundle, Path(tmp))
         yield Path(tmp), False
 

@@ -1,0 +1,246 @@
+"""The lock outputs as one set: one writer at a time, and a kill at any instant leaves the old or the new set.
+
+- every filesystem step of a real ``rocmlock lock`` in turn: the writer SIGKILLs itself right after step N
+  (the steps of :mod:`rocmlock.outputs` wrapped in the child), then the next command must see set A or set B;
+- a random-kill loop: a child commits A, B, A, ... without pause and is killed at a random instant, 50 times;
+- pairs of simultaneous ``rocmlock lock`` on one workspace, and a writer that cannot get the lock in time;
+- errors while writing (a full disk, a read-only directory): exit 1, one line, the old set untouched.
+
+Cost: about 40 s (some 30 short-lived ``rocmlock lock`` processes, 50 tiny ones).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from lockhelpers import manifest
+from rocmlock import outputs
+from rocmlock.cli import main
+
+# The child: wrap each filesystem step of rocmlock.outputs, SIGKILL itself right after step N, run the CLI.
+KILL_AFTER_STEP = textwrap.dedent("""
+    import os, signal, sys
+    from rocmlock import outputs
+    limit, count = int(sys.argv[1]), [0]
+    def counted(step):
+        def run(*args):
+            result = step(*args)
+            count[0] += 1
+            if count[0] == limit:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return result
+        return run
+    for name in ("_write", "_rename", "_remove", "_mkdir"):
+        setattr(outputs, name, counted(getattr(outputs, name)))
+    from rocmlock.cli import main
+    code = main(sys.argv[2:])
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(code)
+""")
+
+# The child of the random-kill loop: commit the set that is not on disk, then the other, ... until killed.
+COMMIT_FOREVER = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from rocmlock.outputs import commit, exclusive
+    root, sets = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
+    lock = root / "pixi.lock"
+    i = 1 if lock.is_file() and lock.read_text() == sets[0]["pixi.lock"] else 0  # start with the other set
+    print("go", flush=True)
+    while True:
+        with exclusive(root):
+            commit(root, {root / k: v for k, v in sets[i % 2].items()})
+        i += 1
+""")
+
+
+def _set(root: Path) -> dict[str, bytes]:
+    """The output set, plus any stray file outside .rocmlock (which must not exist)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and ".rocmlock" not in p.parts and p.name != "pixi.toml"}
+
+
+def _manifest_b(text: str) -> str:
+    # Every environment changes (numpy 2.2.0 -> 2.1.3, default gains numpy) and one is added: B rewrites
+    # every file of A and creates new ones.
+    return text.replace('python = "3.12.*"', 'python = "3.12.*"\nnumpy = "2.1.*"', 1) + 'other = ["gfx942"]\n'
+
+
+@pytest.fixture(scope="module")
+def sets(channels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``a``: a workspace locked with manifest A whose pixi.toml is already B; ``b``: B locked from scratch."""
+    base = tmp_path_factory.mktemp("sets")
+    text = manifest(channels["private"].as_uri(), channels["forge"].as_uri())
+    a, b = base / "a", base / "b"
+    for root, content in ((a, text), (b, _manifest_b(text))):
+        root.mkdir()
+        (root / "pixi.toml").write_text(content)
+        assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 0
+    (a / "pixi.toml").write_text(_manifest_b(text))
+    assert set(_set(b)) > set(_set(a)) and all(_set(a)[k] != _set(b)[k] for k in _set(a))
+    return {"a": a, "b": b}
+
+
+def _child_env(cache: Path) -> dict[str, str]:
+    env = {**os.environ, "ROCMLOCK_CACHE_DIR": str(cache), "ROCMLOCK_TEST_NORMAL_EXIT": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(outputs.__file__).parents[1]), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _assert_old_or_new(root: Path, sets: dict[str, Path], what: str) -> str:
+    """Run the next command (``lock --check``); the set must then be exactly A or B. Returns which."""
+    code = main(["lock", "--check", "--manifest-path", str(root / "pixi.toml")])
+    now, a, b = _set(root), _set(sets["a"]), _set(sets["b"])
+    assert now in (a, b), f"{what}: a mixed set: {sorted(k for k in now if now[k] != b.get(k))} are not B's"
+    which = "b" if now == b else "a"
+    assert code == (0 if which == "b" else 1), f"{what}: --check exit {code} with set {which}"
+    return which
+
+
+def test_a_kill_after_each_filesystem_step_leaves_the_old_or_the_new_set(
+        sets: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    seen = []
+    for step in range(1, 200):
+        root = tmp_path / f"k{step}"
+        shutil.copytree(sets["a"], root)
+        proc = subprocess.run([sys.executable, "-c", KILL_AFTER_STEP, str(step), "lock", "--manifest-path",
+                               str(root / "pixi.toml")], check=False, env=_child_env(tmp_path / "cache"),
+                              capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in proc.stderr
+        killed = proc.returncode == -signal.SIGKILL
+        assert killed or proc.returncode == 0, proc.stderr
+        seen.append(_assert_old_or_new(root, sets, f"killed after step {step}"))
+        with outputs.exclusive(root):  # the next writer cleans whatever the interrupted one left
+            txn = root / ".rocmlock" / "txn"
+            assert not txn.exists() or not list(txn.iterdir())
+        if not killed:  # the writer ran to its end: every step has had its kill
+            break
+        shutil.rmtree(root)
+    # ... and a writer after an interrupted one ends at B.
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 0
+    assert _set(root) == _set(sets["b"])
+    capsys.readouterr()
+    assert step > 2 * len(_set(sets["b"])), "fewer filesystem steps than files: does the child wrap them?"
+    # Kills before the commit point leave A, after it B (after recovery): both must have happened.
+    assert seen[0] == "a" and seen[-1] == "b" and seen == sorted(seen), seen
+
+
+def _synthetic_sets() -> list[dict[str, str]]:
+    files = ["pixi.lock", *(f"envs/e{i}/{n}" for i in range(3) for n in ("environment.yml", "conda-x.lock"))]
+    return [{f: f"{tag} {f}\n" * 200 for f in files} for tag in ("A", "B")]
+
+
+def test_random_kills_of_a_committing_writer_leave_a_whole_set(tmp_path: Path) -> None:
+    pair = _synthetic_sets()
+    spec = tmp_path / "sets.json"
+    spec.write_text(json.dumps(pair))
+    root = tmp_path / "ws"
+    root.mkdir()
+    expected = [{k: v.encode() for k, v in s.items()} for s in pair]
+    rng = random.Random(20261201)
+    started = time.monotonic()
+    outcomes = set()
+    for kill in range(50):
+        proc = subprocess.Popen([sys.executable, "-c", COMMIT_FOREVER, str(root), str(spec)],
+                                env=_child_env(tmp_path / "cache"), stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline() == "go\n"
+        time.sleep(rng.uniform(0, 0.05))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        with outputs.exclusive(root):  # the next command: recovers, then reads
+            now = _set(root)
+        assert now in expected or (not outcomes and not now), f"kill {kill}: a mixed or partial set"
+        txn = root / ".rocmlock" / "txn"
+        assert not txn.exists() or not list(txn.iterdir())
+        if now:
+            outcomes.add(expected.index(now))
+    assert time.monotonic() - started < 120
+    assert {0, 1} <= outcomes
+
+
+def test_simultaneous_locks_take_turns(sets: dict[str, Path], tmp_path: Path) -> None:
+    for pair in range(3):
+        root = tmp_path / f"p{pair}"
+        shutil.copytree(sets["a"], root)
+        args = [sys.executable, "-m", "rocmlock", "lock", "--manifest-path", str(root / "pixi.toml")]
+        procs = [subprocess.Popen(args, env=_child_env(tmp_path / "cache"), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        results = [p.communicate(timeout=120) for p in procs]
+        for proc, (_, err) in zip(procs, results):
+            assert proc.returncode == 0 and "Traceback" not in err, err
+        assert _set(root) == _set(sets["b"])
+
+
+def test_a_writer_that_cannot_get_the_lock_in_time_names_the_holder(
+        sets: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    root = shutil.copytree(sets["a"], tmp_path / "ws")
+    before = _set(root)
+    monkeypatch.setenv("ROCMLOCK_LOCK_TIMEOUT", "0.3")
+    fd = os.open(root / ".rocmlock" / "writer.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 1
+        err = capsys.readouterr().err
+        assert f"process {os.getpid()}" in err and "is writing the lock outputs" in err
+        assert "waiting for" in err and "Traceback" not in err
+        assert main(["export", "--manifest-path", str(root / "pixi.toml")]) == 1
+        assert _set(root) == before
+    finally:
+        os.close(fd)
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 0
+
+
+@pytest.mark.parametrize(("step", "nth", "code"), [("_write", 3, errno.ENOSPC), ("_write", 1, errno.EROFS),
+                                                   ("_mkdir", 1, errno.EROFS)])
+def test_an_error_while_writing_leaves_the_old_set(sets: dict[str, Path], tmp_path: Path, step: str, nth: int,
+                                                  code: int, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    root = shutil.copytree(sets["a"], tmp_path / "ws")
+    before = _set(root)
+    real = getattr(outputs, step)
+    calls = []
+
+    def failing(path: Path, *rest: object) -> None:
+        calls.append(path)
+        if len(calls) == nth:  # 3: some files are staged already
+            raise OSError(code, os.strerror(code), str(path))
+        real(path, *rest)
+
+    monkeypatch.setattr(outputs, step, failing)
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("error: ") and os.strerror(code) in err[0] and len(err) == 2, err
+    assert err[1].startswith("hint: ")
+    assert _set(root) == before
+    assert not list((root / ".rocmlock" / "txn").iterdir())
+
+
+def test_check_after_a_comment_only_edit_writes_nothing(sets: dict[str, Path], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    root = shutil.copytree(sets["b"], tmp_path / "ws")
+    monkeypatch.setenv("ROCMLOCK_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 0  # stamps this copy
+    with (root / "pixi.toml").open("a") as fh:
+        fh.write("# a comment\n")
+
+    def everything() -> dict[str, tuple[bytes, int]]:
+        return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for d in (root, tmp_path / "cache")
+                for p in sorted(d.rglob("*")) if p.is_file()}
+
+    before = everything()
+    assert main(["lock", "--check", "--manifest-path", str(root / "pixi.toml")]) == 0
+    assert main(["export", "--check", "--manifest-path", str(root / "pixi.toml")]) == 0
+    assert everything() == before

@@ -1,0 +1,276 @@
+"""A workspace's generated files (pixi.lock and envs/) as one set: one writer at a time, committed atomically.
+
+**One writer.** :func:`exclusive` holds an OS file lock (``flock`` on ``.rocmlock/writer.lock``) for a whole
+read-solve-write; a second writer waits up to :data:`DEFAULT_TIMEOUT` seconds (``ROCMLOCK_LOCK_TIMEOUT``),
+saying whom it waits for, then fails naming the holder. The kernel drops the lock when its process dies, so a
+``kill -9`` never leaves a stale lock. Checks (``lock --check``) take the lock shared and create nothing.
+
+**Atomic set.** :func:`commit` is a redo journal in ``.rocmlock/txn/`` (a directory with a ``.gitignore`` of
+``*``, so ``git add`` never picks up leftovers):
+
+1. every new file is written and fsynced as ``txn/<n>.new``;
+2. ``txn/journal.json`` (which ``<n>.new`` goes where) is written as ``journal.tmp``, fsynced and renamed:
+   the rename is the commit point;
+3. each ``<n>.new`` is renamed over its target, pixi.lock last; then the journal is removed.
+
+A kill before the commit point leaves the old set in place and staged files that the next writer deletes;
+a kill after it leaves a journal that the next rocmlock command rolls forward (:func:`recover`, run by
+:func:`exclusive` and :func:`settle`) before it reads anything. Either way the next command sees the complete
+old set or the complete new set. Every filesystem change goes through the ``_write``/``_rename``/``_remove``/
+``_mkdir`` functions below (one step each), which the kill tests wrap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+from rocmlock.errors import OperationError
+
+STATE_DIR = ".rocmlock"
+LOCK_NAME = "writer.lock"
+TXN_DIR = "txn"
+JOURNAL = "journal.json"
+DEFAULT_TIMEOUT = 60.0
+_POLL = 0.1
+
+
+# ----------------------------------------------------------------------------- filesystem steps
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Create ``path`` with ``data`` (mode from the umask, like git's checkout), fsynced."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _rename(src: Path, dst: Path) -> None:
+    os.replace(src, dst)
+    _sync_dir(dst.parent)
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def _mkdir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def _ensure_dir(path: Path) -> None:
+    if not path.is_dir():  # a step only when it changes something
+        _mkdir(path)
+
+
+# ----------------------------------------------------------------------------- the state directory
+
+
+def state_dir(root: Path) -> Path:
+    """``<root>/.rocmlock``, created with a ``.gitignore`` of ``*`` (pixi does the same for ``.pixi``)."""
+    state = root / STATE_DIR
+    ignore = state / ".gitignore"
+    if not ignore.is_file():
+        _mkdir(state)
+        _write(state / ".gitignore.tmp", b"*\n")
+        _rename(state / ".gitignore.tmp", ignore)  # never an empty .gitignore, whenever the kill comes
+    return state
+
+
+def _journal(root: Path) -> Path:
+    return root / STATE_DIR / TXN_DIR / JOURNAL
+
+
+def recover(root: Path) -> str | None:
+    """Finish or clean an interrupted commit (the caller holds the writer lock); what was done, or None."""
+    txn = root / STATE_DIR / TXN_DIR
+    if not txn.is_dir():
+        return None
+    journal = txn / JOURNAL
+    done = None
+    if journal.is_file():
+        _apply(root, json.loads(journal.read_text()))
+        _remove(journal)
+        done = "finished an interrupted write of the lock outputs"
+    leftovers = [p for p in txn.iterdir() if p.is_file()]
+    for path in leftovers:
+        _remove(path)
+    return done or ("removed the files of an interrupted write" if leftovers else None)
+
+
+def _recover_or_fail(root: Path) -> None:
+    try:
+        recover(root)
+    except (OSError, ValueError) as exc:
+        raise OperationError(f"{root}: cannot finish an interrupted write of the lock outputs ({exc})",
+                             hint=f"fix the cause; {root / STATE_DIR / TXN_DIR} holds what remains to do") from None
+
+
+def _apply(root: Path, entries: list[list[str]]) -> None:
+    txn = root / STATE_DIR / TXN_DIR
+    for staged, target in entries:
+        if (txn / staged).exists():  # absent: moved already, before the interruption
+            _rename(txn / staged, root / target)
+
+
+# ----------------------------------------------------------------------------- the writer lock
+
+
+def _holder(lock_path: Path) -> str:
+    """Who holds ``lock_path``: the kernel's lock table (/proc/locks) names the pid; the lock file stays untouched."""
+    try:
+        st = lock_path.stat()
+        key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if "FLOCK" in fields and fields[-3] == key:
+                pid = fields[-4]
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                return f"process {pid} ({' '.join(cmd.split()[:4])})"
+    except (OSError, IndexError):
+        pass
+    return "another process"
+
+
+def _wait_for(fd: int, kind: int, lock_path: Path, timeout: float, on_wait: Callable[[str], None] | None) -> None:
+    deadline = time.monotonic() + timeout
+    told = False
+    while True:
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        if time.monotonic() >= deadline:
+            raise OperationError(f"{lock_path.parent.parent}: {_holder(lock_path)} is writing the lock outputs "
+                                 f"(waited {timeout:.0f}s for {lock_path})",
+                                 hint="let it finish, or raise ROCMLOCK_LOCK_TIMEOUT (seconds)")
+        if not told and on_wait is not None:
+            on_wait(f"waiting for {_holder(lock_path)} to finish writing the lock outputs of {lock_path.parent.parent}")
+            told = True
+        time.sleep(_POLL)
+
+
+def _timeout(timeout: float | None) -> float:
+    if timeout is not None:
+        return timeout
+    try:
+        return float(os.environ.get("ROCMLOCK_LOCK_TIMEOUT", DEFAULT_TIMEOUT))
+    except ValueError:
+        return DEFAULT_TIMEOUT
+
+
+@contextlib.contextmanager
+def exclusive(root: Path, write: bool = True, timeout: float | None = None,
+              on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold ``root``'s writer lock (``write=False``: shared, for a check) and settle any interrupted commit.
+
+    A shared holder creates nothing (with no lock file yet, no writer ever ran here), but finishes a committed
+    write first, so that what it reads is one complete set.
+    """
+    lock_path = root / STATE_DIR / LOCK_NAME
+    if not write and _journal(root).is_file():
+        settle(root, on_wait)  # a committed write is finished before anyone reads
+    try:
+        if write:
+            state_dir(root)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        else:
+            fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        if write:
+            raise
+        yield
+        return
+    except OSError as exc:
+        if not write:  # a read-only checkout: nobody can be writing it
+            yield
+            return
+        raise OperationError(f"{root}: cannot write the lock outputs here ({exc.strerror})",
+                             hint="run in a writable checkout") from None
+    try:
+        _wait_for(fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH, lock_path, _timeout(timeout), on_wait)
+        if write:
+            _recover_or_fail(root)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def settle(root: Path, on_wait: Callable[[str], None] | None = None) -> None:
+    """Before reading a workspace's outputs: finish an interrupted commit if there is one (cheap otherwise)."""
+    if _journal(root).is_file():
+        with exclusive(root, on_wait=on_wait):
+            pass
+
+
+# ----------------------------------------------------------------------------- commit
+
+
+def _same_device(a: Path, b: Path) -> bool:
+    return os.stat(a).st_dev == os.stat(b).st_dev
+
+
+def _stage(root: Path, txn: Path, files: Mapping[Path, str | bytes]) -> list[list[str]]:
+    # pixi.lock last: a reader of pixi.lock alone (pixi, install) sees the old lock until the exports are in.
+    ordered = sorted(files, key=lambda p: (p.name == "pixi.lock", str(p)))
+    entries = []
+    for n, path in enumerate(ordered):
+        _ensure_dir(path.parent)
+        if os.stat(path.parent).st_dev != os.stat(txn).st_dev:
+            raise OperationError(f"{path.parent} is on another filesystem than {txn}; nothing was changed",
+                                 hint="keep envs/ and pixi.lock on the workspace's filesystem")
+        if not os.access(path.parent, os.W_OK):
+            raise OSError(errno.EACCES, "not writable", str(path.parent))
+        text = files[path]
+        _write(txn / f"{n}.new", text.encode() if isinstance(text, str) else text)
+        entries.append([f"{n}.new", str(path.relative_to(root))])
+    _write(txn / "journal.tmp", json.dumps(entries).encode())
+    return entries
+
+
+def commit(root: Path, files: Mapping[Path, str | bytes]) -> None:
+    """Replace ``files`` (paths below ``root``) as one set; the caller holds :func:`exclusive`.
+
+    An error before the commit point (a read-only directory, a full disk) removes what was staged and leaves
+    the old set as it was.
+    """
+    if not files:
+        return
+    try:
+        txn = state_dir(root) / TXN_DIR
+        _ensure_dir(txn)
+        entries = _stage(root, txn, files)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            recover(root)
+        where = exc.filename or root
+        raise OperationError(f"cannot write the lock outputs: {where}: {exc.strerror}; nothing was changed",
+                             hint="free disk space or make the workspace writable, then run again") from None
+    try:
+        _rename(txn / "journal.tmp", txn / JOURNAL)  # the commit point
+        _apply(root, entries)
+        _remove(txn / JOURNAL)
+    except OSError as exc:
+        raise OperationError(f"writing the lock outputs was interrupted: {exc.filename or root}: {exc.strerror}",
+                             hint="fix the cause and run `rocmlock lock` again: it finishes the write") from None
