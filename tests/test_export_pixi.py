@@ -181,3 +181,16 @@ def test_skip_source_exports_the_rest_and_names_what_it_left_out(
     first = (out / "requirements-linux-64.txt").read_bytes()
     assert main(["export", "--manifest-path", str(ws / "pixi.toml"), "--skip-source", "--check"]) == 0
     assert (out / "requirements-linux-64.txt").read_bytes() == first
+
+
+def test_install_says_what_of_a_pixi_lock_it_leaves_to_pip(
+        pypi_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = tmp_path / "prefix"
+    assert main(["install", "--manifest-path", str(pypi_ws / "pixi.toml"), "-e", "default",
+                 "--prefix", str(prefix), "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["left_out"] == ["rlk-alpha==1.0 (pypi)", "rlk-beta==2.0 (pypi)",
+                                               "rlk-gamma==1.0 (pypi)"]
+    assert "warning: 3 package(s) of pixi.lock are not conda packages and are not installed" in out.err
+    assert "envs/default/requirements-linux-64.txt" in out.err
+    assert (prefix / "conda-meta").is_dir()

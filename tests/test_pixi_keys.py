@@ -98,6 +98,25 @@ def test_host_and_build_dependencies_join_the_environment(tmp_path: Path, channe
         "numpy 2.1.*", "python 3.12.*", "requests *"]
 
 
+def test_platform_glob_and_macos_target_selectors(tmp_path: Path, channels: dict[str, Path]) -> None:
+    # pixi v0.77.0 target.rs (TargetSelector: PlatformGlob, family_name_to_selector "osx" | "macos").
+    body = """[dependencies]
+python = "3.12.*"
+[target."linux-64-gfx*".dependencies]
+numpy = "*"
+[target.macos.dependencies]
+requests = "*"
+"""
+    manifest = _ws(tmp_path, channels["forge"], body)
+    manifest.write_text(manifest.read_text().replace('platforms = ["linux-64"]', 'platforms = [\n'
+        '  { name = "linux-64-gfx942", platform = "linux-64", __amdgpu_arch = "9.4.2" },\n'
+        '  "linux-64",\n  "osx-arm64",\n]'))
+    env = load_workspace(manifest).environment("default")
+    names = {p.name: [d.name for d in env.dependencies_for(p)] for p in env.platforms}
+    assert names == {"linux-64-gfx942": ["numpy", "python"], "linux-64": ["python"],
+                     "osx-arm64": ["python", "requests"]}
+
+
 def test_inline_environment_keys_are_an_implicit_first_feature(tmp_path: Path, channels: dict[str, Path]) -> None:
     body = """[dependencies]
 python = "3.12.*"

@@ -215,11 +215,14 @@ def test_platform_entries_parse_as_in_pixi(tmp_path: Path) -> None:
     ('{ name = "linux", platform = "linux-64", cuda = "12" }', "reserved target selector"),
     ('{ name = "9x", platform = "linux-64", cuda = "12" }', "not a valid platform name"),
     ('{ name = "g", platform = "linux-64", gpu = "1" }', "not a platform key"),
+    ('{ name = "g", platform = "linux-64", archspec = "x86-64-v3" }', "not a known archspec microarchitecture"),
+    ('{ name = "g", platform = "linux-64", __archspec = "0=zen9000" }', "not a known archspec microarchitecture"),
 ])
 def test_platform_entries_pixi_rejects(tmp_path: Path, entries: str, message: str) -> None:
     """pixi_manifest/src/toml/platform.rs and platform.rs (pixi v0.77.0): values are strings that parse as
     versions, a package is declared once, `cuda.arch` needs `cuda.driver`, a subdir-named entry carries
-    no virtual packages (PixiPlatformError::IsSubdirPlatform), names are PixiPlatformName."""
+    no virtual packages (PixiPlatformError::IsSubdirPlatform), names are PixiPlatformName, an archspec name
+    is one the archspec database knows (validate_archspec_name)."""
     with pytest.raises(InputError) as err:
         plats(tmp_path, entries)
     assert message in str(err.value)

@@ -341,7 +341,7 @@ def _add_install(p: argparse.ArgumentParser) -> None:
 
 def _cmd_install(args: argparse.Namespace) -> int:
     from rocmlock.errors import InputError
-    from rocmlock.install import install_from_lock, manifest_channels
+    from rocmlock.install import install_from_lock, left_out_warning, manifest_channels
     from rocmlock.lock import LOCK_NAME, manifest_file
 
     if not args.environment:
@@ -351,6 +351,8 @@ def _cmd_install(args: argparse.Namespace) -> int:
                                args.platform, channels=manifest_channels(manifest))
     if args.json:
         _print_json(result.to_dict())
+    if result.left_out:
+        _err("warning: " + left_out_warning(result.left_out, result.environment, result.platform, "installed"))
     _err(f"installed {len(result.packages)} package(s) of '{result.environment}' [{result.platform}] "
          f"into {result.prefix}")
     return 0
@@ -497,7 +499,7 @@ class _DownloadProgress:
 def _cmd_pack(args: argparse.Namespace) -> int:
     from rocmlock.credentials import client_for_urls
     from rocmlock.errors import InputError
-    from rocmlock.install import manifest_channels
+    from rocmlock.install import left_out, left_out_warning, manifest_channels
     from rocmlock.lock import LOCK_NAME, manifest_file
     from rocmlock.pack import pack_environment
 
@@ -514,6 +516,9 @@ def _cmd_pack(args: argparse.Namespace) -> int:
     meta = result.metadata
     if args.json:
         _print_json(result.to_dict())
+    missing = left_out(manifest.parent / LOCK_NAME, meta.environment, meta.platform)
+    if missing:
+        _err("warning: " + left_out_warning(missing, meta.environment, meta.platform, "in the bundle"))
     gpu = f"{meta.gpu_target}, ROCm {meta.rocm_version}" if meta.gpu_target else "no GPU target"
     _err(f"packed {len(meta.packages)} package(s) of '{meta.environment}' [{meta.platform}; {gpu}] into "
          f"{result.output} ({result.size / 1e6:.1f} MB)")

@@ -27,10 +27,30 @@ class InstallResult:
     environment: str
     platform: str
     packages: tuple[str, ...]
+    # PyPI and source packages of the lock that rattler does not install (see :func:`left_out`).
+    left_out: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {"prefix": str(self.prefix), "environment": self.environment, "platform": self.platform,
-                "packages": list(self.packages)}
+                "packages": list(self.packages), "left_out": list(self.left_out)}
+
+
+def left_out(lock_path: Path, environment: str, platform: str) -> tuple[str, ...]:
+    """The packages of ``environment`` on ``platform`` that are not conda binaries (PyPI and source packages
+    of a pixi-written lock): rattler installs conda packages only, so install and pack leave them out."""
+    locked = read_lockfile(lock_path)
+    env = locked.environments.get(environment) if locked else None
+    if env is None:
+        return ()
+    pins = [f"{p.name}=={p.version} (pypi)" for p in env.pypi.get(platform, [])]
+    return tuple(pins + [s.describe() for s in env.sources.get(platform, [])])
+
+
+def left_out_warning(names: Sequence[str], environment: str, platform: str, where: str) -> str:
+    """One line that says what was left out and how to install the PyPI part."""
+    return (f"{len(names)} package(s) of pixi.lock are not conda packages and are not {where}: {', '.join(names)}; "
+            f"`rocmlock export` writes envs/{environment}/requirements-{platform}.txt for "
+            "`python -m pip install --require-hashes -r`")
 
 
 def select_records(lock_path: Path, environment: str, platform: str | None = None
@@ -77,7 +97,8 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
         raise _install_error(f"installing '{environment}' into {prefix} failed", text,
                              [*channels, *(r.channel or "" for r in records)]) from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
-    return InstallResult(prefix, environment, locked_platform.name, names)
+    return InstallResult(prefix, environment, locked_platform.name, names,
+                         left_out(lock_path, environment, locked_platform.name))
 
 
 def _install_error(what: str, text: str, channels: Sequence[str]) -> OperationError:

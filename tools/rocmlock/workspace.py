@@ -10,6 +10,7 @@ do not change a solve (tasks, activation, ...) are ignored.
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -363,9 +364,16 @@ def _resolve(ws: Workspace, spec: EnvironmentSpec) -> Environment:
 
 
 def _selector_rank(selector: str, plat: Platform) -> int | None:
-    """How specific ``[target.<selector>]`` is for ``plat`` (higher wins), or None when it does not apply."""
+    """How specific ``[target.<selector>]`` is for ``plat`` (higher wins), or None when it does not apply.
+
+    pixi_manifest/src/target.rs (TargetSelector::matches, family_name_to_selector) and platform.rs
+    (PlatformGlob: ``*`` is the only wildcard, matched against the whole platform name)."""
+    if "*" in selector:
+        return 3 if fnmatch.fnmatchcase(plat.name, selector) else None
     family = plat.subdir.split("-", 1)[0]
     ranks = {plat.name: 3, plat.subdir: 2, family: 1, "unix": 0 if family in ("linux", "osx") else None}
+    if family == "osx":
+        ranks["macos"] = 1
     return ranks.get(selector)
 
 
