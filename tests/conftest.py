@@ -1,14 +1,17 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
+    from quetz_server import QuetzChannel, QuetzServer
     from rocmlock.recipes import Matrix
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -61,6 +64,31 @@ def ws_copy(locked_ws: Path, tmp_path: Path) -> Path:
     dest = tmp_path / "ws"
     shutil.copytree(locked_ws, dest)
     return dest
+
+
+@pytest.fixture(scope="session")
+def quetz(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuetzServer]:
+    """A real quetz server (tests/quetz_server.py), one per session; ``quetz_channel`` gives each test a channel.
+
+    When it cannot start the tests that use it fail under CI=true (CI provides what it needs) and are
+    skipped elsewhere, with quetz's own message either way.
+    """
+    from quetz_server import QuetzUnavailable, quetz_server
+
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(quetz_server(tmp_path_factory.mktemp("quetz")))
+        except QuetzUnavailable as exc:
+            if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+                pytest.fail(f"CI must run the quetz server: {exc}")
+            pytest.skip(f"no quetz server here: {exc}")
+        yield server
+
+
+@pytest.fixture
+def quetz_channel(quetz: QuetzServer) -> QuetzChannel:
+    """A new private channel on the session's quetz server, and an API key that owns it."""
+    return quetz.private_channel()
 
 
 # py-rattler 0.28's tokio worker threads race the interpreter's finalization (the pyo3-async-runtimes

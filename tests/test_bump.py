@@ -215,8 +215,8 @@ def test_github_unreachable_needs_hashes_and_commits_given(
         (["torchvision=0.30.0"], "pairing rule 'torchvision-pytorch'", "pytorch 2.15.*"),
         (["torchaudio=2.99.0"], "pairing rule 'torchaudio-pytorch'", "pytorch >=2.99"),
         (
-            ["pytorch=2.13.0", "torchvision=0.28.0"],
-            "which triton goes with pytorch 2.13.0 is not recorded",
+            ["pytorch=2.16.0", "torchvision=0.31.0"],
+            "which triton goes with pytorch 2.16.0 is not recorded",
             "add it to the rule in tools/rocmlock/data/upstreams.toml",
         ),
     ],

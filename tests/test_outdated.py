@@ -147,16 +147,33 @@ def test_version_keys_no_upstream_claims_are_listed(
 def test_an_unrecorded_pairing_shows_what_pypi_metadata_says(
     recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    publish_all(fake, recipes, {"triton": "3.8.0"})
+    publish_all(fake, recipes, {"triton": "3.10.0"})
     fake.add_project(
         "torch",
-        {"2.13.0": [fake.file("torch-2.13.0-cp312-linux_x86_64.whl", packagetype="bdist_wheel")]},
-        requires_dist=["filelock", 'triton==3.8.0; platform_system == "Linux"'],
+        {"2.16.0": [fake.file("torch-2.16.0-cp312-linux_x86_64.whl", packagetype="bdist_wheel")]},
+        requires_dist=["filelock", 'triton==3.10.0; platform_system == "Linux"'],
     )
     assert outdated(recipes, fake.url, closed_port_url()) == 0
     out = capsys.readouterr().out
     assert (
-        "companion: triton for pytorch 2.13.0: not recorded in tools/rocmlock/data/upstreams.toml "
+        "companion: triton for pytorch 2.16.0: not recorded in tools/rocmlock/data/upstreams.toml "
         "(triton-pytorch); "
-        "PyPI's torch 2.13.0 requires triton==3.8.0"
+        "PyPI's torch 2.16.0 requires triton==3.10.0"
     ) in out
+
+
+def test_the_newest_leader_with_every_companion_released_is_named(
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish_all(fake, recipes, {"torchvision": "0.29.1", "triton": "3.8.0"})
+    wheels = {
+        v: [fake.file(f"torch-{v}-cp312-linux_x86_64.whl", packagetype="bdist_wheel")]
+        for v in ("2.14.0", "2.14.1", "2.15.0")
+    }
+    fake.add_project("torch", wheels)
+    assert outdated(recipes, fake.url, closed_port_url(), "--json") == 0
+    (torch,) = [r for r in json.loads(capsys.readouterr().out)["upstreams"] if r["name"] == "pytorch"]
+    assert torch["newest"] == "2.15.0"
+    assert "torchvision 0.30.*: none released on PyPI yet (torchvision-pytorch)" in torch["companions"]
+    # torchvision 0.29 and triton 3.8 exist: 2.14.1 is the newest torch a bump can take today.
+    assert torch["companions"][-1] == "newest pytorch with every companion released: 2.14.1"

@@ -29,12 +29,10 @@ def rule(name: str):  # type: ignore[no-untyped-def]
         ("triton-pytorch", "2.12.1", "3.7.1", "ok"),
         ("triton-pytorch", "2.12.1", "3.8.0", "violated"),
         ("triton-pytorch", "2.15.0", "3.9.0", "ok"),
-        (
-            "triton-pytorch",
-            "2.13.0",
-            "3.8.0",
-            "unknown",
-        ),  # not recorded: bump refuses until someone checks it
+        ("triton-pytorch", "2.13.0", "3.7.1", "ok"),  # two torch series on one Triton series
+        ("triton-pytorch", "2.14.0", "3.7.1", "violated"),
+        # Not recorded: bump refuses until someone checks it.
+        ("triton-pytorch", "2.16.0", "3.9.0", "unknown"),
     ],
 )
 def test_rule_verdicts(name: str, leader: str, follower: str, verdict: str) -> None:
@@ -45,7 +43,7 @@ def test_rules_name_the_other_side() -> None:
     assert rule("torchvision-pytorch").describe("2.15.0") == "torchvision 0.30.*"
     assert rule("torchvision-pytorch").leader_needs("0.30.1") == "pytorch 2.15.*"
     assert rule("torchaudio-pytorch").describe("2.15.0") == "torchaudio >=2.11,<=2.15.*"
-    assert rule("triton-pytorch").leader_needs("3.7.1") == "pytorch 2.12.*"
+    assert rule("triton-pytorch").leader_needs("3.7.1") == "pytorch 2.12.* or 2.13.*"
 
 
 def test_every_rule_joins_two_known_upstreams_and_conda_names_map() -> None:

@@ -160,3 +160,27 @@ def test_index_credentials_go_to_the_index_host_only(fake: FakeUpstream) -> None
     fake.add("/api/repos/o/r/commits/v1", Reply(body=b"c" * 40))
     assert client.github_commit("o/r", "v1") == "c" * 40
     assert fake.seen_auth["/api/repos/o/r/commits/v1"] is None
+
+
+def test_relative_file_urls_resolve_against_the_json_document(fake: FakeUpstream) -> None:
+    fake.add_json(
+        "/mirror/pypi/torch/json",
+        {
+            "info": {"version": "1"},
+            "releases": {
+                "1": [
+                    {
+                        "filename": "torch-1.tar.gz",
+                        "url": "../../files/t.tar.gz",
+                        "packagetype": "sdist",
+                        "digests": {"sha256": "0" * 64},
+                    }
+                ]
+            },
+        },
+    )
+    fake.add("/mirror/files/t.tar.gz", Reply(body=b"t"))
+    client = Client(Hosts(index_url=f"{fake.url}/mirror/pypi"), FAST)
+    sdist = client.project("torch").sdist("1")
+    assert sdist is not None and sdist.url == f"{fake.url}/mirror/files/t.tar.gz"
+    assert client.download(sdist.url) == b"t"

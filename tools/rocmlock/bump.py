@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
 
 from rocmlock.credentials import redact_url
 from rocmlock.errors import InputError, OperationError
@@ -311,7 +310,7 @@ def _sync_recipe(
 
     sdist = client.project(up.pypi).sdist(version)
     assert sdist is not None  # resolve_values checked it
-    url = urljoin(client.hosts.index_url.rstrip("/") + "/", sdist.url)
+    url = sdist.url
     log(f"downloading {redact_url(url)} for its pyproject.toml")
     data = client.download(url, sdist.sha256)
     reqs = conda_requirements(pyproject_dependencies(data, sdist.filename), table, pythons, sdist.filename)

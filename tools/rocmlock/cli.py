@@ -100,6 +100,8 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
     data = result.to_json()
     if args.json:
         _print_json(data)
+    for warning in result.warnings:
+        _err(f"warning: {warning}")
     for line in result.change_lines():
         _err(line)
     if result.not_locked:
@@ -128,6 +130,9 @@ def _add_export(p: argparse.ArgumentParser) -> None:
     _manifest_arg(p)
     _env_arg(p)
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if an export is stale")
+    p.add_argument("--skip-source", action="store_true",
+                   help="leave out source packages (pixi-build, git/path PyPI dependencies) with a warning "
+                        "instead of refusing")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
 
@@ -135,7 +140,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from rocmlock.lock import export_workspace
 
     result = export_workspace(args.manifest_path, environments=args.environments or None, check=args.check,
-                              on_wait=_err)
+                              skip_source=args.skip_source, on_wait=_err)
     return _report_lock(result, args, "export")
 
 
@@ -336,7 +341,7 @@ def _add_install(p: argparse.ArgumentParser) -> None:
 
 def _cmd_install(args: argparse.Namespace) -> int:
     from rocmlock.errors import InputError
-    from rocmlock.install import install_from_lock, manifest_channels
+    from rocmlock.install import install_from_lock, left_out_warning, manifest_channels
     from rocmlock.lock import LOCK_NAME, manifest_file
 
     if not args.environment:
@@ -346,6 +351,8 @@ def _cmd_install(args: argparse.Namespace) -> int:
                                args.platform, channels=manifest_channels(manifest))
     if args.json:
         _print_json(result.to_dict())
+    if result.left_out:
+        _err("warning: " + left_out_warning(result.left_out, result.environment, result.platform, "installed"))
     _err(f"installed {len(result.packages)} package(s) of '{result.environment}' [{result.platform}] "
          f"into {result.prefix}")
     return 0
@@ -492,7 +499,7 @@ class _DownloadProgress:
 def _cmd_pack(args: argparse.Namespace) -> int:
     from rocmlock.credentials import client_for_urls
     from rocmlock.errors import InputError
-    from rocmlock.install import manifest_channels
+    from rocmlock.install import left_out, left_out_warning, manifest_channels
     from rocmlock.lock import LOCK_NAME, manifest_file
     from rocmlock.pack import pack_environment
 
@@ -509,6 +516,9 @@ def _cmd_pack(args: argparse.Namespace) -> int:
     meta = result.metadata
     if args.json:
         _print_json(result.to_dict())
+    missing = left_out(manifest.parent / LOCK_NAME, meta.environment, meta.platform)
+    if missing:
+        _err("warning: " + left_out_warning(missing, meta.environment, meta.platform, "in the bundle"))
     gpu = f"{meta.gpu_target}, ROCm {meta.rocm_version}" if meta.gpu_target else "no GPU target"
     _err(f"packed {len(meta.packages)} package(s) of '{meta.environment}' [{meta.platform}; {gpu}] into "
          f"{result.output} ({result.size / 1e6:.1f} MB)")
@@ -554,7 +564,8 @@ def _cmd_unpack(args: argparse.Namespace) -> int:
 _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Handler]] = [
     ("plan", "which package variants the environments need, in build order", _add_plan, _cmd_plan),
     ("lock", "solve every environment x platform; write pixi.lock and envs/ exports", _add_lock, _cmd_lock),
-    ("export", "regenerate envs/<env>/ conda exports from pixi.lock without solving", _add_export, _cmd_export),
+    ("export", "regenerate envs/<env>/ conda (and PyPI) exports from any pixi.lock without solving", _add_export,
+     _cmd_export),
     ("doctor", "check this host's ROCm toolchain before building or running", _add_doctor, _cmd_doctor),
     ("build", "build the plan's variants in dependency order (skips what exists, resumes)", _add_build, _cmd_build),
     ("publish", "upload built packages to a channel (directory, S3, prefix.dev, quetz, artifactory, anaconda)",
@@ -600,6 +611,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.hint:
             _err(f"hint: {exc.hint}")
         return exc.exit_code
+    except OSError as exc:  # a file rocmlock had to read or write: one line, never a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        _err(f"error: {where}{exc.strerror or exc}")
+        _err("hint: check that the path exists, is writable and the disk is not full")
+        return 1
     except KeyboardInterrupt:
         _err("interrupted")
         return 130

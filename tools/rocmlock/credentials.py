@@ -165,3 +165,28 @@ def client_for_urls(urls: Iterable[str]) -> tuple[list[str], Client]:
     """The clean form of each of ``urls`` (same order) and a client holding their secrets."""
     auths = [split_url(u) for u in urls]
     return [a.url for a in auths], rattler_client(auths)
+
+
+def refused(text: str) -> bool:
+    """Whether a fetch error's ``text`` is a server refusing the request (HTTP 401 or 403)."""
+    return bool(re.search(r"\b40[13]\b", text))
+
+
+def refused_channel(channels: Iterable[str], text: str) -> str | None:
+    """The clean URL of the one of ``channels`` whose URL a refusal in ``text`` names, if any."""
+    if not refused(text):
+        return None
+    urls = [redact_url(u) for u in _URL_IN_TEXT.findall(text)]
+    for channel in channels:
+        clean = redact_url(channel).rstrip("/")
+        if any(u == clean or u.startswith(clean + "/") for u in urls):
+            return clean
+    return None
+
+
+def credentials_hint(url: str) -> str:
+    """How to give rocmlock (rattler) credentials for the channel at ``url``, in one line."""
+    host = urlsplit(url).hostname or url
+    return (f"add an entry for '{host}' to RATTLER_AUTH_FILE (CondaToken for quetz or anaconda.org, "
+            "BearerToken for prefix.dev, BasicHTTP for a user and password), or write the channel in pixi.toml "
+            "with its token as a /t/<token>/ URL")

@@ -1,12 +1,17 @@
 """Dependency tables of pixi.toml, read the way pixi reads them (pixi 0.77.0, crates/pixi_spec/src/toml.rs).
 
-A string is a version spec; a table may add ``build``, ``channel`` and the fields pixi matches on
-(``build-number``, ``md5``, ``sha256``: pixi_spec/src/detailed.rs), which go into the MatchSpec.
-Keys pixi has but rocmlock cannot lock (sources, conditions, ...) are an error, never dropped.
+A string is a version spec; a table may add ``build``, ``channel`` and every MatchSpec field pixi
+passes to the solver (``build-number``, ``md5``, ``sha256``, ``file-name``, ``subdir``, ``license``,
+``license-family``, ``track-features``, ``extras``, ``flags``, and the condition ``when``: pixi_spec
+src/toml.rs, TomlSpec and TomlWhen), which go into the MatchSpec's brackets as rattler reads them.
+A source dependency (``path``/``git``/``url``) is left out of the solve here; `rocmlock lock` refuses
+it (rocmlock.pixi_keys) and `rocmlock export` handles what pixi locked for it.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,11 +20,14 @@ from rattler import MatchSpec, VersionSpec
 from rattler.exceptions import InvalidMatchSpecError, InvalidVersionSpecError
 
 from rocmlock.errors import InputError, expect_type
+from rocmlock.pixi_keys import is_source_dependency
 
-# Dependency table keys that point at sources rocmlock cannot lock.
-UNSUPPORTED_SOURCE_KEYS = ("path", "git", "url", "branch", "tag", "rev", "subdirectory")
-# Dependency keys that become MatchSpec bracket fields, with the bracket key.
-DEPENDENCY_FIELDS = {"build-number": "build_number", "md5": "md5", "sha256": "sha256"}
+# Dependency keys that become MatchSpec bracket fields, with the bracket key (strings, quoted).
+DEPENDENCY_FIELDS = {"build-number": "build_number", "md5": "md5", "sha256": "sha256", "file-name": "fn",
+                     "subdir": "subdir", "license": "license", "license-family": "license_family"}
+# List-valued keys: written unquoted in brackets (``extras=[dev, test]``); track-features is one string.
+LIST_FIELDS = {"extras": "extras", "flags": "flags"}
+KNOWN_KEYS = {"version", "build", "channel", "when", "track-features", *DEPENDENCY_FIELDS, *LIST_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -30,7 +38,7 @@ class Dependency:
     version: str = "*"
     build: str | None = None
     channel: str | None = None
-    # MatchSpec bracket fields pixi matches on (pixi_spec detailed.rs): build_number, md5, sha256.
+    # MatchSpec bracket fields as rattler reads them, values already quoted (``('license', '"MIT"')``).
     fields: tuple[tuple[str, str], ...] = ()
 
     def matchspec(self) -> str:
@@ -42,7 +50,7 @@ class Dependency:
         version = str(VersionSpec(self.version or "*", strict=False))
         spec = f"{self.name} {version}" if self.build is None else f"{self.name} {version} {self.build}"
         if self.fields:
-            spec += "[" + ", ".join(f'{k}="{v}"' for k, v in self.fields) + "]"
+            spec += "[" + ", ".join(f"{k}={v}" for k, v in self.fields) + "]"
         return f"{self.channel}::{spec}" if self.channel else spec
 
 
@@ -65,20 +73,64 @@ def _pixi_version(value: Any, path: Path, key: str) -> str:
     return text
 
 
-def _dependency_fields(spec: dict[str, Any], path: Path, where: str) -> tuple[tuple[str, str], ...]:
-    fields: list[tuple[str, str]] = []
+def _field_values(spec: dict[str, Any], path: Path, where: str) -> list[tuple[str, str, str]]:
+    """(pixi key, bracket key, bracket value) for each MatchSpec field of a dependency table."""
+    out: list[tuple[str, str, str]] = []
     for key, field_name in DEPENDENCY_FIELDS.items():
         if key in spec:
             value = spec[key]
             text = str(value) if isinstance(value, int) and not isinstance(value, bool) else \
                 expect_type(value, str, path, f"{where}.{key}", "a string")
-            try:
-                MatchSpec(f'x[{field_name}="{text}"]')
-            except InvalidMatchSpecError as exc:
-                raise InputError(f"{path}: key '{where}.{key}' is '{text}', not valid: {exc}".splitlines()[0],
-                                 hint="build-number takes e.g. \">=2\"; md5/sha256 take the hex digest") from None
-            fields.append((field_name, text))
-    return tuple(fields)
+            out.append((key, field_name, _quote(text)))
+    for key, field_name in LIST_FIELDS.items():
+        if key in spec:
+            items = expect_type(spec[key], list, path, f"{where}.{key}", "a list of strings")
+            for i, item in enumerate(items):
+                expect_type(item, str, path, f"{where}.{key}[{i}]", "a string")
+            out.append((key, field_name, f"[{', '.join(items)}]"))
+    if "track-features" in spec:
+        feats = expect_type(spec["track-features"], list, path, f"{where}.track-features", "a list of strings")
+        out.append(("track-features", "track_features", _quote(" ".join(str(f) for f in feats))))
+    if "when" in spec:
+        out.append(("when", "when", _quote(when_condition(spec["when"], path, f"{where}.when"))))
+    return out
+
+
+def _dependency_fields(spec: dict[str, Any], path: Path, where: str) -> tuple[tuple[str, str], ...]:
+    fields = _field_values(spec, path, where)
+    for key, field_name, value in fields:
+        try:
+            MatchSpec(f"x[{field_name}={value}]")
+        except InvalidMatchSpecError as exc:
+            shown = spec[key] if key != "when" else value
+            raise InputError(f"{path}: key '{where}.{key}' is '{shown}', not valid: {exc}".splitlines()[0],
+                             hint="build-number takes e.g. \">=2\"; md5/sha256 take the hex digest; "
+                                  "when takes a match spec") from None
+    return tuple((field_name, value) for _, field_name, value in fields)
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def when_condition(value: Any, path: Path, key: str) -> str:
+    """A ``when`` condition as the MatchSpec condition rattler solves with (pixi_spec toml.rs,
+    TomlWhen::into_condition): a string is a match spec, ``all``/``any`` combine with and/or, and
+    ``{ package, ... }`` is the package's match spec with those fields."""
+    if isinstance(value, str):
+        return value
+    table = expect_type(value, dict, path, key, "a match spec string or a table with all, any or package")
+    for combinator, word in (("all", " and "), ("any", " or ")):
+        if combinator in table:
+            parts = expect_type(table[combinator], list, path, f"{key}.{combinator}", "a non-empty list")
+            if not parts or len(table) != 1:
+                raise InputError(f"{path}: key '{key}.{combinator}' must be the only key and hold at least one condition")
+            return "(" + word.join(when_condition(p, path, f"{key}.{combinator}[{i}]")
+                                   for i, p in enumerate(parts)) + ")"
+    package = expect_type(table.get("package"), str, path, f"{key}.package", "a package name")
+    rest = {k: v for k, v in table.items() if k != "package"}
+    inner = parse_dependencies({package: rest}, path, key)[0] if rest else None
+    return inner.matchspec() if inner else package
 
 
 def parse_dependencies(value: Any, path: Path, key: str) -> tuple[Dependency, ...]:
@@ -91,20 +143,13 @@ def parse_dependencies(value: Any, path: Path, key: str) -> tuple[Dependency, ..
             continue
         if not isinstance(spec, dict):
             raise InputError(f"{path}: key '{where}' must be a version string or a table")
-        for skey in UNSUPPORTED_SOURCE_KEYS:
-            if skey in spec:
-                raise InputError(
-                    f"{path}: key '{where}.{skey}' (a source dependency) is not supported by rocmlock",
-                    hint="use `pixi lock` for workspaces with path/git/url dependencies",
-                )
-        if "when" in spec:
-            raise InputError(f"{path}: key '{where}.when' (a conditional dependency) is not supported by rocmlock",
-                             hint="use a [target.<platform>] table, or `pixi lock` for such workspaces")
-        unknown = sorted(set(spec) - {"version", "build", "channel", *DEPENDENCY_FIELDS})
+        if is_source_dependency(spec):
+            continue  # built or fetched by pixi: `rocmlock lock` refuses it, the rest of rocmlock skips it
+        unknown = sorted(set(spec) - KNOWN_KEYS)
         if unknown:
-            raise InputError(f"{path}: key '{where}.{unknown[0]}' is not supported by rocmlock",
-                             hint="a dependency table takes version, build, channel, build-number, md5 "
-                                  "and sha256; use `pixi lock` for the other pixi keys")
+            raise InputError(f"{path}: key '{where}.{unknown[0]}' is not a pixi dependency key",
+                             hint=f"a dependency table takes: {', '.join(sorted(KNOWN_KEYS))} "
+                                  "(or path/git/url for a source)")
         version = _pixi_version(spec.get("version", "*"), path, f"{where}.version")
         build = spec.get("build")
         channel = spec.get("channel")
@@ -114,3 +159,41 @@ def parse_dependencies(value: Any, path: Path, key: str) -> tuple[Dependency, ..
             expect_type(channel, str, path, f"{where}.channel", "a string")
         out.append(Dependency(name, version, build, channel, _dependency_fields(spec, path, where)))
     return tuple(out)
+
+
+_CONDITION_TOKEN = re.compile(r"(\(|\)|\band\b|\bor\b)")
+
+
+def condition_holds(condition: str, matches: Callable[[str], bool]) -> bool:
+    """Evaluate a MatchSpec condition (``__unix and python >=3.12 or __win``): ``and`` binds tighter than
+    ``or``, parentheses group, and each match spec in it holds when ``matches(spec)`` says so."""
+    tokens = [t.strip() for t in _CONDITION_TOKEN.split(condition) if t.strip()]
+    pos = 0
+
+    def expr() -> bool:
+        nonlocal pos
+        value = term()
+        while pos < len(tokens) and tokens[pos] == "or":
+            pos += 1
+            value = term() or value
+        return value
+
+    def term() -> bool:
+        nonlocal pos
+        value = atom()
+        while pos < len(tokens) and tokens[pos] == "and":
+            pos += 1
+            value = atom() and value
+        return value
+
+    def atom() -> bool:
+        nonlocal pos
+        token = tokens[pos]
+        pos += 1
+        if token != "(":
+            return matches(token)
+        value = expr()
+        pos += 1  # the closing parenthesis
+        return value
+
+    return expr()

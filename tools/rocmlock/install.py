@@ -9,13 +9,14 @@ reached with the credentials of the manifest's channel URLs, held in memory
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rattler import RepoDataRecord
 
-from rocmlock.credentials import client_for_urls, redact_text, split_url
+from rocmlock.credentials import client_for_urls, credentials_hint, redact_text, refused_channel, split_url
 from rocmlock.errors import InputError, OperationError
 from rocmlock.lockfile import LockedPlatform, read_lockfile
 from rocmlock.outputs import settle
@@ -27,10 +28,30 @@ class InstallResult:
     environment: str
     platform: str
     packages: tuple[str, ...]
+    # PyPI and source packages of the lock that rattler does not install (see :func:`left_out`).
+    left_out: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {"prefix": str(self.prefix), "environment": self.environment, "platform": self.platform,
-                "packages": list(self.packages)}
+                "packages": list(self.packages), "left_out": list(self.left_out)}
+
+
+def left_out(lock_path: Path, environment: str, platform: str) -> tuple[str, ...]:
+    """The packages of ``environment`` on ``platform`` that are not conda binaries (PyPI and source packages
+    of a pixi-written lock): rattler installs conda packages only, so install and pack leave them out."""
+    locked = read_lockfile(lock_path)
+    env = locked.environments.get(environment) if locked else None
+    if env is None:
+        return ()
+    pins = [f"{p.name}=={p.version} (pypi)" for p in env.pypi.get(platform, [])]
+    return tuple(pins + [s.describe() for s in env.sources.get(platform, [])])
+
+
+def left_out_warning(names: Sequence[str], environment: str, platform: str, where: str) -> str:
+    """One line that says what was left out and how to install the PyPI part."""
+    return (f"{len(names)} package(s) of pixi.lock are not conda packages and are not {where}: {', '.join(names)}; "
+            f"`rocmlock export` writes envs/{environment}/requirements-{platform}.txt for "
+            "`python -m pip install --require-hashes -r`")
 
 
 def select_records(lock_path: Path, environment: str, platform: str | None = None
@@ -69,15 +90,30 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
 
     locked_platform, records = select_records(lock_path, environment, platform)
     _, client = client_for_urls(channels)
+    created = not prefix.exists()
     try:
         asyncio.run(install(records, prefix, cache_dir=cache_dir, show_progress=False, client=client))
     except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
         secrets = [s for c in channels for s in split_url(c).secrets]
-        raise OperationError(f"installing '{environment}' into {prefix} failed: {redact_text(str(exc), secrets)}",
-                             hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials") \
-            from None
+        if created:  # a half-made environment is worse than none: it imports, then fails at run time
+            shutil.rmtree(prefix, ignore_errors=True)
+        left = "nothing was left there" if created else "it existed before and may be partly changed"
+        text = redact_text(str(exc), secrets)
+        raise _install_error(f"installing '{environment}' into {prefix} failed ({left})", text,
+                             [*channels, *(r.channel or "" for r in records)]) from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
-    return InstallResult(prefix, environment, locked_platform.name, names)
+    return InstallResult(prefix, environment, locked_platform.name, names,
+                         left_out(lock_path, environment, locked_platform.name))
+
+
+def _install_error(what: str, text: str, channels: Sequence[str]) -> OperationError:
+    """One line when a channel refused a download (its 401/403 and how to give credentials), else rattler's text."""
+    channel = refused_channel(channels, text)
+    if channel is None:
+        return OperationError(f"{what}: {text}",
+                              hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials")
+    why = text.strip().splitlines()[-1].removeprefix("Caused by: ")
+    return OperationError(f"{what}: channel {channel} refused a download: {why}", hint=credentials_hint(channel))
 
 
 def manifest_channels(manifest: Path) -> list[str]:

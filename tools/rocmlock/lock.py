@@ -79,6 +79,7 @@ class LockResult:
     # Environment x platform pairs of the manifest that the lock does not hold (a run limited by -e/-p
     # on a workspace never locked in full): pixi's --locked refuses such a lock as a whole.
     not_locked: tuple[SolveKey, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     @property
     def up_to_date(self) -> bool:
@@ -109,6 +110,7 @@ class LockResult:
                        for e, p in self.solved],
             "changes": {e: dict(p) for e, p in envs.items()},
             "not_locked": [{"environment": e, "platform": p} for e, p in self.not_locked],
+            "warnings": list(self.warnings),
         }
 
 
@@ -241,7 +243,8 @@ def render_outputs(ws: Workspace, locked: LockedWorkspace, envs: Iterable[Enviro
         plats = [locked.platforms[p.name] for p in env.platforms if p.name in locked.platforms]
         # conda reads a relative channel path against the current directory, so exports name it absolutely.
         channels = [channel_base_url(c, ws.root) if is_local_channel(c) else c for c in lenv.channels]
-        files.update(render_exports(ws.root / ENVS_DIR, env.name, channels, plats, lenv.records))
+        files.update(render_exports(ws.root / ENVS_DIR, env.name, channels, plats, lenv.records,
+                                    lenv.pypi, env.pypi_indexes, lenv.sources))
     return files
 
 
@@ -256,11 +259,12 @@ def _stale(files: dict[Path, str]) -> tuple[Path, ...]:
 
 
 def _finish(ws: Workspace, files: dict[Path, str], changes: list[Change], solved: Sequence[SolveKey],
-            reasons: dict[SolveKey, str], check: bool) -> LockResult:
+            reasons: dict[SolveKey, str], check: bool, warnings: Sequence[str] = ()) -> LockResult:
     stale = _stale(files)
     if stale and not check:
         commit(ws.root, {p: files[p] for p in stale})
-    return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons)
+    return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons,
+                      warnings=tuple(warnings))
 
 
 def _check_update_names(ws: Workspace, old: LockedWorkspace | None, update: Sequence[str] | None) -> None:
@@ -298,6 +302,8 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
                update: Sequence[str] | None, check: bool, cache_dir: Path | None) -> LockResult:
     cache = cache_dir or default_cache_dir(manifest.parent)
     ws = load_workspace(manifest)
+    if ws.lock_refusals:
+        raise ws.lock_refusals[0].error(ws.path)
     envs, names, plats = _select(ws, environments, platforms)
     # The stamp is only ever recorded by a run over every environment and platform (below), so an
     # unchanged one means the whole lock is complete and satisfied, whatever this run selects.
@@ -327,15 +333,37 @@ def manifest_file(manifest_path: str | Path) -> Path:
     return (path / "pixi.toml" if path.is_dir() else path).absolute()
 
 
+def _source_packages(lock_path: Path, locked: LockedWorkspace, envs: Sequence[Environment],
+                     skip_source: bool) -> list[str]:
+    """Refuse the source packages of ``envs`` in one line, or (``skip_source``) return one warning per platform."""
+    warnings: list[str] = []
+    for env in envs:
+        found = locked.environments[env.name].sources
+        if found and not skip_source:
+            names = sorted({s.describe() for srcs in found.values() for s in srcs})
+            raise InputError(f"{lock_path}: environment '{env.name}' has packages that no export can pin "
+                             f"(built from source, or without a hash): "
+                             f"{', '.join(names)}",
+                             hint="pass --skip-source to export the rest (the exports name what they leave out)")
+        warnings += [f"environment '{env.name}' [{plat}]: left out source package(s) "
+                     f"{', '.join(s.describe() for s in srcs)}" for plat, srcs in sorted(found.items())]
+    return warnings
+
+
 def export_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
-                     check: bool = False, on_wait: Callable[[str], None] | None = None) -> LockResult:
-    """Regenerate ``envs/`` from the existing pixi.lock, without solving (for teams that lock with pixi)."""
+                     check: bool = False, on_wait: Callable[[str], None] | None = None,
+                     skip_source: bool = False) -> LockResult:
+    """Regenerate ``envs/`` from the existing pixi.lock, without solving (for teams that lock with pixi).
+
+    PyPI packages are exported too; a source package (pixi-build, a git or path dependency) is refused
+    unless ``skip_source``, which leaves it out with a warning.
+    """
     manifest = manifest_file(manifest_path)
     with exclusive(manifest.parent, write=not check, on_wait=on_wait):
-        return _export_held(manifest, environments, check)
+        return _export_held(manifest, environments, check, skip_source)
 
 
-def _export_held(manifest: Path, environments: Sequence[str] | None, check: bool) -> LockResult:
+def _export_held(manifest: Path, environments: Sequence[str] | None, check: bool, skip_source: bool) -> LockResult:
     ws = load_workspace(manifest)
     envs, names, _ = _select(ws, environments, None)
     locked = _read_lock(ws)
@@ -346,6 +374,7 @@ def _export_held(manifest: Path, environments: Sequence[str] | None, check: bool
         raise InputError(f"{ws.root / LOCK_NAME}: environment '{missing[0]}' is not locked",
                          hint="run `rocmlock lock` (or `pixi lock`) first")
     selected = [e for e in envs if e.name in names]
+    warnings = _source_packages(ws.root / LOCK_NAME, locked, selected, skip_source)
     files = render_outputs(ws, locked, selected)
     files.pop(ws.root / LOCK_NAME)
-    return _finish(ws, files, [], [], {}, check)
+    return _finish(ws, files, [], [], {}, check, warnings)

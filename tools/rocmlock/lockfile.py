@@ -17,6 +17,7 @@ from rattler.exceptions import ParseCondaLockError
 
 from rocmlock.credentials import redact_url
 from rocmlock.errors import InputError
+from rocmlock.pypi import PypiPin, SourcePackage, split_packages
 from rocmlock.workspace import (
     Platform,
     customised_virtual_packages,
@@ -39,6 +40,9 @@ class LockedEnvironment:
 
     channels: tuple[str, ...]
     records: dict[str, list[RepoDataRecord]] = field(hash=False)
+    # What pixi locks besides conda binaries, per platform name (see rocmlock.pypi).
+    pypi: dict[str, list[PypiPin]] = field(default_factory=dict, hash=False)
+    sources: dict[str, list[SourcePackage]] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -102,9 +106,16 @@ def _from_lockfile(lock: LockFile) -> LockedWorkspace:
     envs: dict[str, LockedEnvironment] = {}
     for name, env in lock.environments():
         records: dict[str, list[RepoDataRecord]] = {}
+        pypi: dict[str, list[PypiPin]] = {}
+        sources: dict[str, list[SourcePackage]] = {}
         for plat in env.platforms():
             records[plat.name] = list(env.conda_repodata_records_for_platform(plat) or [])
-        envs[name] = LockedEnvironment(tuple(str(c) for c in _channels(env)), records)
+            pins, srcs = split_packages(env.packages(plat) or [])
+            if pins:
+                pypi[plat.name] = pins
+            if srcs:
+                sources[plat.name] = srcs
+        envs[name] = LockedEnvironment(tuple(str(c) for c in _channels(env)), records, pypi, sources)
     return LockedWorkspace(platforms, envs)
 
 
@@ -137,6 +148,8 @@ def align_platforms(locked: LockedWorkspace, manifest_platforms: Sequence[Platfo
         return locked
     platforms = {renames.get(n, n): LockedPlatform(renames.get(n, n), p.subdir, p.virtual_packages)
                  for n, p in locked.platforms.items()}
-    envs = {name: LockedEnvironment(env.channels, {renames.get(p, p): r for p, r in env.records.items()})
+    envs = {name: LockedEnvironment(env.channels, {renames.get(p, p): r for p, r in env.records.items()},
+                                    {renames.get(p, p): r for p, r in env.pypi.items()},
+                                    {renames.get(p, p): r for p, r in env.sources.items()})
             for name, env in locked.environments.items()}
     return LockedWorkspace(platforms, envs)

@@ -111,8 +111,12 @@ def _row(up: Upstream, pinned: tuple[str, ...], client: Client, table: Table) ->
     if newest is None:
         return Row(up.name, up.pypi, pinned, None, error=f"no final release of '{up.pypi}' on the index")
     sources = tuple(_sources(up, newest, client))
-    companions = tuple(_companion(rule, up, newest, client, table) for rule in table.rules_of(up.name))
-    return Row(up.name, up.pypi, pinned, newest, sources, companions)
+    companions = [_companion(rule, up, newest, client, table) for rule in table.rules_of(up.name)]
+    if any("none released" in c or "not recorded" in c for c in companions):
+        complete = _newest_complete(up, client, table)
+        if complete and complete != newest:
+            companions.append(f"newest {up.name} with every companion released: {complete}")
+    return Row(up.name, up.pypi, pinned, newest, sources, tuple(companions))
 
 
 def _sources(up: Upstream, version: str, client: Client) -> list[tuple[str, str]]:
@@ -163,20 +167,40 @@ def _companion(rule: Rule, up: Upstream, newest: str, client: Client, table: Tab
     """What ``rule`` asks of the other side when ``up`` moves to ``newest``."""
     if up.name == rule.follower:
         return f"needs {rule.leader_needs(newest)} ({rule.name})"
-    follower = table.get(rule.follower)
-    expected = rule.expected_series(newest)
-    if expected is None:
+    if rule.expected_series(newest) is None:
+        follower = table.get(rule.follower)
         return f"{rule.describe(newest)} ({rule.name}){_metadata_says(up, follower, newest, client)}"
     try:
-        project = client.project(follower.pypi)
+        fit = _fitting(rule, newest, client, table)
     except OperationError as exc:
         return f"{rule.describe(newest)}: PyPI lookup failed ({exc})"
-    fits = [
-        Version(v) for v, files in project.releases if files and _final(v) and rule.check(newest, v) == "ok"
-    ]
-    if not fits:
+    if fit is None:
         return f"{rule.describe(newest)}: none released on PyPI yet ({rule.name})"
-    return f"{rule.follower} {max(fits)} ({rule.name})"
+    return f"{rule.follower} {fit} ({rule.name})"
+
+
+def _fitting(rule: Rule, leader: str, client: Client, table: Table) -> Version | None:
+    """The newest final release of the follower that ``rule`` allows with ``leader`` (None: none, or unknown)."""
+    project = client.project(table.get(rule.follower).pypi)
+    fits = [
+        Version(v) for v, files in project.releases if files and _final(v) and rule.check(leader, v) == "ok"
+    ]
+    return max(fits) if fits else None
+
+
+def _newest_complete(up: Upstream, client: Client, table: Table) -> str | None:
+    """The newest release of ``up`` for which every companion it leads has a release on PyPI."""
+    rules = [r for r in table.rules if r.leader == up.name]
+    candidates = sorted(
+        (Version(v) for v, files in client.project(up.pypi).releases if files and _final(v)), reverse=True
+    )
+    for version in candidates:
+        try:
+            if all(_fitting(rule, str(version), client, table) is not None for rule in rules):
+                return str(version)
+        except OperationError:
+            return None
+    return None
 
 
 def _metadata_says(leader: Upstream, follower: Upstream, version: str, client: Client) -> str:

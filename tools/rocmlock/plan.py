@@ -19,7 +19,7 @@ from typing import Any
 
 from rattler import Version, VersionSpec
 
-from rocmlock.credentials import redact_url
+from rocmlock.credentials import credentials_hint, redact_text, redact_url, refused
 from rocmlock.errors import InputError, OperationError
 from rocmlock.fsutil import relative_path
 from rocmlock.recipes import ENV_KEYS, Matrix, RenderedVariant, discover_recipes, load_matrix, render_recipe
@@ -164,9 +164,11 @@ def channel_contents(channel: str, names: Iterable[str]) -> frozenset[tuple[str,
     try:
         records = query_channel(url, ["linux-64", "noarch"], names)
     except Exception as exc:  # noqa: BLE001 - rattler's fetch errors are many; the message names the channel
+        first = redact_text(str(exc).splitlines()[0])
         raise OperationError(
-            f"cannot read channel {redact_url(url)}: {str(exc).splitlines()[0]}",
-            hint="check the URL/path and that the channel is indexed (repodata.json)",
+            f"cannot read channel {redact_url(url)}: {first}",
+            hint=credentials_hint(url) if refused(first)
+            else "check the URL/path and that the channel is indexed (repodata.json)",
         ) from None
     return frozenset((r.name.normalized, str(r.version), str(r.build)) for r in records)
 

@@ -7,6 +7,7 @@ what pixi accepts is accepted with pixi's meaning, what it rejects is an error n
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,7 +170,7 @@ def _friendly(vname: str, raw: str, path: Path, where: str) -> VirtualPackage:
     if vname == "__archspec":  # a microarchitecture: version 0, the name as build string
         if not raw:
             raise InputError(f"{path}: key '{where}' needs a non-empty microarchitecture string")
-        return (vname, "0", raw)
+        return (vname, "0", _archspec(raw, path, where))
     return (vname, _version(raw, path, where), "")
 
 
@@ -200,7 +201,25 @@ def _raw(key: str, value: Any, path: Path, where: str) -> VirtualPackage:
         raise InputError(f"{path}: key '{where}' is not a valid virtual-package name") from None
     text = expect_type(value, str, path, where, 'a string ("version" or "version=build")')
     version, _, build = text.partition("=")
+    if name == "__archspec" and build:
+        _archspec(build, path, where)
     return (name, _version(version, path, where), build)
+
+
+def _archspec(name: str, path: Path, where: str) -> str:
+    """A microarchitecture the archspec database knows, or ``0`` (pixi_manifest platform.rs,
+    validate_archspec_name: an unknown name makes a platform no host can match)."""
+    # Imported here: `rocmlock unpack` on a node (installed --no-deps by a bundle's installer) never needs it.
+    from archspec.cpu import TARGETS as ARCHSPEC_TARGETS
+
+    if name == "0" or name in ARCHSPEC_TARGETS:
+        return name
+    underscored = name.replace("-", "_")
+    close = [underscored] if underscored in ARCHSPEC_TARGETS else \
+        difflib.get_close_matches(name, sorted(ARCHSPEC_TARGETS), n=1, cutoff=0.8)
+    raise InputError(f"{path}: key '{where}' is '{name}', not a known archspec microarchitecture",
+                     hint=f"did you mean '{close[0]}'?" if close else
+                     "see `python -c 'import archspec.cpu; print(sorted(archspec.cpu.TARGETS))'`")
 
 
 def _subdir(text: str, path: Path, where: str) -> str:

@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import os
 import shutil
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,11 +124,22 @@ def _secrets(env: Mapping[str, str]) -> list[str]:
     return [env[v] for v in SECRET_VARS if env.get(v)]
 
 
+def _read_headers(dest: Destination, env: Mapping[str, str]) -> dict[str, str]:
+    """What reading the destination's repodata needs beyond RATTLER_AUTH_FILE: quetz's key from the environment.
+
+    quetz 0.10.4 takes a key from the ``X-API-Key`` header (quetz/deps.py ``get_rules``) or from a ``/t/<key>/``
+    prefix (quetz/main.py ``CondaTokenMiddleware``); a private channel answers 401 to anything else. Without
+    QUETZ_API_KEY, a ``CondaToken`` for the host in RATTLER_AUTH_FILE reaches it through rattler's middleware.
+    """
+    key = env.get(TOKEN_VARS["quetz"]) if dest.kind == "quetz" else None
+    return {"X-API-Key": key} if key else {}
+
+
 def _remote_records(dest: Destination, packages: list[LocalPackage], env: Mapping[str, str]) -> dict[str, str]:
     """``{subdir/file: sha256}`` of the given packages' names in the destination's repodata."""
     subdirs = {p.subdir for p in packages} | {"noarch"}
     try:
-        records = query_channel(dest.read_url, subdirs, {p.name for p in packages})
+        records = query_channel(dest.read_url, subdirs, {p.name for p in packages}, _read_headers(dest, env))
         return {f"{r.subdir}/{r.file_name}": r.sha256.hex() if r.sha256 else "" for r in records}
     except Exception as exc:  # noqa: BLE001 - rattler raises several exception types for HTTP failures
         text = str(exc)
@@ -268,6 +280,39 @@ def _publish_s3(dest: Destination, packages: list[LocalPackage], env: Mapping[st
     asyncio.run(index_s3(dest.url, credentials=creds))
 
 
+def _await_index(dest: Destination, packages: list[LocalPackage], env: Mapping[str, str],
+                 timeout_s: float = 60.0) -> None:
+    """Return once the channel's repodata lists ``packages`` with their sha256, so a lock run next sees them.
+
+    quetz 0.10.4 answers an upload first and indexes afterwards, in a background task (quetz/main.py
+    ``post_upload`` adds ``indexing.update_indexes`` to ``background_tasks``).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remote = _remote_records(dest, packages, env)
+        missing = [p.key for p in packages if remote.get(p.key) != p.sha256()]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise OperationError(f"uploaded to {dest}, but after {timeout_s:.0f} s its repodata still does not "
+                                 f"list {missing[0]}" + (f" (+{len(missing) - 1} more)" if missing[1:] else ""),
+                                 hint="check the server's log: it indexes the channel after each upload")
+        time.sleep(0.5)
+
+
+def _refuse_quetz_replace(dest: Destination, replaced: list[str]) -> None:
+    """quetz cannot overwrite through the upload: py-rattler-build's quetz upload has no ``force``, and quetz
+    0.10.4 answers 409 to a second file under a name it holds (quetz/main.py ``post_upload``). Deleting the
+    version first (``delete_package_version`` there) is the way, so say exactly how."""
+    subdir, file = replaced[0].split("/", 1)
+    name = file.rsplit("-", 2)[0]
+    raise OperationError(
+        f"{dest} already has a different {replaced[0]} and quetz cannot overwrite on upload; nothing was uploaded",
+        hint=f"delete it first: curl -X DELETE -H \"X-API-Key: $QUETZ_API_KEY\" {dest.url}/api/channels/"
+             f"{dest.channel}/packages/{name}/versions/{subdir}/{file} (or bump the build number)",
+    )
+
+
 def _upload_http(dest: Destination, packages: list[LocalPackage], env: Mapping[str, str], force: bool) -> None:
     import rattler_build as rb
 
@@ -298,6 +343,8 @@ def publish(source: Path, to: str, *, force: bool = False, env: Mapping[str, str
     else:
         remote = _remote_records(dest, packages, env)
     upload, skipped, replaced = sort_out(packages, remote, force, str(dest))
+    if replaced and dest.kind == "quetz":
+        _refuse_quetz_replace(dest, replaced)
     for key in skipped:
         log(f"skip {key} (already in {dest})")
     if upload:
@@ -309,6 +356,8 @@ def publish(source: Path, to: str, *, force: bool = False, env: Mapping[str, str
                 _publish_s3(dest, upload, env)
             else:
                 _upload_http(dest, upload, env, force)
+                if dest.kind == "quetz":
+                    _await_index(dest, upload, env)
         except OperationError:
             raise
         except Exception as exc:  # noqa: BLE001 - the upload libraries raise their own exception types

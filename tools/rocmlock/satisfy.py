@@ -6,6 +6,7 @@ pixi_core/src/lock_file/satisfiability/{environment.rs,platform.rs}:
 - the locked platform has the manifest platform's subdir and the same non-default virtual packages;
 - the lock lists no platform the environment does not have;
 - every manifest spec matches the locked record of that name (or a virtual package of the platform);
+  a conditional spec (``when``) only where its condition holds for the locked records;
 - every ``depends`` of every reached record matches a locked record or a virtual package;
 - every locked record is reached (nothing extra);
 - a dependency whose ``[when="..."]`` condition no locked record or virtual package meets is skipped;
@@ -21,6 +22,7 @@ from functools import lru_cache
 from rattler import BuildString, MatchSpec, PackageRecord, RepoDataRecord
 
 from rocmlock.credentials import redact_url
+from rocmlock.dependencies import condition_holds
 from rocmlock.lockfile import LockedWorkspace
 from rocmlock.pixi_compat import pixi_virtual_packages
 from rocmlock.workspace import (
@@ -86,8 +88,14 @@ def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
                    vps: Sequence[VirtualPackage], subdir: str) -> str | None:
     by_name = {r.name.normalized: r for r in records}
     virtual = _virtual_records(vps, subdir)
+
+    def present(text: str) -> bool:
+        spec = _spec(text)
+        record = by_name.get(spec.name.normalized) or virtual.get(spec.name.normalized)
+        return record is not None and spec.matches(record)
+
     visited: set[str] = set()
-    stack = [(s, "the manifest") for s in specs]
+    stack = [(s, "the manifest") for s in specs if not (c := _spec(s).condition) or condition_holds(c, present)]
     while stack:
         text, source = stack.pop()
         spec = _spec(text)

@@ -31,7 +31,14 @@ from rattler import (
 )
 from rattler.exceptions import GatewayError, InvalidMatchSpecError, SolverError
 
-from rocmlock.credentials import client_for_urls, redact_text, redact_url, split_url
+from rocmlock.credentials import (
+    client_for_urls,
+    credentials_hint,
+    redact_text,
+    redact_url,
+    refused_channel,
+    split_url,
+)
 from rocmlock.errors import InputError, OperationError
 from rocmlock.fsutil import private_dir
 from rocmlock.pixi_compat import pixi_virtual_packages
@@ -138,6 +145,10 @@ async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
             hint="relax the dependency versions, or build/publish the missing package for this target",
         ) from None
     except GatewayError as exc:
+        text = redact_text(str(exc), _secrets(job))
+        if (channel := refused_channel(job.channels, text)) is not None:
+            raise OperationError(f"channel {channel} refused the request of {job.describe()}: {text}",
+                                 hint=credentials_hint(channel)) from None
         channels = ", ".join(redact_url(c) for c in job.channels)
         raise OperationError(
             f"cannot read the channels of {job.describe()} ({channels}): {redact_text(str(exc), _secrets(job))}",
@@ -159,9 +170,11 @@ async def _solve_all(jobs: Sequence[SolveJob], cache_dir: Path) -> list[list[Rep
     gateway = Gateway(cache_dir=private_dir(cache_dir), client=client)
     # return_exceptions: let every solve finish before reporting, so no task outlives the event loop.
     results = await asyncio.gather(*(_solve_one(job, gateway) for job in jobs), return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        # Solves that waited on another's fetch of the same repodata see only "a coalesced request failed"
+        # (rattler's gateway); report the one that saw why it failed (a 401, say).
+        raise next((e for e in errors if "coalesced request" not in str(e)), errors[0])
     return [r for r in results if not isinstance(r, BaseException)]
 
 

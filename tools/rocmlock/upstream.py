@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -173,7 +173,7 @@ class Client:
                     f"{redact_url(url)}: not a PyPI JSON API answer",
                     hint="--index-url takes the JSON API root, e.g. https://pypi.org/pypi",
                 ) from None
-            self._projects[name] = _project(name, data)
+            self._projects[name] = _project(name, data, url)
         return self._projects[name]
 
     def download(self, url: str, sha256: str | None = None) -> bytes:
@@ -237,19 +237,21 @@ def _reason(exc: BaseException) -> str:
     return f"connection failed: {type(cause).__name__}"
 
 
-def _project(name: str, data: dict[str, Any]) -> Project:
+def _project(name: str, data: dict[str, Any], json_url: str) -> Project:
     info = data.get("info") or {}
     releases = tuple(
-        (version, tuple(_file(f) for f in files))
+        (version, tuple(_file(f, json_url) for f in files))
         for version, files in sorted((data.get("releases") or {}).items())
     )
     return Project(name, str(info.get("version", "")), releases, tuple(info.get("requires_dist") or ()))
 
 
-def _file(row: dict[str, Any]) -> File:
+def _file(row: dict[str, Any], json_url: str) -> File:
+    # Mirrors may answer file URLs relative to the JSON document ("../../packages/..."; this host's PyPI
+    # proxy does for torch): resolve them here, once.
     return File(
         row["filename"],
-        row["url"],
+        urljoin(json_url, row["url"]),
         row.get("digests", {}).get("sha256", ""),
         row.get("packagetype", ""),
         bool(row.get("yanked", False)),

@@ -1,13 +1,16 @@
 """The pixi workspace model: pixi.toml read once, validated, and resolved into environments.
 
-Only the keys that decide a solve are modelled. Keys that would change a solve but are not
-supported here are an error (use ``pixi lock`` for such workspaces); keys that do not change
-a solve (tasks, activation, ...) are ignored.
+pixi.toml is TOML 1.1 (multi-line inline tables, trailing commas), read with ``tomli`` as pixi reads
+it. Every key pixi 0.77 accepts is accepted here. The keys that decide a conda solve are modelled;
+keys that change a solve in ways ``rocmlock lock`` cannot honour (PyPI dependencies, source
+dependencies, solve options pixi records in its lock, ...) are listed in ``Workspace.lock_refusals``
+(rocmlock.pixi_keys), so that ``lock`` refuses them while ``export`` and the others work; keys that
+do not change a solve (tasks, activation, ...) are ignored.
 """
 
 from __future__ import annotations
 
-import tomllib
+import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -29,15 +32,16 @@ from rocmlock.pixi_compat import (
     parse_virtual_package,
     subdir_default_virtual_packages,
 )
+from rocmlock.pixi_keys import LockRefusal, check_exclude_newer, lock_refusals
 from rocmlock.platforms import KNOWN_SUBDIRS, Platform, check_platform_name, parse_platforms
+from rocmlock.pypi import DEFAULT_INDEXES, PypiIndexes, merge_pypi_options, parse_pypi_options
 from rocmlock.targets import GpuTarget, get_target, target_for_isa
 
 ChannelPriority = Literal["strict", "flexible", "disabled"]
 # pixi_manifest/src/workspace.rs, SolveStrategy: the values pixi accepts; only "highest" (the default) is recordable.
 SOLVE_STRATEGIES = ("highest", "lowest", "lowest-direct")
-# Keys that change what gets solved but that rocmlock does not implement.
-UNSUPPORTED_SOLVE_KEYS = ("pypi-dependencies", "pypi-options", "host-dependencies", "build-dependencies",
-                          "constraints")
+# The keys of an [environments.<name>] table that are not feature keys (pixi_manifest toml/environment.rs).
+ENVIRONMENT_KEYS = ("features", "solve-group", "no-default-feature")
 __all__ = [
     "ARCHSPEC", "CHANNEL_ALIAS", "DEFAULT_GLIBC", "DEFAULT_LINUX", "Dependency", "Environment", "Feature",
     "Platform", "VirtualPackage", "Workspace", "channel_base_url", "customised_virtual_packages",
@@ -57,6 +61,7 @@ class Feature:
     channels: tuple[tuple[str, int], ...] | None = None
     platforms: tuple[str, ...] | None = None
     channel_priority: ChannelPriority | None = None
+    pypi_options: PypiIndexes | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,8 @@ class Environment:
     gpu_target: GpuTarget | None
     solve_group: str | None = None
     channel_priority: ChannelPriority = "strict"
+    # Where pip finds the environment's PyPI pins (pixi's merged pypi-options).
+    pypi_indexes: PypiIndexes = DEFAULT_INDEXES
 
     def dependencies_for(self, platform: Platform) -> tuple[Dependency, ...]:
         """The dependencies of this environment on ``platform`` (target-specific ones merged in).
@@ -110,6 +117,9 @@ class Workspace:
     channel_priority: ChannelPriority
     features: dict[str, Feature] = field(hash=False)
     environment_specs: dict[str, EnvironmentSpec] = field(hash=False)
+    # Keys `rocmlock lock` cannot honour (pixi_keys.lock_refusals); empty for a workspace it can lock.
+    lock_refusals: tuple[LockRefusal, ...] = ()
+    pypi_options: PypiIndexes = DEFAULT_INDEXES
 
     @property
     def root(self) -> Path:
@@ -150,9 +160,13 @@ def load_workspace(path: str | Path) -> Workspace:
         raise InputError(f"{path}: no such manifest", hint="pass --manifest-path to a pixi.toml") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read manifest: {exc.strerror}") from None
+    # TOML 1.1 (multi-line inline tables, trailing commas), which pixi reads and Python 3.11's tomllib
+    # (TOML 1.0) does not. Imported here: `rocmlock unpack` on a bare node never reads a manifest.
+    import tomli
+
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        data = tomli.loads(text)
+    except tomli.TOMLDecodeError as exc:
         raise InputError(f"{path}: invalid TOML: {exc}", hint="fix the syntax at that line") from None
     return parse_workspace(data, path.resolve())
 
@@ -166,17 +180,16 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
     for key in ("channels", "platforms"):
         if key not in ws:
             raise InputError(f"{path}: [{table_key}] has no '{key}'", hint=f"add {key} = [...] to [{table_key}]")
-    _reject_unsupported(data, path)
     channels = _parse_channels(ws["channels"], path, f"{table_key}.channels")
     platforms = parse_platforms(ws["platforms"], path, f"{table_key}.platforms")
     priority = _parse_priority(ws.get("channel-priority", "strict"), path, f"{table_key}.channel-priority")
-    _refuse_unrecordable(ws, data, path, table_key)
+    _check_solve_options(ws, data, path, table_key)
     features = {"default": _parse_feature("default", data, path, "", top=True)}
     for fname, ftable in expect_type(data.get("feature", {}), dict, path, "feature", "a table").items():
         expect_type(ftable, dict, path, f"feature.{fname}", "a table")
         features[fname] = _parse_feature(fname, ftable, path, f"feature.{fname}.")
-    platforms = _referenced_platforms(platforms, features, path)
     envs = _parse_environments(data.get("environments", {}), path, features)
+    platforms = _referenced_platforms(platforms, features, path)
     return Workspace(
         path=path,
         name=str(ws.get("name", path.parent.name)),
@@ -185,63 +198,36 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
         channel_priority=priority,
         features=features,
         environment_specs=envs,
+        lock_refusals=lock_refusals(data, table_key),
+        pypi_options=parse_pypi_options(ws.get("pypi-options", {}), path, f"{table_key}.pypi-options"),
     )
 
 
-def _reject_unsupported(data: dict[str, Any], path: Path) -> None:
-    tables: list[tuple[str, dict[str, Any]]] = [("", data)]
-    for fname, ftable in data.get("feature", {}).items():
-        if isinstance(ftable, dict):
-            tables.append((f"feature.{fname}.", ftable))
-    for prefix, table in list(tables):
-        for plat, ttable in table.get("target", {}).items():
-            if isinstance(ttable, dict):
-                tables.append((f"{prefix}target.{plat}.", ttable))
-    for prefix, table in tables:
-        for key in UNSUPPORTED_SOLVE_KEYS:
-            if key in table:
-                raise InputError(
-                    f"{path}: key '{prefix}{key}' is not supported by rocmlock",
-                    hint="rocmlock locks conda packages only; use `pixi lock` for such workspaces",
-                )
-
-
 def _parse_priority(value: Any, path: Path, key: str) -> Any:
-    """``channel-priority`` as written (None when absent); only ``strict`` can be recorded in pixi.lock."""
+    """``channel-priority`` as written (None when absent); any other value than pixi's three is an error.
+    Only ``strict`` can be recorded in pixi.lock, so `rocmlock lock` refuses the others (pixi_keys)."""
     if value is not None and value not in get_args(ChannelPriority):
         raise InputError(f"{path}: key '{key}' is '{value}'", hint="use one of: strict, flexible, disabled")
-    if value is not None and value != "strict":
-        raise _unrecordable(path, key, value)
     return value
 
 
-def _unrecordable(path: Path, key: str, value: Any) -> InputError:
-    # pixi compares the lock's solve options with the manifest's (pixi_core lock_file/satisfiability/
-    # environment.rs: SolveStrategyMismatch, ChannelPriorityMismatch, ExcludeNewerMismatch), and
-    # py-rattler's LockFile writes none, so pixi would read the lock as strict/highest/unbounded.
-    return InputError(f"{path}: key '{key}' is '{value}', which rocmlock cannot record in pixi.lock "
-                      "(pixi would call the lock out of date)",
-                      hint="remove the key (rocmlock solves with strict priority, highest versions), "
-                           "or lock this workspace with `pixi lock`")
-
-
-def _refuse_unrecordable(ws: dict[str, Any], data: dict[str, Any], path: Path, table_key: str) -> None:
-    """Solve options a lock written by py-rattler cannot carry: refused, never silently dropped."""
-    tables: list[tuple[str, dict[str, Any]]] = [(f"{table_key}.", ws)]
-    for fname, ftable in data.get("feature", {}).items():
-        if isinstance(ftable, dict):
-            tables.append((f"feature.{fname}.", ftable))
+def _check_solve_options(ws: dict[str, Any], data: dict[str, Any], path: Path, table_key: str) -> None:
+    """Values pixi would reject are input errors for every command. Whether `lock` can honour them is
+    pixi_keys' business: pixi compares the lock's solve options with the manifest's (pixi_core
+    lock_file/satisfiability/environment.rs) and py-rattler's LockFile writes none."""
+    tables: list[tuple[str, Any]] = [(f"{table_key}.", ws)]
+    for group in ("feature", "environments"):
+        tables += [(f"{group}.{name}.", t) for name, t in (data.get(group) or {}).items()]
     for prefix, table in tables:
-        strategy = table.get("solve-strategy")
+        strategy = table.get("solve-strategy") if isinstance(table, dict) else None
         if strategy is not None and strategy not in SOLVE_STRATEGIES:
             raise InputError(f"{path}: key '{prefix}solve-strategy' is '{strategy}'",
                              hint=f"use one of: {', '.join(SOLVE_STRATEGIES)}")
-        if strategy not in (None, "highest"):
-            raise _unrecordable(path, f"{prefix}solve-strategy", strategy)
     if "exclude-newer" in ws:
-        raise _unrecordable(path, f"{table_key}.exclude-newer", ws["exclude-newer"])
-    if "exclude-newer" in data:
-        raise _unrecordable(path, "exclude-newer", "a per-package table")
+        check_exclude_newer(ws["exclude-newer"], path, f"{table_key}.exclude-newer")
+    for key in ("exclude-newer", "pypi-exclude-newer"):
+        for name, value in expect_type(data.get(key, {}), dict, path, key, "a table of package cutoffs").items():
+            check_exclude_newer(value, path, f"{key}.{name}")
 
 
 def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], ...]:
@@ -258,16 +244,25 @@ def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], 
     return tuple(out)
 
 
+def _combined_dependencies(table: dict[str, Any], path: Path, prefix: str) -> tuple[Dependency, ...]:
+    # pixi_manifest/src/target.rs, combined_dependencies: run, host and build specs of one target
+    # together, a later kind replacing a name of an earlier one (host-/build-dependencies are
+    # deprecated aliases in a workspace, toml/manifest.rs).
+    merged: dict[str, Dependency] = {}
+    for key in ("dependencies", "host-dependencies", "build-dependencies"):
+        merged.update({d.name: d for d in parse_dependencies(table.get(key, {}), path, f"{prefix}{key}")})
+    return tuple(sorted(merged.values(), key=lambda d: d.name))
+
+
 def _parse_feature(name: str, table: dict[str, Any], path: Path, prefix: str, top: bool = False) -> Feature:
-    deps = parse_dependencies(table.get("dependencies", {}), path, f"{prefix}dependencies")
+    deps = _combined_dependencies(table, path, prefix)
     target: list[tuple[str, tuple[Dependency, ...]]] = []
     for plat, ttable in sorted(expect_type(table.get("target", {}), dict, path, f"{prefix}target", "a table").items()):
         expect_type(ttable, dict, path, f"{prefix}target.{plat}", "a table")
         if "(" in plat:  # pixi_manifest/src/target.rs, parse_if_expression: a conditional selector
             raise InputError(f"{path}: key '{prefix}target.{plat}' (a conditional target) is not supported by rocmlock",
                              hint="use a platform, subdir or family selector, or `pixi lock` for such workspaces")
-        target.append((plat, parse_dependencies(ttable.get("dependencies", {}), path,
-                                                 f"{prefix}target.{plat}.dependencies")))
+        target.append((plat, _combined_dependencies(ttable, path, f"{prefix}target.{plat}.")))
     channels: tuple[tuple[str, int], ...] | None = None
     platforms: tuple[str, ...] | None = None
     priority = None
@@ -281,7 +276,9 @@ def _parse_feature(name: str, table: dict[str, Any], path: Path, prefix: str, to
                 check_platform_name(expect_type(p, str, path, f"{prefix}platforms[{i}]", "a platform name"),
                                     path, f"{prefix}platforms[{i}]")
             platforms = tuple(dict.fromkeys(plats))
-    return Feature(name, deps, tuple(target), channels, platforms, priority)
+    pypi = parse_pypi_options(table["pypi-options"], path, f"{prefix}pypi-options") if "pypi-options" in table \
+        else None
+    return Feature(name, deps, tuple(target), channels, platforms, priority, pypi)
 
 
 def _parse_environments(
@@ -296,12 +293,19 @@ def _parse_environments(
             feats = spec.get("features", [])
             group = spec.get("solve-group")
             no_default = bool(spec.get("no-default-feature", False))
+            inline = {k: v for k, v in spec.items() if k not in ENVIRONMENT_KEYS}
+            if inline:  # pixi_manifest toml/manifest.rs: an implicit feature, first of the environment's
+                implicit = f"{where}"
+                features[implicit] = _parse_feature(implicit, inline, path, f"{where}.")
+                feats = [implicit, *expect_type(feats, list, path, f"{where}.features", "a list")]
         else:
             raise InputError(f"{path}: key '{where}' must be a list of features or a table")
         expect_type(feats, list, path, f"{where}.features" if isinstance(spec, dict) else where, "a list")
         for f in feats:
+            if f == where:
+                continue
             if f not in features or f == "default":
-                known = ", ".join(sorted(set(features) - {"default"})) or "none"
+                known = ", ".join(sorted(f for f in features if f != "default" and "." not in f)) or "none"
                 raise InputError(f"{path}: key '{where}' uses unknown feature '{f}'",
                                  hint=f"known features: {known}")
         envs[name] = EnvironmentSpec(name, tuple(feats), group, no_default)
@@ -354,13 +358,22 @@ def _resolve(ws: Workspace, spec: EnvironmentSpec) -> Environment:
         gpu_target=target,
         solve_group=spec.solve_group,
         channel_priority=_channel_priority(ws, feats, where),
+        pypi_indexes=merge_pypi_options(ws.pypi_options, [(f.name, f.pypi_options) for f in feats
+                                                           if f.pypi_options is not None], where),
     )
 
 
 def _selector_rank(selector: str, plat: Platform) -> int | None:
-    """How specific ``[target.<selector>]`` is for ``plat`` (higher wins), or None when it does not apply."""
+    """How specific ``[target.<selector>]`` is for ``plat`` (higher wins), or None when it does not apply.
+
+    pixi_manifest/src/target.rs (TargetSelector::matches, family_name_to_selector) and platform.rs
+    (PlatformGlob: ``*`` is the only wildcard, matched against the whole platform name)."""
+    if "*" in selector:
+        return 3 if fnmatch.fnmatchcase(plat.name, selector) else None
     family = plat.subdir.split("-", 1)[0]
     ranks = {plat.name: 3, plat.subdir: 2, family: 1, "unix": 0 if family in ("linux", "osx") else None}
+    if family == "osx":
+        ranks["macos"] = 1
     return ranks.get(selector)
 
 
@@ -417,7 +430,8 @@ def _referenced_platforms(platforms: tuple[Platform, ...], features: dict[str, F
                 out.append(Platform(name, name))
                 continue
             known = ", ".join(p.name for p in platforms)
-            raise InputError(f"{path}: key 'feature.{feat.name}.platforms' names platform '{name}', "
+            key = f"{feat.name}.platforms" if "." in feat.name else f"feature.{feat.name}.platforms"
+            raise InputError(f"{path}: key '{key}' names platform '{name}', "
                              "which the workspace does not declare",
                              hint=f"the workspace declares: {known}")
     return tuple(out)

@@ -1,0 +1,112 @@
+"""The keys of pixi.toml that `rocmlock lock` cannot honour, found once when the manifest is read.
+
+pixi 0.77 reads them (crates/pixi_manifest/src/toml/{manifest,workspace,feature,environment,target}.rs)
+and so does rocmlock: every command that only needs the conda side of a workspace (export, plan, doctor,
+...) works on such a manifest, and ``rocmlock lock`` refuses it in one line that names the key and points
+at ``pixi lock`` + ``rocmlock export``. The parser skips what is listed here; this module says why.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+from rocmlock.errors import InputError
+
+LOCK_HINT = "lock this workspace with `pixi lock`; `rocmlock export` then writes envs/ from that pixi.lock"
+# Dependency table keys that make a dependency a source package (pixi_spec/src/toml.rs, TomlLocationSpec).
+SOURCE_KEYS = ("path", "git", "url", "branch", "tag", "rev", "subdirectory", "lfs")
+DEPENDENCY_TABLES = ("dependencies", "host-dependencies", "build-dependencies")
+# humantime's units, as pixi parses a relative exclude-newer (pixi_spec/src/exclude_newer.rs).
+_UNIT = r"(nsec|ns|usec|us|msec|ms|seconds|second|sec|s|minutes|minute|min|m|hours|hour|hr|h|days|day|d|" \
+        r"weeks|week|w|months|month|M|years|year|y)"
+_DURATION = re.compile(rf"\s*(\d+\s*{_UNIT}\s*)+")
+# Why each key cannot be honoured by a lock that py-rattler writes.
+_SOLVE_OPTION = "a solve option that pixi.lock must record and py-rattler's LockFile cannot record"
+_REASONS = {
+    "pypi-dependencies": "holds PyPI dependencies; rocmlock lock solves conda packages only",
+    "dev": "holds dev dependencies, which pixi builds from source",
+    "constraints": "holds constraints, which rocmlock lock does not pass to the solver",
+    "system-requirements": "changes the virtual packages; rocmlock takes them from rich platforms",
+}
+
+
+@dataclass(frozen=True)
+class LockRefusal:
+    """A key of pixi.toml that ``rocmlock lock`` cannot honour, and why."""
+
+    key: str
+    reason: str
+
+    def error(self, path: Path) -> InputError:
+        return InputError(f"{path}: key '{self.key}' {self.reason}: rocmlock lock cannot honour it",
+                          hint=LOCK_HINT)
+
+
+def is_source_dependency(spec: Any) -> bool:
+    """True for a dependency table that names a path, git repository or URL (pixi builds or fetches it)."""
+    return isinstance(spec, dict) and any(k in spec for k in SOURCE_KEYS)
+
+
+def check_exclude_newer(value: Any, path: Path, key: str) -> None:
+    """``exclude-newer`` as pixi accepts it: a duration (``7d``, ``1h30m``), a date or an RFC 3339 timestamp."""
+    if isinstance(value, date | datetime):
+        return
+    text = value if isinstance(value, str) else None
+    if text is not None and _DURATION.fullmatch(text):
+        return
+    try:
+        datetime.fromisoformat(str(text))
+        return
+    except ValueError:
+        pass
+    raise InputError(f"{path}: key '{key}' is {value!r}, neither a duration, a date nor a timestamp",
+                     hint='write e.g. "7d", "2026-01-31" or "2026-01-31T00:00:00Z"')
+
+
+def _feature_tables(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every table that holds feature keys, with its key prefix: the manifest root, features,
+    inline environments (pixi_manifest/src/toml/environment.rs) and their ``target.<selector>`` tables."""
+    tables: list[tuple[str, dict[str, Any]]] = [("", data)]
+    for group in ("feature", "environments"):
+        tables += [(f"{group}.{name}.", t) for name, t in _items(data.get(group))]
+    for prefix, table in tables:
+        yield prefix, table
+        for sel, ttable in _items(table.get("target")):
+            yield f"{prefix}target.{sel}.", ttable
+
+
+def _items(value: Any) -> list[tuple[str, dict[str, Any]]]:
+    return [(k, v) for k, v in value.items() if isinstance(v, dict)] if isinstance(value, dict) else []
+
+
+def _solve_options(prefix: str, table: dict[str, Any]) -> Iterator[LockRefusal]:
+    if table.get("channel-priority", "strict") != "strict":
+        yield LockRefusal(f"{prefix}channel-priority", f"is '{table['channel-priority']}', {_SOLVE_OPTION}")
+    if table.get("solve-strategy", "highest") != "highest":
+        yield LockRefusal(f"{prefix}solve-strategy", f"is '{table['solve-strategy']}', {_SOLVE_OPTION}")
+
+
+def lock_refusals(data: dict[str, Any], table_key: str) -> tuple[LockRefusal, ...]:
+    """Every key of the parsed manifest ``data`` that ``rocmlock lock`` cannot honour, in manifest order."""
+    out: list[LockRefusal] = []
+    workspace = data.get(table_key, {})
+    if "exclude-newer" in workspace:
+        out.append(LockRefusal(f"{table_key}.exclude-newer", f"is {_SOLVE_OPTION}"))
+    out += _solve_options(f"{table_key}.", workspace)
+    for key in ("exclude-newer", "pypi-exclude-newer"):
+        if key in data:
+            out.append(LockRefusal(key, f"(per-package cutoffs) is {_SOLVE_OPTION}"))
+    for prefix, table in _feature_tables(data):
+        if prefix:
+            out += _solve_options(prefix, table)
+        out += [LockRefusal(f"{prefix}{key}", why) for key, why in _REASONS.items() if table.get(key)]
+        for dkey in DEPENDENCY_TABLES:
+            deps = table.get(dkey)
+            out += [LockRefusal(f"{prefix}{dkey}.{name}", "is a source dependency (path, git or url)")
+                    for name, spec in _items(deps) if is_source_dependency(spec)]
+    return tuple(out)

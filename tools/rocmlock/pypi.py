@@ -1,0 +1,170 @@
+"""The packages of a pixi.lock that are not conda binaries: PyPI packages and source packages.
+
+pixi records PyPI packages next to conda ones (``- pypi: <location>`` with ``name``, ``version`` and
+``sha256``; rattler_lock crates/rattler_lock/src/parse/models/v7/pypi_package_data.rs) and packages it
+builds itself as ``conda_source`` entries (pixi-build). An export can pin a PyPI package when the lock
+names a downloadable archive and its sha256: pip's hash-checking mode (``--require-hashes``) accepts
+nothing less. Everything else (a git checkout, a local path, an archive without a hash, a conda source
+package) is built on the user's machine and so is a *source package* that no export can pin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from rattler.lock import CondaLockedSourcePackage, LockedPackage, PypiLockedPackage
+
+from rocmlock.credentials import redact_url
+from rocmlock.errors import InputError, expect_type
+
+SourceKind = Literal["conda", "pypi"]
+# pixi marks a direct URL dependency (`{ url = ... }`) with this prefix; the rest is the archive URL.
+DIRECT_PREFIX = "direct+"
+
+
+@dataclass(frozen=True)
+class PypiPin:
+    """A PyPI archive pinned by the lock: from an index (``url`` is None) or a direct URL."""
+
+    name: str
+    version: str
+    sha256: str
+    url: str | None = None
+
+    def requirement(self) -> str:
+        """The requirement as pip reads it: ``name==version`` or ``name @ url``."""
+        return f"{self.name} @ {self.url}" if self.url else f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
+class SourcePackage:
+    """A package of the lock that no export can pin, and why."""
+
+    kind: SourceKind
+    name: str
+    location: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.kind}, {self.reason})"
+
+
+def _sha256(pkg: LockedPackage) -> str | None:
+    # py-rattler 0.28 wraps a missing hash table too: its accessors then fail on None.
+    try:
+        digest = pkg.hashes.sha256 if pkg.hashes is not None else None
+    except AttributeError:
+        return None
+    return digest.hex() if digest else None
+
+
+def _pypi(pkg: PypiLockedPackage) -> PypiPin | SourcePackage:
+    location = str(pkg.location)
+    scheme = location.split("://", 1)[0] if "://" in location else ""
+    direct = scheme.startswith(DIRECT_PREFIX)
+    base = scheme.removeprefix(DIRECT_PREFIX)
+    if base not in ("http", "https"):
+        reason = "a git checkout" if base.startswith("git+") else "a local path" if not scheme else f"a {base} URL"
+        return SourcePackage("pypi", pkg.name, redact_url(location), reason)
+    sha = _sha256(pkg)
+    if sha is None:
+        return SourcePackage("pypi", pkg.name, redact_url(location), "no sha256 in pixi.lock")
+    url = redact_url(location.removeprefix(DIRECT_PREFIX)) if direct else None
+    return PypiPin(pkg.name, str(pkg.version), sha, url)
+
+
+def split_packages(packages: Sequence[LockedPackage]) -> tuple[list[PypiPin], list[SourcePackage]]:
+    """The pinnable PyPI packages and the source packages among one platform's ``packages`` (sorted)."""
+    pins: list[PypiPin] = []
+    sources: list[SourcePackage] = []
+    for pkg in packages:
+        if isinstance(pkg, PypiLockedPackage):
+            item = _pypi(pkg)
+            (pins if isinstance(item, PypiPin) else sources).append(item)  # type: ignore[arg-type]
+        elif isinstance(pkg, CondaLockedSourcePackage):
+            sources.append(SourcePackage("conda", pkg.name, redact_url(str(pkg.location)), "built from source"))
+    return sorted(pins, key=lambda p: p.name), sorted(sources, key=lambda s: (s.name, s.kind, s.location))
+
+
+@dataclass(frozen=True)
+class PypiIndexes:
+    """Where pip looks for the pinned names (pixi's ``pypi-options``); empty: pip's own configuration."""
+
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+
+    def options(self) -> list[str]:
+        """The options as requirements-file lines, credentials removed."""
+        lines = [f"--index-url {redact_url(self.index_url)}"] if self.index_url else []
+        lines += [f"--extra-index-url {redact_url(u)}" for u in self.extra_index_urls]
+        lines += [f"--find-links {redact_url(u)}" for u in self.find_links]
+        return lines
+
+
+# pixi's default index is PyPI, which is pip's default too: nothing to write.
+DEFAULT_INDEXES = PypiIndexes()
+
+
+def _urls(value: Any, path: Path, key: str) -> tuple[str, ...]:
+    items = expect_type(value, list, path, key, "a list of URLs")
+    for i, item in enumerate(items):
+        expect_type(item, str, path, f"{key}[{i}]", "a URL")
+    return tuple(items)
+
+
+def _find_links(value: Any, path: Path, key: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for i, item in enumerate(expect_type(value, list, path, key, "a list of { url } or { path } tables")):
+        entry = expect_type(item, dict, path, f"{key}[{i}]", "a { url } or { path } table")
+        if len(entry) != 1 or not isinstance(next(iter(entry.values())), str) or next(iter(entry)) not in (
+                "url", "path"):
+            raise InputError(f"{path}: key '{key}[{i}]' must be {{ url = \"...\" }} or {{ path = \"...\" }}")
+        # pip reads a relative --find-links against its working directory; pixi against the workspace.
+        out.append(entry["url"] if "url" in entry else str((path.parent / entry["path"]).resolve()))
+    return tuple(out)
+
+
+def parse_pypi_options(value: Any, path: Path, key: str) -> PypiIndexes:
+    """The index part of a ``pypi-options`` table (pixi_manifest/src/toml/pypi_options.rs); the other
+    options (build isolation, index strategy, ...) decide how pixi resolves, not where pip finds a pin."""
+    table = expect_type(value, dict, path, key, "a table")
+    index = table.get("index-url")
+    if index is not None:
+        expect_type(index, str, path, f"{key}.index-url", "a URL")
+    return PypiIndexes(index,
+                       _urls(table.get("extra-index-urls", []), path, f"{key}.extra-index-urls"),
+                       _find_links(table.get("find-links", []), path, f"{key}.find-links"))
+
+
+def _dedup(*parts: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(u for part in parts for u in part))
+
+
+def merge_pypi_options(base: PypiIndexes, features: Sequence[tuple[str, PypiIndexes]], where: str) -> PypiIndexes:
+    """An environment's indexes as pixi computes them (pixi_manifest/src/features_ext.rs, pypi_options):
+    the features' options united (two different ``index-url`` are an error), then laid over the
+    workspace's ``[workspace.pypi-options]``: a feature's index-url wins, lists are joined without repeats."""
+    index: tuple[str, str] | None = None
+    extra: tuple[str, ...] = ()
+    links: tuple[str, ...] = ()
+    for name, opts in features:
+        if opts.index_url is not None:
+            if index is not None and index[1] != opts.index_url:
+                raise InputError(f"{where}: features '{index[0]}' and '{name}' set different pypi-options index-url",
+                                 hint="set index-url once (extra-index-urls may differ)")
+            index = (name, opts.index_url)
+        extra, links = _dedup(extra, opts.extra_index_urls), _dedup(links, opts.find_links)
+    return PypiIndexes(index[1] if index else base.index_url, _dedup(base.extra_index_urls, extra),
+                       _dedup(base.find_links, links))
+
+
+def render_requirements(header: Sequence[str], pins: Sequence[PypiPin], indexes: PypiIndexes) -> str:
+    """A requirements file in pip's hash-checking format: every pin exact, each with its sha256."""
+    lines = [*header, *indexes.options()]
+    for pin in sorted(pins, key=lambda p: p.name):
+        lines += [f"{pin.requirement()} \\", f"    --hash=sha256:{pin.sha256}"]
+    return "\n".join(lines) + "\n"
