@@ -108,6 +108,12 @@ def test_only_that_selects_nothing_is_bad_input(capsys: pytest.CaptureFixture[st
     assert "no check matches --only nosuch" in capsys.readouterr().err
 
 
+def test_a_prefix_that_does_not_exist_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert probe.main(["--prefix", str(tmp_path / "nonexistent"), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert f"--prefix {tmp_path / 'nonexistent'}: no such directory" in captured.err and captured.out == ""
+
+
 # ----------------------------------------------------------------------------- host: faked trees
 
 

@@ -1409,6 +1409,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Run the probe; returns the exit code (0: no required check failed)."""
     args = build_parser().parse_args(argv)
+    if not args.prefix.is_dir():
+        print(f"rocm-env-check: error: --prefix {args.prefix}: no such directory "
+              "(pass the environment's prefix, e.g. $CONDA_PREFIX)", file=sys.stderr)
+        return 2
     ctx = Context(root=args.root, prefix=args.prefix, environ=dict(os.environ if environ is None else environ),
                   device_mode=args.device, min_ratio=args.min_ratio, train_steps=max(args.train_steps, 4),
                   train_backend=args.train_backend)
