@@ -154,16 +154,33 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
                            + log.read_text(errors="replace")[-3000:])
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is left in group ``pgid``: /proc/<pid>/stat's state and pgrp."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def _stop(proc: subprocess.Popen[bytes], url: str) -> None:
+    """End the server and every process it started, then check that nothing of it is left."""
     # `quetz run` starts a supervisor process beside uvicorn: end the whole session it leads (ours alone).
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(15)
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(15)
+        deadline = time.monotonic() + 15
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if proc.poll() is not None and not _group_alive(proc.pid):
+            break
+    if proc.poll() is None or _group_alive(proc.pid):
+        raise QuetzUnavailable(f"quetz at {url} (process group {proc.pid}) did not stop")
+    with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/api/channels", timeout=2):
+        raise QuetzUnavailable(f"quetz at {url} still answers after it was stopped")
 
 
 def _as_alice(url: str) -> urllib.request.OpenerDirector:
@@ -197,7 +214,7 @@ def quetz_server(workdir: Path) -> Iterator[QuetzServer]:
         _wait_ready(proc, url, log)
         yield QuetzServer(url, log, _as_alice(url))
     finally:
-        _stop(proc)
+        _stop(proc, url)
 
 
 if __name__ == "__main__":

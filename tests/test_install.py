@@ -74,3 +74,25 @@ def test_install_takes_the_workspace_directory_like_lock(locked: Path, tmp_path:
     prefix = tmp_path / "env"
     assert main(["install", "--manifest-path", str(locked.parent), "-e", "mi300x", "--prefix", str(prefix)]) == 0
     assert any(p.name.startswith("pytorch-2.12.1-") for p in (prefix / "conda-meta").glob("*.json"))
+
+
+def test_a_failed_install_leaves_no_half_made_prefix(channels: dict[str, Path], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    private = shutil.copytree(channels["private"], tmp_path / "private")
+    manifest = tmp_path / "ws" / "pixi.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(WORKSPACE.format(private=private.as_uri(), forge=channels["forge"].as_uri()))
+    assert main(["lock", "--manifest-path", str(manifest)]) == 0
+    monkeypatch.setenv("RATTLER_CACHE_DIR", str(tmp_path / "pkgs"))  # a cold package cache: it must download
+    next(private.glob("linux-64/pytorch-*gfx942*.conda")).unlink()  # the channel lost a locked file
+    prefix = tmp_path / "env"
+    args = ["install", "--manifest-path", str(manifest), "-e", "mi300x", "--prefix", str(prefix)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "nothing was left there" in err and "Traceback" not in err
+    assert not prefix.exists()
+    prefix.mkdir()  # an existing prefix is not removed, and the message says it may be changed
+    assert main(args) == 1 and "may be partly changed" in capsys.readouterr().err and prefix.is_dir()

@@ -244,3 +244,45 @@ def test_check_after_a_comment_only_edit_writes_nothing(sets: dict[str, Path], t
     assert main(["lock", "--check", "--manifest-path", str(root / "pixi.toml")]) == 0
     assert main(["export", "--check", "--manifest-path", str(root / "pixi.toml")]) == 0
     assert everything() == before
+
+
+# Real filesystems: a tmpfs too small for the new set, and a read-only bind mount, each in a private mount
+# namespace (`unshare -m`, which needs CAP_SYS_ADMIN: root in CI). Where the kernel refuses the mount the test
+# is skipped with that reason; the injected errors above cover the same code paths everywhere.
+IN_NAMESPACE = textwrap.dedent("""
+    set -u
+    case "$MODE" in
+      full) mount -t tmpfs -o size="$SIZE" tmpfs "$WS" && cp -a "$SRC/." "$WS/" ;;
+      ro) cp -a "$SRC/." "$WS/" && mount --bind "$WS" "$WS" && mount -o remount,bind,ro "$WS" ;;
+    esac || { echo "mount refused" > "$OUT/refused"; exit 0; }
+    "$PYTHON" -m rocmlock lock --manifest-path "$WS/pixi.toml" > /dev/null 2> "$OUT/err"
+    echo $? > "$OUT/code"
+    mkdir "$OUT/ws" && cp -a "$WS/." "$OUT/ws/"
+""")
+
+
+def _pages(root: Path) -> int:
+    return sum(-(-p.stat().st_size // 4096) for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("mode", ["full", "ro"])
+def test_a_real_full_disk_or_read_only_mount_leaves_the_old_set(sets: dict[str, Path], tmp_path: Path,
+                                                                mode: str) -> None:
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) here; the injected-error test covers this path")
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    out.mkdir()
+    env = {**_child_env(tmp_path / "cache"), "MODE": mode, "SRC": str(sets["a"]), "WS": str(ws), "OUT": str(out),
+           "PYTHON": sys.executable, "SIZE": str((_pages(sets["a"]) + 4) * 4096)}
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", IN_NAMESPACE], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    if proc.returncode != 0 or (out / "refused").exists():
+        pytest.skip(f"the kernel refused a private mount ({proc.stderr.strip()[:200]}); injected errors cover it")
+    err = (out / "err").read_text().strip().splitlines()
+    assert (out / "code").read_text().strip() == "1", err
+    cause = "No space left on device" if mode == "full" else "Read-only file system"
+    assert len(err) == 2 and err[0].startswith("error: ") and cause in err[0] and err[1].startswith("hint: "), err
+    assert _set(out / "ws") == _set(sets["a"])
+    txn = out / "ws" / ".rocmlock" / "txn"
+    assert not txn.exists() or not list(txn.iterdir())

@@ -4,6 +4,7 @@ the GPU table and the environment's packages; output is deterministic and writte
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Iterator
@@ -131,7 +132,8 @@ def test_sizing_is_monotonic_in_memory_and_keeps_the_effective_batch() -> None:
     assert not sizing(gfx1100, "full", zero3=False).fits and sizing(gfx1100, "qlora", zero3=False).fits
 
 
-def test_output_is_deterministic_and_written_as_a_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_output_is_deterministic_and_written_as_a_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
     assert write("mi250-qlora", "qlora", Path("a/run.yaml")) == 0
     first = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
@@ -149,14 +151,16 @@ def test_output_is_deterministic_and_written_as_a_pair(tmp_path: Path, monkeypat
     def flaky(src: Any, dst: Any) -> None:
         calls.append(dst)
         if len(calls) == 2:  # the YAML went in; the JSON's move fails
-            raise OSError("disk full")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
         real(src, dst)
 
     monkeypatch.setattr(fsutil.os, "replace", flaky)
-    with pytest.raises(OSError):
-        write("mi250-qlora", "full", Path("a/run.yaml"))
+    capsys.readouterr()
+    assert write("mi250-qlora", "full", Path("a/run.yaml")) == 1  # one line, no traceback
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "No space left on device" in err and "Traceback" not in err
     monkeypatch.setattr(fsutil.os, "replace", real)
-    assert {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir() if not p.name.startswith(".")} == first
+    assert {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()} == first  # no leftover either
 
 
 def test_default_output_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

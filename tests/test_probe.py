@@ -108,6 +108,12 @@ def test_only_that_selects_nothing_is_bad_input(capsys: pytest.CaptureFixture[st
     assert "no check matches --only nosuch" in capsys.readouterr().err
 
 
+def test_a_prefix_that_does_not_exist_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert probe.main(["--prefix", str(tmp_path / "nonexistent"), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert f"--prefix {tmp_path / 'nonexistent'}: no such directory" in captured.err and captured.out == ""
+
+
 # ----------------------------------------------------------------------------- host: faked trees
 
 
@@ -243,7 +249,8 @@ def test_rocm_smi_without_the_driver_is_a_failure_although_it_exits_0(
     assert trap.returncode == 0  # the trap: a healthy exit code on a host without the driver
     out = probe.check_smi(ctx_for(tmp_path, environ=debian_rocm_tools))
     assert out.status == "fail"
-    assert out.evidence.startswith("/usr/bin/rocm-smi exited 0 but says: ")
+    assert out.evidence.startswith("no AMD GPU driver loaded: /usr/bin/rocm-smi says ")
+    assert out.evidence.endswith("(exit 0)")
     assert "modprobe amdgpu" in out.fix
 
 
@@ -313,6 +320,19 @@ def test_unset_variables_with_an_opt_rocm_warn(tmp_path: Path) -> None:
     out = probe.check_rocm_path(ctx_for(tmp_path))
     assert out.status == "warn" and "export ROCM_PATH=/opt/rocm HIP_PATH=/opt/rocm" in out.fix
     assert probe.host_rocm(ctx_for(tmp_path)) == (tmp_path / "opt/rocm", "7.2.1")
+
+
+def test_unset_variables_with_a_distro_rocm_in_usr_warn_without_exporting_usr(tmp_path: Path) -> None:
+    # Debian's ROCm 7.2.4 layout (no /opt/rocm, no .info/version; rocm-core's header in /usr/include).
+    write(tmp_path / "usr/include/hip/hip_runtime.h")
+    write(tmp_path / "usr/include/rocm-core/rocm_version.h",
+          "#define ROCM_VERSION_MAJOR 7\n#define ROCM_VERSION_MINOR 2\n#define ROCM_VERSION_PATCH 4\n")
+    out = probe.check_rocm_path(ctx_for(tmp_path))
+    assert out.status == "warn"
+    assert out.evidence == ("HIP_PATH and ROCM_PATH are unset; a distribution's ROCm 7.2.4 is in /usr "
+                            "(include/rocm-core/rocm_version.h)")
+    assert "export" not in out.fix and "HIP_DEVICE_LIB_PATH" in out.fix
+    assert probe.host_rocm(ctx_for(tmp_path)) == (tmp_path / "usr", "7.2.4")
 
 
 def test_rocm_core_header_gives_the_version(tmp_path: Path) -> None:

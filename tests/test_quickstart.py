@@ -40,3 +40,24 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path: Path) -> None:
         assert "host.devices" in summary["probe_failed"]
         assert "as expected on a host without an AMD GPU" in summary["verdict"]
     assert "expected target gfx942" in summary["verdict"] or Path("/dev/kfd").exists()
+    # A kept work directory says how to serve its channel again, and the script it wrote does so on the
+    # port its lock names, with the password from the auth file.
+    assert f"sh {summary['serve_again']}" in proc.stderr
+    _serve_again_answers(Path(summary["serve_again"]), summary["channel_url"], password)
+
+
+def _serve_again_answers(script: Path, url: str, password: str) -> None:
+    import base64
+    import urllib.request
+
+    server = subprocess.Popen(["sh", str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == f"serving {url}"
+        token = base64.b64encode(f"quickstart:{password}".encode()).decode()
+        request = urllib.request.Request(f"{url}/noarch/repodata.json", headers={"Authorization": f"Basic {token}"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert b"amdgpu-target" in resp.read()
+    finally:
+        server.terminate()
+        server.wait(10)

@@ -61,8 +61,12 @@ DRIVER_FIX = ("install and load the amdgpu kernel driver on the host: AMD's `amd
 CONTAINER_FIX = ("start the container with `--device=/dev/kfd --device=/dev/dri --group-add video "
                  "--group-add render` (docker/podman; Kubernetes: request amd.com/gpu from the AMD device plugin)")
 # What amd-smi / rocm-smi / rocminfo print when the kernel driver is missing; they may still exit 0.
+# ROCm 7.2.4's amd-smi says "Drivers not loaded (amdgpu, ... not found in modules)" and exits 255, its
+# rocm-smi logs "Driver not initialized (amdgpu not found in modules)" and exits 0, its rocminfo prints "ROCk module
+# is NOT loaded" and exits 1 (run in tests/test_rocm72_probe.py).
 DRIVER_MISSING_MARKERS = ("rock module is not loaded", "driver not initialized", "amdgpu not found in modules",
-                          "driver_not_loaded", "amdgpu driver is not loaded", "unable to open /dev/kfd")
+                          "driver_not_loaded", "amdgpu driver is not loaded", "unable to open /dev/kfd",
+                          "drivers not loaded")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -424,7 +428,7 @@ def check_smi(ctx: Context) -> Outcome:
     code, output = run_tool(ctx, [exe, *argv])
     marker = driver_marker(output)
     if marker:
-        return fail(f"{exe} exited {code} but says: {marker}", DRIVER_FIX)
+        return fail(f"no AMD GPU driver loaded: {exe} says \"{marker}\" (exit {code})", DRIVER_FIX)
     gpus = _smi_gpus(tool, output)
     if code != 0:
         return fail(f"{exe} {' '.join(argv)} exited {code}: {first_line(output)}",
@@ -444,7 +448,7 @@ def check_rocminfo(ctx: Context) -> Outcome:
     code, output = run_tool(ctx, [exe])
     marker = driver_marker(output)
     if marker:
-        return fail(f"rocminfo exited {code} and says: {marker}", DRIVER_FIX)
+        return fail(f"no AMD GPU driver loaded: {exe} says \"{marker}\" (exit {code})", DRIVER_FIX)
     names = re.findall(r"^\s*Name:\s+(gfx[0-9a-f]+)", output, re.MULTILINE)
     if code != 0 or not names:
         return fail(f"rocminfo exited {code} with no gfx agent: {first_line(output) or '(no output)'}",
@@ -482,7 +486,14 @@ def check_rocm_path(ctx: Context) -> Outcome:
         default = ctx.path("/opt/rocm")
         if (default / "include/hip/hip_runtime.h").is_file():
             return warn("HIP_PATH and ROCM_PATH are unset; /opt/rocm exists", export_fix)
-        return fail("HIP_PATH and ROCM_PATH are unset and there is no /opt/rocm",
+        distro = distro_rocm(ctx)
+        if distro is not None:
+            # Not `export ROCM_PATH=/usr` alone: clang then looks for the device libraries in /usr/amdgcn/bitcode.
+            version, source = rocm_version(distro) or ("?", "no version file")
+            return warn(f"HIP_PATH and ROCM_PATH are unset; a distribution's ROCm {version} is in /usr ({source})",
+                        "activate the environment (`pixi shell -e ENV`, `conda activate ENV`): the rocm-version "
+                        "package points ROCM_PATH/HIP_PATH at /usr and HIP_DEVICE_LIB_PATH at its device libraries")
+        return fail("HIP_PATH and ROCM_PATH are unset and there is no ROCm in /opt/rocm or /usr",
                     "install ROCm on the host, then " + export_fix)
     problems = []
     for var, value in set_vars.items():
@@ -505,14 +516,23 @@ def check_rocm_path(ctx: Context) -> Outcome:
     return ok(f"{described}: ROCm {version} ({source})", version=version)
 
 
+def distro_rocm(ctx: Context) -> Path | None:
+    """A distribution's ROCm in /usr (Debian's 7.2.4: include/hip/hip_runtime.h and rocm-core there), else None."""
+    usr = ctx.path("/usr")
+    return usr if (usr / "include/hip/hip_runtime.h").is_file() else None
+
+
 def host_rocm(ctx: Context) -> tuple[Path, str | None] | None:
-    """(root, version) of the ROCm the environment uses: HIP_PATH, ROCM_PATH, else /opt/rocm."""
+    """(root, version) of the ROCm the environment uses: HIP_PATH, ROCM_PATH, else /opt/rocm, else /usr."""
     for var in ("HIP_PATH", "ROCM_PATH"):
         if ctx.environ.get(var):
             root = Path(ctx.environ[var])
             return root, (rocm_version(root) or (None, ""))[0]
     default = ctx.path("/opt/rocm")
-    return (default, (rocm_version(default) or (None, ""))[0]) if default.is_dir() else None
+    if default.is_dir():
+        return default, (rocm_version(default) or (None, ""))[0]
+    distro = distro_rocm(ctx)
+    return (distro, (rocm_version(distro) or (None, ""))[0]) if distro is not None else None
 
 
 @check("rocm.version", "host ROCm matches the environment's rocm-version")
@@ -1389,6 +1409,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Run the probe; returns the exit code (0: no required check failed)."""
     args = build_parser().parse_args(argv)
+    if not args.prefix.is_dir():
+        print(f"rocm-env-check: error: --prefix {args.prefix}: no such directory "
+              "(pass the environment's prefix, e.g. $CONDA_PREFIX)", file=sys.stderr)
+        return 2
     ctx = Context(root=args.root, prefix=args.prefix, environ=dict(os.environ if environ is None else environ),
                   device_mode=args.device, min_ratio=args.min_ratio, train_steps=max(args.train_steps, 4),
                   train_backend=args.train_backend)

@@ -92,6 +92,27 @@ def judge_probe(report: dict[str, object], prefix: Path) -> str:
     return f"probe exited {report['exit_code']} on a GPU host: see the report (failed: {', '.join(map(str, failed))})"
 
 
+SERVE_SCRIPT = """#!/bin/sh
+# Serve the quickstart's channel again, on the port that workspace/pixi.toml and its lock name ({url}).
+# The password stays in auth/credentials.json; use it with RATTLER_AUTH_FILE="$HERE/auth/credentials.json".
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROCMLOCK_SERVE_PASSWORD=$("{python}" -c 'import json, sys; print(json.load(open(sys.argv[1]))["127.0.0.1"]["BasicHTTP"]["password"])' "$HERE/auth/credentials.json")
+export ROCMLOCK_SERVE_PASSWORD
+PYTHONPATH="{tools}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{python}" -m rocmlock.serve "$HERE/channel" --channel {channel} \\
+    --user quickstart --password-env ROCMLOCK_SERVE_PASSWORD --port {port}
+"""
+
+
+def write_serve_script(work: Path, url: str) -> Path:
+    """``work/serve-channel.sh``: a kept work directory names a port that dies with the quickstart; this revives it."""
+    port = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]
+    script = work / "serve-channel.sh"
+    script.write_text(SERVE_SCRIPT.format(url=url, python=sys.executable, tools=REPO / "tools",
+                                          channel=CHANNEL_NAME, port=port))
+    script.chmod(0o755)
+    return script
+
+
 def pipeline(work: Path) -> dict[str, object]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONDA_", "PIXI_", "RATTLER_"))}
     started = time.monotonic()
@@ -127,11 +148,14 @@ def pipeline(work: Path) -> dict[str, object]:
         prefix = work / "envs" / ENVIRONMENT
         rocmlock("install", "--manifest-path", str(manifest), "-e", ENVIRONMENT, "--prefix", str(prefix), env=env)
 
+    serve_again = write_serve_script(work, url)
+
     step("7/7 run the probe inside the installed environment")
     report = run_probe(prefix, env)
     verdict = judge_probe(report, prefix)
     print(verdict, file=sys.stderr)
     return {"work": str(work), "lock": str(workspace / "pixi.lock"), "prefix": str(prefix),
+            "channel_url": url, "serve_again": str(serve_again),
             "probe_exit_code": report["exit_code"], "probe_failed": report.get("failed"), "verdict": verdict,
             "seconds": round(time.monotonic() - started, 1)}
 
@@ -150,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
+    if args.workdir is not None:
+        print(f"kept in {work}: its workspace names {summary['channel_url']}, served only while the quickstart "
+              f"ran; to use it again, serve the channel on that port with: sh {summary['serve_again']}",
+              file=sys.stderr)
     print(f"quickstart: ok in {summary['seconds']}s", file=sys.stderr)
     return 0
 

@@ -535,7 +535,7 @@ def _add_unpack(p: argparse.ArgumentParser) -> None:
                    help="extract the bundle here and keep it, with an @EXPLICIT file for conda "
                         "(default: a temporary directory)")
     p.add_argument("--host-root", type=Path, default=Path("/"), metavar="DIR",
-                   help="read the node's GPUs below DIR instead of / (a container with the host's /sys mounted)")
+                   help="read the node's GPUs and ROCm below DIR instead of / (a container with the host mounted)")
     p.add_argument("--json", action="store_true", help="print what was installed and the probe's verdict as JSON")
 
 
@@ -611,6 +611,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.hint:
             _err(f"hint: {exc.hint}")
         return exc.exit_code
+    except OSError as exc:  # a file rocmlock had to read or write: one line, never a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        _err(f"error: {where}{exc.strerror or exc}")
+        _err("hint: check that the path exists, is writable and the disk is not full")
+        return 1
     except KeyboardInterrupt:
         _err("interrupted")
         return 130

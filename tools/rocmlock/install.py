@@ -9,6 +9,7 @@ reached with the credentials of the manifest's channel URLs, held in memory
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,12 +90,16 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
 
     locked_platform, records = select_records(lock_path, environment, platform)
     _, client = client_for_urls(channels)
+    created = not prefix.exists()
     try:
         asyncio.run(install(records, prefix, cache_dir=cache_dir, show_progress=False, client=client))
     except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
         secrets = [s for c in channels for s in split_url(c).secrets]
+        if created:  # a half-made environment is worse than none: it imports, then fails at run time
+            shutil.rmtree(prefix, ignore_errors=True)
+        left = "nothing was left there" if created else "it existed before and may be partly changed"
         text = redact_text(str(exc), secrets)
-        raise _install_error(f"installing '{environment}' into {prefix} failed", text,
+        raise _install_error(f"installing '{environment}' into {prefix} failed ({left})", text,
                              [*channels, *(r.channel or "" for r in records)]) from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
     return InstallResult(prefix, environment, locked_platform.name, names,
