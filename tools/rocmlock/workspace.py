@@ -32,14 +32,12 @@ from rocmlock.pixi_compat import (
     parse_virtual_package,
     subdir_default_virtual_packages,
 )
-from rocmlock.pixi_keys import LockRefusal, check_exclude_newer, is_source_dependency, lock_refusals
+from rocmlock.pixi_keys import LockRefusal, check_solve_options, is_source_dependency, lock_refusals
 from rocmlock.platforms import KNOWN_SUBDIRS, Platform, check_platform_name, parse_platforms
 from rocmlock.pypi import DEFAULT_INDEXES, PypiIndexes, merge_pypi_options, parse_pypi_options
 from rocmlock.targets import GpuTarget, get_target, target_for_isa
 
 ChannelPriority = Literal["strict", "flexible", "disabled"]
-# pixi_manifest/src/workspace.rs, SolveStrategy: the values pixi accepts; only "highest" (the default) is recordable.
-SOLVE_STRATEGIES = ("highest", "lowest", "lowest-direct")
 # The keys of an [environments.<name>] table that are not feature keys (pixi_manifest toml/environment.rs).
 ENVIRONMENT_KEYS = ("features", "solve-group", "no-default-feature")
 __all__ = [
@@ -193,7 +191,7 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
     channels = _parse_channels(ws["channels"], path, f"{table_key}.channels")
     platforms = parse_platforms(ws["platforms"], path, f"{table_key}.platforms")
     priority = _parse_priority(ws.get("channel-priority", "strict"), path, f"{table_key}.channel-priority")
-    _check_solve_options(ws, data, path, table_key)
+    check_solve_options(ws, data, path, table_key)
     features = {"default": _parse_feature("default", data, path, "", top=True)}
     for fname, ftable in expect_type(data.get("feature", {}), dict, path, "feature", "a table").items():
         expect_type(ftable, dict, path, f"feature.{fname}", "a table")
@@ -219,26 +217,6 @@ def _parse_priority(value: Any, path: Path, key: str) -> Any:
     if value is not None and value not in get_args(ChannelPriority):
         raise InputError(f"{path}: key '{key}' is '{value}'", hint="use one of: strict, flexible, disabled")
     return value
-
-
-def _check_solve_options(ws: dict[str, Any], data: dict[str, Any], path: Path, table_key: str) -> None:
-    """Values pixi would reject are input errors for every command. Whether `lock` can honour them is
-    pixi_keys' business: pixi compares the lock's solve options with the manifest's (pixi_core
-    lock_file/satisfiability/environment.rs) and py-rattler's LockFile writes none."""
-    tables: list[tuple[str, Any]] = [(f"{table_key}.", ws)]
-    for group in ("feature", "environments"):
-        group_table = data.get(group)
-        tables += [(f"{group}.{name}.", t) for name, t in group_table.items()] if isinstance(group_table, dict) else []
-    for prefix, table in tables:
-        strategy = table.get("solve-strategy") if isinstance(table, dict) else None
-        if strategy is not None and strategy not in SOLVE_STRATEGIES:
-            raise InputError(f"{path}: key '{prefix}solve-strategy' is '{strategy}'",
-                             hint=f"use one of: {', '.join(SOLVE_STRATEGIES)}")
-    if "exclude-newer" in ws:
-        check_exclude_newer(ws["exclude-newer"], path, f"{table_key}.exclude-newer")
-    for key in ("exclude-newer", "pypi-exclude-newer"):
-        for name, value in expect_type(data.get(key, {}), dict, path, key, "a table of package cutoffs").items():
-            check_exclude_newer(value, path, f"{key}.{name}")
 
 
 def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], ...]:
