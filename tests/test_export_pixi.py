@@ -91,6 +91,8 @@ def test_export_writes_pip_pins_and_a_hash_checked_requirements_file(
                                                       "requirements-linux-64.txt"]
     env = yaml.safe_load((out / "environment.yml").read_text())
     conda, pip = env["dependencies"][:-1], env["dependencies"][-1]["pip"]
+    # conda/env/env.py adds an unpinned `pip` to a pip: section's environment that lists none: said in the file.
+    assert "no conda `pip` is locked: conda adds an unpinned `pip`" in (out / "environment.yml").read_text()
     assert "python=3.12.7=h0_0_cpython" in conda
     assert pip == [f"--index-url {base}/simple", "rlk-alpha==1.0", "rlk-beta==2.0", "rlk-gamma==1.0"]
     req = (out / "requirements-linux-64.txt").read_text()
