@@ -185,8 +185,8 @@ def test_cpu_ops_compile_for_the_baseline_not_the_build_hosts_cpu(matrix: Matrix
     # Issue 13, finding 6: DeepSpeed 0.18.4's CPU ops use -march=native (and -D__AVX512__ where the build host
     # has it), so a package built on a new CPU dies with SIGILL on an older node. The real cpu_adam builder's
     # compiler flags, after the wrapper pinned them:
-    from deepspeed.ops.op_builder.builder import OpBuilder
     import torch.utils.cpp_extension  # noqa: F401  (the builders use it; setup.py imports it first)
+    from deepspeed.ops.op_builder.builder import OpBuilder
     from deepspeed.ops.op_builder.cpu_adam import CPUAdamBuilder
 
     monkeypatch.setattr(sys, "path", [str(RECIPES / "deepspeed-rocm"), *sys.path])
