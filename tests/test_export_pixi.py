@@ -196,3 +196,12 @@ def test_install_says_what_of_a_pixi_lock_it_leaves_to_pip(
     assert "warning: 3 package(s) of pixi.lock are not conda packages and are not installed" in out.err
     assert "envs/default/requirements-linux-64.txt" in out.err
     assert (prefix / "conda-meta").is_dir()
+
+
+def test_pack_says_what_of_a_pixi_lock_the_bundle_lacks(
+        pypi_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "b.tar"
+    assert main(["pack", "--manifest-path", str(pypi_ws / "pixi.toml"), "-e", "default", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: 3 package(s) of pixi.lock are not conda packages and are not in the bundle: rlk-alpha==1.0" in err
+    assert out.is_file()
