@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 MAKE = REPO / "tests/rocm72/make-chroot.sh"
@@ -91,3 +93,28 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, amd_layout
            str(root), str(REPO / "tools"), str(work or ""), "1" if amd_layout else "0",
            "env", "-i", *full_env, *argv]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def build_bitsandbytes(work: Path, mirror: Path, gfx: str) -> subprocess.CompletedProcess[str]:
+    """Run recipes/bitsandbytes-rocm/build.sh in the chroot as rattler-build would, for one target.
+
+    ``work`` (bound on /mnt/work) gets the pinned commit's tree from ``mirror`` (src/), the recipe directory
+    (recipes/, so build.sh finds ../rocm-build-env.sh) and the python prefix (a venv over Debian's
+    scikit-build-core/setuptools/trove-classifiers: the recipe's host requirements).
+    """
+    variants = yaml.safe_load((REPO / "recipes/variants.yaml").read_text())
+    version, rev = variants["bitsandbytes_version"][0], variants["bitsandbytes_git_rev"][0]
+    (work / "src").mkdir()
+    archive = subprocess.run(["git", "--git-dir", str(mirror), "archive", rev], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(work / "src")], input=archive.stdout, check=True)
+    shutil.copytree(REPO / "recipes/bitsandbytes-rocm", work / "recipes/bitsandbytes-rocm")
+    shutil.copy(REPO / "recipes/rocm-build-env.sh", work / "recipes/rocm-build-env.sh")
+    env = {
+        "PATH": "/mnt/work/prefix/bin:/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": "",
+        "RECIPE_DIR": "/mnt/work/recipes/bitsandbytes-rocm", "SRC_DIR": "/mnt/work/src",
+        "PREFIX": "/mnt/work/prefix", "PKG_NAME": "bitsandbytes", "PKG_VERSION": version,
+        "ROCMLOCK_ROCM_VERSION": "7.2", "ROCMLOCK_GPU_TARGET": gfx, "MAX_JOBS": str(len(os.sched_getaffinity(0))),
+    }
+    script = ("set -e\npython3 -m venv --system-site-packages /mnt/work/prefix\n"
+              "cd /mnt/work/src\nbash /mnt/work/recipes/bitsandbytes-rocm/build.sh\n")
+    return run(["sh", "-c", script], env=env, work=work, timeout=1800)

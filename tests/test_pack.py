@@ -325,6 +325,8 @@ def test_with_installer_a_node_without_rocmlock_installs_the_bundle(locked_ws: P
     import sys
 
     assert pack(locked_ws, tmp_path / "b.tar", "--with-installer") == 0
+    assert pack(locked_ws, tmp_path / "again.tar", "--with-installer") == 0
+    assert (tmp_path / "b.tar").read_bytes() == (tmp_path / "again.tar").read_bytes(), "rocmlock's wheel too"
     x = tmp_path / "x"
     shutil.unpack_archive(tmp_path / "b.tar", x, format="tar")
     wheels = sorted(p.name for p in (x / "installer/wheels").iterdir())

@@ -12,47 +12,21 @@ Cost: one CMake configure + build of the HIP backend for one target, about 1-3 m
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import rocm72chroot
-import yaml
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 PY = "python3.14"  # Debian sid's python3 in the chroot (tests/rocm72/packages.txt)
-
-
-def _pinned_rev() -> tuple[str, str]:
-    variants = yaml.safe_load((RECIPES / "variants.yaml").read_text())
-    return variants["bitsandbytes_version"][0], variants["bitsandbytes_git_rev"][0]
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     rocm72chroot.require_chroot()
     mirror = rocm72chroot.require_mirror("bitsandbytes.git")
-    version, rev = _pinned_rev()
     work = tmp_path_factory.mktemp("bnb")
-    src = work / "src"
-    src.mkdir()
-    archive = subprocess.run(["git", "--git-dir", str(mirror), "archive", rev], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
-    # The recipe directory as rattler-build sees it: build.sh sources ../rocm-build-env.sh.
-    shutil.copytree(RECIPES / "bitsandbytes-rocm", work / "recipes/bitsandbytes-rocm")
-    shutil.copy(RECIPES / "rocm-build-env.sh", work / "recipes/rocm-build-env.sh")
-    env = {
-        "PATH": "/mnt/work/prefix/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "RECIPE_DIR": "/mnt/work/recipes/bitsandbytes-rocm", "SRC_DIR": "/mnt/work/src",
-        "PREFIX": "/mnt/work/prefix", "PKG_NAME": "bitsandbytes", "PKG_VERSION": version,
-        "ROCMLOCK_ROCM_VERSION": "7.2", "ROCMLOCK_GPU_TARGET": "gfx942", "MAX_JOBS": "2",
-        "PYTHONPATH": "",
-    }
-    script = ("set -e\npython3 -m venv --system-site-packages /mnt/work/prefix\n"
-              "cd /mnt/work/src\nbash /mnt/work/recipes/bitsandbytes-rocm/build.sh\n")
-    proc = rocm72chroot.run(["sh", "-c", script], env=env, work=work, timeout=1200)
-    return work, proc
+    return work, rocm72chroot.build_bitsandbytes(work, mirror, "gfx942")
 
 
 def test_build_sh_builds_the_hip_library_for_gfx942(built: tuple[Path, subprocess.CompletedProcess[str]]) -> None:

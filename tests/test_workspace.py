@@ -176,6 +176,8 @@ c = "1.2"
     ('a = { version = "*", extra = ["x"] }', "key 'dependencies.a.extra' is not a pixi dependency key"),
 ])
 def test_dependency_keys_are_used_or_refused(tmp_path: Path, deps: str, message: str) -> None:
+    """pixi_spec/src/toml.rs (pixi v0.77.0, TomlSpec and parse_version_string): values pixi cannot parse and keys
+    it does not know are errors, never dropped."""
     with pytest.raises(InputError) as err:
         load_workspace(write(tmp_path, BASE + "[dependencies]\n" + deps + "\n"))
     assert message in str(err.value)
@@ -272,6 +274,9 @@ c = []
     ('[feature.f]\nsolve-strategy = "newest"\n', "key 'feature.f.solve-strategy' is 'newest'"),
 ])
 def test_solve_changing_keys_are_refused(tmp_path: Path, extra: str, message: str) -> None:
+    """pixi_manifest/src/target.rs (parse_if_expression), pixi_spec/src/exclude_newer.rs and
+    pixi_manifest/src/workspace.rs (SolveStrategy), pixi v0.77.0: keys that change a solve are read as pixi reads
+    them, and refused when rocmlock cannot honour them."""
     with pytest.raises(InputError) as err:
         load_workspace(write(tmp_path, BASE + extra))
     assert message in str(err.value)

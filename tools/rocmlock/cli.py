@@ -535,7 +535,7 @@ def _add_unpack(p: argparse.ArgumentParser) -> None:
                    help="extract the bundle here and keep it, with an @EXPLICIT file for conda "
                         "(default: a temporary directory)")
     p.add_argument("--host-root", type=Path, default=Path("/"), metavar="DIR",
-                   help="read the node's GPUs below DIR instead of / (a container with the host's /sys mounted)")
+                   help="read the node's GPUs and ROCm below DIR instead of / (a container with the host mounted)")
     p.add_argument("--json", action="store_true", help="print what was installed and the probe's verdict as JSON")
 
 

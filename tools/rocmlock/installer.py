@@ -59,7 +59,12 @@ def _source_tree() -> Path:
 
 def _build_rocmlock_wheel(dest: Path) -> None:
     """A wheel of this checkout, built in a copy (nothing is written into the checkout), timestamps fixed."""
+    import importlib.util
+
     root = _source_tree()
+    if importlib.util.find_spec("setuptools") is None:  # the build backend of pyproject.toml, used in place
+        raise OperationError("--with-installer builds rocmlock's wheel with setuptools, which this Python lacks",
+                             hint=f"{sys.executable} -m pip install setuptools")
     with tempfile.TemporaryDirectory(prefix="rocmlock-wheel-") as tmp:
         src = Path(tmp) / "src"
         shutil.copytree(root / "tools" / "rocmlock", src / "tools" / "rocmlock",
