@@ -91,6 +91,8 @@ def test_export_writes_pip_pins_and_a_hash_checked_requirements_file(
                                                       "requirements-linux-64.txt"]
     env = yaml.safe_load((out / "environment.yml").read_text())
     conda, pip = env["dependencies"][:-1], env["dependencies"][-1]["pip"]
+    # conda/env/env.py adds an unpinned `pip` to a pip: section's environment that lists none: said in the file.
+    assert "no conda `pip` is locked: conda adds an unpinned `pip`" in (out / "environment.yml").read_text()
     assert "python=3.12.7=h0_0_cpython" in conda
     assert pip == [f"--index-url {base}/simple", "rlk-alpha==1.0", "rlk-beta==2.0", "rlk-gamma==1.0"]
     req = (out / "requirements-linux-64.txt").read_text()
@@ -194,3 +196,12 @@ def test_install_says_what_of_a_pixi_lock_it_leaves_to_pip(
     assert "warning: 3 package(s) of pixi.lock are not conda packages and are not installed" in out.err
     assert "envs/default/requirements-linux-64.txt" in out.err
     assert (prefix / "conda-meta").is_dir()
+
+
+def test_pack_says_what_of_a_pixi_lock_the_bundle_lacks(
+        pypi_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "b.tar"
+    assert main(["pack", "--manifest-path", str(pypi_ws / "pixi.toml"), "-e", "default", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: 3 package(s) of pixi.lock are not conda packages and are not in the bundle: rlk-alpha==1.0" in err
+    assert out.is_file()

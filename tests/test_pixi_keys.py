@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from lockhelpers import by_name
 from pixilock import write_pixi_lock
-from rattler import MatchSpec
+from rattler import LockFile, MatchSpec
 from rocmlock.cli import main
 from rocmlock.errors import InputError
 from rocmlock.lock import lock_workspace
@@ -88,6 +88,21 @@ b = { version = "*", file-name = "b-1-0.conda", track-features = ["x"], license-
     assert a.extras == ["dev", "test"] and a.subdir == "linux-64" and str(a.version) == ">=1"
     assert "flags=[cuda]" in str(a) and 'license="MIT"' in str(a)
     assert b.file_name == "b-1-0.conda" and 'license_family="BSD"' in str(b) and 'track_features="x"' in str(b)
+
+
+def test_constraints_limit_what_is_locked_and_never_add(tmp_path: Path, channels: dict[str, Path]) -> None:
+    # pixi v0.77.0: [constraints] go to the solver as constraints (pixi_core lock_file/update.rs) and a locked
+    # package that violates one makes the lock stale (satisfiability/platform.rs, ConstraintViolated).
+    body = '[dependencies]\npython = "3.12.*"\nnumpy = "*"\n[constraints]\nnumpy = "<2.2"\npeft = "<0.1"\n'
+    manifest = _ws(tmp_path / "ws", channels["forge"], body)
+    lock_workspace(manifest)
+    locked = by_name(manifest.parent / "pixi.lock", "default")
+    assert locked["numpy"].startswith("2.1.3 ") and "peft" not in locked
+    assert lock_workspace(manifest, cache_dir=tmp_path / "c1").solved == ()  # satisfied: kept
+    manifest.write_text(manifest.read_text().replace('numpy = "<2.2"', 'numpy = ">=2.2"'))
+    again = lock_workspace(manifest, cache_dir=tmp_path / "c2")
+    assert again.solved == (("default", "linux-64"),) and "violates constraint" in again.reasons[again.solved[0]]
+    assert by_name(manifest.parent / "pixi.lock", "default")["numpy"].startswith("2.2.0 ")
 
 
 def test_host_and_build_dependencies_join_the_environment(tmp_path: Path, channels: dict[str, Path]) -> None:
@@ -168,7 +183,6 @@ clash = ["mirror", "other"]
     ('[feature.f.dependencies]\nmine = { git = "https://example.invalid/mine.git", branch = "main" }\n',
      "feature.f.dependencies.mine"),
     ('[dev]\nmine = { path = "." }\n', "dev"),
-    ('[constraints]\nnumpy = "<2"\n', "constraints"),
     ('[system-requirements]\ncuda = "12"\n', "system-requirements"),
     ('[exclude-newer]\nnumpy = "7d"\n', "exclude-newer"),
     ('[environments.e]\nsolve-strategy = "lowest"\n', "environments.e.solve-strategy"),
@@ -208,3 +222,30 @@ def test_exclude_newer_values_pixi_accepts(tmp_path: Path, channels: dict[str, P
     manifest = _ws(tmp_path, channels["forge"], "")
     _workspace_key(manifest, f'exclude-newer = "{value}"')
     assert load_workspace(manifest).lock_refusals[0].key == "workspace.exclude-newer"
+
+
+def test_an_environment_whose_features_share_no_platform_is_locked_empty(
+        tmp_path: Path, channels: dict[str, Path]) -> None:
+    # pixi v0.77.0 features_ext.rs (FeaturesExt::platforms) returns an empty set without an error; pixi's
+    # examples/constructor-minimal has such an environment, locked as `packages: {}`.
+    body = """[dependencies]
+python = "3.12.*"
+[feature.a]
+platforms = ["linux-64"]
+[feature.b]
+platforms = ["osx-arm64"]
+[environments]
+none = ["a", "b"]
+"""
+    manifest = _ws(tmp_path / "ws", channels["forge"], body)
+    manifest.write_text(manifest.read_text().replace('platforms = ["linux-64"]', 'platforms = ["linux-64", "osx-arm64"]', 1))
+    ws = load_workspace(manifest)
+    assert ws.environment("none").platforms == ()
+    result = lock_workspace(manifest, platforms=["linux-64"])
+    assert ("none", "linux-64") not in result.solved
+    lock = LockFile.from_path(manifest.parent / "pixi.lock")
+    none = lock.environment("none")
+    assert none is not None and none.platforms() == [] and [str(c) for c in none.channels()] == [
+        channels["forge"].as_uri() + "/"]
+    assert main(["export", "--manifest-path", str(manifest), "-e", "none"]) == 0
+    assert not (manifest.parent / "envs" / "none").exists()

@@ -152,6 +152,9 @@ def test_build_wrapper_pins_target_and_fails_on_skipped_ops(tmp_path: Path,
 
     monkeypatch.setattr(OpBuilder, "_rocm_gpu_arch", None)
     monkeypatch.setattr(OpBuilder, "_rocm_wavefront_size", None)
+    # The wrapper also pins the CPU flags on the class: restored afterwards.
+    monkeypatch.setattr(OpBuilder, "cpu_arch", OpBuilder.cpu_arch)
+    monkeypatch.setattr(OpBuilder, "simd_width", OpBuilder.simd_width)
     # The wrapper puts the CWD on sys.path and sets sys.argv, as setup.py expects: undo both afterwards.
     monkeypatch.setattr(sys, "path", [str(RECIPES / "deepspeed-rocm"), *sys.path])
     monkeypatch.setattr(sys, "argv", list(sys.argv))
@@ -175,6 +178,41 @@ def test_build_wrapper_pins_target_and_fails_on_skipped_ops(tmp_path: Path,
     assert (tmp_path / "seen.txt").read_text() == "gfx942 64"
     monkeypatch.setenv("ROCMLOCK_DS_BUILD_OPS", "DS_BUILD_CPU_ADAM DS_BUILD_FUSED_ADAM")
     assert wrapper.main(["bdist_wheel"]) == 1
+
+
+def test_cpu_ops_compile_for_the_baseline_not_the_build_hosts_cpu(matrix: Matrix,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 13, finding 6: DeepSpeed 0.18.4's CPU ops use -march=native (and -D__AVX512__ where the build host
+    # has it), so a package built on a new CPU dies with SIGILL on an older node. The real cpu_adam builder's
+    # compiler flags, after the wrapper pinned them:
+    import torch.utils.cpp_extension  # noqa: F401  (the builders use it; setup.py imports it first)
+    from deepspeed.ops.op_builder.builder import OpBuilder
+    from deepspeed.ops.op_builder.cpu_adam import CPUAdamBuilder
+
+    monkeypatch.setattr(sys, "path", [str(RECIPES / "deepspeed-rocm"), *sys.path])
+    for attr in ("cpu_arch", "simd_width", "_rocm_gpu_arch", "_rocm_wavefront_size"):
+        monkeypatch.setattr(OpBuilder, attr, getattr(OpBuilder, attr))
+    import setup_for_target as wrapper
+
+    def cpu_adam_flags() -> list[str]:
+        builder = CPUAdamBuilder()
+        builder.build_for_cpu = True  # as setup.py decides on a host without a visible GPU (builder.py)
+        return builder.cxx_args()
+
+    assert "-march=native" in cpu_adam_flags()  # upstream's default, on this host
+    assert "deepspeed.ops.op_builder.builder" in wrapper.pin_builders("gfx942", "64", "x86-64-v3")
+    flags = cpu_adam_flags()
+    assert "-march=x86-64-v3" in flags and "-D__AVX256__" in flags
+    assert "-march=native" not in flags and "-D__AVX512__" not in flags
+    wrapper.pin_builders("gfx942", "64", "x86-64-v4")
+    assert {"-march=x86-64-v4", "-D__AVX512__"} <= set(cpu_adam_flags())
+    # The shipped variant passes the baseline to the build; an unknown one is refused before setup.py runs.
+    assert script_env(matrix, "deepspeed-rocm", "gfx942")["ROCMLOCK_CPU_BASELINE"] == "x86-64-v3"
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setenv("ROCMLOCK_CPU_BASELINE", "native")
+    for var in ("ROCMLOCK_GPU_TARGET", "ROCMLOCK_WAVEFRONT_SIZE", "ROCMLOCK_DS_BUILD_OPS"):
+        monkeypatch.setenv(var, "x")
+    assert wrapper.main(["bdist_wheel"]) == 2
 
 
 # ----------------------------------------------------------------------------- plan

@@ -200,9 +200,10 @@ def test_build_scripts_set_the_rocm_switches() -> None:
             "rocmlock_rocm_env",
         ),
         "triton-rocm": (
-            "export TRITON_CODEGEN_BACKENDS=amd",
             "export TRITON_OFFLINE_BUILD=1",
-            '-DLLVM_TARGETS_TO_BUILD="host;AMDGPU"',
+            # Issue 13, finding 1: Triton's setup.py builds the nvidia and amd backends whatever the environment
+            # says, and its core links NVPTX, so LLVM needs NVPTX as in conda-forge's triton build.sh.
+            '-DLLVM_TARGETS_TO_BUILD="host;NVPTX;AMDGPU"',
         ),
     }
     for recipe, lines in expected.items():
@@ -210,6 +211,25 @@ def test_build_scripts_set_the_rocm_switches() -> None:
         for line in lines:
             assert line in script, (recipe, line)
         assert "--no-build-isolation" in script and "--no-deps" in script
+    triton = (RECIPES / "triton-rocm" / "build.sh").read_text()
+    assert "export TRITON_CODEGEN_BACKENDS" not in triton  # setup.py does not read it
+    test = (RECIPES / "triton-rocm" / "recipe.yaml").read_text()
+    assert "'amd' in names" in test and "names == ['amd']" not in test
+
+
+def test_triton_build_removes_werror_and_notices_when_upstream_moves(tmp_path: Path) -> None:
+    # Issue 13, finding 2: Triton's CMakeLists.txt adds -Werror to CMAKE_CXX_FLAGS (the line conda-forge's
+    # triton-feedstock patches, recipe/patches/0001-Remove-Werror-...). build.sh's own lines, run on that line:
+    script = (RECIPES / "triton-rocm" / "build.sh").read_text()
+    start = script.index("grep -q 'CMAKE_CXX_FLAGS")
+    end = script.index("\n", script.index("sed -i '/CMAKE_CXX_FLAGS/"))
+    snippet = 'rocmlock_die() { echo "$*" >&2; exit 1; }\n' + script[start:end] + "\n"
+    cmake = tmp_path / "CMakeLists.txt"
+    cmake.write_text('if(NOT MSVC)\n  set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -Werror -Wno-covered-switch-default ")\n')
+    subprocess.run(["bash", "-c", snippet], cwd=tmp_path, check=True)
+    assert cmake.read_text() == 'if(NOT MSVC)\n  set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -Wno-covered-switch-default ")\n'
+    out = subprocess.run(["bash", "-c", snippet], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert out.returncode == 1 and "no longer sets -Werror" in out.stderr
 
 
 def test_build_scripts_pass_bash_n_and_shellcheck() -> None:

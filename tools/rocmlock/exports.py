@@ -56,7 +56,8 @@ def _pip_section(records: Sequence[RepoDataRecord], pins: Sequence[PypiPin], ind
         return []
     lines = []
     if not any(r.name.normalized == "pip" for r in records):
-        lines.append("  # no conda `pip` is locked: conda runs the environment's `python -m pip` for this section")
+        # conda/env/env.py (validate_keys): a pip: section without a `pip` dependency makes conda add one.
+        lines.append("  # no conda `pip` is locked: conda adds an unpinned `pip` from the channels to run this section")
     lines.append("  - pip:")
     lines += [f"    - {opt}" for opt in indexes.options()]
     lines += [f"    - {pin.requirement()}" for pin in sorted(pins, key=lambda p: p.name)]

@@ -222,6 +222,9 @@ def _assemble(ws: Workspace, envs: list[Environment],
     platforms: dict[str, LockedPlatform] = {}
     locked_envs: dict[str, LockedEnvironment] = {}
     for env in envs:
+        if not env.platforms:  # no platform at all: pixi still lists the environment, with its channels
+            locked_envs[env.name] = LockedEnvironment(tuple(_lock_channel(ws, c) for c in env.channels), {})
+            continue
         if not any((env.name, p.name) in records for p in env.platforms):
             continue
         for plat in env.platforms:

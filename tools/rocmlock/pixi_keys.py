@@ -15,8 +15,10 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from rocmlock.errors import InputError
+from rocmlock.errors import InputError, expect_type
 
+# pixi_manifest/src/workspace.rs, SolveStrategy: the values pixi accepts; only "highest" (the default) is recordable.
+SOLVE_STRATEGIES = ("highest", "lowest", "lowest-direct")
 LOCK_HINT = "lock this workspace with `pixi lock`; `rocmlock export` then writes envs/ from that pixi.lock"
 # Dependency table keys that make a dependency a source package (pixi_spec/src/toml.rs, TomlLocationSpec).
 SOURCE_KEYS = ("path", "git", "url", "branch", "tag", "rev", "subdirectory", "lfs")
@@ -30,7 +32,6 @@ _SOLVE_OPTION = "a solve option that pixi.lock must record and py-rattler's Lock
 _REASONS = {
     "pypi-dependencies": "holds PyPI dependencies; rocmlock lock solves conda packages only",
     "dev": "holds dev dependencies, which pixi builds from source",
-    "constraints": "holds constraints, which rocmlock lock does not pass to the solver",
     "system-requirements": "changes the virtual packages; rocmlock takes them from rich platforms",
 }
 
@@ -66,6 +67,26 @@ def check_exclude_newer(value: Any, path: Path, key: str) -> None:
         pass
     raise InputError(f"{path}: key '{key}' is {value!r}, neither a duration, a date nor a timestamp",
                      hint='write e.g. "7d", "2026-01-31" or "2026-01-31T00:00:00Z"')
+
+
+def check_solve_options(ws: dict[str, Any], data: dict[str, Any], path: Path, table_key: str) -> None:
+    """Solve-option values pixi would reject are input errors for every command. Whether `lock` can honour
+    the valid ones is :func:`lock_refusals`' business: pixi compares the lock's solve options with the
+    manifest's (pixi_core lock_file/satisfiability/environment.rs) and py-rattler's LockFile writes none."""
+    tables: list[tuple[str, Any]] = [(f"{table_key}.", ws)]
+    for group in ("feature", "environments"):
+        group_table = data.get(group)
+        tables += [(f"{group}.{name}.", t) for name, t in group_table.items()] if isinstance(group_table, dict) else []
+    for prefix, table in tables:
+        strategy = table.get("solve-strategy") if isinstance(table, dict) else None
+        if strategy is not None and strategy not in SOLVE_STRATEGIES:
+            raise InputError(f"{path}: key '{prefix}solve-strategy' is '{strategy}'",
+                             hint=f"use one of: {', '.join(SOLVE_STRATEGIES)}")
+    if "exclude-newer" in ws:
+        check_exclude_newer(ws["exclude-newer"], path, f"{table_key}.exclude-newer")
+    for key in ("exclude-newer", "pypi-exclude-newer"):
+        for name, value in expect_type(data.get(key, {}), dict, path, key, "a table of package cutoffs").items():
+            check_exclude_newer(value, path, f"{key}.{name}")
 
 
 def _feature_tables(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:

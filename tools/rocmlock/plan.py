@@ -179,6 +179,8 @@ def channel_contents(channel: str, names: Iterable[str]) -> frozenset[tuple[str,
 def _environment_nodes(
     env: Environment, recipes: list[Path], matrix: Matrix, problems: list[str]
 ) -> list[_Node]:
+    if not env.platforms:  # an environment whose features share no platform needs nothing built
+        return []
     env_matrix = matrix.narrowed(_environment_values(env, matrix))
     subdir = env.platforms[0].subdir
     rendered = [rv for path in recipes for rv in render_recipe(path, env_matrix, subdir)]

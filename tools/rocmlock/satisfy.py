@@ -8,6 +8,7 @@ pixi_core/src/lock_file/satisfiability/{environment.rs,platform.rs}:
 - every manifest spec matches the locked record of that name (or a virtual package of the platform);
   a conditional spec (``when``) only where its condition holds for the locked records;
 - every ``depends`` of every reached record matches a locked record or a virtual package;
+- every locked record named in ``[constraints]`` matches the constraint;
 - every locked record is reached (nothing extra);
 - a dependency whose ``[when="..."]`` condition no locked record or virtual package meets is skipped;
 - the virtual packages are the ones pixi models (pixi_compat.pixi_virtual_packages): ``__amdgpu`` and
@@ -80,6 +81,12 @@ def records_unsat(env: Environment, platform: Platform, records: Sequence[RepoDa
     Also run on every fresh solve: rocmlock's solve offers ``__amdgpu``/``__amdgpu_arch``, pixi's check does not.
     """
     specs = [d.matchspec() for d in env.dependencies_for(platform)]
+    for constraint in env.constraints_for(platform):  # pixi: PlatformUnsat::ConstraintViolated
+        spec = _spec(constraint.matchspec())
+        record = next((r for r in records if r.name.normalized == spec.name.normalized), None)
+        if record is not None and not spec.matches(record):
+            return f"locked {record.name.normalized} {record.version} {record.build} violates constraint " \
+                   f"'{constraint.matchspec()}'"
     return _records_unsat(specs, records, pixi_virtual_packages(platform.declared_virtual_packages()),
                           platform.subdir)
 

@@ -63,6 +63,8 @@ class SolveJob:
     channel_priority: str
     target: GpuTarget | None
     locked: tuple[RepoDataRecord, ...] = ()
+    # [constraints]: specs a package must match if the solve includes it (rattler's `constraints=`).
+    constraints: tuple[str, ...] = ()
 
     def describe(self) -> str:
         env, plat = self.key
@@ -106,6 +108,7 @@ def make_job(ws: Workspace, env: Environment, platform: Platform,
         channel_priority=env.channel_priority,
         target=env.gpu_target,
         locked=tuple(locked),
+        constraints=tuple(d.matchspec() for d in env.constraints_for(platform)),
     )
 
 
@@ -117,8 +120,9 @@ def merge_jobs(key: SolveKey, jobs: Sequence[SolveJob]) -> SolveJob:
         channels.extend(c for c in job.channels if c not in channels)
     specs = sorted({s for job in jobs for s in job.specs})
     locked = {(r.name.normalized, r.url): r for job in jobs for r in job.locked}
+    constraints = sorted({c for job in jobs for c in job.constraints})
     return SolveJob(key, first.platform, tuple(channels), tuple(specs), first.virtual_packages,
-                    first.channel_priority, first.target, tuple(locked.values()))
+                    first.channel_priority, first.target, tuple(locked.values()), tuple(constraints))
 
 
 def _vp(vp: VirtualPackage) -> GenericVirtualPackage:
@@ -129,6 +133,7 @@ def _vp(vp: VirtualPackage) -> GenericVirtualPackage:
 async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
     try:
         specs = [MatchSpec(s) for s in job.specs]
+        constraints = [MatchSpec(c) for c in job.constraints]
     except InvalidMatchSpecError as exc:
         raise InputError(f"{job.describe()}: invalid dependency spec: {exc}",
                          hint="fix the version/build of that dependency in pixi.toml") from None
@@ -137,7 +142,7 @@ async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
             [Channel(redact_url(c)) for c in job.channels], specs, gateway=gateway,
             platforms=[Subdir(job.platform.subdir), Subdir("noarch")], locked_packages=list(job.locked),
             virtual_packages=[_vp(v) for v in job.virtual_packages],
-            channel_priority=_PRIORITY[job.channel_priority],
+            channel_priority=_PRIORITY[job.channel_priority], constraints=constraints or None,
         )
     except SolverError as exc:
         raise OperationError(

@@ -32,14 +32,12 @@ from rocmlock.pixi_compat import (
     parse_virtual_package,
     subdir_default_virtual_packages,
 )
-from rocmlock.pixi_keys import LockRefusal, check_exclude_newer, lock_refusals
+from rocmlock.pixi_keys import LockRefusal, check_solve_options, is_source_dependency, lock_refusals
 from rocmlock.platforms import KNOWN_SUBDIRS, Platform, check_platform_name, parse_platforms
 from rocmlock.pypi import DEFAULT_INDEXES, PypiIndexes, merge_pypi_options, parse_pypi_options
 from rocmlock.targets import GpuTarget, get_target, target_for_isa
 
 ChannelPriority = Literal["strict", "flexible", "disabled"]
-# pixi_manifest/src/workspace.rs, SolveStrategy: the values pixi accepts; only "highest" (the default) is recordable.
-SOLVE_STRATEGIES = ("highest", "lowest", "lowest-direct")
 # The keys of an [environments.<name>] table that are not feature keys (pixi_manifest toml/environment.rs).
 ENVIRONMENT_KEYS = ("features", "solve-group", "no-default-feature")
 __all__ = [
@@ -62,6 +60,9 @@ class Feature:
     platforms: tuple[str, ...] | None = None
     channel_priority: ChannelPriority | None = None
     pypi_options: PypiIndexes | None = None
+    # [constraints] (pixi_manifest toml/feature.rs): limit a package if it is installed, never add it.
+    constraints: tuple[Dependency, ...] = ()
+    target_constraints: tuple[tuple[str, tuple[Dependency, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,11 @@ class Environment:
     channel_priority: ChannelPriority = "strict"
     # Where pip finds the environment's PyPI pins (pixi's merged pypi-options).
     pypi_indexes: PypiIndexes = DEFAULT_INDEXES
+    constraints: tuple[tuple[str, tuple[Dependency, ...]], ...] = ()
+
+    def constraints_for(self, platform: Platform) -> tuple[Dependency, ...]:
+        """The ``[constraints]`` of this environment on ``platform`` (merged like the dependencies)."""
+        return dict(self.constraints).get(platform.name, ())
 
     def dependencies_for(self, platform: Platform) -> tuple[Dependency, ...]:
         """The dependencies of this environment on ``platform`` (target-specific ones merged in).
@@ -102,7 +108,9 @@ class Environment:
 
     def dependency(self, name: str, platform: Platform | None = None) -> Dependency | None:
         """The dependency named ``name`` (on the first platform unless one is given)."""
-        plat = platform or self.platforms[0]
+        plat = platform or (self.platforms[0] if self.platforms else None)
+        if plat is None:
+            return None
         return next((d for d in self.dependencies_for(plat) if d.name == name), None)
 
 
@@ -183,7 +191,7 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
     channels = _parse_channels(ws["channels"], path, f"{table_key}.channels")
     platforms = parse_platforms(ws["platforms"], path, f"{table_key}.platforms")
     priority = _parse_priority(ws.get("channel-priority", "strict"), path, f"{table_key}.channel-priority")
-    _check_solve_options(ws, data, path, table_key)
+    check_solve_options(ws, data, path, table_key)
     features = {"default": _parse_feature("default", data, path, "", top=True)}
     for fname, ftable in expect_type(data.get("feature", {}), dict, path, "feature", "a table").items():
         expect_type(ftable, dict, path, f"feature.{fname}", "a table")
@@ -209,25 +217,6 @@ def _parse_priority(value: Any, path: Path, key: str) -> Any:
     if value is not None and value not in get_args(ChannelPriority):
         raise InputError(f"{path}: key '{key}' is '{value}'", hint="use one of: strict, flexible, disabled")
     return value
-
-
-def _check_solve_options(ws: dict[str, Any], data: dict[str, Any], path: Path, table_key: str) -> None:
-    """Values pixi would reject are input errors for every command. Whether `lock` can honour them is
-    pixi_keys' business: pixi compares the lock's solve options with the manifest's (pixi_core
-    lock_file/satisfiability/environment.rs) and py-rattler's LockFile writes none."""
-    tables: list[tuple[str, Any]] = [(f"{table_key}.", ws)]
-    for group in ("feature", "environments"):
-        tables += [(f"{group}.{name}.", t) for name, t in (data.get(group) or {}).items()]
-    for prefix, table in tables:
-        strategy = table.get("solve-strategy") if isinstance(table, dict) else None
-        if strategy is not None and strategy not in SOLVE_STRATEGIES:
-            raise InputError(f"{path}: key '{prefix}solve-strategy' is '{strategy}'",
-                             hint=f"use one of: {', '.join(SOLVE_STRATEGIES)}")
-    if "exclude-newer" in ws:
-        check_exclude_newer(ws["exclude-newer"], path, f"{table_key}.exclude-newer")
-    for key in ("exclude-newer", "pypi-exclude-newer"):
-        for name, value in expect_type(data.get(key, {}), dict, path, key, "a table of package cutoffs").items():
-            check_exclude_newer(value, path, f"{key}.{name}")
 
 
 def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], ...]:
@@ -257,12 +246,14 @@ def _combined_dependencies(table: dict[str, Any], path: Path, prefix: str) -> tu
 def _parse_feature(name: str, table: dict[str, Any], path: Path, prefix: str, top: bool = False) -> Feature:
     deps = _combined_dependencies(table, path, prefix)
     target: list[tuple[str, tuple[Dependency, ...]]] = []
+    constraints: list[tuple[str, tuple[Dependency, ...]]] = [("", _constraints(table, path, prefix))]
     for plat, ttable in sorted(expect_type(table.get("target", {}), dict, path, f"{prefix}target", "a table").items()):
         expect_type(ttable, dict, path, f"{prefix}target.{plat}", "a table")
         if "(" in plat:  # pixi_manifest/src/target.rs, parse_if_expression: a conditional selector
             raise InputError(f"{path}: key '{prefix}target.{plat}' (a conditional target) is not supported by rocmlock",
                              hint="use a platform, subdir or family selector, or `pixi lock` for such workspaces")
         target.append((plat, _combined_dependencies(ttable, path, f"{prefix}target.{plat}.")))
+        constraints.append((plat, _constraints(ttable, path, f"{prefix}target.{plat}.")))
     channels: tuple[tuple[str, int], ...] | None = None
     platforms: tuple[str, ...] | None = None
     priority = None
@@ -278,7 +269,17 @@ def _parse_feature(name: str, table: dict[str, Any], path: Path, prefix: str, to
             platforms = tuple(dict.fromkeys(plats))
     pypi = parse_pypi_options(table["pypi-options"], path, f"{prefix}pypi-options") if "pypi-options" in table \
         else None
-    return Feature(name, deps, tuple(target), channels, platforms, priority, pypi)
+    return Feature(name, deps, tuple(target), channels, platforms, priority, pypi, constraints[0][1],
+                   tuple(c for c in constraints[1:] if c[1]))
+
+
+def _constraints(table: dict[str, Any], path: Path, prefix: str) -> tuple[Dependency, ...]:
+    value = table.get("constraints", {})
+    for name, spec in expect_type(value, dict, path, f"{prefix}constraints", "a table").items():
+        if is_source_dependency(spec):  # pixi: SourceConstraintNotSupported (satisfiability/platform.rs)
+            raise InputError(f"{path}: key '{prefix}constraints.{name}' is a source spec, which [constraints] "
+                             "does not take", hint="give a version (and build) instead")
+    return parse_dependencies(value, path, f"{prefix}constraints")
 
 
 def _parse_environments(
@@ -347,7 +348,7 @@ def _resolve(ws: Workspace, spec: EnvironmentSpec) -> Environment:
     where = f"{ws.path}: environment '{spec.name}'"
     channels = _merge_channels(ws, _group_features(ws, spec))
     platforms = _environment_platforms(ws, feats, where)
-    deps_by_platform = [(plat.name, _platform_dependencies(feats, plat)) for plat in platforms]
+    deps_by_platform = [(plat.name, _platform_specs(feats, plat)) for plat in platforms]
     target = _gpu_target(platforms, deps_by_platform, where)
     return Environment(
         name=spec.name,
@@ -360,6 +361,7 @@ def _resolve(ws: Workspace, spec: EnvironmentSpec) -> Environment:
         channel_priority=_channel_priority(ws, feats, where),
         pypi_indexes=merge_pypi_options(ws.pypi_options, [(f.name, f.pypi_options) for f in feats
                                                            if f.pypi_options is not None], where),
+        constraints=tuple((p.name, _platform_specs(feats, p, constraints=True)) for p in platforms),
     )
 
 
@@ -377,13 +379,13 @@ def _selector_rank(selector: str, plat: Platform) -> int | None:
     return ranks.get(selector)
 
 
-def _platform_dependencies(feats: list[Feature], plat: Platform) -> tuple[Dependency, ...]:
-    # pixi (pixi_manifest feature.rs, combined_dependencies): within a feature a more specific
-    # target replaces the spec of the same name; across features every spec is kept and all apply.
+def _platform_specs(feats: list[Feature], plat: Platform, constraints: bool = False) -> tuple[Dependency, ...]:
+    # pixi (pixi_manifest feature.rs, combined_dependencies; combined_constraints alike): within a feature
+    # a more specific target replaces the spec of the same name; across features every spec applies.
     out: list[Dependency] = []
     for feat in feats:
-        merged = {dep.name: dep for dep in feat.dependencies}
-        targets = [(r, deps) for sel, deps in feat.target_dependencies
+        merged = {dep.name: dep for dep in (feat.constraints if constraints else feat.dependencies)}
+        targets = [(r, deps) for sel, deps in (feat.target_constraints if constraints else feat.target_dependencies)
                    if (r := _selector_rank(sel, plat)) is not None]
         for _, tdeps in sorted(targets, key=lambda t: t[0]):
             merged.update({dep.name: dep for dep in tdeps})
@@ -446,12 +448,10 @@ def _environment_platforms(ws: Workspace, feats: list[Feature], where: str) -> t
 
     exact = {n for f in feats for n in f.platforms or ()}
     exact_subdirs = {p.subdir for p in ws.platforms if p.name in exact}
-    out = tuple(p for p in ws.platforms if all(supports(f, p) for f in feats)
-                and (p.name in exact or p.subdir not in exact_subdirs))
-    if not out:
-        raise InputError(f"{where} has no platform left after intersecting its features' platforms",
-                         hint="make the features' `platforms` lists overlap")
-    return out
+    # Features that share no platform leave the environment with none: pixi accepts that and locks the
+    # environment empty (its examples/constructor-minimal), so rocmlock does too.
+    return tuple(p for p in ws.platforms if all(supports(f, p) for f in feats)
+                 and (p.name in exact or p.subdir not in exact_subdirs))
 
 
 def _gpu_target(

@@ -1,0 +1,45 @@
+"""`.ci/run`, the README's second Quickstart command: the suite runs in a fresh venv it makes, with the venv's python."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CI_RUN = (REPO / ".ci" / "run").read_text()
+# Commands only: comments and continuation lines of a comment block carry no code.
+LINES = [line.strip() for line in CI_RUN.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def _index(pattern: str) -> int:
+    return next(i for i, line in enumerate(LINES) if re.search(pattern, line))
+
+
+def test_the_venv_is_made_and_activated_before_any_install() -> None:
+    made = _index(r'^python -m venv "\$VENV"$')
+    activated = _index(r'^export VIRTUAL_ENV="\$VENV" PATH="\$VENV/bin:\$PATH"$')
+    assert made < activated
+    installs = [i for i, line in enumerate(LINES) if re.search(r"\bpip\b|\bpytest\b|quickstart\.sh", line)]
+    assert installs and min(installs) > activated
+
+
+def test_no_line_after_activation_reaches_another_interpreter() -> None:
+    # After activation every `python` is the venv's; python3, an absolute interpreter path or a bare `pip`
+    # would install into, or run, something else.
+    activated = _index(r"^export VIRTUAL_ENV=")
+    for line in LINES[activated + 1:]:
+        command = r"(^|&&|\|\||;|\||\$\(|\bsudo\s|\$SUDO\s)\s*"
+        assert not re.search(command + r"(python3(\.\d+)?|pip3?|/\S*/python\S*)(\s|\)|$)", line), line
+        assert "--system-site-packages" not in line, line
+
+
+def test_the_last_command_is_the_test_command_the_readme_prints() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert "bash .ci/run                          # install the test dependencies, then run: python -m pytest -q tests" \
+        in readme
+    assert LINES[-1] == "python -m pytest -q tests"
+    # A venv check right before it: the suite must not silently run in a system interpreter.
+    assert "sys.prefix != sys.base_prefix" in LINES[-2]
+    # Nothing may turn a failed or empty (exit 5) pytest run into success.
+    assert CI_RUN.startswith("#!/usr/bin/env bash\n") and "set -euo pipefail" in CI_RUN
+    assert "|| true" not in CI_RUN and "set +e" not in CI_RUN
