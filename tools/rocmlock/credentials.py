@@ -99,6 +99,8 @@ def redact_url(url: str) -> str:
     Only secrets are removed (``file:///tmp/x/t/chan`` and ``https://host/tools/t/x`` stay as they
     are), so a redacted channel or package URL still resolves to the same file.
     """
+    if "@" not in url and "/t/" not in url:  # no secret possible: the common case, 12,000 times per lock
+        return url
     return split_url(url).url
 
 

@@ -66,7 +66,6 @@ def _write(path: Path, data: bytes) -> None:
 
 def _rename(src: Path, dst: Path) -> None:
     os.replace(src, dst)
-    _sync_dir(dst.parent)
 
 
 def _remove(path: Path) -> None:
@@ -131,6 +130,9 @@ def _apply(root: Path, entries: list[list[str]]) -> None:
     for staged, target in entries:
         if (txn / staged).exists():  # absent: moved already, before the interruption
             _rename(txn / staged, root / target)
+    # The moves reach the disk before the journal goes (a power cut, unlike a kill, can lose unsynced renames).
+    for directory in sorted({(root / target).parent for _, target in entries}):
+        _sync_dir(directory)
 
 
 # ----------------------------------------------------------------------------- the writer lock
@@ -269,6 +271,7 @@ def commit(root: Path, files: Mapping[Path, str | bytes]) -> None:
                              hint="free disk space or make the workspace writable, then run again") from None
     try:
         _rename(txn / "journal.tmp", txn / JOURNAL)  # the commit point
+        _sync_dir(txn)
         _apply(root, entries)
         _remove(txn / JOURNAL)
     except OSError as exc:
