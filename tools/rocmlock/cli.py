@@ -482,8 +482,11 @@ class _DownloadProgress:
         from rich.console import Console
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
+        console = Console(stderr=True)
+        # Not on a terminal (a log, CI): no bar, and no empty line where it was.
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                 TransferSpeedColumn(), console=Console(stderr=True), transient=True)
+                                 TransferSpeedColumn(), console=console, transient=True,
+                                 disable=not console.is_terminal)
         self.task: Any = None
 
     def __call__(self, total: int, count: int) -> Callable[[int], None]:
@@ -510,7 +513,7 @@ def _cmd_pack(args: argparse.Namespace) -> int:
     progress = _DownloadProgress()
     try:
         result = pack_environment(manifest.parent / LOCK_NAME, args.environment, args.platform, args.output,
-                                  with_installer=args.with_installer, client=client, progress=progress)
+                                  with_installer=args.with_installer, client=client, progress=progress, log=_err)
     finally:
         progress.close()
     meta = result.metadata
