@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -468,3 +469,23 @@ def test_pytorch_offline_aotriton_from_a_prepared_prefix(matrix: Matrix, monkeyp
     out = subprocess.run(["bash", "-c", body], env={**env, "AOTRITON_INSTALLED_PREFIX": ""}, capture_output=True,
                          text=True, check=True)
     assert "will be downloaded at configure time" in out.stderr
+
+
+def test_build_env_names_every_missing_rocm_component(tmp_path: Path) -> None:
+    # bitsandbytes' build needs hipBLAS, hipBLASLt, hipRAND, rocBLAS, hipCUB and rocPRIM from the host ROCm
+    # (tools/rocmlock/data/rocm_components.toml); a ROCm with only hipBLAS stops before CMake, naming the rest.
+    rocm = _fake_rocm_tree(tmp_path / "rocm", "7.2.0")
+    (rocm / "include/hipblas").mkdir(parents=True)
+    (rocm / "include/hipblas/hipblas.h").write_text("")
+    env = {"ROCM_PATH": str(rocm), "ROCMLOCK_ROCM_VERSION": "7.2", "ROCMLOCK_GPU_TARGET": "gfx942",
+           "RECIPE_DIR": str(RECIPES / "bitsandbytes-rocm"), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    out = _build_env(tmp_path, env, "rocmlock_rocm_env\nrocmlock_require_rocm_components bitsandbytes")
+    assert out.returncode == 1
+    message = out.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"rocmlock build: bitsandbytes needs these ROCm components, missing under {rocm}: ")
+    for name in ("hipBLASLt (include/hipblaslt/hipblaslt.h; Debian/Ubuntu: libhipblaslt-dev, AMD: hipblaslt-dev)",
+                 "hipRAND", "rocBLAS", "hipCUB (include/hipcub/hipcub.hpp", "rocPRIM"):
+        assert name in message
+    assert "hipBLAS (" not in message
+    out = _build_env(tmp_path, env, "rocmlock_rocm_env\nrocmlock_require_rocm_components deepspeed")
+    assert out.returncode == 0, out.stderr  # nothing listed for it
