@@ -98,6 +98,25 @@ rocmlock_rocm_env() {
     echo "rocmlock build: ROCm ${host_version} at ${ROCM_PATH}, device libraries in ${HIP_DEVICE_LIB_PATH}" >&2
 }
 
+# The host-ROCm components package $1 compiles against (tools/rocmlock/data/rocm_components.toml, which
+# `rocmlock doctor --build` reads too): all present under $ROCM_PATH/include, or stop naming every missing one
+# with the packages that provide it. Call after rocmlock_rocm_env.
+rocmlock_require_rocm_components() {
+    local table="${RECIPE_DIR}/../../tools/rocmlock/data/rocm_components.toml" missing
+    [ -r "${table}" ] || rocmlock_die "no component table at ${table}"
+    missing="$(python - "${table}" "$1" "${ROCM_PATH}" <<'PY'
+import pathlib, sys, tomllib
+table = tomllib.loads(pathlib.Path(sys.argv[1]).read_text())
+include = pathlib.Path(sys.argv[3]) / "include"
+missing = [table["components"][key] for key in table["packages"].get(sys.argv[2], [])]
+print("; ".join(f"{c['name']} (include/{c['header']}; Debian/Ubuntu: {c['debian']}, AMD: {c['amd']})"
+                for c in missing if not (include / c["header"]).is_file()))
+PY
+)" || rocmlock_die "cannot read ${table}"
+    [ -z "${missing}" ] || rocmlock_die "$1 needs these ROCm components, missing under ${ROCM_PATH}: ${missing}"
+    echo "rocmlock build: host ROCm components for $1 found under ${ROCM_PATH}/include" >&2
+}
+
 # Extensions built against torch (torchvision, torchaudio) need this variant's ROCm pytorch in the host prefix.
 rocmlock_require_rocm_torch() {
     python -c "import torch, sys; sys.exit(0 if torch.version.hip else 'the host pytorch is not a ROCm build')" \

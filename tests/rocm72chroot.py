@@ -109,6 +109,8 @@ def build_bitsandbytes(work: Path, mirror: Path, gfx: str) -> subprocess.Complet
     subprocess.run(["tar", "-x", "-C", str(work / "src")], input=archive.stdout, check=True)
     shutil.copytree(REPO / "recipes/bitsandbytes-rocm", work / "recipes/bitsandbytes-rocm")
     shutil.copy(REPO / "recipes/rocm-build-env.sh", work / "recipes/rocm-build-env.sh")
+    # ../../tools/rocmlock/data from the recipe directory, as in the checkout (the component table).
+    shutil.copytree(REPO / "tools/rocmlock/data", work / "tools/rocmlock/data")
     env = {
         "PATH": "/mnt/work/prefix/bin:/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": "",
         "RECIPE_DIR": "/mnt/work/recipes/bitsandbytes-rocm", "SRC_DIR": "/mnt/work/src",

@@ -241,3 +241,47 @@ def test_without_a_workspace_targets_come_from_flags(tmp_path: Path, debian_rocm
     assert "toolchain too old for gfx1201, needs ROCm >= 6.4" in checks["offload-arch:gfx1201"]["message"]
     assert code == 1
     assert main(["doctor", "--target", "gfx9999"]) == 2
+
+
+def test_rocm_components_of_the_packages_to_build(tmp_path: Path) -> None:
+    # bitsandbytes compiles against hipBLAS, hipBLASLt, hipRAND, rocBLAS, hipCUB, rocPRIM from the host ROCm
+    # (tools/rocmlock/data/rocm_components.toml): a ROCm without hipCUB fails before any build, naming it.
+    root = _fake_rocm(tmp_path, "7.2.0", 0)
+    headers = ("hipblas/hipblas.h", "hipblaslt/hipblaslt.h", "hiprand/hiprand.h", "rocblas/rocblas.h",
+               "rocprim/rocprim.hpp")
+    for header in headers:
+        (root / "include" / header).parent.mkdir(parents=True, exist_ok=True)
+        (root / "include" / header).write_text("")
+    host = Host(env={"PATH": "", "ROCM_PATH": str(root)}, which=lambda name, path: None, kfd=tmp_path / "kfd")
+
+    def components(packages: tuple[str, ...] | None) -> doctor.Check:
+        checks = run_doctor([], build=True, host=host, resources=PLENTY, packages=packages).checks
+        return {c.name: c for c in checks}["rocm-components"]
+
+    check = components(("bitsandbytes",))
+    assert check.status == "fail"
+    assert check.message == (f"missing under {root}/include: bitsandbytes needs hipCUB (include/hipcub/hipcub.hpp; "
+                             "Debian/Ubuntu: libhipcub-dev, AMD: hipcub-dev)")
+    assert check.fix == "apt-get install libhipcub-dev (Debian/Ubuntu), or AMD's hipcub-dev"
+    # Without a workspace doctor does not know what will be built: a warning.
+    assert components(None).status == "warn"
+    (root / "include/hipcub").mkdir()
+    (root / "include/hipcub/hipcub.hpp").write_text("")
+    check = components(("bitsandbytes",))
+    assert check.status == "ok" and check.message == (
+        f"bitsandbytes: hipBLAS, hipBLASLt, hipRAND, rocBLAS, hipCUB, rocPRIM found under {root}/include")
+    # Packages with nothing listed add no check.
+    assert "rocm-components" not in {c.name for c in run_doctor([], build=True, host=host, resources=PLENTY,
+                                                                  packages=("pytorch",)).checks}
+
+
+def test_workspace_packages_are_the_environments_direct_dependencies(tmp_path: Path) -> None:
+    from rocmlock.doctor import workspace_packages
+    from rocmlock.workspace import load_workspace
+
+    path = _workspace(tmp_path, "7.2")
+    path.write_text(path.read_text().replace("[environments]", '[feature.qlora.dependencies]\nbitsandbytes = "*"\n\n'
+                                             "[environments]\nmi300x-qlora = [\"gfx942\", \"qlora\"]"))
+    ws = load_workspace(path)
+    assert workspace_packages(ws, ["mi300x-qlora"]) == ("bitsandbytes",)
+    assert workspace_packages(ws, ["mi300x"]) == ()

@@ -265,21 +265,25 @@ def _pages(root: Path) -> int:
     return sum(-(-p.stat().st_size // 4096) for p in root.rglob("*") if p.is_file())
 
 
-@pytest.mark.parametrize("mode", ["full", "ro"])
+@pytest.mark.parametrize(("mode", "start"), [("full", "a"), ("ro", "a"), ("ro", "b")])
 def test_a_real_full_disk_or_read_only_mount_leaves_the_old_set(sets: dict[str, Path], tmp_path: Path,
-                                                                mode: str) -> None:
+                                                                mode: str, start: str) -> None:
     if shutil.which("unshare") is None:
         pytest.skip("no unshare(1) here; the injected-error test covers this path")
     ws, out = tmp_path / "ws", tmp_path / "out"
     ws.mkdir()
     out.mkdir()
-    env = {**_child_env(tmp_path / "cache"), "MODE": mode, "SRC": str(sets["a"]), "WS": str(ws), "OUT": str(out),
+    env = {**_child_env(tmp_path / "cache"), "MODE": mode, "SRC": str(sets[start]), "WS": str(ws), "OUT": str(out),
            "PYTHON": sys.executable, "SIZE": str((_pages(sets["a"]) + 4) * 4096)}
     proc = subprocess.run(["unshare", "-m", "sh", "-c", IN_NAMESPACE], env=env, capture_output=True, text=True,
                           timeout=120, check=False)
     if proc.returncode != 0 or (out / "refused").exists():
         pytest.skip(f"the kernel refused a private mount ({proc.stderr.strip()[:200]}); injected errors cover it")
     err = (out / "err").read_text().strip().splitlines()
+    if start == "b":  # already up to date: a read-only checkout is no obstacle to a lock that writes nothing
+        assert (out / "code").read_text().strip() == "0" and err == ["up to date, nothing written"], err
+        assert _set(out / "ws") == _set(sets["b"])
+        return
     assert (out / "code").read_text().strip() == "1", err
     cause = "No space left on device" if mode == "full" else "Read-only file system"
     assert len(err) == 2 and err[0].startswith("error: ") and cause in err[0] and err[1].startswith("hint: "), err

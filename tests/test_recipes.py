@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,8 @@ def test_gpu_identity_in_run_requirements_and_constraints(rendered: dict) -> Non
             gfx, rocm = v.variant_value("gpu_target"), v.variant_value("rocm_version")
             assert f"amdgpu-target * {gfx}" in v.specs("run")
             assert f"rocm-version {rocm}.*" in v.specs("run")
-            assert v.run_constraints == (f"__amdgpu_arch =={get_target(gfx).isa}",)
+            # One virtual-package guard (pytorch also constrains libopenblas: test_pytorch_pins_openmp_openblas).
+            assert [c for c in v.run_constraints if c.startswith("__")] == [f"__amdgpu_arch =={get_target(gfx).isa}"]
     for v in rendered["amdgpu-target"]:
         assert v.subdir == "noarch"
         assert v.run_constraints == (f"__amdgpu_arch =={get_target(v.build_string).isa}",)
@@ -402,3 +404,88 @@ def test_flash_attn_triton_activation_sets_the_import_switch() -> None:
     assert out.stdout == "on=FALSE\noff=FALSE\n"
     build = (RECIPES / "flash-attn-rocm" / "build.sh").read_text()
     assert "activate-triton.sh" in build and "etc/conda/activate.d/flash-attn_activate.sh" in build
+
+
+# ----------------------------------------------------------------------------- issue 13's recipe findings
+
+
+def _rendered(matrix: Matrix, recipe: str, gfx: str = "gfx942") -> dict:  # type: ignore[type-arg]
+    from rocmlock.recipes import render_config
+
+    one = matrix.narrowed({"gpu_target": [gfx], "python": ["3.12"]})
+    (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / recipe / "recipe.yaml")).render(
+        one.to_variant_config(), render_config())
+    return rv.recipe.to_dict()  # type: ignore[no-any-return]
+
+
+def test_pytorch_arch_test_passes_on_a_gpu_less_build_host(matrix: Matrix, tmp_path: Path) -> None:
+    # Finding 3: torch.cuda.get_arch_list() is [] where no GPU is visible (the build host); the recipe test reads
+    # torch._C._cuda_getArchFlags(), the compiled-in list get_arch_list() returns on a GPU host. Run the rendered
+    # test command against a stand-in torch that behaves as a ROCm build on a GPU-less host.
+    script = next(line for t in _rendered(matrix, "pytorch-rocm")["tests"] for line in t.get("script", [])
+                  if "archs" in line)
+    assert "get_arch_list" not in script
+    # rattler-build renders the test's Jinja when it runs it.
+    script = script.replace("${{ gpu_target }}", "gfx942")
+    command = re.fullmatch(r'python -c "(.*)"', script.strip()).group(1)  # type: ignore[union-attr]
+    for flags, code in (("gfx942", 0), ("gfx90a", 1)):
+        (tmp_path / "torch").mkdir(exist_ok=True)
+        (tmp_path / "torch/__init__.py").write_text(
+            f"class _C:\n    _cuda_getArchFlags = staticmethod(lambda: {flags!r})\n"
+            "class cuda:\n    get_arch_list = staticmethod(lambda: [])\n")
+        out = subprocess.run(["python", "-c", command], env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                             capture_output=True, text=True, check=False)
+        assert out.returncode == code, out.stderr
+    assert "target gfx942 missing from ['gfx90a']" in out.stderr
+
+
+def test_pytorch_pins_openmp_openblas(matrix: Matrix) -> None:
+    # Finding 7: conda-forge's pytorch constrains libopenblas to its OpenMP build (pthreads OpenBLAS next to
+    # PyTorch's OpenMP warns and can hang): in the build prefix and in every environment that installs it.
+    reqs = _rendered(matrix, "pytorch-rocm")["requirements"]
+    assert "libopenblas * openmp_*" in reqs["host"]
+    assert "libopenblas * openmp_*" in reqs["run_constraints"]
+
+
+def test_pytorch_offline_aotriton_from_a_prepared_prefix(matrix: Matrix, monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    # Finding 5: with USE_FLASH_ATTENTION=1, PyTorch's aotriton.cmake downloads AOTriton at configure time unless
+    # AOTRITON_INSTALLED_PREFIX names an installed one; the recipe passes that through to build.sh, which checks it.
+    assert "AOTRITON_INSTALLED_PREFIX" not in script_env(matrix, "pytorch-rocm", "gfx942")
+    monkeypatch.setenv("AOTRITON_INSTALLED_PREFIX", str(tmp_path / "aotriton"))
+    assert script_env(matrix, "pytorch-rocm", "gfx942")["AOTRITON_INSTALLED_PREFIX"] == str(tmp_path / "aotriton")
+    build = (RECIPES / "pytorch-rocm/build.sh").read_text()
+    block = build[build.index('if [ "${ROCMLOCK_AOTRITON}" = 1 ] && '):build.index("\nfi\n", build.index(
+        'elif [ "${ROCMLOCK_AOTRITON}" = 1 ]')) + 4]
+    body = 'rocmlock_die() { echo "$*" >&2; exit 1; }\n' + block + 'echo "prefix=${AOTRITON_INSTALLED_PREFIX:-}"\n'
+    env = {"PATH": "/usr/bin:/bin", "ROCMLOCK_AOTRITON": "1", "PKG_VERSION": "2.12.1", "ROCMLOCK_GPU_TARGET": "gfx942",
+           "AOTRITON_INSTALLED_PREFIX": str(tmp_path / "aotriton")}
+    out = subprocess.run(["bash", "-c", body], env=env, capture_output=True, text=True, check=False)
+    assert out.returncode == 1 and "has no lib/libaotriton_v2.so" in out.stderr
+    (tmp_path / "aotriton/lib").mkdir(parents=True)
+    (tmp_path / "aotriton/lib/libaotriton_v2.so").write_text("")
+    out = subprocess.run(["bash", "-c", body], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout == f"prefix={tmp_path / 'aotriton'}\n"
+    out = subprocess.run(["bash", "-c", body], env={**env, "AOTRITON_INSTALLED_PREFIX": ""}, capture_output=True,
+                         text=True, check=True)
+    assert "will be downloaded at configure time" in out.stderr
+
+
+def test_build_env_names_every_missing_rocm_component(tmp_path: Path) -> None:
+    # bitsandbytes' build needs hipBLAS, hipBLASLt, hipRAND, rocBLAS, hipCUB and rocPRIM from the host ROCm
+    # (tools/rocmlock/data/rocm_components.toml); a ROCm with only hipBLAS stops before CMake, naming the rest.
+    rocm = _fake_rocm_tree(tmp_path / "rocm", "7.2.0")
+    (rocm / "include/hipblas").mkdir(parents=True)
+    (rocm / "include/hipblas/hipblas.h").write_text("")
+    env = {"ROCM_PATH": str(rocm), "ROCMLOCK_ROCM_VERSION": "7.2", "ROCMLOCK_GPU_TARGET": "gfx942",
+           "RECIPE_DIR": str(RECIPES / "bitsandbytes-rocm"), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    out = _build_env(tmp_path, env, "rocmlock_rocm_env\nrocmlock_require_rocm_components bitsandbytes")
+    assert out.returncode == 1
+    message = out.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"rocmlock build: bitsandbytes needs these ROCm components, missing under {rocm}: ")
+    for name in ("hipBLASLt (include/hipblaslt/hipblaslt.h; Debian/Ubuntu: libhipblaslt-dev, AMD: hipblaslt-dev)",
+                 "hipRAND", "rocBLAS", "hipCUB (include/hipcub/hipcub.hpp", "rocPRIM"):
+        assert name in message
+    assert "hipBLAS (" not in message
+    out = _build_env(tmp_path, env, "rocmlock_rocm_env\nrocmlock_require_rocm_components deepspeed")
+    assert out.returncode == 0, out.stderr  # nothing listed for it

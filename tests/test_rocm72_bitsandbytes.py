@@ -36,6 +36,8 @@ def test_build_sh_builds_the_hip_library_for_gfx942(built: tuple[Path, subproces
     # rocm-build-env.sh found Debian's ROCm in /usr with ROCM_PATH unset, and its device libraries.
     assert ("rocmlock build: ROCm 7.2.4 at /usr, device libraries in /usr/lib/llvm-22/lib/clang/22/amdgcn/bitcode"
             in log)
+    # The recipe checked the host-ROCm components it needs first (tools/rocmlock/data/rocm_components.toml).
+    assert "rocmlock build: host ROCm components for bitsandbytes found under /usr/include" in log
     assert "HIP Targets: gfx942" in log
     lib = work / "src/bitsandbytes/libbitsandbytes_rocm72.so"
     assert lib.is_file()

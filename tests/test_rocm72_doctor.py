@@ -53,6 +53,9 @@ def test_reference_case_passes_and_compiles_every_target(case: str) -> None:
         # Debian has no .info/version: the version comes from rocm-core's header.
         assert checks["rocm-version"]["message"] == "ROCm 7.2.4 (from /usr/include/rocm-core/rocm_version.h)"
         assert report["device_libs"] == "/usr/lib/llvm-22/lib/clang/22/amdgcn/bitcode"
+    # The chroot has every host-ROCm component bitsandbytes' build needs (tools/rocmlock/data/rocm_components.toml).
+    assert checks["rocm-components"]["status"] == "ok", checks["rocm-components"]
+    assert checks["rocm-components"]["message"].startswith("bitsandbytes: hipBLAS, hipBLASLt, hipRAND, rocBLAS, hipCUB")
     # No advice that breaks a working setup: an unset ROCM_PATH is never "fixed" to /usr.
     assert not any("ROCM_PATH=/usr" in c["fix"] for c in checks.values())
 

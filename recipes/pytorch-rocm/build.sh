@@ -15,6 +15,16 @@ export PYTORCH_ROCM_ARCH="${ROCMLOCK_GPU_TARGET}"
 # AOTriton (flash and memory-efficient SDPA) only where the target has kernels (gpu_targets.toml `aotriton`).
 export USE_FLASH_ATTENTION="${ROCMLOCK_AOTRITON}"
 export USE_MEM_EFF_ATTENTION="${ROCMLOCK_AOTRITON}"
+# AOTriton's runtime and kernel images: PyTorch's cmake/External/aotriton.cmake downloads them from GitHub at
+# configure time (hash-checked against its own list). For an offline build, extract that release on a
+# connected machine and pass its directory: AOTRITON_INSTALLED_PREFIX (aotriton.cmake then installs from it).
+if [ "${ROCMLOCK_AOTRITON}" = 1 ] && [ -n "${AOTRITON_INSTALLED_PREFIX:-}" ]; then
+    [ -f "${AOTRITON_INSTALLED_PREFIX}/lib/libaotriton_v2.so" ] \
+        || rocmlock_die "AOTRITON_INSTALLED_PREFIX=${AOTRITON_INSTALLED_PREFIX} has no lib/libaotriton_v2.so; extract the AOTriton release PyTorch ${PKG_VERSION}'s cmake/External/aotriton.cmake names (runtime and the ${ROCMLOCK_GPU_TARGET} kernel image) there"
+    export AOTRITON_INSTALLED_PREFIX
+elif [ "${ROCMLOCK_AOTRITON}" = 1 ]; then
+    echo "rocmlock build: AOTriton will be downloaded at configure time (set AOTRITON_INSTALLED_PREFIX to build offline)" >&2
+fi
 export USE_NCCL=1          # RCCL from the host ROCm
 export USE_DISTRIBUTED=1
 export USE_MKLDNN=1

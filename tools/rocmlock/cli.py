@@ -70,7 +70,13 @@ def _add_doctor(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from rocmlock.doctor import doctor_targets, render_report, run_doctor, workspace_rocm_versions
+    from rocmlock.doctor import (
+        doctor_targets,
+        render_report,
+        run_doctor,
+        workspace_packages,
+        workspace_rocm_versions,
+    )
     from rocmlock.workspace import load_workspace
 
     # Outside a workspace (no ./pixi.toml, nothing named) doctor still checks the host and --target.
@@ -79,7 +85,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     targets = doctor_targets(args.targets, ws, args.environments)
     wanted = workspace_rocm_versions(ws, args.environments) if ws else ()
     root = ws.root if ws else Path(".")
-    report = run_doctor(targets, build=args.build, rocm_wanted=wanted, workdir=root)
+    packages = workspace_packages(ws, args.environments) if ws else None
+    report = run_doctor(targets, build=args.build, rocm_wanted=wanted, workdir=root, packages=packages)
     _print_report(args, report.to_dict(), render_report(report))
     return 0 if report.ok else 1
 
@@ -482,8 +489,11 @@ class _DownloadProgress:
         from rich.console import Console
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
+        console = Console(stderr=True)
+        # Not on a terminal (a log, CI): no bar, and no empty line where it was.
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                 TransferSpeedColumn(), console=Console(stderr=True), transient=True)
+                                 TransferSpeedColumn(), console=console, transient=True,
+                                 disable=not console.is_terminal)
         self.task: Any = None
 
     def __call__(self, total: int, count: int) -> Callable[[int], None]:
@@ -510,7 +520,7 @@ def _cmd_pack(args: argparse.Namespace) -> int:
     progress = _DownloadProgress()
     try:
         result = pack_environment(manifest.parent / LOCK_NAME, args.environment, args.platform, args.output,
-                                  with_installer=args.with_installer, client=client, progress=progress)
+                                  with_installer=args.with_installer, client=client, progress=progress, log=_err)
     finally:
         progress.close()
     meta = result.metadata

@@ -125,6 +125,12 @@ def workspace_rocm_versions(workspace: Workspace, environments: list[str] | None
     return tuple(sorted(found - {""}))
 
 
+def workspace_packages(workspace: Workspace, environments: list[str] | None = None) -> tuple[str, ...]:
+    """The packages of rocm_components.toml that the selected environments depend on directly."""
+    envs = list(workspace.environments(environments))
+    return tuple(p for p in rocm_host.component_table() if any(env.dependency(p) is not None for env in envs))
+
+
 def detect_resources(where: Path) -> Resources:
     """Cores usable by this process, available memory and free disk at ``where`` (or its nearest parent).
 
@@ -317,6 +323,27 @@ def check_offload_arch(host: Host, compiler: str | None, env: Mapping[str, str],
                  f"run: HIP_PLATFORM=amd {Path(compiler).name} --offload-arch={target.gfx} -c probe.hip")
 
 
+def check_rocm_components(rocm: Path | None, packages: Iterable[str], required: bool = True) -> Check | None:
+    """The host-ROCm libraries the packages to build compile against (rocm_components.toml); None if none apply.
+
+    ``required``: the packages are known to be built (a fail when one lacks a component); otherwise a warning.
+    """
+    missing = rocm_host.missing_components(rocm or Path("/nonexistent"), packages)
+    if not missing:
+        return None
+    lacking = {pkg: comps for pkg, comps in missing.items() if comps}
+    if not lacking:
+        found = ", ".join(c.name for c in rocm_host.component_table()[next(iter(missing))])
+        return Check("rocm-components", "ok", f"{' and '.join(missing)}: {found} found under {rocm}/include"
+                     if len(missing) == 1 else f"{', '.join(missing)}: every component found under {rocm}/include")
+    comps = {c for cs in lacking.values() for c in cs}
+    message = "; ".join(f"{pkg} needs {', '.join(c.describe() for c in cs)}" for pkg, cs in lacking.items())
+    return Check("rocm-components", "fail" if required else "warn",
+                 f"missing under {rocm}/include: {message}",
+                 f"apt-get install {' '.join(sorted(c.debian for c in comps))} (Debian/Ubuntu), or AMD's "
+                 f"{' '.join(sorted(c.amd for c in comps))}")
+
+
 def check_jobs(resources: Resources, env: Mapping[str, str]) -> tuple[Check, int]:
     jobs = max_jobs_for(resources, env)
     by_memory = _jobs_by_memory(resources)
@@ -364,8 +391,11 @@ def run_doctor(
     host: Host | None = None,
     workdir: Path = Path("."),
     resources: Resources | None = None,
+    packages: tuple[str, ...] | None = None,
 ) -> DoctorReport:
-    """Run every check; ``build`` adds the build-host checks (compiler, per-target compile, jobs, disk, ccache)."""
+    """Run every check; ``build`` adds the build-host checks (compiler, per-target compile, ROCm components, jobs,
+    disk, ccache). ``packages``: the conda packages to be built (a missing ROCm component fails); None (no workspace):
+    every package of rocm_components.toml, as warnings."""
     host = host or Host(env=dict(os.environ))
     targets = tuple(targets)
     prefix = rocm_host.discover_prefix(host)
@@ -382,6 +412,9 @@ def run_doctor(
         checks.append(check_compiler(host, compiler))
         env = rocm_host.compile_env(host, rocm, device_libs)
         checks.extend(check_offload_arch(host, compiler, env, version, t) for t in targets)
+        components = check_rocm_components(rocm, rocm_host.component_table() if packages is None else packages,
+                                           required=packages is not None)
+        checks.extend([components] if components else [])
         jobs_check, jobs = check_jobs(resources, host.env)
         checks.extend([jobs_check, check_disk(resources, workdir), check_ccache(host)])
     return DoctorReport(tuple(checks), tuple(t.gfx for t in targets), jobs, version,

@@ -66,7 +66,6 @@ def _write(path: Path, data: bytes) -> None:
 
 def _rename(src: Path, dst: Path) -> None:
     os.replace(src, dst)
-    _sync_dir(dst.parent)
 
 
 def _remove(path: Path) -> None:
@@ -131,6 +130,9 @@ def _apply(root: Path, entries: list[list[str]]) -> None:
     for staged, target in entries:
         if (txn / staged).exists():  # absent: moved already, before the interruption
             _rename(txn / staged, root / target)
+    # The moves reach the disk before the journal goes (a power cut, unlike a kill, can lose unsynced renames).
+    for directory in sorted({(root / target).parent for _, target in entries}):
+        _sync_dir(directory)
 
 
 # ----------------------------------------------------------------------------- the writer lock
@@ -191,30 +193,37 @@ def exclusive(root: Path, write: bool = True, timeout: float | None = None,
     lock_path = root / STATE_DIR / LOCK_NAME
     if not write and _journal(root).is_file():
         settle(root, on_wait)  # a committed write is finished before anyone reads
-    try:
-        if write:
-            state_dir(root)
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-        else:
-            fd = os.open(lock_path, os.O_RDONLY)
-    except FileNotFoundError:
-        if write:
-            raise
+    fd, kind = _open_lock(root, lock_path, write)
+    if fd is None:  # no lock file and none can be made: nothing to wait for
         yield
         return
-    except OSError as exc:
-        if not write:  # a read-only checkout: nobody can be writing it
-            yield
-            return
-        raise OperationError(f"{root}: cannot write the lock outputs here ({exc.strerror})",
-                             hint="run in a writable checkout") from None
     try:
-        _wait_for(fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH, lock_path, _timeout(timeout), on_wait)
-        if write:
+        _wait_for(fd, kind, lock_path, _timeout(timeout), on_wait)
+        if kind == fcntl.LOCK_EX:
             _recover_or_fail(root)
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _open_lock(root: Path, lock_path: Path, write: bool) -> tuple[int | None, int]:
+    """The lock file's descriptor and the lock to take on it.
+
+    A writer in a checkout it cannot write (read-only mount, another user's files) goes on as a reader:
+    an up-to-date lock writes nothing and succeeds, and a write it needs fails in :func:`commit`, in one line.
+    """
+    if write:
+        try:
+            state_dir(root)
+            return os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666), fcntl.LOCK_EX
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise OperationError(f"{root}: cannot write the lock outputs here ({exc.strerror})",
+                                     hint="check the workspace directory") from None
+    try:
+        return os.open(lock_path, os.O_RDONLY), fcntl.LOCK_SH
+    except OSError:  # never locked here (no file), or unreadable: nobody writes it through rocmlock
+        return None, fcntl.LOCK_SH
 
 
 def settle(root: Path, on_wait: Callable[[str], None] | None = None) -> None:
@@ -231,6 +240,14 @@ def _same_device(a: Path, b: Path) -> bool:
     return os.stat(a).st_dev == os.stat(b).st_dev
 
 
+def _check_writable(directory: Path) -> None:
+    # Before the commit point: a target directory that refuses the moves must stop the write while the
+    # old set is still whole (access(2) sees a read-only mount even for root).
+    if not os.access(directory, os.W_OK):
+        code = errno.EROFS if os.statvfs(directory).f_flag & os.ST_RDONLY else errno.EACCES
+        raise OSError(code, os.strerror(code), str(directory))
+
+
 def _stage(root: Path, txn: Path, files: Mapping[Path, str | bytes]) -> list[list[str]]:
     # pixi.lock last: a reader of pixi.lock alone (pixi, install) sees the old lock until the exports are in.
     ordered = sorted(files, key=lambda p: (p.name == "pixi.lock", str(p)))
@@ -240,8 +257,7 @@ def _stage(root: Path, txn: Path, files: Mapping[Path, str | bytes]) -> list[lis
         if os.stat(path.parent).st_dev != os.stat(txn).st_dev:
             raise OperationError(f"{path.parent} is on another filesystem than {txn}; nothing was changed",
                                  hint="keep envs/ and pixi.lock on the workspace's filesystem")
-        if not os.access(path.parent, os.W_OK):
-            raise OSError(errno.EACCES, "not writable", str(path.parent))
+        _check_writable(path.parent)
         text = files[path]
         _write(txn / f"{n}.new", text.encode() if isinstance(text, str) else text)
         entries.append([f"{n}.new", str(path.relative_to(root))])
@@ -269,6 +285,7 @@ def commit(root: Path, files: Mapping[Path, str | bytes]) -> None:
                              hint="free disk space or make the workspace writable, then run again") from None
     try:
         _rename(txn / "journal.tmp", txn / JOURNAL)  # the commit point
+        _sync_dir(txn)
         _apply(root, entries)
         _remove(txn / JOURNAL)
     except OSError as exc:

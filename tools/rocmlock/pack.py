@@ -15,8 +15,7 @@ import asyncio
 import hashlib
 import json
 import os
-import secrets
-import tempfile
+import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,12 +41,14 @@ from rocmlock.bundle import (
     write_tar,
 )
 from rocmlock.credentials import redact_text, redact_url
-from rocmlock.errors import OperationError
+from rocmlock.errors import InputError, OperationError
 from rocmlock.install import select_records
 from rocmlock.lockfile import LockedPlatform
+from rocmlock.scratch import scratch_dir
 from rocmlock.targets import all_targets, minor_version
 
 PROBE = "bin/rocm-env-check"
+SCRATCH = ".rocmlock-pack-"
 CONCURRENT_DOWNLOADS = 8
 CHUNK = 1 << 20
 
@@ -73,27 +74,46 @@ class PackResult:
 
 def pack_environment(lock_path: Path, environment: str, platform: str | None = None,
                      output: Path | None = None, with_installer: bool = False, client: Any = None,
-                     progress: Callable[[int, int], Progress] | None = None) -> PackResult:
+                     progress: Callable[[int, int], Progress] | None = None,
+                     log: Callable[[str], None] | None = None) -> PackResult:
     """Pack ``environment`` on ``platform`` of the lock file ``lock_path`` into the tar ``output``.
 
     ``client`` is the ``rattler.Client`` that downloads (default: rattler's authenticated default client,
     credentials from ``RATTLER_AUTH_FILE``); ``progress(total_bytes, count)`` returns a callback that is
-    given each downloaded chunk's size.
+    given each downloaded chunk's size. Everything is written in a scratch directory beside ``output``
+    (:mod:`rocmlock.scratch`: a killed pack's is removed by the next one) and renamed into place at the end.
     """
     locked_platform, records = select_records(lock_path, environment, platform)
     metadata = _describe(environment, locked_platform, records, _sha256_file(lock_path))
     out = (output or Path(f"{environment}-{locked_platform.name}.tar")).absolute()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".rocmlock-pack-", dir=out.parent) as scratch:
+    check_output(out)
+    with scratch_dir(out.parent, SCRATCH, log) as scratch:
         members = _members(metadata, records)
         if with_installer:
             from rocmlock.installer import add_installer
 
-            add_installer(Path(scratch), metadata)
-            members += members_of_tree(Path(scratch), INSTALLER_DIR)
+            add_installer(scratch / INSTALLER_DIR, metadata)
+            members += members_of_tree(scratch / INSTALLER_DIR, INSTALLER_DIR)
         on_bytes = progress(sum(r.size or 0 for r in records), len(records)) if progress else None
-        size = _write_bundle(out, sort_members(members), records, lock_path.parent, client, on_bytes)
+        size = _write_bundle(out, scratch / "bundle.tar", sort_members(members), records, lock_path.parent,
+                             client, on_bytes)
     return PackResult(out, metadata, size, with_installer)
+
+
+def check_output(out: Path) -> None:
+    """Refuse, before anything is fetched, an ``-o`` that cannot or must not become the bundle.
+
+    An existing file is replaced only when it is a tar (an earlier bundle): ``-o pixi.lock`` is a typo,
+    and replacing the lock with the bundle would lose it.
+    """
+    if out.is_dir():
+        raise InputError(f"-o {out}: is a directory", hint=f"name the bundle's file, e.g. -o {out / 'env.tar'}")
+    parent = next(p for p in out.parents if p.exists() or p == p.parent)
+    if parent.exists() and not parent.is_dir():
+        raise InputError(f"-o {out}: {parent} is not a directory", hint="choose another -o")
+    if out.exists() and not (out.is_file() and tarfile.is_tarfile(out)):
+        raise InputError(f"-o {out}: exists and is not a bundle; pack replaces only an earlier bundle",
+                         hint="remove it or choose another -o")
 
 
 def _sha256_file(path: Path) -> str:
@@ -274,23 +294,19 @@ def _members(metadata: BundleMetadata, records: list[RepoDataRecord]) -> list[Me
     return members + [Member(name, data=text.encode()) for name, text in texts.items()]
 
 
-def _write_bundle(out: Path, members: list[Member], records: list[RepoDataRecord], base: Path, client: Any,
-                  on_bytes: Progress | None) -> int:
+def _write_bundle(out: Path, tmp: Path, members: list[Member], records: list[RepoDataRecord], base: Path,
+                  client: Any, on_bytes: Progress | None) -> int:
     """The tar at ``out``: headers and small files first, then every package downloaded into its place, all in
-    a temporary file beside ``out`` that ``os.replace`` puts there only when every package checked out."""
-    # Like fsutil's temporary files: hidden beside the target, mode from the umask (a bundle is shared).
-    tmp = out.with_name(f".{out.name}.{secrets.token_hex(4)}.tmp")
+    ``tmp`` (in the scratch directory beside ``out``) that ``os.replace`` puts there only when every package
+    checked out."""
+    # Mode from the umask, like fsutil's temporary files (a bundle is shared).
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        try:
-            offsets = write_tar(members, fd)
-            _fetch_all(records, fd, offsets, base, client, on_bytes)
-            os.fsync(fd)
-            size = os.fstat(fd).st_size
-        finally:
-            os.close(fd)
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        offsets = write_tar(members, fd)
+        _fetch_all(records, fd, offsets, base, client, on_bytes)
+        os.fsync(fd)
+        size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    os.replace(tmp, out)
     return size

@@ -79,8 +79,9 @@ def check_solve_options(ws: dict[str, Any], data: dict[str, Any], path: Path, ta
         tables += [(f"{group}.{name}.", t) for name, t in group_table.items()] if isinstance(group_table, dict) else []
     for prefix, table in tables:
         strategy = table.get("solve-strategy") if isinstance(table, dict) else None
-        if strategy is not None and strategy not in SOLVE_STRATEGIES:
-            raise InputError(f"{path}: key '{prefix}solve-strategy' is '{strategy}'",
+        if strategy is not None and (not isinstance(strategy, str) or strategy not in SOLVE_STRATEGIES):
+            raise InputError(f"{path}: key '{prefix}solve-strategy' is {strategy!r}, "
+                             f"it must be one of {', '.join(SOLVE_STRATEGIES)}",
                              hint=f"use one of: {', '.join(SOLVE_STRATEGIES)}")
     if "exclude-newer" in ws:
         check_exclude_newer(ws["exclude-newer"], path, f"{table_key}.exclude-newer")

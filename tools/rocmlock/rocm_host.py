@@ -19,8 +19,11 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 from pathlib import Path
 
 from rocmlock.runner import CommandError, CommandResult, Runner, run_command
@@ -219,3 +222,31 @@ def compile_env(host: Host, prefix: Path | None, device_libs: Path | None) -> di
             and not holds_device_libs(Path(env.get("ROCM_PATH", "/nonexistent")) / "amdgcn/bitcode"):
         env["HIP_DEVICE_LIB_PATH"] = str(device_libs)
     return env
+
+
+@dataclass(frozen=True)
+class Component:
+    """A host-ROCm library a recipe compiles against (tools/rocmlock/data/rocm_components.toml)."""
+
+    name: str
+    header: str
+    debian: str
+    amd: str
+
+    def describe(self) -> str:
+        return f"{self.name} (include/{self.header}; Debian/Ubuntu: {self.debian}, AMD: {self.amd})"
+
+
+@cache
+def component_table() -> dict[str, tuple[Component, ...]]:
+    """Per conda package (``bitsandbytes``), the host-ROCm components its build needs."""
+    raw = tomllib.loads(resources.files("rocmlock").joinpath("data/rocm_components.toml").read_text())
+    comps = {key: Component(c["name"], c["header"], c["debian"], c["amd"]) for key, c in raw["components"].items()}
+    return {pkg: tuple(comps[k] for k in keys) for pkg, keys in raw["packages"].items()}
+
+
+def missing_components(prefix: Path, packages: Iterable[str]) -> dict[str, tuple[Component, ...]]:
+    """For each package of ``packages`` in the table, its components without a header under ``prefix/include``."""
+    table = component_table()
+    return {pkg: tuple(c for c in table[pkg] if not (prefix / "include" / c.header).is_file())
+            for pkg in packages if pkg in table}

@@ -14,9 +14,9 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import shutil
 import tarfile
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +39,11 @@ from rocmlock.fsutil import write_atomic
 from rocmlock.lockfile import LockedPlatform
 from rocmlock.node import node_problem, read_node
 from rocmlock.runner import CommandError, run_command
+from rocmlock.scratch import scratch_dir
 
 CHUNK = 1 << 20
+SCRATCH = ".rocmlock-unpack-"
+MARKER = ".rocmlock-unpack-incomplete"
 PROBE_TIMEOUT_S = 1800.0
 DAMAGED = "the bundle is damaged: copy it again from where it was packed (or pack it again)"
 
@@ -90,24 +93,27 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
 
     ``root`` stands for ``/`` when reading the node's GPUs; ``env`` for the environment (ROCm paths, and
     the probe's environment). A tar is extracted into ``extract_dir`` (kept: the ``@EXPLICIT`` file points
-    into it) or a temporary directory (removed).
+    into it; it appears only once the install succeeded) or a temporary directory (removed). Temporary
+    data goes to locked scratch directories beside the prefix (:mod:`rocmlock.scratch`); a prefix whose
+    unpack was killed carries a marker, and the next unpack into it says so and installs it again.
     """
-    import os
-
     say = log or (lambda _msg: None)
     env = dict(os.environ if env is None else env)
     prefix = prefix.absolute()
-    with _opened(bundle, extract_dir, prefix.parent) as (where, kept):
+    keep = None if extract_dir is None else extract_dir.absolute()
+    _check_arguments(bundle, prefix, keep, root)
+    fresh = _check_prefix(prefix, say)
+    with scratch_dir(prefix.parent, SCRATCH, say) as scratch, _opened(bundle, keep, scratch, say) as where:
         meta = read_metadata(where)
         _check_platform(where, meta)
         _check_integrity(where, meta)
         say(f"bundle ok: {len(meta.packages)} packages of '{meta.environment}' ({meta.platform}), sha256 checked")
         node = _check_node(meta, root, env, force)
         say(node)
-        records = _records(where, meta)
-        _install(records, prefix, meta)
-        say(f"installed {len(records)} packages into {prefix}")
-        explicit = _write_explicit(where, meta, records) if kept else None
+        _install(_records(where, meta), prefix, meta, fresh, scratch / "cache")
+        say(f"installed {len(meta.packages)} packages into {prefix}")
+        kept = bundle.absolute() if bundle.is_dir() else _keep(where, keep)
+    explicit = _write_explicit(kept, meta, _records(kept, meta)) if kept is not None else None
     probe = _run_probe(prefix, meta, env) if verify and meta.probe else None
     if verify and not meta.probe:
         say(f"not verified: '{meta.environment}' has no rocm-env-check package (add it to the environment)")
@@ -115,6 +121,23 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
 
 
 # ----------------------------------------------------------------------------- open
+
+
+def _check_arguments(bundle: Path, prefix: Path, keep: Path | None, root: Path) -> None:
+    """Wrong arguments, refused before anything is extracted or written."""
+    if not bundle.exists():
+        raise InputError(f"{bundle}: no such file", hint="pass the .tar written by `rocmlock pack`")
+    if not root.is_dir():
+        raise InputError(f"--host-root {root}: no such directory", hint="pass the directory the host's / is at")
+    if keep is not None:
+        if keep.exists() and not keep.is_dir():
+            raise InputError(f"--extract-dir {keep}: exists and is not a directory")
+        if keep.is_dir() and any(keep.iterdir()):
+            raise InputError(f"{keep}: --extract-dir must be empty or not exist")
+    for other, what in ((keep, "--extract-dir"), (bundle.absolute() if bundle.is_dir() else None, "the bundle")):
+        if other is not None and (other == prefix or other in prefix.parents or prefix in other.parents):
+            raise InputError(f"--prefix and {what} must be different directories, neither inside the other: "
+                             f"{prefix}, {other}")
 
 
 def _members(tar: tarfile.TarFile, bundle: Path) -> list[tarfile.TarInfo]:
@@ -141,23 +164,28 @@ def _extract(bundle: Path, dest: Path) -> None:
 
 
 @contextlib.contextmanager
-def _opened(bundle: Path, extract_dir: Path | None, beside: Path) -> Iterator[tuple[Path, bool]]:
-    """(the extracted bundle, whether it stays after the command); a temporary one goes in ``beside``
-    (the prefix's directory: a bundle of many GB may not fit in /tmp)."""
+def _opened(bundle: Path, keep: Path | None, scratch: Path, say: Log) -> Iterator[Path]:
+    """The extracted bundle: the bundle itself when it is a directory, else extracted into ``scratch``
+    (beside the prefix: a bundle of many GB may not fit in /tmp) or, for ``--extract-dir``, into a scratch
+    directory beside that one, from where :func:`_keep` moves it once the install succeeded."""
     if bundle.is_dir():
-        yield bundle.absolute(), True
+        yield bundle.absolute()
         return
-    if extract_dir is not None:
-        if extract_dir.exists() and any(extract_dir.iterdir()):
-            raise InputError(f"{extract_dir}: --extract-dir must be empty or not exist")
-        extract_dir.mkdir(parents=True, exist_ok=True)
-        _extract(bundle, extract_dir)
-        yield extract_dir.absolute(), True
+    if keep is None:
+        _extract(bundle, scratch / "bundle")
+        yield scratch / "bundle"
         return
-    beside.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".rocmlock-unpack-", dir=beside) as tmp:
-        _extract(bundle, Path(tmp))
-        yield Path(tmp), False
+    with scratch_dir(keep.parent, SCRATCH, say) as beside:
+        _extract(bundle, beside / "bundle")
+        yield beside / "bundle"
+
+
+def _keep(where: Path, keep: Path | None) -> Path | None:
+    """Move the extracted bundle to ``--extract-dir`` (same filesystem: a rename; an empty one is replaced)."""
+    if keep is None:
+        return None
+    os.replace(where, keep)
+    return keep
 
 
 # ----------------------------------------------------------------------------- checks
@@ -239,33 +267,59 @@ def _records(where: Path, meta: BundleMetadata) -> list[RepoDataRecord]:
     return sorted(records, key=lambda r: r.name.normalized)
 
 
-def _check_prefix(prefix: Path) -> bool:
-    """True when ``prefix`` is new. An existing non-empty directory must be a conda environment."""
+def _check_prefix(prefix: Path, say: Log) -> bool:
+    """Whether ``prefix`` is to be made anew (it does not exist, is empty, or holds an unpack that was killed);
+    False for a conda environment to update. Anything else is refused."""
     if not prefix.exists():
         return True
     if not prefix.is_dir():
         raise InputError(f"{prefix}: --prefix exists and is not a directory")
-    if any(prefix.iterdir()) and not (prefix / "conda-meta").is_dir():
+    marker = prefix / MARKER
+    if marker.is_file():
+        say(f"{prefix}: an earlier unpack into it was interrupted; installing it again")
+        return marker.read_text().strip() == "created"
+    if not any(prefix.iterdir()):
+        return True
+    if not (prefix / "conda-meta").is_dir():
         raise InputError(f"{prefix}: --prefix is a non-empty directory and not a conda environment",
                          hint="choose a new directory (it is created)")
     return False
 
 
-def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata) -> None:
-    """Install with rattler from the bundle's channel; a prefix this call created is removed on failure."""
+def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, fresh: bool, cache: Path) -> None:
+    """Install with rattler from the bundle's channel; a prefix made anew is removed when this fails.
+
+    A marker in the prefix says, until the install finished, that it is not a finished environment: a
+    killed unpack leaves it, and the next one sees it (:func:`_check_prefix`). ``cache`` is rattler's package
+    cache for this install, on the prefix's filesystem (rattler hard-links from it).
+    """
     from rattler import install
 
-    created = _check_prefix(prefix)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    # The package cache sits beside the prefix (same filesystem: rattler hard-links) and goes afterwards.
-    with tempfile.TemporaryDirectory(prefix=".rocmlock-unpack-cache-", dir=prefix.parent) as cache:
-        try:
-            asyncio.run(install(records, prefix, cache_dir=Path(cache), show_progress=False))
-        except Exception as exc:  # noqa: BLE001 - rattler's link/extract errors; the message names the file
-            if created:
-                shutil.rmtree(prefix, ignore_errors=True)
-            raise OperationError(f"installing '{meta.environment}' into {prefix} failed: "
-                                 f"{redact_text(str(exc))}") from None
+    existed = prefix.exists()
+    if fresh:
+        _clear(prefix)
+    prefix.mkdir(parents=True, exist_ok=True)
+    marker = prefix / MARKER
+    marker.write_text("created\n" if fresh else "updated\n")
+    try:
+        asyncio.run(install(records, prefix, cache_dir=cache, show_progress=False))
+    except Exception as exc:  # noqa: BLE001 - rattler's link/extract errors; the message names the file
+        if fresh:
+            _clear(prefix)
+            if not existed:
+                prefix.rmdir()
+        raise OperationError(f"installing '{meta.environment}' into {prefix} failed: "
+                             f"{redact_text(str(exc))}") from None
+    marker.unlink()
+
+
+def _clear(prefix: Path) -> None:
+    """Remove what ``prefix`` holds, not the directory itself (it may be a mount point the user made)."""
+    for path in prefix.iterdir() if prefix.is_dir() else ():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def _write_explicit(where: Path, meta: BundleMetadata, records: list[RepoDataRecord]) -> Path:

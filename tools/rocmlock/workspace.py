@@ -202,7 +202,7 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
     platforms = _referenced_platforms(platforms, features, path)
     return Workspace(
         path=path,
-        name=str(ws.get("name", path.parent.name)),
+        name=expect_type(ws.get("name", path.parent.name), str, path, f"{table_key}.name", "a string"),
         channels=channels,
         platforms=platforms,
         channel_priority=priority,
@@ -216,8 +216,9 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
 def _parse_priority(value: Any, path: Path, key: str) -> Any:
     """``channel-priority`` as written (None when absent); any other value than pixi's three is an error.
     Only ``strict`` can be recorded in pixi.lock, so `rocmlock lock` refuses the others (pixi_keys)."""
-    if value is not None and value not in get_args(ChannelPriority):
-        raise InputError(f"{path}: key '{key}' is '{value}'", hint="use one of: strict, flexible, disabled")
+    if value is not None and (not isinstance(value, str) or value not in get_args(ChannelPriority)):
+        raise InputError(f"{path}: key '{key}' is {value!r}, it must be one of strict, flexible, disabled",
+                         hint="use one of: strict, flexible, disabled")
     return value
 
 
@@ -227,7 +228,11 @@ def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], 
         if isinstance(item, str):
             out.append((item, 0))
         elif isinstance(item, dict) and isinstance(item.get("channel"), str):
-            out.append((item["channel"], int(item.get("priority", 0))))
+            priority = item.get("priority", 0)
+            if not isinstance(priority, int) or isinstance(priority, bool):
+                raise InputError(f"{path}: key '{key}[{i}].priority' must be an integer, "
+                                 f"got {type(priority).__name__}", hint="e.g. priority = 10 (higher comes first)")
+            out.append((item["channel"], priority))
         else:
             raise InputError(
                 f"{path}: key '{key}[{i}]' must be a channel name, URL or {{ channel, priority }} table"
@@ -284,26 +289,39 @@ def _constraints(table: dict[str, Any], path: Path, prefix: str) -> tuple[Depend
     return parse_dependencies(value, path, f"{prefix}constraints")
 
 
+def _environment_table(spec: Any, path: Path, where: str,
+                       features: dict[str, Feature]) -> tuple[list[str], str | None, bool]:
+    """(features, solve-group, no-default-feature) of one ``[environments]`` entry, each type checked."""
+    if isinstance(spec, list):
+        return _feature_names(spec, path, where), None, False
+    if not isinstance(spec, dict):
+        raise InputError(f"{path}: key '{where}' must be a list of features or a table, got {type(spec).__name__}")
+    feats = _feature_names(spec.get("features", []), path, f"{where}.features")
+    group = spec.get("solve-group")
+    if group is not None:
+        expect_type(group, str, path, f"{where}.solve-group", "a string")
+    no_default = expect_type(spec.get("no-default-feature", False), bool, path, f"{where}.no-default-feature",
+                             "a boolean")
+    inline = {k: v for k, v in spec.items() if k not in ENVIRONMENT_KEYS}
+    if inline:  # pixi_manifest toml/manifest.rs: an implicit feature, first of the environment's
+        features[where] = _parse_feature(where, inline, path, f"{where}.")
+        feats = [where, *feats]
+    return feats, group, no_default
+
+
+def _feature_names(value: Any, path: Path, key: str) -> list[str]:
+    for i, name in enumerate(expect_type(value, list, path, key, "a list")):
+        expect_type(name, str, path, f"{key}[{i}]", "a feature name (a string)")
+    return list(value)
+
+
 def _parse_environments(
     value: Any, path: Path, features: dict[str, Feature]
 ) -> dict[str, EnvironmentSpec]:
     envs: dict[str, EnvironmentSpec] = {}
     for name, spec in expect_type(value, dict, path, "environments", "a table").items():
         where = f"environments.{name}"
-        if isinstance(spec, list):
-            feats, group, no_default = spec, None, False
-        elif isinstance(spec, dict):
-            feats = spec.get("features", [])
-            group = spec.get("solve-group")
-            no_default = bool(spec.get("no-default-feature", False))
-            inline = {k: v for k, v in spec.items() if k not in ENVIRONMENT_KEYS}
-            if inline:  # pixi_manifest toml/manifest.rs: an implicit feature, first of the environment's
-                implicit = f"{where}"
-                features[implicit] = _parse_feature(implicit, inline, path, f"{where}.")
-                feats = [implicit, *expect_type(feats, list, path, f"{where}.features", "a list")]
-        else:
-            raise InputError(f"{path}: key '{where}' must be a list of features or a table")
-        expect_type(feats, list, path, f"{where}.features" if isinstance(spec, dict) else where, "a list")
+        feats, group, no_default = _environment_table(spec, path, where, features)
         for f in feats:
             if f == where:
                 continue

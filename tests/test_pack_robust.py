@@ -1,0 +1,209 @@
+"""pack / unpack as a careless user and a crashing machine meet them: wrong arguments, kill -9, leftovers.
+
+Every wrong argument is one ``error:`` line (and a ``hint:``), exit 2, before any byte is fetched or extracted,
+and nothing is written. A run killed with SIGKILL leaves no bundle at ``-o`` and no half prefix that passes
+for a finished one; what it leaves (a locked scratch directory beside the output, an unpack marker in the
+prefix) is removed or reported by the next run. The kills are real: a child process sends itself SIGKILL in
+the middle of writing the bundle / installing the prefix. About 6 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import rocmlock
+from rocmlock.cli import main
+from test_pack import ENV, fake_node, installed, locked_set, pack, unpack
+
+TOOLS = str(Path(rocmlock.__file__).resolve().parents[1])
+
+
+@pytest.fixture(scope="module")
+def bundle(locked_ws: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("robust") / "mi300x.tar"
+    assert pack(locked_ws, out) == 0
+    return out
+
+
+def _one_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err and lines, err
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and all(line.startswith(("error: ", "hint: ")) for line in lines), err
+    return errors[0]
+
+
+# ----------------------------------------------------------------------------- pack: -o
+
+
+def test_pack_refuses_a_directory_or_a_file_that_is_not_a_bundle_as_output(
+        ws_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lock, manifest = (ws_copy / "pixi.lock").read_bytes(), (ws_copy / "pixi.toml").read_bytes()
+    (tmp_path / "outdir").mkdir()
+    (tmp_path / "afile").write_text("not a directory\n")
+    for out, says in [(tmp_path / "outdir", "is a directory"),
+                      (tmp_path / "afile" / "b.tar", "is not a directory"),
+                      (ws_copy / "pixi.lock", "exists and is not a bundle"),
+                      (ws_copy / "pixi.toml", "exists and is not a bundle")]:
+        assert pack(ws_copy, out) == 2, out
+        line = _one_error(capsys.readouterr().err)
+        assert line.startswith(f"error: -o {out}: ") and says in line, line
+    # The user's lock and manifest are untouched, and nothing was left anywhere.
+    assert (ws_copy / "pixi.lock").read_bytes() == lock and (ws_copy / "pixi.toml").read_bytes() == manifest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "outdir", "ws"]
+    assert not list((tmp_path / "outdir").iterdir())
+    assert not [p for p in ws_copy.iterdir() if p.name.startswith(".rocmlock-pack")]
+
+
+def test_pack_replaces_an_existing_bundle_and_prints_no_blank_line(
+        ws_copy: Path, bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "b.tar"
+    out.write_bytes(bundle.read_bytes()[:20480])  # an older (here: truncated) bundle
+    capsys.readouterr()
+    assert pack(ws_copy, out) == 0
+    assert out.read_bytes() == bundle.read_bytes()
+    err = capsys.readouterr().err
+    assert err.splitlines()[0].startswith("packed "), repr(err)  # no empty line left by the progress bar
+
+
+# ----------------------------------------------------------------------------- kill -9
+
+KILL_PACK = """
+import os, signal, sys
+import rocmlock.pack as pack
+real = pack._copy
+def copy_half_then_die(src, writer):
+    with open(src, "rb") as fh:
+        writer.write(fh.read(max(1, writer.expected_size // 2)))
+    os.kill(os.getpid(), signal.SIGKILL)
+pack._copy = copy_half_then_die
+from rocmlock.cli import main
+main(sys.argv[1:])
+"""
+
+KILL_INSTALL = """
+import os, signal, sys
+from pathlib import Path
+import rattler
+async def install_partly_then_die(records, prefix, **kwargs):
+    (Path(prefix) / "conda-meta").mkdir(parents=True, exist_ok=True)
+    (Path(prefix) / "conda-meta" / "history").write_text("")
+    os.kill(os.getpid(), signal.SIGKILL)
+rattler.install = install_partly_then_die
+from rocmlock.cli import main
+main(sys.argv[1:])
+"""
+
+
+def _killed(script: str, *argv: str) -> None:
+    env = {**os.environ, "PYTHONPATH": TOOLS}
+    proc = subprocess.run([sys.executable, "-c", script, *argv], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+def test_a_pack_killed_mid_write_leaves_no_bundle_and_the_next_pack_removes_its_leftover(
+        locked_ws: Path, bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out" / "b.tar"
+    _killed(KILL_PACK, "pack", "--manifest-path", str(locked_ws / "pixi.toml"), "-e", ENV, "-o", str(out))
+    assert not out.exists()
+    (leftover,) = out.parent.iterdir()
+    assert leftover.name.startswith(".rocmlock-pack-")
+    assert pack(locked_ws, out) == 0
+    assert f"removed 1 leftover(s) of an interrupted run in {out.parent}" in capsys.readouterr().err
+    assert [p.name for p in out.parent.iterdir()] == ["b.tar"]
+    assert out.read_bytes() == bundle.read_bytes()
+
+
+def test_a_running_packs_scratch_directory_is_left_alone(locked_ws: Path, tmp_path: Path) -> None:
+    from rocmlock.scratch import scratch_dir
+
+    out = tmp_path / "b.tar"
+    with scratch_dir(tmp_path, ".rocmlock-pack-") as live:  # another pack, still writing
+        (live / "bundle.tar").write_bytes(b"x" * 1000)
+        assert pack(locked_ws, out) == 0
+        assert (live / "bundle.tar").read_bytes() == b"x" * 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.tar"]
+
+
+def test_an_unpack_killed_mid_install_is_reported_and_redone_by_the_next_unpack(
+        bundle: Path, locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix, host = tmp_path / "env", fake_node(tmp_path / "host", [90402])
+    _killed(KILL_INSTALL, "unpack", str(bundle), "--prefix", str(prefix), "--host-root", str(host))
+    assert (prefix / "conda-meta" / "history").is_file(), "the kill came in the middle of the install"
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".rocmlock-unpack-")]
+    assert len(leftovers) == 1, "the extracted bundle and package cache, in one locked directory"
+    assert unpack(bundle, prefix, host, "--no-verify") == 0
+    err = capsys.readouterr().err
+    assert f"{prefix}: an earlier unpack into it was interrupted; installing it again" in err
+    assert "removed 1 leftover(s) of an interrupted run" in err
+    assert installed(prefix) == locked_set(locked_ws)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rocmlock-unpack-")]
+    assert not [p for p in prefix.iterdir() if p.name.startswith(".rocmlock")], "the marker goes when done"
+
+
+def test_rocmlock_install_into_an_interrupted_unpacks_prefix_is_not_mistaken_for_a_finished_one(
+        bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A prefix whose unpack was killed has conda-meta/ (rattler writes it first) and the marker: unpack's
+    # own check must not take it for a conda environment the user made and keep its half contents.
+    prefix, host = tmp_path / "env", fake_node(tmp_path / "host", [90402])
+    _killed(KILL_INSTALL, "unpack", str(bundle), "--prefix", str(prefix), "--host-root", str(host))
+    (prefix / "stray-half-file").write_text("from the killed run\n")
+    assert unpack(bundle, prefix, host, "--no-verify") == 0
+    assert not (prefix / "stray-half-file").exists(), "a prefix the killed unpack created is made anew"
+
+
+# ----------------------------------------------------------------------------- unpack: arguments
+
+
+def test_unpack_checks_its_arguments_before_extracting_anything(
+        bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    host = fake_node(tmp_path / "host", [90402])
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    cases = [
+        (["--prefix", str(tmp_path / "env"), "--host-root", str(tmp_path / "nohost")],
+         f"--host-root {tmp_path / 'nohost'}: no such directory"),
+        (["--prefix", str(tmp_path / "env"), "--host-root", str(host), "--extract-dir", str(tmp_path / "afile")],
+         f"--extract-dir {tmp_path / 'afile'}: exists and is not a directory"),
+        (["--prefix", str(tmp_path / "same"), "--host-root", str(host), "--extract-dir", str(tmp_path / "same")],
+         "--prefix and --extract-dir must be different directories"),
+        (["--prefix", str(tmp_path / "x" / "env"), "--host-root", str(host), "--extract-dir", str(tmp_path / "x")],
+         "--prefix and --extract-dir must be different directories"),
+        (["--prefix", str(tmp_path / "full"), "--host-root", str(host)],
+         f"{tmp_path / 'full'}: --prefix is a non-empty directory and not a conda environment"),
+    ]
+    for argv, says in cases:
+        assert main(["unpack", str(bundle), *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert says in _one_error(err), err
+        assert "bundle ok" not in err, "refused before the bundle was read"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "full", "host"]
+
+
+def test_a_failed_unpack_leaves_no_half_extract_dir(bundle: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    keep = tmp_path / "kept"
+    assert unpack(bundle, tmp_path / "env", fake_node(tmp_path / "host", [90010]), "--extract-dir", str(keep)) == 1
+    assert "the bundle was built for gfx942" in capsys.readouterr().err
+    assert not keep.exists() and not (tmp_path / "env").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["host"]
+
+
+def test_a_kept_extraction_is_the_whole_bundle(bundle: Path, tmp_path: Path) -> None:
+    keep = tmp_path / "kept"
+    keep.mkdir()  # an empty directory is fine
+    assert unpack(bundle, tmp_path / "env", fake_node(tmp_path / "host", [90402]), "--extract-dir", str(keep)) == 0
+    with tarfile.open(bundle) as tar:
+        names = {m.name for m in tar.getmembers()}
+    assert names <= {str(p.relative_to(keep)) for p in keep.rglob("*")}
+    assert json.loads((keep / "pixi-pack.json").read_text())["platform"] == "linux-64"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rocmlock")]
