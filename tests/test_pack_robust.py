@@ -241,3 +241,22 @@ def test_a_bundle_directory_that_cannot_be_written_still_installs(bundle: Path, 
     err = capsys.readouterr().err
     assert f"warning: no @EXPLICIT file: cannot write {x / 'conda-linux-64-gfx942.lock'}" in err
     assert (tmp_path / "env" / "conda-meta").is_dir()
+
+
+@pytest.mark.parametrize(("key", "value"), [("probe", "/bin/sh"), ("probe", "../../../bin/sh"),
+                                            ("packages.0.subdir", "..")])
+def test_metadata_naming_a_path_outside_is_refused(bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   key: str, value: str) -> None:
+    # The probe runs as <prefix>/<probe>: an absolute or climbing path would run a program of the host.
+    x = tmp_path / "x"
+    with tarfile.open(bundle) as tar:
+        tar.extractall(x, filter="data")
+    meta = json.loads((x / "rocmlock-pack.json").read_text())
+    if key == "probe":
+        meta["probe"] = value
+    else:
+        meta["packages"][0]["subdir"] = value
+    (x / "rocmlock-pack.json").write_text(json.dumps(meta))
+    assert unpack(x, tmp_path / "env", fake_node(tmp_path / "host", [90402])) == 2
+    assert f"rocmlock-pack.json: key '{key.split('.')[0]}'" in _one_error(capsys.readouterr().err)
+    assert not (tmp_path / "env").exists()
