@@ -4,8 +4,8 @@ A bundle is an uncompressed tar that pixi-pack's ``pixi-unpack`` accepts as it i
 pixi-pack 0.7.10 source, QuantCo/pixi-pack ``src/lib.rs``, ``src/pack.rs``, ``src/unpack.rs``)::
 
     channel/<subdir>/<package>.conda     every package of the locked environment, nothing else
-    channel/<subdir>/repodata.json       written by rattler's indexer (pixi-unpack installs every
-                                         package these list; each directory of channel/ needs one)
+    channel/<subdir>/repodata.json       the lock's records, serialized by rattler (pixi-unpack installs
+                                         every package these list; each directory of channel/ needs one)
     environment.yml                      ``./channel`` + ``nodefaults``, exact ``name=version=build`` pins
     pixi-pack.json                       ``{"version": "1", "pixi-pack-version": ..., "platform": <subdir>}``
     rocmlock-pack.json                   environment, GPU target, ROCm version, lock hash, every package's sha256
