@@ -249,3 +249,15 @@ none = ["a", "b"]
         channels["forge"].as_uri() + "/"]
     assert main(["export", "--manifest-path", str(manifest), "-e", "none"]) == 0
     assert not (manifest.parent / "envs" / "none").exists()
+
+
+def test_a_workspace_without_platforms_is_read_as_pixi_reads_it(tmp_path: Path, channels: dict[str, Path]) -> None:
+    # pixi v0.77.0 toml/workspace.rs: `platforms` is optional (`unwrap_or_default`); its docs' task examples
+    # (docs/source_files/pixi_tomls/tasks_depends_on.toml, ...) leave it out.
+    manifest = _ws(tmp_path / "ws", channels["forge"], '[dependencies]\npython = "3.12.*"\n')
+    manifest.write_text(manifest.read_text().replace('platforms = ["linux-64"]\n', ""))
+    assert load_workspace(manifest).environment("default").platforms == ()
+    assert main(["lock", "--manifest-path", str(manifest)]) == 0
+    lock = LockFile.from_path(manifest.parent / "pixi.lock")
+    assert lock.platforms() == [] and lock.environment("default") is not None
+    assert main(["export", "--manifest-path", str(manifest), "--check"]) == 0

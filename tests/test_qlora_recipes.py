@@ -308,3 +308,25 @@ def test_lock_workspace_with_qlora_and_deepspeed_environments(qlora_channels: di
     env_yml = (tmp_path / "envs" / "mi300x-qlora" / "environment.yml").read_text()
     assert "bitsandbytes=0.50.1=rocm72_gfx942_" in env_yml
     assert main(["lock", "--manifest-path", str(tmp_path / "pixi.toml"), "--check"]) == 0
+
+
+def test_build_gate_checks_the_rocm_components_of_the_packages_it_builds(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # `rocmlock build` runs doctor first; the packages it is about to build decide which host-ROCm components
+    # doctor checks (tools/rocmlock/data/rocm_components.toml: bitsandbytes').
+    from rocmlock import doctor
+    from rocmlock.build import doctor_gate
+
+    ws = load_workspace(ROOT / "pixi.toml")
+    plan = make_plan(ws, ["mi300x-qlora"])
+    seen: dict[str, object] = {}
+
+    def fake_run_doctor(targets: object, **kw: object) -> doctor.DoctorReport:
+        seen.update(kw)
+        return doctor.DoctorReport((), (), 1)
+
+    monkeypatch.setattr(doctor, "run_doctor", fake_run_doctor)
+    doctor_gate(ws, plan, tmp_path)
+    packages = seen["packages"]
+    assert isinstance(packages, tuple) and "bitsandbytes" in packages and "pytorch" in packages
+    assert "deepspeed" not in packages

@@ -76,7 +76,23 @@ def test_publish_without_the_key_uploads_nothing(quetz_channel: QuetzChannel, tm
     monkeypatch.setenv("QUETZ_API_KEY", "not-the-key-0123456789")
     code, _, err = _publish(capsys, src, quetz_channel)
     assert code == 1 and "credentials were refused" in err and "not-the-key-0123456789" not in err
+    assert f"hint: the server refused QUETZ_API_KEY: check that it is a key with a role on channel " \
+           f"'{quetz_channel.name}'" in err, err
     assert _listed(quetz_channel, "noarch") == set()
+
+
+def test_publish_to_a_channel_the_server_does_not_have(quetz_channel: QuetzChannel, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # quetz answers 404 for the repodata of a channel it does not have, as for an empty subdir: the upload
+    # then failed with rattler-build's bare "Server responded with error".
+    monkeypatch.setenv("QUETZ_API_KEY", quetz_channel.api_key)
+    missing = f"{quetz_channel.name}-typo"
+    code, _, err = _run(capsys, "publish", "--from", str(_source(tmp_path / "src")), "--to",
+                        f"quetz+{quetz_channel.server}/{missing}")
+    assert code == 1 and quetz_channel.api_key not in err
+    assert f"error: {quetz_channel.server} has no channel '{missing}'; nothing was uploaded" in err, err
+    assert "hint: create it in quetz" in err
 
 
 def test_publish_with_the_key_then_skip_then_refuse(quetz_channel: QuetzChannel, tmp_path: Path,

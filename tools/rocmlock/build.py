@@ -306,5 +306,8 @@ def doctor_gate(ws: Workspace, plan: Plan, output: Path, stage: str | None = Non
     targets = toolchain_targets(plan, output, stage)
     if not targets:
         return None, {}
-    report = run_doctor(targets, build=True, rocm_wanted=workspace_rocm_versions(ws, environments), workdir=output)
+    # The host-ROCm components of the packages to build are reported too (their build.sh stops on a missing one).
+    packages = tuple(sorted({v.id.rsplit("-", 2)[0] for v in _selected(plan, stage) if v.to_build}))
+    report = run_doctor(targets, build=True, rocm_wanted=workspace_rocm_versions(ws, environments), workdir=output,
+                        packages=packages)
     return report, blocked_by_doctor([(c.name, c.status, c.message) for c in report.checks], targets)

@@ -78,12 +78,26 @@ def _token_and_path(scheme: str, path: str) -> tuple[str | None, str]:
     return match.group(1), match.group(2) or "/"
 
 
+def _crude_redact(url: str) -> str:
+    """A malformed URL without anything that may be a ``user:password@`` or a ``/t/<token>/``."""
+    url = re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#]*@", r"\1", url)
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*)/t/[^/]+", r"\1", url)
+
+
+def one_line(text: str) -> str:
+    """rattler's multi-line error chain (``A\nCaused by: B\nCaused by: C``) as one line: ``A: C``."""
+    lines = [line.strip().removeprefix("Caused by:").strip() for line in text.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else text.strip()
+    return f"{lines[0]}: {lines[-1]}"
+
+
 def split_url(url: str) -> ChannelAuth:
     """``url`` split into its clean form and its secrets (see the module docstring for what counts)."""
     try:
         parts = urlsplit(url)
-    except ValueError:
-        return ChannelAuth(url)
+    except ValueError:  # not a URL urllib can split (``http://u:pw@[::1/x``): still never show its secrets
+        return ChannelAuth(_crude_redact(url))
     userinfo, at, host = parts.netloc.rpartition("@")
     token, path = _token_and_path(parts.scheme, parts.path)
     clean = urlunsplit((parts.scheme, host, path, parts.query, parts.fragment))

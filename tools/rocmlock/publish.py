@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from rocmlock.credentials import redact_text, redact_url
+from rocmlock.credentials import one_line, redact_text, redact_url, split_url
+from rocmlock.credentials import refused as refused_text
 from rocmlock.errors import InputError, OperationError
 from rocmlock.repodata import PACKAGE_SUFFIXES, query_channel
 
@@ -82,7 +83,12 @@ class PublishResult:
 
 def parse_destination(to: str) -> Destination:
     """Turn ``--to`` into a :class:`Destination`; unknown forms list the accepted ones."""
-    parts = urlsplit(to)
+    try:
+        parts = urlsplit(to)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
+    except ValueError as exc:
+        raise InputError(f"--to {redact_url(to)}: not a valid URL ({exc})",
+                         hint="use one of: " + "; ".join(FORMS)) from None
     scheme = parts.scheme.lower()
     path = parts.path.strip("/")
     if scheme in ("", "file"):
@@ -101,15 +107,26 @@ def parse_destination(to: str) -> Destination:
         base, _, channel = path.rpartition("/")
         server = f"{http}://{parts.netloc}/{base}".rstrip("/")
         read = f"{server}/get/{channel}" if kind == "quetz" else f"{server}/{channel}"
+        _refuse_credentials(to, read, kind)
         return Destination(kind, server, channel, read)  # type: ignore[arg-type]
     raise InputError(f"--to {redact_url(to)}: cannot tell which kind of channel this is",
                      hint="use one of: " + "; ".join(FORMS))
 
 
+def _refuse_credentials(to: str, read: str, kind: str) -> None:
+    """A key in ``--to`` (``user:key@``, quetz's ``/t/<key>/``) would show in ``ps`` and the shell's history,
+    and the uploads (py-rattler-build) never read it from there: they take the variable or the auth file."""
+    if not split_url(read).empty:
+        var = TOKEN_VARS.get(kind, "the token")  # type: ignore[call-overload]
+        raise InputError(f"--to {redact_url(read)}: credentials do not go in --to",
+                         hint=f"export {var}=<key>, or add the host to RATTLER_AUTH_FILE")
+
+
 def local_packages(source: Path) -> list[LocalPackage]:
     """Package files under ``source/<subdir>/``, sorted (a build output directory or a channel)."""
     if not source.is_dir():
-        raise InputError(f"--from {source}: no such directory", hint="run `rocmlock build` first or pass --from")
+        what = "not a directory" if source.exists() else "no such directory"
+        raise InputError(f"--from {source}: {what}", hint="run `rocmlock build` first or pass --from")
     found = [LocalPackage(p, sub.name) for sub in sorted(source.iterdir()) if sub.is_dir()
              for p in sorted(sub.iterdir()) if p.name.endswith(PACKAGE_SUFFIXES) and p.is_file()]
     if not found:
@@ -145,11 +162,42 @@ def _remote_records(dest: Destination, packages: list[LocalPackage], env: Mappin
         text = str(exc)
         if "404" in text:
             return {}
-        what = "credentials were refused" if ("401" in text or "403" in text) else "it cannot be read"
+        refused = refused_text(text)
+        what = "credentials were refused" if refused else "it cannot be read"
         raise OperationError(
-            f"cannot publish to {dest}: {what} ({redact_text(text, _secrets(env))}); nothing was uploaded",
-            hint=f"set {TOKEN_VARS.get(dest.kind, 'the token')} or add the host to RATTLER_AUTH_FILE",
+            f"cannot publish to {dest}: {what} ({one_line(redact_text(text, _secrets(env)))}); nothing was uploaded",
+            hint=_read_hint(dest, env, refused),
         ) from None
+
+
+def _read_hint(dest: Destination, env: Mapping[str, str], refused: bool) -> str:
+    var = TOKEN_VARS.get(dest.kind, "the token")
+    if not refused:
+        return f"is the server running at {urlsplit(str(dest)).netloc}, and is the URL right (http or https)?"
+    if env.get(var):
+        return f"the server refused {var}: check that it is a key with a role on channel '{dest.channel}'"
+    return f"set {var} or add the host to RATTLER_AUTH_FILE"
+
+
+def _check_quetz_channel(dest: Destination, env: Mapping[str, str]) -> None:
+    """quetz answers 404 for the repodata of a channel it does not have, as for an empty subdir; its API
+    (``GET /api/channels/{name}``, quetz/main.py ``get_channel``) tells the two apart. Anything but a 404
+    there (no key, a network error) leaves it to the upload to say."""
+    import urllib.error
+    import urllib.request
+
+    key = env.get(TOKEN_VARS["quetz"])
+    req = urllib.request.Request(f"{dest.url}/api/channels/{dest.channel}", headers={"X-API-Key": key} if key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=30):
+            return
+    except urllib.error.HTTPError as exc:
+        if exc.code != 404:
+            return
+    except (OSError, ValueError):
+        return
+    raise OperationError(f"{redact_url(dest.url)} has no channel '{dest.channel}'; nothing was uploaded",
+                         hint="create it in quetz (web UI, or POST /api/channels), or fix the channel in --to")
 
 
 def _directory_records(root: Path, packages: list[LocalPackage]) -> dict[str, str]:
@@ -343,6 +391,8 @@ def publish(source: Path, to: str, *, force: bool = False, env: Mapping[str, str
     else:
         remote = _remote_records(dest, packages, env)
     upload, skipped, replaced = sort_out(packages, remote, force, str(dest))
+    if dest.kind == "quetz" and upload:
+        _check_quetz_channel(dest, env)
     if replaced and dest.kind == "quetz":
         _refuse_quetz_replace(dest, replaced)
     for key in skipped:
@@ -361,7 +411,7 @@ def publish(source: Path, to: str, *, force: bool = False, env: Mapping[str, str
         except OperationError:
             raise
         except Exception as exc:  # noqa: BLE001 - the upload libraries raise their own exception types
-            raise OperationError(f"publishing to {dest} failed: {redact_text(str(exc), _secrets(env))}",
+            raise OperationError(f"publishing to {dest} failed: {one_line(redact_text(str(exc), _secrets(env)))}",
                                  hint="check the credentials and that the channel exists") from None
     elif dest.kind == "directory":
         _index_directory(Path(dest.url))

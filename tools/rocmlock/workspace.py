@@ -183,13 +183,15 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
     """Build a :class:`Workspace` from parsed TOML; every error names ``path`` and the key."""
     table_key = "workspace" if "workspace" in data else "project" if "project" in data else None
     if table_key is None:
-        raise InputError(f"{path}: missing [workspace] table", hint="add [workspace] with name, channels, platforms")
+        hint = "this is a package manifest (pixi-build): pass the workspace's pixi.toml" if "package" in data \
+            else "add [workspace] with name, channels, platforms"
+        raise InputError(f"{path}: missing [workspace] table", hint=hint)
     ws = expect_type(data[table_key], dict, path, table_key, "a table")
-    for key in ("channels", "platforms"):
-        if key not in ws:
-            raise InputError(f"{path}: [{table_key}] has no '{key}'", hint=f"add {key} = [...] to [{table_key}]")
+    if "channels" not in ws:
+        raise InputError(f"{path}: [{table_key}] has no 'channels'", hint=f"add channels = [...] to [{table_key}]")
     channels = _parse_channels(ws["channels"], path, f"{table_key}.channels")
-    platforms = parse_platforms(ws["platforms"], path, f"{table_key}.platforms")
+    # pixi_manifest toml/workspace.rs: `platforms` is optional (none: every environment has no platform).
+    platforms = parse_platforms(ws.get("platforms", []), path, f"{table_key}.platforms")
     priority = _parse_priority(ws.get("channel-priority", "strict"), path, f"{table_key}.channel-priority")
     check_solve_options(ws, data, path, table_key)
     features = {"default": _parse_feature("default", data, path, "", top=True)}
