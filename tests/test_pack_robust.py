@@ -207,3 +207,75 @@ def test_a_kept_extraction_is_the_whole_bundle(bundle: Path, tmp_path: Path) -> 
     assert names <= {str(p.relative_to(keep)) for p in keep.rglob("*")}
     assert json.loads((keep / "pixi-pack.json").read_text())["platform"] == "linux-64"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rocmlock")]
+
+
+def test_an_unpack_into_a_prefix_another_unpack_is_installing_is_refused(
+        bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import fcntl
+
+    from rocmlock.unpack import MARKER
+
+    prefix, host = tmp_path / "env", fake_node(tmp_path / "host", [90402])
+    (prefix / "conda-meta").mkdir(parents=True)
+    (prefix / "conda-meta" / "being-installed.json").write_text("{}")
+    with (prefix / MARKER).open("w") as held:  # the other unpack, still installing, holds its marker
+        held.write("created\n")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert unpack(bundle, prefix, host) == 1
+        line = _one_error(capsys.readouterr().err)
+        assert line == f"error: {prefix}: another rocmlock unpack is installing into it"
+        assert (prefix / "conda-meta" / "being-installed.json").is_file(), "its files are left alone"
+    assert unpack(bundle, prefix, host) == 0, "once it is gone (killed), the next unpack redoes the prefix"
+
+
+def test_a_bundle_directory_that_cannot_be_written_still_installs(bundle: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # An extracted bundle on a read-only share: the @EXPLICIT file cannot be written beside it. (A directory
+    # in its place stands in for the read-only filesystem: the tests run as root.)
+    x = tmp_path / "x"
+    with tarfile.open(bundle) as tar:
+        tar.extractall(x, filter="data")
+    (x / "conda-linux-64-gfx942.lock").mkdir()
+    assert unpack(x, tmp_path / "env", fake_node(tmp_path / "host", [90402])) == 0
+    err = capsys.readouterr().err
+    assert f"warning: no @EXPLICIT file: cannot write {x / 'conda-linux-64-gfx942.lock'}" in err
+    assert (tmp_path / "env" / "conda-meta").is_dir()
+
+
+@pytest.mark.parametrize(("key", "value"), [("probe", "/bin/sh"), ("probe", "../../../bin/sh"),
+                                            ("packages.0.subdir", "..")])
+def test_metadata_naming_a_path_outside_is_refused(bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   key: str, value: str) -> None:
+    # The probe runs as <prefix>/<probe>: an absolute or climbing path would run a program of the host.
+    x = tmp_path / "x"
+    with tarfile.open(bundle) as tar:
+        tar.extractall(x, filter="data")
+    meta = json.loads((x / "rocmlock-pack.json").read_text())
+    if key == "probe":
+        meta["probe"] = value
+    else:
+        meta["packages"][0]["subdir"] = value
+    (x / "rocmlock-pack.json").write_text(json.dumps(meta))
+    assert unpack(x, tmp_path / "env", fake_node(tmp_path / "host", [90402])) == 2
+    assert f"rocmlock-pack.json: key '{key.split('.')[0]}'" in _one_error(capsys.readouterr().err)
+    assert not (tmp_path / "env").exists()
+
+
+def test_rocmlocks_wheel_in_the_installer_does_not_depend_on_the_umask(tmp_path: Path) -> None:
+    # setuptools writes the wheel's files with the umask's mode and keeps the source files' modes (a checkout
+    # made under umask 077 has 0600 files), and the zip records them: two packs differed under two umasks.
+    from rocmlock.installer import _build_rocmlock_wheel
+
+    wheels = []
+    for umask in (0o077, 0o022):
+        dest = tmp_path / oct(umask)
+        dest.mkdir()
+        old = os.umask(umask)
+        try:
+            _build_rocmlock_wheel(dest)
+        finally:
+            os.umask(old)
+        (wheel,) = dest.iterdir()
+        wheels.append(wheel.read_bytes())
+    assert wheels[0] == wheels[1]

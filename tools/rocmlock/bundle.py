@@ -4,8 +4,8 @@ A bundle is an uncompressed tar that pixi-pack's ``pixi-unpack`` accepts as it i
 pixi-pack 0.7.10 source, QuantCo/pixi-pack ``src/lib.rs``, ``src/pack.rs``, ``src/unpack.rs``)::
 
     channel/<subdir>/<package>.conda     every package of the locked environment, nothing else
-    channel/<subdir>/repodata.json       written by rattler's indexer (pixi-unpack installs every
-                                         package these list; each directory of channel/ needs one)
+    channel/<subdir>/repodata.json       the lock's records, serialized by rattler (pixi-unpack installs
+                                         every package these list; each directory of channel/ needs one)
     environment.yml                      ``./channel`` + ``nodefaults``, exact ``name=version=build`` pins
     pixi-pack.json                       ``{"version": "1", "pixi-pack-version": ..., "platform": <subdir>}``
     rocmlock-pack.json                   environment, GPU target, ROCm version, lock hash, every package's sha256
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import tarfile
 from dataclasses import dataclass
@@ -32,6 +33,9 @@ PIXI_PACK_METADATA = "pixi-pack.json"
 ROCMLOCK_METADATA = "rocmlock-pack.json"
 ENVIRONMENT_FILE = "environment.yml"
 INSTALLER_DIR = "installer"
+# The environment's probe, relative to the prefix: the only program unpack runs (from rocm-env-check).
+PROBE = "bin/rocm-env-check"
+_SUBDIR = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")  # linux-64, noarch, osx-arm64, ...
 # pixi-pack's DEFAULT_PIXI_PACK_VERSION (src/lib.rs): the only format pixi-unpack accepts.
 PIXI_PACK_FORMAT = "1"
 PIXI_PACK_CHECKED = "0.7.10"
@@ -125,7 +129,7 @@ def _package(item: Any, path: Path) -> BundledPackage:
     if not isinstance(item, dict):
         raise _bad(path, "packages", "must list objects")
     values = {k: _field(item, k, str, path) for k in ("subdir", "file", "name", "version", "build", "sha256")}
-    if "/" in values["subdir"] + values["file"] or values["file"].startswith("."):
+    if not _SUBDIR.match(values["subdir"]) or "/" in values["file"] or values["file"].startswith("."):
         raise _bad(path, "packages", f"names a file outside the channel: {values['subdir']}/{values['file']}")
     return BundledPackage(values["subdir"], values["file"], values["name"], values["version"], values["build"],
                           values["sha256"], int(_field(item, "size", int, path)))
@@ -144,6 +148,8 @@ def read_metadata(bundle_dir: Path) -> BundleMetadata:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise _bad(path, "format", f"must be {FORMAT} (made by another rocmlock version?)")
     gpu = _field(data, "gpu", dict, path, optional=True) or {}
+    if data.get("probe") not in (None, PROBE):  # unpack runs <prefix>/<probe>: never a path of the host
+        raise _bad(path, "probe", f"must be null or {PROBE}")
     packages = tuple(_package(item, path) for item in _field(data, "packages", list, path))
     return BundleMetadata(
         environment=_field(data, "environment", str, path), platform=_field(data, "platform", str, path),

@@ -30,6 +30,7 @@ from rocmlock.bundle import (
     ENVIRONMENT_FILE,
     INSTALLER_DIR,
     PIXI_PACK_METADATA,
+    PROBE,
     ROCMLOCK_METADATA,
     BundledPackage,
     BundleMetadata,
@@ -47,7 +48,6 @@ from rocmlock.lockfile import LockedPlatform
 from rocmlock.scratch import scratch_dir
 from rocmlock.targets import all_targets, minor_version
 
-PROBE = "bin/rocm-env-check"
 SCRATCH = ".rocmlock-pack-"
 CONCURRENT_DOWNLOADS = 8
 CHUNK = 1 << 20

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from rocmlock.credentials import one_line, redact_text, redact_url
+from rocmlock.credentials import one_line, redact_text, redact_url, split_url
 from rocmlock.credentials import refused as refused_text
 from rocmlock.errors import InputError, OperationError
 from rocmlock.repodata import PACKAGE_SUFFIXES, query_channel
@@ -107,9 +107,19 @@ def parse_destination(to: str) -> Destination:
         base, _, channel = path.rpartition("/")
         server = f"{http}://{parts.netloc}/{base}".rstrip("/")
         read = f"{server}/get/{channel}" if kind == "quetz" else f"{server}/{channel}"
+        _refuse_credentials(to, read, kind)
         return Destination(kind, server, channel, read)  # type: ignore[arg-type]
     raise InputError(f"--to {redact_url(to)}: cannot tell which kind of channel this is",
                      hint="use one of: " + "; ".join(FORMS))
+
+
+def _refuse_credentials(to: str, read: str, kind: str) -> None:
+    """A key in ``--to`` (``user:key@``, quetz's ``/t/<key>/``) would show in ``ps`` and the shell's history,
+    and the uploads (py-rattler-build) never read it from there: they take the variable or the auth file."""
+    if not split_url(read).empty:
+        var = TOKEN_VARS.get(kind, "the token")  # type: ignore[call-overload]
+        raise InputError(f"--to {redact_url(read)}: credentials do not go in --to",
+                         hint=f"export {var}=<key>, or add the host to RATTLER_AUTH_FILE")
 
 
 def local_packages(source: Path) -> list[LocalPackage]:

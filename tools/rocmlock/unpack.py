@@ -113,7 +113,7 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
         _install(_records(where, meta), prefix, meta, fresh, scratch / "cache")
         say(f"installed {len(meta.packages)} packages into {prefix}")
         kept = bundle.absolute() if bundle.is_dir() else _keep(where, keep)
-    explicit = _write_explicit(kept, meta, _records(kept, meta)) if kept is not None else None
+    explicit = _write_explicit(kept, meta, say) if kept is not None else None
     probe = _run_probe(prefix, meta, env) if verify and meta.probe else None
     if verify and not meta.probe:
         say(f"not verified: '{meta.environment}' has no rocm-env-check package (add it to the environment)")
@@ -276,6 +276,8 @@ def _check_prefix(prefix: Path, say: Log) -> bool:
         raise InputError(f"{prefix}: --prefix exists and is not a directory")
     marker = prefix / MARKER
     if marker.is_file():
+        with _held(marker):  # only to see whether a live unpack holds it
+            pass
         say(f"{prefix}: an earlier unpack into it was interrupted; installing it again")
         return marker.read_text().strip() == "created"
     if not any(prefix.iterdir()):
@@ -296,37 +298,68 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
     from rattler import install
 
     existed = prefix.exists()
-    if fresh:
-        _clear(prefix)
     prefix.mkdir(parents=True, exist_ok=True)
     marker = prefix / MARKER
-    marker.write_text("created\n" if fresh else "updated\n")
-    try:
-        asyncio.run(install(records, prefix, cache_dir=cache, show_progress=False))
-    except Exception as exc:  # noqa: BLE001 - rattler's link/extract errors; the message names the file
+    with _held(marker) as fd:  # held until the end: a second unpack into this prefix stops at once
         if fresh:
-            _clear(prefix)
-            if not existed:
-                prefix.rmdir()
-        raise OperationError(f"installing '{meta.environment}' into {prefix} failed: "
-                             f"{redact_text(str(exc))}") from None
-    marker.unlink()
+            _clear(prefix, keep=MARKER)
+        os.ftruncate(fd, 0)
+        os.write(fd, b"created\n" if fresh else b"updated\n")
+        try:
+            asyncio.run(install(records, prefix, cache_dir=cache, show_progress=False))
+        except Exception as exc:  # noqa: BLE001 - rattler's link/extract errors; the message names the file
+            if fresh:
+                marker.unlink()
+                _clear(prefix)
+                if not existed:
+                    prefix.rmdir()
+            raise OperationError(f"installing '{meta.environment}' into {prefix} failed: "
+                                 f"{redact_text(str(exc))}") from None
+        marker.unlink()
 
 
-def _clear(prefix: Path) -> None:
-    """Remove what ``prefix`` holds, not the directory itself (it may be a mount point the user made)."""
+@contextlib.contextmanager
+def _held(marker: Path) -> Iterator[int]:
+    """The marker, opened (created) and locked; an unpack that holds it already is an error."""
+    import fcntl
+
+    fd = os.open(marker, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OperationError(f"{marker.parent}: another rocmlock unpack is installing into it",
+                                 hint="wait for it to finish, or choose another --prefix") from None
+        except OSError:  # no locks on this filesystem: go on unguarded
+            pass
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _clear(prefix: Path, keep: str | None = None) -> None:
+    """Remove what ``prefix`` holds (but ``keep``), not the directory itself (it may be a mount point)."""
     for path in prefix.iterdir() if prefix.is_dir() else ():
+        if path.name == keep:
+            continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink()
 
 
-def _write_explicit(where: Path, meta: BundleMetadata, records: list[RepoDataRecord]) -> Path:
-    """An ``@EXPLICIT`` file with the ``file://`` URLs of the extracted channel (conda needs absolute URLs)."""
+def _write_explicit(where: Path, meta: BundleMetadata, say: Log) -> Path | None:
+    """An ``@EXPLICIT`` file with the ``file://`` URLs of the extracted channel (conda needs absolute URLs).
+
+    The environment is installed by now: a bundle directory that cannot be written (a read-only share)
+    costs only this file, with a warning."""
     path = where / explicit_name(meta.platform)
     platform = LockedPlatform(meta.platform, meta.subdir, (f"__amdgpu_arch={meta.gpu_isa}",) if meta.gpu_isa else ())
-    write_atomic(path, render_explicit(meta.environment, platform, records))
+    try:
+        write_atomic(path, render_explicit(meta.environment, platform, _records(where, meta)))
+    except OSError as exc:
+        say(f"warning: no @EXPLICIT file: cannot write {path}: {exc.strerror or exc}")
+        return None
     return path
 
 
