@@ -205,11 +205,14 @@ def quetz_server(workdir: Path) -> Iterator[QuetzServer]:
     conf, log = _config(workdir), workdir / "quetz.log"
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
+    # quetz opens <cwd>/quetz.log for its own logging (quetz/config.py get_logger_config): not the caller's cwd.
+    cwd = workdir / "cwd"
+    cwd.mkdir(exist_ok=True)
     with open(log, "wb") as out:
         proc = subprocess.Popen([str(python), "-m", "quetz.cli", "run", str(workdir / "deployment"),
                                  "--copy-conf", str(conf), "--dev", "--host", "127.0.0.1", "--port", str(port)],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, cwd=cwd)
     try:
         _wait_ready(proc, url, log)
         yield QuetzServer(url, log, _as_alice(url))

@@ -260,3 +260,22 @@ def test_metadata_naming_a_path_outside_is_refused(bundle: Path, tmp_path: Path,
     assert unpack(x, tmp_path / "env", fake_node(tmp_path / "host", [90402])) == 2
     assert f"rocmlock-pack.json: key '{key.split('.')[0]}'" in _one_error(capsys.readouterr().err)
     assert not (tmp_path / "env").exists()
+
+
+def test_rocmlocks_wheel_in_the_installer_does_not_depend_on_the_umask(tmp_path: Path) -> None:
+    # setuptools writes the wheel's files with the umask's mode and keeps the source files' modes (a checkout
+    # made under umask 077 has 0600 files), and the zip records them: two packs differed under two umasks.
+    from rocmlock.installer import _build_rocmlock_wheel
+
+    wheels = []
+    for umask in (0o077, 0o022):
+        dest = tmp_path / oct(umask)
+        dest.mkdir()
+        old = os.umask(umask)
+        try:
+            _build_rocmlock_wheel(dest)
+        finally:
+            os.umask(old)
+        (wheel,) = dest.iterdir()
+        wheels.append(wheel.read_bytes())
+    assert wheels[0] == wheels[1]

@@ -46,6 +46,13 @@ def _publish(capsys: pytest.CaptureFixture[str], source: Path, to: str) -> tuple
     ("quetz+http://127.0.0.1:99999/rocm", "not a valid URL"),
     ("quetz+http://127.0.0.1:http/rocm", "not a valid URL"),
     ("quets+http://127.0.0.1:8000/rocm", "cannot tell which kind of channel this is"),
+    ("file://", "names no directory"),
+    ("s3://", "names no bucket"),
+    ("s3:///prefix", "names no bucket"),
+    ("anaconda://", "names no owner"),
+    ("https://prefix.dev/", "names no channel"),
+    ("prefix://", "names no channel"),
+    ("quetz+http://127.0.0.1:8000", "cannot tell which kind of channel this is"),
 ])
 def test_a_malformed_destination_is_bad_input(source: Path, capsys: pytest.CaptureFixture[str], to: str,
                                               says: str) -> None:
@@ -81,3 +88,19 @@ def test_from_a_file_says_it_is_not_a_directory(source: Path, tmp_path: Path,
     (tmp_path / "afile").write_text("")
     code, error, _ = _publish(capsys, tmp_path / "afile", "quetz+http://127.0.0.1:1/rocm")
     assert code == 2 and error == f"error: --from {tmp_path / 'afile'}: not a directory"
+
+
+def test_file_url_without_a_path_never_publishes_into_the_current_directory(
+        source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, _ = _publish(capsys, source, "file://")
+    assert code == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_a_destination_directory_that_is_a_file_is_refused_before_anything_is_written(
+        source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "afile").write_text("")
+    for to in (tmp_path / "afile", tmp_path / "afile" / "channel"):
+        code, error, _ = _publish(capsys, source, str(to))
+        assert code == 2 and error == f"error: --to {to}: {tmp_path / 'afile'} is not a directory", error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

@@ -60,6 +60,12 @@ def _auth_file(tmp_path: Path, channel: QuetzChannel, token: str) -> Path:
     return path
 
 
+def test_the_server_writes_its_own_log_file_in_its_directory(quetz: QuetzServer) -> None:
+    # quetz 0.10.4's logging config (quetz/config.py ``get_logger_config``) opens ``<cwd>/quetz.log`` at start:
+    # started from the checkout, it left an empty quetz.log there (one was committed by mistake).
+    assert (quetz.log.parent / "cwd" / "quetz.log").is_file()
+
+
 def test_the_channel_is_private(quetz_channel: QuetzChannel) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"{quetz_channel.url}/noarch/repodata.json", timeout=10)

@@ -126,12 +126,18 @@ def test_no_secret_reaches_any_file_or_output(channels: dict[str, Path], tmp_pat
         assert _run(capsys, out, "pack", "--manifest-path", m, "-e", "mi300x", "-o", str(tmp_path / "b.tar")) == 0, out
         assert _run(capsys, out, "plan", "--manifest-path", str(ROOT / "pixi.toml"), "--channel", private,
                     "--json") == 0, out
-        src = build_channel(tmp_path / "src", [Pkg("rocm-version", "7.9", "0", subdir="noarch", noarch="generic")])
-        auth = tmp_path / "auth.json"  # the user's own credentials file, like pixi.toml exempt from the grep
-        auth.write_text(json.dumps({"127.0.0.1": {"BasicHTTP": {"username": USER, "password": PASSWORD}}}))
-        monkeypatch.setenv("RATTLER_AUTH_FILE", str(auth))
-        to = url.replace("http://", "artifactory+http://")
+    # publish refuses credentials in --to (they would show in `ps`): they come from the auth file, and the
+    # destination is a channel without a path token.
+    src = build_channel(tmp_path / "src", [Pkg("rocm-version", "7.9", "0", subdir="noarch", noarch="generic")])
+    auth = tmp_path / "auth.json"  # the user's own credentials file, like pixi.toml exempt from the grep
+    auth.write_text(json.dumps({"127.0.0.1": {"BasicHTTP": {"username": USER, "password": PASSWORD}}}))
+    monkeypatch.setenv("RATTLER_AUTH_FILE", str(auth))
+    (tmp_path / "team" / "noarch").mkdir(parents=True)
+    build_channel(tmp_path / "team", [])
+    with serving(tmp_path / "team", "team", USER, PASSWORD) as team:
+        to = team.replace("http://", "artifactory+http://")
         assert _run(capsys, out, "publish", "--from", str(src), "--to", to, "--json") == 0, out[-1]
+    assert (tmp_path / "team" / "noarch" / "rocm-version-7.9-0.conda").is_file()
     assert (tmp_path / "prefix" / "conda-meta").is_dir()
     assert _grep(tmp_path, {ws / "pixi.toml", auth}) == []
     assert not [s for s in SECRETS for text in out if s in text]

@@ -71,8 +71,15 @@ def _build_rocmlock_wheel(dest: Path) -> None:
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         for name in ("pyproject.toml", "README.md"):
             shutil.copy(root / name, src / name)
+        # The zip records each file's mode: the checkout's (its umask) and, for what setuptools writes, ours.
+        for path in src.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
         env = {**os.environ, "SOURCE_DATE_EPOCH": str(FIXED_MTIME)}
-        _pip(["wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dest), str(src)], env)
+        old_umask = os.umask(0o022)
+        try:
+            _pip(["wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dest), str(src)], env)
+        finally:
+            os.umask(old_umask)
 
 
 def _download_rattler(dest: Path, subdir: str) -> None:

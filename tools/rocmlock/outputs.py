@@ -209,8 +209,10 @@ def exclusive(root: Path, write: bool = True, timeout: float | None = None,
 def _open_lock(root: Path, lock_path: Path, write: bool) -> tuple[int | None, int]:
     """The lock file's descriptor and the lock to take on it.
 
-    A writer in a checkout it cannot write (read-only mount, another user's files) goes on as a reader:
-    an up-to-date lock writes nothing and succeeds, and a write it needs fails in :func:`commit`, in one line.
+    A writer that cannot create or open the lock file for writing (a read-only mount, another user's file)
+    still takes the exclusive lock through a read-only descriptor (``flock`` does not care); with no lock file
+    at all it goes on unlocked, as nobody can have written here through rocmlock. Either way a write it then
+    needs and cannot do fails in :func:`commit`, in one line, before changing anything.
     """
     if write:
         try:
@@ -221,8 +223,8 @@ def _open_lock(root: Path, lock_path: Path, write: bool) -> tuple[int | None, in
                 raise OperationError(f"{root}: cannot write the lock outputs here ({exc.strerror})",
                                      hint="check the workspace directory") from None
     try:
-        return os.open(lock_path, os.O_RDONLY), fcntl.LOCK_SH
-    except OSError:  # never locked here (no file), or unreadable: nobody writes it through rocmlock
+        return os.open(lock_path, os.O_RDONLY), fcntl.LOCK_EX if write else fcntl.LOCK_SH
+    except OSError:
         return None, fcntl.LOCK_SH
 
 
@@ -234,10 +236,6 @@ def settle(root: Path, on_wait: Callable[[str], None] | None = None) -> None:
 
 
 # ----------------------------------------------------------------------------- commit
-
-
-def _same_device(a: Path, b: Path) -> bool:
-    return os.stat(a).st_dev == os.stat(b).st_dev
 
 
 def _check_writable(directory: Path) -> None:

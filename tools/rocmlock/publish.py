@@ -92,15 +92,17 @@ def parse_destination(to: str) -> Destination:
     scheme = parts.scheme.lower()
     path = parts.path.strip("/")
     if scheme in ("", "file"):
-        root = Path(parts.path if scheme == "file" else to).expanduser().resolve()
-        return Destination("directory", str(root), root.name, root.as_uri())
+        return _directory(to, parts.path if scheme == "file" else to)
     if scheme == "s3":
+        _named(to, parts.netloc, "bucket")
         return Destination("s3", f"s3://{parts.netloc}/{path}".rstrip("/"), path, f"s3://{parts.netloc}/{path}")
     if scheme == "prefix" or (scheme == "https" and parts.hostname in ("prefix.dev", "repo.prefix.dev")):
         channel = parts.netloc if scheme == "prefix" else path
+        _named(to, channel, "channel")
         return Destination("prefix", "https://prefix.dev", channel, f"https://repo.prefix.dev/{channel}")
     if scheme == "anaconda" or (scheme == "https" and parts.hostname == "anaconda.org"):
         owner = (parts.netloc if scheme == "anaconda" else path).split("/")[0]
+        _named(to, owner, "owner")
         return Destination("anaconda", "https://api.anaconda.org", owner, f"https://conda.anaconda.org/{owner}")
     if scheme in ("quetz+http", "quetz+https", "artifactory+http", "artifactory+https") and path:
         kind, _, http = scheme.partition("+")
@@ -111,6 +113,21 @@ def parse_destination(to: str) -> Destination:
         return Destination(kind, server, channel, read)  # type: ignore[arg-type]
     raise InputError(f"--to {redact_url(to)}: cannot tell which kind of channel this is",
                      hint="use one of: " + "; ".join(FORMS))
+
+
+def _named(to: str, name: str, what: str) -> None:
+    if not name:
+        raise InputError(f"--to {redact_url(to)}: names no {what}", hint="use one of: " + "; ".join(FORMS))
+
+
+def _directory(to: str, given: str) -> Destination:
+    """A directory channel; ``file://`` with no path (or ``--to ''``) is an error, never the current directory."""
+    _named(to, given.strip(), "directory")
+    root = Path(given).expanduser().resolve()
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    if not existing.is_dir():
+        raise InputError(f"--to {to}: {existing} is not a directory", hint="publish to a directory (a channel)")
+    return Destination("directory", str(root), root.name, root.as_uri())
 
 
 def _refuse_credentials(to: str, read: str, kind: str) -> None:
