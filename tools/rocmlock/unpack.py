@@ -32,7 +32,7 @@ from rocmlock.bundle import (
     index_mismatch,
     read_metadata,
 )
-from rocmlock.credentials import redact_text
+from rocmlock.credentials import one_line, redact_text
 from rocmlock.errors import InputError, OperationError
 from rocmlock.exports import explicit_name, render_explicit
 from rocmlock.fsutil import write_atomic
@@ -159,8 +159,11 @@ def _extract(bundle: Path, dest: Path) -> None:
             tar.extractall(dest, members=members, **extra)  # type: ignore[arg-type]
     except FileNotFoundError:
         raise InputError(f"{bundle}: no such file", hint="pass the .tar written by `rocmlock pack`") from None
-    except (tarfile.TarError, OSError) as exc:
+    except tarfile.TarError as exc:
         raise InputError(f"{bundle}: cannot extract it: {exc}", hint=DAMAGED) from None
+    except OSError as exc:  # writing the extraction (a full disk, a quota): the bundle is fine
+        raise OperationError(f"{bundle}: cannot extract it into {dest.parent}: {exc.strerror or exc}",
+                             hint=f"check that the disk of {dest.parent} has room for the bundle's size") from None
 
 
 @contextlib.contextmanager
@@ -314,7 +317,8 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
                 if not existed:
                     prefix.rmdir()
             raise OperationError(f"installing '{meta.environment}' into {prefix} failed: "
-                                 f"{redact_text(str(exc))}") from None
+                                 f"{one_line(redact_text(str(exc)))}",
+                                 hint=f"check that {prefix.parent} is writable and its disk has room") from None
         marker.unlink()
 
 
