@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import tarfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from rocmlock.fsutil import write_atomic
 from rocmlock.lockfile import LockedPlatform
 from rocmlock.node import node_problem, read_node
 from rocmlock.runner import CommandError, run_command
-from rocmlock.scratch import scratch_dir
+from rocmlock.scratch import remove_tree, scratch_dir
 
 CHUNK = 1 << 20
 SCRATCH = ".rocmlock-unpack-"
@@ -315,7 +314,8 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
                 marker.unlink()
                 _clear(prefix)
                 if not existed:
-                    prefix.rmdir()
+                    with contextlib.suppress(OSError):  # still not empty: the message says where it is
+                        prefix.rmdir()
             raise OperationError(f"installing '{meta.environment}' into {prefix} failed: "
                                  f"{one_line(redact_text(str(exc)))}",
                                  hint=f"check that {prefix.parent} is writable and its disk has room") from None
@@ -343,13 +343,7 @@ def _held(marker: Path) -> Iterator[int]:
 
 def _clear(prefix: Path, keep: str | None = None) -> None:
     """Remove what ``prefix`` holds (but ``keep``), not the directory itself (it may be a mount point)."""
-    for path in prefix.iterdir() if prefix.is_dir() else ():
-        if path.name == keep:
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+    remove_tree(prefix, keep_dir=True, keep=keep)
 
 
 def _write_explicit(where: Path, meta: BundleMetadata, say: Log) -> Path | None:
