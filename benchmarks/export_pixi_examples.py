@@ -1,4 +1,4 @@
-"""`rocmlock export` over real pixi workspaces: every pixi.toml with a pixi.lock beside it under DIR.
+"""`rocmlock export` over real pixi workspaces: every pixi.toml or pyproject.toml with a pixi.lock beside it under DIR.
 
     python benchmarks/export_pixi_examples.py /path/to/pixi-checkout [--skip-source] [--verbose]
 
@@ -27,17 +27,20 @@ from rocmlock.cli import main
 
 
 def _workspaces(root: Path) -> list[Path]:
-    return sorted(p.parent for p in root.rglob("pixi.toml") if (p.parent / "pixi.lock").is_file())
+    """Each manifest with a pixi.lock beside it: a pixi.toml, else a pyproject.toml (rocmlock finds it as pixi does)."""
+    locks = sorted(p.parent for p in root.rglob("pixi.lock"))
+    return [d / "pixi.toml" if (d / "pixi.toml").is_file() else d / "pyproject.toml" for d in locks
+            if (d / "pixi.toml").is_file() or (d / "pyproject.toml").is_file()]
 
 
-def _export(ws: Path, skip_source: bool) -> tuple[int, str, float]:
+def _export(manifest: Path, skip_source: bool) -> tuple[int, str, float]:
     with tempfile.TemporaryDirectory(prefix="rocmlock-survey-") as tmp:
-        copy = Path(tmp) / ws.name
+        copy = Path(tmp) / manifest.parent.name
         copy.mkdir()
-        for name in ("pixi.toml", "pixi.lock"):
-            shutil.copy2(ws / name, copy / name)
+        for name in (manifest.name, "pixi.lock"):
+            shutil.copy2(manifest.parent / name, copy / name)
         err = io.StringIO()
-        args = ["export", "--manifest-path", str(copy / "pixi.toml"), *(["--skip-source"] if skip_source else [])]
+        args = ["export", "--manifest-path", str(copy / manifest.name), *(["--skip-source"] if skip_source else [])]
         start = time.perf_counter()
         with contextlib.redirect_stderr(err):
             code = main(args)
@@ -64,7 +67,7 @@ def main_survey() -> int:
     refused: dict[str, list[str]] = defaultdict(list)
     times: list[float] = []
     for ws in found:
-        rel = str(ws.relative_to(args.root))
+        rel = str(ws.parent.relative_to(args.root))
         code, message, elapsed = _export(ws, args.skip_source)
         times.append(elapsed)
         if args.verbose:

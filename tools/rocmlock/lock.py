@@ -332,8 +332,9 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
 
 def manifest_file(manifest_path: str | Path) -> Path:
     """The absolute pixi.toml path for a manifest file or its directory."""
-    path = Path(manifest_path)
-    return (path / "pixi.toml" if path.is_dir() else path).absolute()
+    from rocmlock.pixi_pyproject import find_manifest
+
+    return find_manifest(Path(manifest_path)).absolute()
 
 
 def _source_packages(lock_path: Path, locked: LockedWorkspace, envs: Sequence[Environment],

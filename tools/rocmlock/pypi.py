@@ -10,6 +10,7 @@ package) is built on the user's machine and so is a *source package* that no exp
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,12 +98,21 @@ class PypiIndexes:
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
 
-    def options(self) -> list[str]:
-        """The options as requirements-file lines, credentials removed."""
+    def options(self, root: str = "") -> list[str]:
+        """The options as requirements-file lines, credentials removed; ``root`` is the workspace as seen from
+        the file written (a relative find-links path of pixi.toml is relative to the workspace).
+
+        pip reads a relative ``--find-links`` of a requirements file against that file's directory
+        (pip/_internal/req/req_file.py, ``handle_option_line``), and conda writes an environment.yml's pip:
+        list to a file beside the environment.yml and runs pip there (conda/env/installers/pip.py)."""
         lines = [f"--index-url {redact_url(self.index_url)}"] if self.index_url else []
         lines += [f"--extra-index-url {redact_url(u)}" for u in self.extra_index_urls]
-        lines += [f"--find-links {redact_url(u)}" for u in self.find_links]
+        lines += [f"--find-links {redact_url(_link(u, root))}" for u in self.find_links]
         return lines
+
+
+def _link(link: str, root: str) -> str:
+    return link if not root or "://" in link or posixpath.isabs(link) else posixpath.join(root, link)
 
 
 # pixi's default index is PyPI, which is pip's default too: nothing to write.
@@ -123,8 +133,9 @@ def _find_links(value: Any, path: Path, key: str) -> tuple[str, ...]:
         if len(entry) != 1 or not isinstance(next(iter(entry.values())), str) or next(iter(entry)) not in (
                 "url", "path"):
             raise InputError(f"{path}: key '{key}[{i}]' must be {{ url = \"...\" }} or {{ path = \"...\" }}")
-        # pip reads a relative --find-links against its working directory; pixi against the workspace.
-        out.append(entry["url"] if "url" in entry else str((path.parent / entry["path"]).resolve()))
+        # pixi reads a relative path against the workspace: kept so (the exports must not depend on where the
+        # checkout is) and written relative to the file that names it (PypiIndexes.options).
+        out.append(entry["url"] if "url" in entry else posixpath.normpath(entry["path"]))
     return tuple(out)
 
 
@@ -162,9 +173,10 @@ def merge_pypi_options(base: PypiIndexes, features: Sequence[tuple[str, PypiInde
                        _dedup(base.find_links, links))
 
 
-def render_requirements(header: Sequence[str], pins: Sequence[PypiPin], indexes: PypiIndexes) -> str:
-    """A requirements file in pip's hash-checking format: every pin exact, each with its sha256."""
-    lines = [*header, *indexes.options()]
+def render_requirements(header: Sequence[str], pins: Sequence[PypiPin], indexes: PypiIndexes, root: str = "") -> str:
+    """A requirements file in pip's hash-checking format: every pin exact, each with its sha256 (``root``: see
+    :meth:`PypiIndexes.options`)."""
+    lines = [*header, *indexes.options(root)]
     for pin in sorted(pins, key=lambda p: p.name):
         lines += [f"{pin.requirement()} \\", f"    --hash=sha256:{pin.sha256}"]
     return "\n".join(lines) + "\n"

@@ -158,10 +158,10 @@ class Workspace:
 
 
 def load_workspace(path: str | Path) -> Workspace:
-    """Read and validate ``pixi.toml`` (a file or the directory holding it)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "pixi.toml"
+    """Read and validate ``pixi.toml`` or a ``pyproject.toml`` with ``[tool.pixi]`` (a file or its directory)."""
+    from rocmlock.pixi_pyproject import PYPROJECT, find_manifest, load_pyproject
+
+    path = find_manifest(Path(path))
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -176,6 +176,8 @@ def load_workspace(path: str | Path) -> Workspace:
         data = tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
         raise InputError(f"{path}: invalid TOML: {exc}", hint="fix the syntax at that line") from None
+    if path.name == PYPROJECT:
+        return load_pyproject(data, path.resolve())
     return parse_workspace(data, path.resolve())
 
 

@@ -1,0 +1,86 @@
+"""Exports at the edges: an environment without packages, and a local find-links directory.
+
+Costs about 3 s (one small solve, two `pip install --dry-run` runs with no index).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from pixilock import Wheel, build_index, pypi_entry, write_pixi_lock
+from rocmlock.cli import main
+from rocmlock.lockfile import LockedPlatform
+
+LINUX = LockedPlatform("linux-64", "linux-64", ("__unix=0=0", "__linux=4.18", "__glibc=2.28"))
+WHEELS = [Wheel("rlk-alpha", "1.0", ("rlk-beta>=2",)), Wheel("rlk-beta", "2.0")]
+
+
+def test_an_environment_without_packages_has_an_empty_dependency_list(tmp_path: Path, channels: dict[str, Path]) -> None:
+    # conda 26.7.1 conda/env/env.py (dependencies_validation, via get_schema_errors) requires `dependencies` to
+    # be a list: the CEP 24 loader (conda/env/specs/cep_24.py) refuses `dependencies:` with nothing under it
+    # (YAML null), and from_yaml warns that such files will be rejected. pixi's docs have such workspaces
+    # (docs/source_files/pixi_workspaces/introduction/init: channels and platforms, no dependencies).
+    (tmp_path / "pixi.toml").write_text(f'[workspace]\nname = "empty"\nchannels = ["{channels["forge"].as_uri()}"]\n'
+                                        'platforms = ["linux-64"]\n')
+    assert main(["lock", "--manifest-path", str(tmp_path)]) == 0
+    env = yaml.safe_load((tmp_path / "envs" / "default" / "environment.yml").read_text())
+    assert env["dependencies"] == [] and env["name"] == "default"
+
+
+def _find_links_workspace(root: Path, forge: Path) -> Path:
+    """pixi's examples/pypi-find-links shape: ``find-links = [{ path = "./links" }]`` and the wheels there."""
+    hashes = build_index(root / "index", WHEELS)
+    (root / "links").mkdir(parents=True)
+    for wheel in WHEELS:
+        shutil.copy2(root / "index" / "files" / wheel.filename, root / "links" / wheel.filename)
+    (root / "pixi.toml").write_text(
+        f'[workspace]\nname = "links"\nchannels = ["{forge.as_uri()}"]\nplatforms = ["linux-64"]\n\n'
+        '[workspace.pypi-options]\nfind-links = [{ path = "./links" }]\n\n'
+        '[dependencies]\npython = "3.12.*"\n\n[pypi-dependencies]\nrlk-alpha = "==1.0"\n')
+    base = "https://files.example.invalid"
+    write_pixi_lock(root / "pixi.lock", forge, "default", LINUX, ["python 3.12.*"],
+                    [pypi_entry(base, w, hashes[w.filename]) for w in WHEELS], ["https://pypi.org/simple"])
+    return root
+
+
+def _pip_no_index(requirements: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pip", "install", "--isolated", "--no-index", "--no-cache-dir", "--dry-run",
+           "--ignore-installed", "--disable-pip-version-check", "-r", str(requirements)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd, check=False)
+
+
+def test_a_local_find_links_directory_is_written_relative_so_exports_do_not_depend_on_the_checkout(
+        tmp_path: Path, channels: dict[str, Path]) -> None:
+    # The same workspace in two checkouts must export byte-identical files (else `export --check` fails in
+    # every CI checkout but the author's). pip reads a relative --find-links of a requirements file against
+    # that file's directory (pip/_internal/req/req_file.py, handle_option_line: relative_to_reqs_file), and
+    # conda writes an environment.yml's pip: section to a file in the environment.yml's directory and runs
+    # pip there (conda/env/installers/pip.py, workdir from get_pip_workdir; conda_env/installers/pip.py
+    # before 24.x): a path relative to envs/<env>/ serves both.
+    one = _find_links_workspace(tmp_path / "one", channels["forge"])
+    assert main(["export", "--manifest-path", str(one)]) == 0
+    two = tmp_path / "elsewhere" / "two"
+    shutil.copytree(one, two, ignore=shutil.ignore_patterns("envs", ".rocmlock"))
+    assert main(["export", "--manifest-path", str(two)]) == 0
+    for name in ("environment.yml", "requirements-linux-64.txt", "conda-linux-64.lock"):
+        a = (one / "envs" / "default" / name).read_bytes()
+        assert a == (two / "envs" / "default" / name).read_bytes(), name
+        assert str(tmp_path).encode() not in a or name.startswith("conda-"), name  # conda URLs name the channel
+    assert main(["export", "--check", "--manifest-path", str(two)]) == 0
+    out = two / "envs" / "default"
+    assert "--find-links ../../links\n" in (out / "requirements-linux-64.txt").read_text()
+    # pip finds the wheels from anywhere, with the hashes checked.
+    result = _pip_no_index(out / "requirements-linux-64.txt", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Would install rlk-alpha-1.0 rlk-beta-2.0" in result.stdout
+    # The pip: section as conda hands it to pip: a file beside environment.yml, pip run in that directory.
+    env = yaml.safe_load((out / "environment.yml").read_text())
+    conda_req = out / "condaenv.tmp.requirements.txt"
+    conda_req.write_text("\n".join(env["dependencies"][-1]["pip"]))
+    result = _pip_no_index(conda_req, out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Would install rlk-alpha-1.0 rlk-beta-2.0" in result.stdout
