@@ -32,12 +32,14 @@ def bundle(locked_ws: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _one_error(err: str) -> str:
+def _one_error(err: str, after_log: bool = False) -> str:
+    """The one ``error:`` line of ``err``: at most a ``hint:`` after it, and (``after_log``) progress before it."""
     lines = err.strip().splitlines()
     assert "Traceback" not in err and lines, err
-    errors = [line for line in lines if line.startswith("error: ")]
-    assert len(errors) == 1 and all(line.startswith(("error: ", "hint: ")) for line in lines), err
-    return errors[0]
+    errors = [i for i, line in enumerate(lines) if line.startswith("error: ")]
+    assert len(errors) == 1 and all(line.startswith("hint: ") for line in lines[errors[0] + 1:]), err
+    assert after_log or errors[0] == 0, err
+    return lines[errors[0]]
 
 
 # ----------------------------------------------------------------------------- pack: -o
@@ -279,3 +281,61 @@ def test_rocmlocks_wheel_in_the_installer_does_not_depend_on_the_umask(tmp_path:
         (wheel,) = dest.iterdir()
         wheels.append(wheel.read_bytes())
     assert wheels[0] == wheels[1]
+
+
+# ----------------------------------------------------------------------------- a full disk
+
+FSIZE = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as a full disk fails
+resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+from rocmlock.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+NOSPACE = """
+import errno, os, sys
+def full(*args):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+os.pwrite = full  # the packages' bytes go to the bundle with pwrite: the disk fills while they are fetched
+from rocmlock.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _run(script: str, *argv: str) -> tuple[int, str]:
+    proc = subprocess.run([sys.executable, "-c", script, *argv], env={**os.environ, "PYTHONPATH": TOOLS},
+                          capture_output=True, text=True, timeout=120, check=False)
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.parametrize("script", [FSIZE.format(limit=20_000), NOSPACE])
+def test_a_full_disk_while_packing_names_the_bundle_and_leaves_nothing(locked_ws: Path, tmp_path: Path,
+                                                                       script: str) -> None:
+    out = tmp_path / "out" / "b.tar"
+    code, err = _run(script, "pack", "--manifest-path", str(locked_ws / "pixi.toml"), "-e", ENV, "-o", str(out))
+    assert code == 1
+    line = _one_error(err)
+    assert line.startswith(f"error: cannot write the bundle {out}: ") and "cannot fetch" not in line, err
+    assert "disk" in err.strip().splitlines()[-1]
+    assert list(out.parent.iterdir()) == []
+
+
+def test_a_full_disk_while_unpacking_is_not_a_damaged_bundle(bundle: Path, tmp_path: Path) -> None:
+    x = tmp_path / "x"
+    with tarfile.open(bundle) as tar:
+        tar.extractall(x, filter="data")
+        biggest = max(m.size for m in tar.getmembers())
+    host = fake_node(tmp_path / "host", [90402])
+    # The tar is extracted (its largest member fails); the directory is installed (rattler's conda-meta/*.json,
+    # the test packages' largest files, fail).
+    for source, limit in ((bundle, biggest // 2), (x, 200)):
+        prefix = tmp_path / "env"
+        code, err = _run(FSIZE.format(limit=limit), "unpack", str(source), "--prefix", str(prefix),
+                         "--host-root", str(host))
+        assert code == 1, err
+        line = _one_error(err, after_log=True)
+        assert "File too large" in line and "damaged" not in err, err
+        assert "disk" in err.strip().splitlines()[-1]
+        assert not prefix.exists()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rocmlock")]

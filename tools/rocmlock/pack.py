@@ -170,6 +170,7 @@ class _HashingWriter:
         self.digest = hashlib.sha256()
         self.size = 0
         self.overflow = False
+        self.error: OSError | None = None  # writing the bundle failed (a full disk): not the channel's fault
 
     def write(self, data: bytes) -> int:
         if self.size + len(data) > self.expected_size:  # never into the next member
@@ -177,8 +178,12 @@ class _HashingWriter:
             raise _Overflow
         self.digest.update(data)
         view, done = memoryview(data), 0
-        while done < len(data):
-            done += os.pwrite(self.fd, view[done:], self.offset + self.size + done)
+        try:
+            while done < len(data):
+                done += os.pwrite(self.fd, view[done:], self.offset + self.size + done)
+        except OSError as exc:
+            self.error = exc
+            raise
         self.size += len(data)
         if self.on_bytes:
             self.on_bytes(len(data))
@@ -220,6 +225,8 @@ async def _fetch(record: RepoDataRecord, writer: _HashingWriter, base: Path, cli
         except Exception as exc:  # noqa: BLE001 - rattler's and the OS's errors; the message names the file
             if writer.overflow:  # however rattler wrapped the writer's exception
                 raise _mismatch(record, f"larger than the lock's size {writer.expected_size}") from None
+            if writer.error is not None:  # :func:`_write_bundle` names the bundle
+                raise writer.error from None
             raise OperationError(f"cannot fetch {redact_url(record.url)}: {redact_text(str(exc))}",
                                  hint="check the channel is reachable and RATTLER_AUTH_FILE holds its "
                                       "credentials") from None
@@ -300,13 +307,18 @@ def _write_bundle(out: Path, tmp: Path, members: list[Member], records: list[Rep
     ``tmp`` (in the scratch directory beside ``out``) that ``os.replace`` puts there only when every package
     checked out."""
     # Mode from the umask, like fsutil's temporary files (a bundle is shared).
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        offsets = write_tar(members, fd)
-        _fetch_all(records, fd, offsets, base, client, on_bytes)
-        os.fsync(fd)
-        size = os.fstat(fd).st_size
-    finally:
-        os.close(fd)
-    os.replace(tmp, out)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            offsets = write_tar(members, fd)
+            _fetch_all(records, fd, offsets, base, client, on_bytes)
+            os.fsync(fd)
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        os.replace(tmp, out)
+    except OSError as exc:  # the bundle's side: a full disk, a quota, a file-size limit
+        raise OperationError(f"cannot write the bundle {out}: {exc.strerror or exc}",
+                             hint=f"check that the disk of {out.parent} has room for the bundle "
+                                  f"({sum(m.size for m in members) / 1e6:.0f} MB and more)") from None
     return size

@@ -19,10 +19,29 @@ import fcntl
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 NEW = ".new"
+
+
+def remove_tree(path: Path, keep_dir: bool = False, keep: str | None = None) -> None:
+    """Remove ``path`` (or, ``keep_dir``, what it holds but ``keep``), trying again for a moment while it
+    is not empty: after a failed install rattler's background tasks may still be writing into it."""
+    for delay in (0.0, 0.05, 0.1, 0.2, 0.5, 1.0):
+        time.sleep(delay)
+        for child in (path.iterdir() if keep_dir and path.is_dir() else [path]):
+            if child.name == keep and keep_dir:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+        left = [c for c in path.iterdir() if c.name != keep] if keep_dir and path.is_dir() else \
+            ([path] if path.exists() or path.is_symlink() else [])
+        if not left:
+            return
 
 
 def _try_lock(fd: int) -> bool:
@@ -76,6 +95,6 @@ def scratch_dir(parent: Path, prefix: str, log: Callable[[str], None] | None = N
         try:
             yield path
         finally:
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)
     finally:
         os.close(fd)

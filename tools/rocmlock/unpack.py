@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import tarfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -32,14 +31,14 @@ from rocmlock.bundle import (
     index_mismatch,
     read_metadata,
 )
-from rocmlock.credentials import redact_text
+from rocmlock.credentials import one_line, redact_text
 from rocmlock.errors import InputError, OperationError
 from rocmlock.exports import explicit_name, render_explicit
 from rocmlock.fsutil import write_atomic
 from rocmlock.lockfile import LockedPlatform
 from rocmlock.node import node_problem, read_node
 from rocmlock.runner import CommandError, run_command
-from rocmlock.scratch import scratch_dir
+from rocmlock.scratch import remove_tree, scratch_dir
 
 CHUNK = 1 << 20
 SCRATCH = ".rocmlock-unpack-"
@@ -159,8 +158,11 @@ def _extract(bundle: Path, dest: Path) -> None:
             tar.extractall(dest, members=members, **extra)  # type: ignore[arg-type]
     except FileNotFoundError:
         raise InputError(f"{bundle}: no such file", hint="pass the .tar written by `rocmlock pack`") from None
-    except (tarfile.TarError, OSError) as exc:
+    except tarfile.TarError as exc:
         raise InputError(f"{bundle}: cannot extract it: {exc}", hint=DAMAGED) from None
+    except OSError as exc:  # writing the extraction (a full disk, a quota): the bundle is fine
+        raise OperationError(f"{bundle}: cannot extract it into {dest.parent}: {exc.strerror or exc}",
+                             hint=f"check that the disk of {dest.parent} has room for the bundle's size") from None
 
 
 @contextlib.contextmanager
@@ -312,9 +314,11 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
                 marker.unlink()
                 _clear(prefix)
                 if not existed:
-                    prefix.rmdir()
+                    with contextlib.suppress(OSError):  # still not empty: the message says where it is
+                        prefix.rmdir()
             raise OperationError(f"installing '{meta.environment}' into {prefix} failed: "
-                                 f"{redact_text(str(exc))}") from None
+                                 f"{one_line(redact_text(str(exc)))}",
+                                 hint=f"check that {prefix.parent} is writable and its disk has room") from None
         marker.unlink()
 
 
@@ -339,13 +343,7 @@ def _held(marker: Path) -> Iterator[int]:
 
 def _clear(prefix: Path, keep: str | None = None) -> None:
     """Remove what ``prefix`` holds (but ``keep``), not the directory itself (it may be a mount point)."""
-    for path in prefix.iterdir() if prefix.is_dir() else ():
-        if path.name == keep:
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+    remove_tree(prefix, keep_dir=True, keep=keep)
 
 
 def _write_explicit(where: Path, meta: BundleMetadata, say: Log) -> Path | None:
