@@ -115,3 +115,32 @@ def test_pypi_options_urls_must_be_urls(tmp_path: Path, channels: dict[str, Path
     assert main(["export", "--manifest-path", str(tmp_path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith(f"error: {tmp_path / 'pixi.toml'}: key '{key}' ") and "URL" in err[0], err
+
+
+def test_a_direct_url_pypi_package_is_pinned_by_url_and_hash(tmp_path: Path, channels: dict[str, Path]) -> None:
+    # pixi records a `{ url = ... }` PyPI dependency as `pypi: direct+<url>` (pixi_core/src/lock_file/resolve/
+    # pypi.rs; read back in satisfiability/pypi.rs by stripping `direct+`); pip takes `name @ <url>` with its hash.
+    from pixilock import serve
+
+    hashes = build_index(tmp_path / "index", WHEELS)
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "pixi.toml").write_text(
+        f'[workspace]\nname = "d"\nchannels = ["{channels["forge"].as_uri()}"]\nplatforms = ["linux-64"]\n\n'
+        '[dependencies]\npython = "3.12.*"\n')
+    with serve(tmp_path / "index") as base:
+        entries = [pypi_entry(base, w, hashes[w.filename]) for w in WHEELS]
+        entries[1]["pypi"] = "direct+" + entries[1]["pypi"]
+        del entries[1]["index"]
+        write_pixi_lock(tmp_path / "ws" / "pixi.lock", channels["forge"], "default", LINUX, ["python 3.12.*"],
+                        entries, [f"{base}/simple"])
+        assert "direct+http://127.0.0.1" in (tmp_path / "ws" / "pixi.lock").read_text()
+        assert main(["export", "--manifest-path", str(tmp_path / "ws")]) == 0
+        req = tmp_path / "ws" / "envs" / "default" / "requirements-linux-64.txt"
+        text = req.read_text()
+        assert f"rlk-beta @ {base}/files/{WHEELS[1].filename} \\\n    --hash=sha256:{hashes[WHEELS[1].filename]}\n" \
+            in text and "direct+" not in text
+        cmd = [sys.executable, "-m", "pip", "install", "--isolated", "--no-cache-dir", "--dry-run", "--ignore-installed",
+               "--disable-pip-version-check", "--index-url", f"{base}/simple", "--require-hashes", "-r", str(req)]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Would install rlk-alpha-1.0 rlk-beta-2.0" in result.stdout
