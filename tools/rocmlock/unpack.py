@@ -127,7 +127,11 @@ def _check_arguments(bundle: Path, prefix: Path, keep: Path | None, root: Path) 
     if not bundle.exists():
         raise InputError(f"{bundle}: no such file", hint="pass the .tar written by `rocmlock pack`")
     if not root.is_dir():
-        raise InputError(f"--host-root {root}: no such directory", hint="pass the directory the host's / is at")
+        what = "not a directory" if root.exists() else "no such directory"
+        raise InputError(f"--host-root {root}: {what}", hint="pass the directory the host's / is at")
+    if keep is not None and bundle.is_dir():
+        raise InputError(f"--extract-dir {keep}: {bundle} is extracted already",
+                         hint="--extract-dir is for a .tar bundle; leave it out")
     if keep is not None:
         if keep.exists() and not keep.is_dir():
             raise InputError(f"--extract-dir {keep}: exists and is not a directory")
