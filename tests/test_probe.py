@@ -534,3 +534,20 @@ def test_generated_llamafactory_config_is_accepted_by_llamafactory(tmp_path: Pat
     assert (model.model_name_or_path, data.dataset, data.template) == (str(tmp_path / "model"), ["probe"], "empty")
     assert (training.max_steps, str(training.save_strategy.value), training.bf16) == (12, "no", False)
     assert finetuning.finetuning_type == "lora" and "lm_head" in finetuning.lora_target
+
+
+def test_triton_needs_a_c_compiler_at_run_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 13, finding 9: Triton compiles its launcher with $CC, gcc or clang at the first kernel launch
+    # (triton/runtime/build.py). A stand-in triton package makes the check apply.
+    ctx = ctx_for(tmp_path, environ={"PATH": str(tmp_path / "bin")})
+    if not probe._importable("triton"):
+        assert probe.check_triton_cc(ctx).status == "skipped"
+        write(tmp_path / "site/triton/__init__.py")
+        monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    out = probe.check_triton_cc(ctx)
+    assert out.status == "warn" and "Failed to find C compiler" in out.evidence
+    write(tmp_path / "bin/gcc", "#!/bin/sh\n", mode=0o755)
+    out = probe.check_triton_cc(ctx)
+    assert out.status == "ok" and out.evidence == f"gcc at {tmp_path / 'bin/gcc'}"
+    out = probe.check_triton_cc(ctx_for(tmp_path, environ={"PATH": str(tmp_path / "bin"), "CC": "icx"}))
+    assert out.status == "warn" and out.evidence.startswith("CC=icx is not an executable on PATH")

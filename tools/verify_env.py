@@ -1286,6 +1286,35 @@ def _zero2_step(ctx: Context, deepspeed: Any) -> tuple[float, float, str]:
     return float(before.detach()), float(after), f"{type(optimizer).__name__}({type(inner).__name__})"
 
 
+# ----------------------------------------------------------------------------- Triton's run-time compiler
+
+
+@check("triton.cc", "a C compiler for Triton's launcher (torch.compile, flash-attn's Triton backend)",
+       required=False)
+def check_triton_cc(ctx: Context) -> Outcome:
+    # Triton builds a small launcher module with the host's C compiler at the first kernel launch:
+    # $CC, else gcc, else clang, else "Failed to find C compiler" (triton/runtime/build.py). The triton
+    # package brings no compiler, so a node image without one fails at the first torch.compile'd step.
+    if not _installed(ctx, "triton", "triton"):
+        return skip("triton is not installed")
+    path = ctx.environ.get("PATH", "")
+    given = ctx.environ.get("CC")
+    if given:
+        found = shutil.which(given, path=path)
+        if found:
+            return ok(f"CC={given} ({found})", cc=found)
+        return warn(f"CC={given} is not an executable on PATH: Triton's first kernel launch fails",
+                    "set CC to an installed C compiler, or unset it to use gcc/clang")
+    for name in ("gcc", "clang"):
+        found = shutil.which(name, path=path)
+        if found:
+            return ok(f"{name} at {found}", cc=found)
+    return warn("no C compiler ($CC, gcc, clang on PATH): Triton compiles its launcher at the first kernel "
+                "launch and fails with 'Failed to find C compiler'",
+                "install gcc on the node (apt-get install gcc, dnf install gcc) or into the environment "
+                "(conda-forge's gcc), or set CC")
+
+
 # ----------------------------------------------------------------------------- running and reporting
 
 
