@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from pixilock import Wheel, build_index, pypi_entry, write_pixi_lock
 from rocmlock.cli import main
@@ -84,3 +85,17 @@ def test_a_local_find_links_directory_is_written_relative_so_exports_do_not_depe
     result = _pip_no_index(conda_req, out)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Would install rlk-alpha-1.0 rlk-beta-2.0" in result.stdout
+
+
+def test_an_unreadable_lock_gets_a_hint_that_keeps_it(tmp_path: Path, channels: dict[str, Path],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # A lock that only pixi can write (PyPI or source packages) must not be answered with "delete it": the
+    # hint names what to do instead. A newer format than py-rattler reads is named as such.
+    (tmp_path / "pixi.toml").write_text(f'[workspace]\nname = "w"\nchannels = ["{channels["forge"].as_uri()}"]\n'
+                                        'platforms = ["linux-64"]\n')
+    for text, expected in (("version: 99\n", "newer"), ("version: 7\nplatforms: [\n", "git")):
+        (tmp_path / "pixi.lock").write_text(text)
+        assert main(["export", "--manifest-path", str(tmp_path)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err[0].startswith(f"error: {tmp_path / 'pixi.lock'}: cannot read the lock file") and len(err) == 2
+        assert "delete" not in err[1] and expected in err[1], err

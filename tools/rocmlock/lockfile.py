@@ -94,8 +94,11 @@ def read_lockfile(path: Path) -> LockedWorkspace | None:
     try:
         lock = LockFile.from_path(path)
     except (ParseCondaLockError, OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read the lock file: {exc}",
-                         hint="delete it and run `rocmlock lock` again") from None
+        # Never "delete it": a lock with PyPI or source packages can only be made again by pixi.
+        hint = ("it was written by a newer pixi than this py-rattler reads: upgrade py-rattler, or lock with a pixi "
+                "that writes format 7" if "newer lockfile format" in str(exc) else
+                "restore it (`git checkout pixi.lock`) or write it again with `pixi lock` or `rocmlock lock`")
+        raise InputError(f"{path}: cannot read the lock file: {exc}", hint=hint) from None
     return _from_lockfile(lock)
 
 
