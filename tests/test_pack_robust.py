@@ -351,4 +351,5 @@ def test_a_full_disk_while_unpacking_is_not_a_damaged_bundle(bundle: Path, tmp_p
         assert "File too large" in line and "damaged" not in err, err
         assert "disk" in err.strip().splitlines()[-1]
         assert not prefix.exists()
-        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rocmlock")]
+        left = [str(q) for p in tmp_path.iterdir() if p.name.startswith(".rocmlock") for q in [p, *p.rglob("*")]]
+        assert not left, f"rattler's background tasks outlive the failed install: {left}"

@@ -316,7 +316,7 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
         except Exception as exc:  # noqa: BLE001 - rattler's link/extract errors; the message names the file
             if fresh:
                 marker.unlink()
-                _clear(prefix)
+                remove_tree(prefix, keep_dir=True, settle=True)
                 if not existed:
                     with contextlib.suppress(OSError):  # still not empty: the message says where it is
                         prefix.rmdir()
