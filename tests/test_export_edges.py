@@ -99,3 +99,19 @@ def test_an_unreadable_lock_gets_a_hint_that_keeps_it(tmp_path: Path, channels: 
         err = capsys.readouterr().err.splitlines()
         assert err[0].startswith(f"error: {tmp_path / 'pixi.lock'}: cannot read the lock file") and len(err) == 2
         assert "delete" not in err[1] and expected in err[1], err
+
+
+@pytest.mark.parametrize(("options", "key"), [
+    ('index-url = "not a url"', "pypi-options.index-url"),
+    ('extra-index-urls = ["pypi.example/simple"]', "pypi-options.extra-index-urls[0]"),
+    ('find-links = [{ url = "wheels here" }]', "pypi-options.find-links[0].url"),
+])
+def test_pypi_options_urls_must_be_urls(tmp_path: Path, channels: dict[str, Path], options: str, key: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # pixi_manifest/src/pypi/pypi_options.rs: index-url, extra-index-urls and find-links `url` are `Url`s
+    # (an absolute URL with a scheme); pixi refuses the manifest otherwise, and pip would fail only at install.
+    (tmp_path / "pixi.toml").write_text(f'[workspace]\nname = "w"\nchannels = ["{channels["forge"].as_uri()}"]\n'
+                                        f'platforms = ["linux-64"]\n\n[pypi-options]\n{options}\n')
+    assert main(["export", "--manifest-path", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"error: {tmp_path / 'pixi.toml'}: key '{key}' ") and "URL" in err[0], err

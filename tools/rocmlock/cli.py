@@ -77,10 +77,13 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         workspace_packages,
         workspace_rocm_versions,
     )
+    from rocmlock.pixi_pyproject import find_manifest
     from rocmlock.workspace import load_workspace
 
-    # Outside a workspace (no ./pixi.toml, nothing named) doctor still checks the host and --target.
-    in_workspace = args.environments or args.manifest_path.exists() or args.manifest_path != Path("pixi.toml")
+    # Outside a workspace (no ./pixi.toml or pyproject.toml with [tool.pixi], nothing named) doctor still checks
+    # the host and --target.
+    in_workspace = (args.environments or find_manifest(args.manifest_path).exists()
+                    or args.manifest_path != Path("pixi.toml"))
     ws = load_workspace(args.manifest_path) if in_workspace else None
     targets = doctor_targets(args.targets, ws, args.environments)
     wanted = workspace_rocm_versions(ws, args.environments) if ws else ()
