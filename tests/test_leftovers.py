@@ -53,7 +53,7 @@ def test_an_emptied_export_directory_goes_too(ws_copy: Path) -> None:
     _drop_mi250(ws_copy)
     assert main(["lock", "--manifest-path", str(ws_copy / "pixi.toml")]) == 0
     assert not (ws_copy / "envs" / "mi250").exists()
-    assert sorted(p.name for p in (ws_copy / "envs").iterdir()) == ["mi300x"]
+    assert "mi250" not in {p.name for p in (ws_copy / "envs").iterdir()}
 
 
 def test_lock_removes_the_export_of_a_removed_platform(tmp_path: Path, channels: dict[str, Path],
