@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from lockhelpers import PLATFORMS, snapshot
-from rocmlock.cli import main
 from rocmlock import exports
+from rocmlock.cli import main
 from rocmlock.exports import HEADER
 
 MI250 = 'mi250 = ["rocm72", "gfx90a", "train"]\n'
