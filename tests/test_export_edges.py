@@ -32,6 +32,45 @@ def test_an_environment_without_packages_has_an_empty_dependency_list(tmp_path: 
     assert env["dependencies"] == [] and env["name"] == "default"
 
 
+
+def _envs(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "envs").rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("deps", ["", '[target.linux-64-gfx942.dependencies]\npython = "3.12.*"\n'],
+                         ids=["no-packages", "packages-on-one-platform"])
+def test_lock_and_export_agree_on_a_platform_without_packages(tmp_path: Path, channels: dict[str, Path],
+                                                              monkeypatch: pytest.MonkeyPatch, deps: str) -> None:
+    # pixi.lock has no entry for an environment x platform without packages (rattler writes `packages: {}`), and
+    # pixi reads that as an empty list: pixi 0.77 crates/pixi_core/src/lock_file/outdated.rs
+    # (find_unsatisfiable_targets) re-solves an environment only when it is missing from the lock or unsatisfied,
+    # and satisfiability/platform.rs (verify_platform_satisfiability) takes a platform's packages as
+    # `lock_platform.and_then(|p| locked_environment.packages(p))`, flattened: absent is empty, satisfied when the
+    # manifest asks for nothing there, and `pixi install` makes an empty prefix.
+    # So the exports of such a platform exist (an empty environment is one conda can create) whichever command
+    # wrote them, and a re-lock does not solve it again.
+    from lockhelpers import PLATFORMS
+    from rocmlock.lock import lock_workspace
+
+    monkeypatch.setenv("ROCMLOCK_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "pixi.toml").write_text(f'[workspace]\nname = "e"\nchannels = ["{channels["forge"].as_uri()}"]\n'
+                                    f'{PLATFORMS}\n{deps}')
+    assert main(["lock", "--manifest-path", str(root)]) == 0
+    by_lock = _envs(root)
+    assert sorted(by_lock) == ["envs/default/conda-linux-64-gfx90a.lock", "envs/default/conda-linux-64-gfx942.lock",
+                               "envs/default/environment.yml"]
+    assert main(["export", "--check", "--manifest-path", str(root)]) == 0
+    shutil.rmtree(root / "envs")
+    assert main(["export", "--manifest-path", str(root)]) == 0
+    assert _envs(root) == by_lock
+    assert main(["lock", "--check", "--manifest-path", str(root)]) == 0
+    shutil.rmtree(tmp_path / "cache")  # no stamp: the lock itself must read as complete and satisfied
+    result = lock_workspace(root)
+    assert result.solved == () and result.not_locked == () and result.up_to_date
+
+
 def _find_links_workspace(root: Path, forge: Path) -> Path:
     """pixi's examples/pypi-find-links shape: ``find-links = [{ path = "./links" }]`` and the wheels there."""
     hashes = build_index(root / "index", WHEELS)
