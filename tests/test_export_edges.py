@@ -69,6 +69,12 @@ def test_lock_and_export_agree_on_a_platform_without_packages(tmp_path: Path, ch
     shutil.rmtree(tmp_path / "cache")  # no stamp: the lock itself must read as complete and satisfied
     result = lock_workspace(root)
     assert result.solved == () and result.not_locked == () and result.up_to_date
+    # ... and `rocmlock install` (pixi install --locked's stand-in) makes the empty prefix pixi would.
+    prefix = tmp_path / "prefix"
+    assert main(["install", "-e", "default", "-p", "linux-64-gfx90a", "--prefix", str(prefix),
+                 "--manifest-path", str(root)]) == 0
+    assert prefix.is_dir() and not [p for p in prefix.rglob("*") if p.is_file() and p.suffix == ".json"
+                                    and p.parent.name == "conda-meta" and p.name != "history"]
 
 
 def _find_links_workspace(root: Path, forge: Path) -> Path:
