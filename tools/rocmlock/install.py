@@ -18,7 +18,7 @@ from rattler import RepoDataRecord
 
 from rocmlock.credentials import client_for_urls, credentials_hint, redact_text, refused_channel, split_url
 from rocmlock.errors import InputError, OperationError
-from rocmlock.lockfile import LockedPlatform, LockedWorkspace, align_platforms, read_lockfile
+from rocmlock.lockfile import LockedPlatform, LockedWorkspace, align_platforms, empty_platforms, read_lockfile
 from rocmlock.outputs import settle
 
 
@@ -46,7 +46,9 @@ def read_named(lock_path: Path) -> LockedWorkspace | None:
     manifest = find_manifest(lock_path.parent)
     if locked is None or not manifest.is_file():  # a lock alone (a node without the checkout): its own names
         return locked
-    return align_platforms(locked, load_workspace(manifest).platforms)
+    ws = load_workspace(manifest)
+    # Platforms without packages are absent from pixi.lock; pixi installs them as an empty prefix.
+    return empty_platforms(align_platforms(locked, ws.platforms), ws.environments())
 
 
 def left_out(lock_path: Path, environment: str, platform: str) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from rocmlock.lockfile import (
     LockedPlatform,
     LockedWorkspace,
     align_platforms,
+    empty_platforms,
     lock_platform,
     read_lockfile,
     render_lockfile,
@@ -294,28 +295,7 @@ def _check_update_names(ws: Workspace, old: LockedWorkspace | None, update: Sequ
 
 def _read_lock(ws: Workspace) -> LockedWorkspace | None:
     locked = read_lockfile(ws.root / LOCK_NAME)
-    return None if locked is None else _empty_platforms(ws, align_platforms(locked, ws.platforms))
-
-
-def _empty_platforms(ws: Workspace, locked: LockedWorkspace) -> LockedWorkspace:
-    """A locked environment's platforms that pixi.lock cannot list (no packages there) as empty record lists.
-
-    pixi.lock has no entry for an environment x platform without packages, and pixi reads the absence as an empty
-    list (pixi 0.77 satisfiability/platform.rs, verify_platform_satisfiability), so lock and export must too: such
-    a platform, where the manifest asks for no package, is locked (not solved again) and exported (an empty
-    environment conda can create), whichever command runs.
-    """
-    platforms, envs = dict(locked.platforms), dict(locked.environments)
-    for env in ws.environments():
-        lenv = locked.environments.get(env.name)
-        if lenv is None:
-            continue
-        empty = [p for p in env.platforms if p.name not in lenv.records and not env.dependencies_for(p)]
-        for plat in empty:
-            platforms.setdefault(plat.name, lock_platform(plat))
-        if empty:
-            envs[env.name] = replace(lenv, records={**lenv.records, **{p.name: [] for p in empty}})
-    return LockedWorkspace(platforms, envs)
+    return None if locked is None else empty_platforms(align_platforms(locked, ws.platforms), ws.environments())
 
 
 def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
