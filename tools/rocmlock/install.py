@@ -9,7 +9,6 @@ reached with the credentials of the manifest's channel URLs, held in memory
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from rocmlock.credentials import client_for_urls, credentials_hint, redact_text,
 from rocmlock.errors import InputError, OperationError
 from rocmlock.lockfile import LockedPlatform, LockedWorkspace, align_platforms, empty_platforms, read_lockfile
 from rocmlock.outputs import settle
+from rocmlock.scratch import remove_tree
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
     except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
         secrets = [s for c in channels for s in split_url(c).secrets]
         if created:  # a half-made environment is worse than none: it imports, then fails at run time
-            shutil.rmtree(prefix, ignore_errors=True)
+            remove_tree(prefix, settle=True)  # rattler's extraction tasks outlive the failed call
         left = "nothing was left there" if created else "it existed before and may be partly changed"
         text = redact_text(str(exc), secrets)
         raise _install_error(f"installing '{environment}' into {prefix} failed ({left})", text,
