@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -110,6 +111,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _wait_answering(proc: subprocess.Popen[bytes], endpoint: str, seconds: float = 60.0) -> None:
+    """Until the server answers (any HTTP status): its start is slow on a loaded machine, so a fixed number of
+    tries is not enough; a server that exits or never answers fails here, not later as a refused connection."""
+    deadline = time.monotonic() + seconds
+    while True:
+        assert proc.poll() is None, f"moto.server exited with {proc.returncode} before answering at {endpoint}"
+        try:
+            urllib.request.urlopen(endpoint, timeout=2).close()
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"moto.server did not answer at {endpoint} within {seconds:.0f} s"
+            time.sleep(0.1)
+
+
 @pytest.fixture
 def s3_server(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """moto's S3-compatible server on 127.0.0.1 (tests/requirements-extra.txt)."""
@@ -118,12 +135,7 @@ def s3_server(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(endpoint, timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+        _wait_answering(proc, endpoint)
         for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "s3-secret-key",
                            "AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1"}.items():
             monkeypatch.setenv(key, value)
