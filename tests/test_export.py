@@ -121,3 +121,25 @@ def test_renderers_are_pure_and_redact(locked_ws: Path) -> None:
     first = render_explicit("mi300x", plat, records)
     assert first == render_explicit("mi300x", plat, list(reversed(records)))
     assert "__amdgpu_arch=9.4.2" in first
+
+
+def test_install_and_pack_name_pixis_aliased_platforms_as_pixi_toml_does(
+        ws_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # pixi 0.77 writes rich platforms as p1, p2, ... (pixi_core/src/lock_file/platform_rename.rs,
+    # shorten_platform_names, called by update.rs before it writes pixi.lock) and maps them back to the
+    # manifest's names by identity when it reads the lock. `install -p` and `pack -p` take the manifest's name.
+    locked = read_lockfile(ws_copy / "pixi.lock")
+    assert locked is not None
+    alias = {"linux-64-gfx90a": "p1", "linux-64-gfx942": "p2"}
+    aliased = LockedWorkspace(
+        {alias[n]: LockedPlatform(alias[n], p.subdir, p.virtual_packages) for n, p in locked.platforms.items()},
+        {n: LockedEnvironment(e.channels, {alias[p]: r for p, r in e.records.items()})
+         for n, e in locked.environments.items()})
+    (ws_copy / "pixi.lock").write_text(render_lockfile(aliased))
+    prefix = tmp_path / "prefix"
+    assert main(["install", "--manifest-path", str(ws_copy), "-e", "mi300x", "-p", "linux-64-gfx942",
+                 "--prefix", str(prefix)]) == 0, capsys.readouterr().err
+    assert (prefix / "conda-meta").is_dir()
+    assert main(["install", "--manifest-path", str(ws_copy), "-e", "mi300x", "--prefix", str(tmp_path / "p2"),
+                 "--json"]) == 0
+    assert '"platform": "linux-64-gfx942"' in capsys.readouterr().out

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from pixilock import Wheel, build_index, pypi_entry, write_pixi_lock
 from rocmlock.cli import main
@@ -29,6 +30,51 @@ def test_an_environment_without_packages_has_an_empty_dependency_list(tmp_path: 
     assert main(["lock", "--manifest-path", str(tmp_path)]) == 0
     env = yaml.safe_load((tmp_path / "envs" / "default" / "environment.yml").read_text())
     assert env["dependencies"] == [] and env["name"] == "default"
+
+
+
+def _envs(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "envs").rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("deps", ["", '[target.linux-64-gfx942.dependencies]\npython = "3.12.*"\n'],
+                         ids=["no-packages", "packages-on-one-platform"])
+def test_lock_and_export_agree_on_a_platform_without_packages(tmp_path: Path, channels: dict[str, Path],
+                                                              monkeypatch: pytest.MonkeyPatch, deps: str) -> None:
+    # pixi.lock has no entry for an environment x platform without packages (rattler writes `packages: {}`), and
+    # pixi reads that as an empty list: pixi 0.77 crates/pixi_core/src/lock_file/outdated.rs
+    # (find_unsatisfiable_targets) re-solves an environment only when it is missing from the lock or unsatisfied,
+    # and satisfiability/platform.rs (verify_platform_satisfiability) takes a platform's packages as
+    # `lock_platform.and_then(|p| locked_environment.packages(p))`, flattened: absent is empty, satisfied when the
+    # manifest asks for nothing there, and `pixi install` makes an empty prefix.
+    # So the exports of such a platform exist (an empty environment is one conda can create) whichever command
+    # wrote them, and a re-lock does not solve it again.
+    from lockhelpers import PLATFORMS
+    from rocmlock.lock import lock_workspace
+
+    monkeypatch.setenv("ROCMLOCK_CACHE_DIR", str(tmp_path / "cache"))
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "pixi.toml").write_text(f'[workspace]\nname = "e"\nchannels = ["{channels["forge"].as_uri()}"]\n'
+                                    f'{PLATFORMS}\n{deps}')
+    assert main(["lock", "--manifest-path", str(root)]) == 0
+    by_lock = _envs(root)
+    assert sorted(by_lock) == ["envs/default/conda-linux-64-gfx90a.lock", "envs/default/conda-linux-64-gfx942.lock",
+                               "envs/default/environment.yml"]
+    assert main(["export", "--check", "--manifest-path", str(root)]) == 0
+    shutil.rmtree(root / "envs")
+    assert main(["export", "--manifest-path", str(root)]) == 0
+    assert _envs(root) == by_lock
+    assert main(["lock", "--check", "--manifest-path", str(root)]) == 0
+    shutil.rmtree(tmp_path / "cache")  # no stamp: the lock itself must read as complete and satisfied
+    result = lock_workspace(root)
+    assert result.solved == () and result.not_locked == () and result.up_to_date
+    # ... and `rocmlock install` (pixi install --locked's stand-in) makes the empty prefix pixi would.
+    prefix = tmp_path / "prefix"
+    assert main(["install", "-e", "default", "-p", "linux-64-gfx90a", "--prefix", str(prefix),
+                 "--manifest-path", str(root)]) == 0
+    assert prefix.is_dir() and not [p for p in prefix.rglob("*") if p.is_file() and p.suffix == ".json"
+                                    and p.parent.name == "conda-meta" and p.name != "history"]
 
 
 def _find_links_workspace(root: Path, forge: Path) -> Path:
@@ -84,3 +130,62 @@ def test_a_local_find_links_directory_is_written_relative_so_exports_do_not_depe
     result = _pip_no_index(conda_req, out)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Would install rlk-alpha-1.0 rlk-beta-2.0" in result.stdout
+
+
+def test_an_unreadable_lock_gets_a_hint_that_keeps_it(tmp_path: Path, channels: dict[str, Path],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # A lock that only pixi can write (PyPI or source packages) must not be answered with "delete it": the
+    # hint names what to do instead. A newer format than py-rattler reads is named as such.
+    (tmp_path / "pixi.toml").write_text(f'[workspace]\nname = "w"\nchannels = ["{channels["forge"].as_uri()}"]\n'
+                                        'platforms = ["linux-64"]\n')
+    for text, expected in (("version: 99\n", "newer"), ("version: 7\nplatforms: [\n", "git")):
+        (tmp_path / "pixi.lock").write_text(text)
+        assert main(["export", "--manifest-path", str(tmp_path)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err[0].startswith(f"error: {tmp_path / 'pixi.lock'}: cannot read the lock file") and len(err) == 2
+        assert "delete" not in err[1] and expected in err[1], err
+
+
+@pytest.mark.parametrize(("options", "key"), [
+    ('index-url = "not a url"', "pypi-options.index-url"),
+    ('extra-index-urls = ["pypi.example/simple"]', "pypi-options.extra-index-urls[0]"),
+    ('find-links = [{ url = "wheels here" }]', "pypi-options.find-links[0].url"),
+])
+def test_pypi_options_urls_must_be_urls(tmp_path: Path, channels: dict[str, Path], options: str, key: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # pixi_manifest/src/pypi/pypi_options.rs: index-url, extra-index-urls and find-links `url` are `Url`s
+    # (an absolute URL with a scheme); pixi refuses the manifest otherwise, and pip would fail only at install.
+    (tmp_path / "pixi.toml").write_text(f'[workspace]\nname = "w"\nchannels = ["{channels["forge"].as_uri()}"]\n'
+                                        f'platforms = ["linux-64"]\n\n[pypi-options]\n{options}\n')
+    assert main(["export", "--manifest-path", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"error: {tmp_path / 'pixi.toml'}: key '{key}' ") and "URL" in err[0], err
+
+
+def test_a_direct_url_pypi_package_is_pinned_by_url_and_hash(tmp_path: Path, channels: dict[str, Path]) -> None:
+    # pixi records a `{ url = ... }` PyPI dependency as `pypi: direct+<url>` (pixi_core/src/lock_file/resolve/
+    # pypi.rs; read back in satisfiability/pypi.rs by stripping `direct+`); pip takes `name @ <url>` with its hash.
+    from pixilock import serve
+
+    hashes = build_index(tmp_path / "index", WHEELS)
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "pixi.toml").write_text(
+        f'[workspace]\nname = "d"\nchannels = ["{channels["forge"].as_uri()}"]\nplatforms = ["linux-64"]\n\n'
+        '[dependencies]\npython = "3.12.*"\n')
+    with serve(tmp_path / "index") as base:
+        entries = [pypi_entry(base, w, hashes[w.filename]) for w in WHEELS]
+        entries[1]["pypi"] = "direct+" + entries[1]["pypi"]
+        del entries[1]["index"]
+        write_pixi_lock(tmp_path / "ws" / "pixi.lock", channels["forge"], "default", LINUX, ["python 3.12.*"],
+                        entries, [f"{base}/simple"])
+        assert "direct+http://127.0.0.1" in (tmp_path / "ws" / "pixi.lock").read_text()
+        assert main(["export", "--manifest-path", str(tmp_path / "ws")]) == 0
+        req = tmp_path / "ws" / "envs" / "default" / "requirements-linux-64.txt"
+        text = req.read_text()
+        assert f"rlk-beta @ {base}/files/{WHEELS[1].filename} \\\n    --hash=sha256:{hashes[WHEELS[1].filename]}\n" \
+            in text and "direct+" not in text
+        cmd = [sys.executable, "-m", "pip", "install", "--isolated", "--no-cache-dir", "--dry-run", "--ignore-installed",
+               "--disable-pip-version-check", "--index-url", f"{base}/simple", "--require-hashes", "-r", str(req)]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Would install rlk-alpha-1.0 rlk-beta-2.0" in result.stdout

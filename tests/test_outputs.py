@@ -42,7 +42,7 @@ KILL_AFTER_STEP = textwrap.dedent("""
                 os.kill(os.getpid(), signal.SIGKILL)
             return result
         return run
-    for name in ("_write", "_rename", "_remove", "_mkdir"):
+    for name in ("_write", "_rename", "_remove", "_mkdir", "_rmdir"):
         setattr(outputs, name, counted(getattr(outputs, name)))
     from rocmlock.cli import main
     code = main(sys.argv[2:])
@@ -60,8 +60,9 @@ COMMIT_FOREVER = textwrap.dedent("""
     lock = root / "pixi.lock"
     i = 1 if lock.is_file() and lock.read_text() == sets[0]["pixi.lock"] else 0  # start with the other set
     def once():
+        this, other = sets[i % 2], sets[(i + 1) % 2]
         with exclusive(root):
-            commit(root, {root / k: v for k, v in sets[i % 2].items()})
+            commit(root, {root / k: v for k, v in this.items()}, [root / k for k in other if k not in this])
     start = time.monotonic()
     once()
     print(f"go {time.monotonic() - start}", flush=True)  # how long one commit takes on this machine
@@ -78,9 +79,12 @@ def _set(root: Path) -> dict[str, bytes]:
 
 
 def _manifest_b(text: str) -> str:
-    # Every environment changes (numpy 2.2.0 -> 2.1.3, default gains numpy) and one is added: B rewrites
-    # every file of A and creates new ones.
-    return text.replace('python = "3.12.*"', 'python = "3.12.*"\nnumpy = "2.1.*"', 1) + 'other = ["gfx942"]\n'
+    # Every environment changes (numpy 2.2.0 -> 2.1.3, default gains numpy), one is added and one (mi250) goes:
+    # B rewrites every file A shares with it, creates new ones and removes mi250's exports (and their directory).
+    mi250 = 'mi250 = ["rocm72", "gfx90a", "train"]\n'
+    assert mi250 in text
+    return text.replace('python = "3.12.*"', 'python = "3.12.*"\nnumpy = "2.1.*"', 1).replace(mi250, "") \
+        + 'other = ["gfx942"]\n'
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +98,9 @@ def sets(channels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
         (root / "pixi.toml").write_text(content)
         assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 0
     (a / "pixi.toml").write_text(_manifest_b(text))
-    assert set(_set(b)) > set(_set(a)) and all(_set(a)[k] != _set(b)[k] for k in _set(a))
+    new, old = set(_set(b)), set(_set(a))
+    assert new - old and old - new and all(k.startswith("envs/mi250/") for k in old - new)
+    assert all(_set(a)[k] != _set(b)[k] for k in old & new)
     return {"a": a, "b": b}
 
 
@@ -130,6 +136,7 @@ def test_a_kill_after_each_filesystem_step_leaves_the_old_or_the_new_set(
         with outputs.exclusive(root):  # the next writer cleans whatever the interrupted one left
             txn = root / ".rocmlock" / "txn"
             assert not txn.exists() or not list(txn.iterdir())
+        assert (root / "envs" / "mi250").is_dir() == (seen[-1] == "a")  # an emptied export directory goes too
         if not killed:  # the writer ran to its end: every step has had its kill
             break
         shutil.rmtree(root)
@@ -143,8 +150,9 @@ def test_a_kill_after_each_filesystem_step_leaves_the_old_or_the_new_set(
 
 
 def _synthetic_sets() -> list[dict[str, str]]:
-    files = ["pixi.lock", *(f"envs/e{i}/{n}" for i in range(3) for n in ("environment.yml", "conda-x.lock"))]
-    return [{f: f"{tag} {f}\n" * 200 for f in files} for tag in ("A", "B")]
+    # A has an environment (e3) that B lacks: committing B removes its files, committing A brings them back.
+    files = ["pixi.lock", *(f"envs/e{i}/{n}" for i in range(4) for n in ("environment.yml", "conda-x.lock"))]
+    return [{f: f"{tag} {f}\n" * 200 for f in files if tag == "A" or "/e3/" not in f} for tag in ("A", "B")]
 
 
 def test_random_kills_of_a_committing_writer_leave_a_whole_set(tmp_path: Path) -> None:

@@ -182,6 +182,8 @@ def test_unpack_checks_its_arguments_before_extracting_anything(
          "--prefix and --extract-dir must be different directories"),
         (["--prefix", str(tmp_path / "full"), "--host-root", str(host)],
          f"{tmp_path / 'full'}: --prefix is a non-empty directory and not a conda environment"),
+        (["--prefix", str(tmp_path / "env"), "--host-root", str(tmp_path / "afile")],
+         f"--host-root {tmp_path / 'afile'}: not a directory"),
     ]
     for argv, says in cases:
         assert main(["unpack", str(bundle), *argv]) == 2, argv
@@ -189,6 +191,17 @@ def test_unpack_checks_its_arguments_before_extracting_anything(
         assert says in _one_error(err), err
         assert "bundle ok" not in err, "refused before the bundle was read"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "full", "host"]
+
+
+def test_extract_dir_with_an_extracted_bundle_is_refused(bundle: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    x = tmp_path / "x"
+    with tarfile.open(bundle) as tar:
+        tar.extractall(x, filter="data")
+    code = unpack(x, tmp_path / "env", fake_node(tmp_path / "host", [90402]), "--extract-dir", str(tmp_path / "k"))
+    assert code == 2
+    assert f"--extract-dir {tmp_path / 'k'}: {x} is extracted already" in _one_error(capsys.readouterr().err)
+    assert not (tmp_path / "env").exists() and not (tmp_path / "k").exists()
 
 
 def test_a_failed_unpack_leaves_no_half_extract_dir(bundle: Path, tmp_path: Path,
@@ -338,4 +351,5 @@ def test_a_full_disk_while_unpacking_is_not_a_damaged_bundle(bundle: Path, tmp_p
         assert "File too large" in line and "damaged" not in err, err
         assert "disk" in err.strip().splitlines()[-1]
         assert not prefix.exists()
-        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rocmlock")]
+        left = [str(q) for p in tmp_path.iterdir() if p.name.startswith(".rocmlock") for q in [p, *p.rglob("*")]]
+        assert not left, f"rattler's background tasks outlive the failed install: {left}"

@@ -104,3 +104,12 @@ def test_pixi_toml_is_preferred_and_a_pyproject_without_tool_pixi_is_no_manifest
     _pyproject(tmp_path, channels["forge"])
     (tmp_path / "pixi.toml").write_text(f'[workspace]\nname = "from-pixi-toml"\nchannels = ["{channels["forge"].as_uri()}"]\n')
     assert load_workspace(tmp_path).name == "from-pixi-toml"
+
+
+def test_doctor_in_a_pyproject_workspace_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # Outside a workspace doctor checks the host only; a pyproject.toml with [tool.pixi] is a workspace.
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n\n[tool.pixi.workspace]\nplatforms = []\n')
+    monkeypatch.chdir(tmp_path)
+    assert main(["doctor", "--json"]) == 2
+    assert "[tool.pixi.workspace] has no 'channels'" in capsys.readouterr().err

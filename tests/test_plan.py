@@ -278,3 +278,34 @@ def test_broken_recipe_is_an_input_error_naming_it(
     assert main(["plan", "--manifest-path", str(manifest)]) == 2
     err = capsys.readouterr().err
     assert "broken/recipe.yaml: cannot render" in err and "no_such_key" in err
+
+
+@pytest.mark.parametrize(("spec", "pythons"), [
+    # `pixi add python` writes a lower bound with the patch and an upper bound on the next minor
+    # (pixi's examples/qgis, examples/multi-machine: ">=3.12.3,<3.13", ">=3.13.13,<4").
+    (">=3.12.3,<3.13", ["3.12"]),
+    (">=3.12.3", ["3.12", "3.13"]),
+    (">3.11.2,<3.11.9", ["3.11"]),
+    ("~=3.12.1", ["3.12"]),
+    (">=3.11,<3.13", ["3.11", "3.12"]),
+])
+def test_a_spec_with_a_patch_bound_plans_the_minor_it_admits(tmp_path: Path, spec: str, pythons: list[str]) -> None:
+    mirror(tmp_path)
+    manifest = workspace(tmp_path, {"a": ("gfx942", "7.2.*", spec)})
+    plan = make_plan(load_workspace(manifest))
+    assert sorted(dict(v.variant)["python"] for v in plan.variants if v.stage == "pytorch") == pythons
+
+
+def test_an_environment_that_needs_no_recipe_package_plans_nothing_whatever_its_python(tmp_path: Path) -> None:
+    # A docs or lint environment beside the GPU ones (pixi's examples/solve-groups: python "<=3.10") needs
+    # nothing built; only an environment that needs a recipe package must match a shipped python.
+    mirror(tmp_path)
+    manifest = workspace(tmp_path, {"a": ("gfx942", "7.2.*", "3.12.*")})
+    manifest.write_text(manifest.read_text().replace(
+        "\n[environments]\n", '\n[feature.docs.dependencies]\npython = "<=3.10"\n\n[environments]\ndocs = ["docs"]\n'))
+    plan = make_plan(load_workspace(manifest))
+    assert not any("docs" in v.environments for v in plan.variants)
+    assert any("a" in v.environments for v in plan.variants)
+    manifest.write_text(manifest.read_text().replace('docs = ["docs"]', 'docs = ["docs", "train"]'))
+    with pytest.raises(InputError, match=r"environment 'docs': python '<=3.10' matches none of"):
+        make_plan(load_workspace(manifest), ["docs"])

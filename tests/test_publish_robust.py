@@ -9,6 +9,7 @@ server is a port nobody listens on. Under a second.
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,10 +25,12 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
                          [Pkg("rocm-version", "7.2", "0", subdir="noarch", noarch="generic")])
 
 
-def _dead_port() -> int:
+@pytest.fixture
+def dead_port() -> Iterator[int]:
+    """A port bound (so no other server of this busy machine can take it) but not listening: refused."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # closed again: nothing listens there
+        yield int(s.getsockname()[1])
 
 
 def _publish(capsys: pytest.CaptureFixture[str], source: Path, to: str) -> tuple[int, str, str]:
@@ -61,9 +64,9 @@ def test_a_malformed_destination_is_bad_input(source: Path, capsys: pytest.Captu
 
 
 def test_a_server_that_is_down_is_one_line_and_not_blamed_on_the_key(
-        source: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+        source: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, dead_port: int) -> None:
     monkeypatch.setenv("QUETZ_API_KEY", KEY)
-    port = _dead_port()
+    port = dead_port
     code, error, hint = _publish(capsys, source, f"quetz+http://127.0.0.1:{port}/rocm")
     assert code == 1
     assert error.startswith(f"error: cannot publish to http://127.0.0.1:{port}/get/rocm: it cannot be read")

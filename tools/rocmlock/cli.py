@@ -77,10 +77,13 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         workspace_packages,
         workspace_rocm_versions,
     )
+    from rocmlock.pixi_pyproject import find_manifest
     from rocmlock.workspace import load_workspace
 
-    # Outside a workspace (no ./pixi.toml, nothing named) doctor still checks the host and --target.
-    in_workspace = args.environments or args.manifest_path.exists() or args.manifest_path != Path("pixi.toml")
+    # Outside a workspace (no ./pixi.toml or pyproject.toml with [tool.pixi], nothing named) doctor still checks
+    # the host and --target.
+    in_workspace = (args.environments or find_manifest(args.manifest_path).exists()
+                    or args.manifest_path != Path("pixi.toml"))
     ws = load_workspace(args.manifest_path) if in_workspace else None
     targets = doctor_targets(args.targets, ws, args.environments)
     wanted = workspace_rocm_versions(ws, args.environments) if ws else ()
@@ -115,12 +118,15 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
         missing = ", ".join(f"{env} [{plat}]" for env, plat in result.not_locked)
         _err(f"warning: pixi.lock does not hold {missing}; `pixi install --locked` refuses a lock without every "
              "environment: run `rocmlock lock` without -e/-p")
+    gone = set(data["no_longer_generated"])
     if args.check:
         for path in data["stale"]:
-            _err(f"stale: {path}")
+            _err(f"stale: {path} (no longer generated)" if path in gone else f"stale: {path}")
         _err("up to date" if result.up_to_date else f"{len(data['stale'])} output(s) would change; run `rocmlock {verb}`")
         return 0 if result.up_to_date else 1
-    _err(f"wrote {len(data['stale'])} file(s)" if result.written else "up to date, nothing written")
+    written = len(data["stale"]) - len(gone)
+    removed = f", removed {len(gone)} no longer generated" if gone else ""
+    _err(f"wrote {written} file(s){removed}" if result.written else "up to date, nothing written")
     return 0
 
 

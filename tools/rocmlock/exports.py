@@ -11,7 +11,8 @@ cannot carry.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from rattler import PackageRecord, RepoDataRecord
@@ -154,3 +155,30 @@ def render_exports(envs_dir: Path, env: str, channels: Sequence[str],
         if req:
             out[envs_dir / env / req] = render_requirements_file(env, plat, pins, indexes)
     return out
+
+
+# The names render_exports gives files inside envs/<env>/ (environment.yml, explicit_name, requirements_name).
+_GENERATED_NAME = re.compile(r"environment\.yml|conda-[^/]+\.lock|requirements-[^/]+\.txt")
+
+
+def is_generated(path: Path) -> bool:
+    """Whether ``path`` is an export rocmlock wrote: one of its file names, starting with its header line.
+
+    A user's own file of such a name (no header) is never taken for one, so it is never removed.
+    """
+    if not _GENERATED_NAME.fullmatch(path.name) or not path.is_file() or path.is_symlink():
+        return False
+    try:
+        with path.open("rb") as fh:
+            return fh.readline().rstrip(b"\r\n") == HEADER.encode()
+    except OSError:
+        return False
+
+
+def generated_files(envs_dir: Path, envs: Iterable[str] | None = None) -> list[Path]:
+    """The exports rocmlock wrote that lie in ``envs_dir/<env>/`` (every env directory when ``envs`` is None)."""
+    try:
+        dirs = [envs_dir / e for e in envs] if envs is not None else [d for d in envs_dir.iterdir() if d.is_dir()]
+        return sorted(p for d in dirs if d.is_dir() and not d.is_symlink() for p in d.iterdir() if is_generated(p))
+    except OSError:
+        return []

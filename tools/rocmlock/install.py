@@ -9,7 +9,6 @@ reached with the credentials of the manifest's channel URLs, held in memory
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +17,9 @@ from rattler import RepoDataRecord
 
 from rocmlock.credentials import client_for_urls, credentials_hint, redact_text, refused_channel, split_url
 from rocmlock.errors import InputError, OperationError
-from rocmlock.lockfile import LockedPlatform, read_lockfile
+from rocmlock.lockfile import LockedPlatform, LockedWorkspace, align_platforms, empty_platforms, read_lockfile
 from rocmlock.outputs import settle
+from rocmlock.scratch import remove_tree
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,25 @@ class InstallResult:
                 "packages": list(self.packages), "left_out": list(self.left_out)}
 
 
+def read_named(lock_path: Path) -> LockedWorkspace | None:
+    """The lock with its platforms named as the manifest beside it names them: pixi 0.77 writes rich platforms
+    as ``p1``, ``p2``, ... (pixi_core/src/lock_file/platform_rename.rs) and reads them back by identity."""
+    from rocmlock.pixi_pyproject import find_manifest
+    from rocmlock.workspace import load_workspace
+
+    locked = read_lockfile(lock_path)
+    manifest = find_manifest(lock_path.parent)
+    if locked is None or not manifest.is_file():  # a lock alone (a node without the checkout): its own names
+        return locked
+    ws = load_workspace(manifest)
+    # Platforms without packages are absent from pixi.lock; pixi installs them as an empty prefix.
+    return empty_platforms(align_platforms(locked, ws.platforms), ws.environments())
+
+
 def left_out(lock_path: Path, environment: str, platform: str) -> tuple[str, ...]:
     """The packages of ``environment`` on ``platform`` that are not conda binaries (PyPI and source packages
     of a pixi-written lock): rattler installs conda packages only, so install and pack leave them out."""
-    locked = read_lockfile(lock_path)
+    locked = read_named(lock_path)
     env = locked.environments.get(environment) if locked else None
     if env is None:
         return ()
@@ -58,7 +73,7 @@ def select_records(lock_path: Path, environment: str, platform: str | None = Non
                    ) -> tuple[LockedPlatform, list[RepoDataRecord]]:
     """The lock platform (``environment``'s only one when ``platform`` is None) and its records."""
     settle(lock_path.parent)  # a write of the lock outputs that was interrupted is finished first
-    locked = read_lockfile(lock_path)
+    locked = read_named(lock_path)
     if locked is None:
         raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first")
     env = locked.environments.get(environment)
@@ -96,7 +111,7 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
     except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
         secrets = [s for c in channels for s in split_url(c).secrets]
         if created:  # a half-made environment is worse than none: it imports, then fails at run time
-            shutil.rmtree(prefix, ignore_errors=True)
+            remove_tree(prefix, settle=True)  # rattler's extraction tasks outlive the failed call
         left = "nothing was left there" if created else "it existed before and may be partly changed"
         text = redact_text(str(exc), secrets)
         raise _install_error(f"installing '{environment}' into {prefix} failed ({left})", text,

@@ -20,12 +20,13 @@ from rattler import RepoDataRecord
 from rocmlock import fsutil, stamp
 from rocmlock.credentials import redact_url
 from rocmlock.errors import InputError, OperationError
-from rocmlock.exports import render_exports
+from rocmlock.exports import generated_files, render_exports
 from rocmlock.lockfile import (
     LockedEnvironment,
     LockedPlatform,
     LockedWorkspace,
     align_platforms,
+    empty_platforms,
     lock_platform,
     read_lockfile,
     render_lockfile,
@@ -80,6 +81,8 @@ class LockResult:
     # on a workspace never locked in full): pixi's --locked refuses such a lock as a whole.
     not_locked: tuple[SolveKey, ...] = ()
     warnings: tuple[str, ...] = ()
+    # Exports (also in ``stale``) of environments or platforms that are gone: removed in the same commit.
+    removed: tuple[Path, ...] = ()
 
     @property
     def up_to_date(self) -> bool:
@@ -106,6 +109,7 @@ class LockResult:
             "up_to_date": self.up_to_date,
             "written": self.written,
             "stale": [fsutil.relative_path(p, root) for p in self.stale],
+            "no_longer_generated": [fsutil.relative_path(p, root) for p in self.removed],
             "solved": [{"environment": e, "platform": p, "reason": self.reasons.get((e, p))}
                        for e, p in self.solved],
             "changes": {e: dict(p) for e, p in envs.items()},
@@ -261,13 +265,22 @@ def _stale(files: dict[Path, str]) -> tuple[Path, ...]:
     return tuple(sorted(p for p, t in files.items() if differs(p, t)))
 
 
+def leftovers(root: Path, files: Iterable[Path], scope: Iterable[str] | None = None) -> tuple[Path, ...]:
+    """Exports rocmlock wrote under ``root``/envs/ (in the ``scope`` environments' directories, every one when
+    None) that ``files`` no longer holds: envs/ mirrors the lock, so they go."""
+    wanted = set(files)
+    return tuple(p for p in generated_files(root / ENVS_DIR, scope) if p not in wanted)
+
+
 def _finish(ws: Workspace, files: dict[Path, str], changes: list[Change], solved: Sequence[SolveKey],
-            reasons: dict[SolveKey, str], check: bool, warnings: Sequence[str] = ()) -> LockResult:
-    stale = _stale(files)
+            reasons: dict[SolveKey, str], check: bool, warnings: Sequence[str] = (),
+            scope: Iterable[str] | None = None) -> LockResult:
+    changed, removed = _stale(files), leftovers(ws.root, files, scope)
+    stale = tuple(sorted(changed + removed))
     if stale and not check:
-        commit(ws.root, {p: files[p] for p in stale})
+        commit(ws.root, {p: files[p] for p in changed}, removed)
     return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons,
-                      warnings=tuple(warnings))
+                      warnings=tuple(warnings), removed=removed)
 
 
 def _check_update_names(ws: Workspace, old: LockedWorkspace | None, update: Sequence[str] | None) -> None:
@@ -282,7 +295,7 @@ def _check_update_names(ws: Workspace, old: LockedWorkspace | None, update: Sequ
 
 def _read_lock(ws: Workspace) -> LockedWorkspace | None:
     locked = read_lockfile(ws.root / LOCK_NAME)
-    return None if locked is None else align_platforms(locked, ws.platforms)
+    return None if locked is None else empty_platforms(align_platforms(locked, ws.platforms), ws.environments())
 
 
 def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
@@ -310,7 +323,8 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
     envs, names, plats = _select(ws, environments, platforms)
     # The stamp is only ever recorded by a run over every environment and platform (below), so an
     # unchanged one means the whole lock is complete and satisfied, whatever this run selects.
-    if update is None and (outputs := stamp.unchanged(cache, manifest)) is not None:
+    if update is None and (outputs := stamp.unchanged(cache, manifest)) is not None \
+            and not leftovers(ws.root, outputs):
         files = {p: p.read_text() for p in outputs}
         return LockResult(manifest, files, (), (), (), False)
     old = _read_lock(ws)
@@ -381,4 +395,4 @@ def _export_held(manifest: Path, environments: Sequence[str] | None, check: bool
     warnings = _source_packages(ws.root / LOCK_NAME, locked, selected, skip_source)
     files = render_outputs(ws, locked, selected)
     files.pop(ws.root / LOCK_NAME)
-    return _finish(ws, files, [], [], {}, check, warnings)
+    return _finish(ws, files, [], [], {}, check, warnings, scope=environments)

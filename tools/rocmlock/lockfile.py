@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rattler import LockChannel, LockFile, LockPlatform, RepoDataRecord, Subdir
@@ -19,6 +19,7 @@ from rocmlock.credentials import redact_url
 from rocmlock.errors import InputError
 from rocmlock.pypi import PypiPin, SourcePackage, split_packages
 from rocmlock.workspace import (
+    Environment,
     Platform,
     customised_virtual_packages,
     format_virtual_package,
@@ -94,8 +95,11 @@ def read_lockfile(path: Path) -> LockedWorkspace | None:
     try:
         lock = LockFile.from_path(path)
     except (ParseCondaLockError, OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read the lock file: {exc}",
-                         hint="delete it and run `rocmlock lock` again") from None
+        # Never "delete it": a lock with PyPI or source packages can only be made again by pixi.
+        hint = ("it was written by a newer pixi than this py-rattler reads: upgrade py-rattler, or lock with a pixi "
+                "that writes format 7" if "newer lockfile format" in str(exc) else
+                "restore it (`git checkout pixi.lock`) or write it again with `pixi lock` or `rocmlock lock`")
+        raise InputError(f"{path}: cannot read the lock file: {exc}", hint=hint) from None
     return _from_lockfile(lock)
 
 
@@ -152,4 +156,25 @@ def align_platforms(locked: LockedWorkspace, manifest_platforms: Sequence[Platfo
                                     {renames.get(p, p): r for p, r in env.pypi.items()},
                                     {renames.get(p, p): r for p, r in env.sources.items()})
             for name, env in locked.environments.items()}
+    return LockedWorkspace(platforms, envs)
+
+
+def empty_platforms(locked: LockedWorkspace, environments: Sequence[Environment]) -> LockedWorkspace:
+    """A locked environment's platforms that pixi.lock cannot list (no packages there) as empty record lists.
+
+    pixi.lock has no entry for an environment x platform without packages (``packages: {}``), and pixi reads the
+    absence as an empty list (pixi 0.77 satisfiability/platform.rs, verify_platform_satisfiability): such a
+    platform, where the manifest asks for no package, is locked (not solved again), exported (an empty
+    environment conda can create) and installed (an empty prefix), whichever command reads the lock.
+    """
+    platforms, envs = dict(locked.platforms), dict(locked.environments)
+    for env in environments:
+        lenv = locked.environments.get(env.name)
+        if lenv is None:
+            continue
+        empty = [p for p in env.platforms if p.name not in lenv.records and not env.dependencies_for(p)]
+        for plat in empty:
+            platforms.setdefault(plat.name, lock_platform(plat))
+        if empty:
+            envs[env.name] = replace(lenv, records={**lenv.records, **{p.name: [] for p in empty}})
     return LockedWorkspace(platforms, envs)

@@ -9,15 +9,16 @@ saying whom it waits for, then fails naming the holder. The kernel drops the loc
 ``*``, so ``git add`` never picks up leftovers):
 
 1. every new file is written and fsynced as ``txn/<n>.new``;
-2. ``txn/journal.json`` (which ``<n>.new`` goes where) is written as ``journal.tmp``, fsynced and renamed:
-   the rename is the commit point;
-3. each ``<n>.new`` is renamed over its target, pixi.lock last; then the journal is removed.
+2. ``txn/journal.json`` (which ``<n>.new`` goes where, and which files go: ``[null, target]``) is written as
+   ``journal.tmp``, fsynced and renamed: the rename is the commit point;
+3. each ``<n>.new`` is renamed over its target and each file that goes is removed, pixi.lock last; then a
+   directory emptied by the removals is removed (``rmdir``: only when empty), then the journal.
 
 A kill before the commit point leaves the old set in place and staged files that the next writer deletes;
 a kill after it leaves a journal that the next rocmlock command rolls forward (:func:`recover`, run by
 :func:`exclusive` and :func:`settle`) before it reads anything. Either way the next command sees the complete
 old set or the complete new set. Every filesystem change goes through the ``_write``/``_rename``/``_remove``/
-``_mkdir`` functions below (one step each), which the kill tests wrap.
+``_mkdir``/``_rmdir`` functions below (one step each), which the kill tests wrap.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from rocmlock.errors import OperationError
@@ -75,6 +76,12 @@ def _remove(path: Path) -> None:
 
 def _mkdir(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
+
+
+def _rmdir(path: Path) -> None:
+    """Remove ``path`` if it is an empty directory (a user's file in it keeps it)."""
+    with contextlib.suppress(OSError):
+        path.rmdir()
 
 
 def _ensure_dir(path: Path) -> None:
@@ -125,14 +132,24 @@ def _recover_or_fail(root: Path) -> None:
                              hint=f"fix the cause; {root / STATE_DIR / TXN_DIR} holds what remains to do") from None
 
 
-def _apply(root: Path, entries: list[list[str]]) -> None:
+def _apply(root: Path, entries: list[list[str | None]]) -> None:
+    """Do (or redo, after an interruption: every step is idempotent) the moves and removals of a journal."""
     txn = root / STATE_DIR / TXN_DIR
     for staged, target in entries:
-        if (txn / staged).exists():  # absent: moved already, before the interruption
-            _rename(txn / staged, root / target)
-    # The moves reach the disk before the journal goes (a power cut, unlike a kill, can lose unsynced renames).
-    for directory in sorted({(root / target).parent for _, target in entries}):
-        _sync_dir(directory)
+        if staged is None:  # a file that is no longer generated (removed first: pixi.lock stays last)
+            if (root / str(target)).exists():
+                _remove(root / str(target))
+        elif (txn / staged).exists():  # absent: moved already, before the interruption
+            _rename(txn / staged, root / str(target))
+    emptied = sorted({(root / str(t)).parent for s, t in entries if s is None})
+    for directory in emptied:
+        if directory.is_dir() and not any(directory.iterdir()):
+            _rmdir(directory)
+    # The changes reach the disk before the journal goes (a power cut, unlike a kill, can lose unsynced renames).
+    touched = {(root / str(t)).parent for _, t in entries} | {d.parent for d in emptied}
+    for directory in sorted(touched):
+        if directory.is_dir():
+            _sync_dir(directory)
 
 
 # ----------------------------------------------------------------------------- the writer lock
@@ -246,10 +263,14 @@ def _check_writable(directory: Path) -> None:
         raise OSError(code, os.strerror(code), str(directory))
 
 
-def _stage(root: Path, txn: Path, files: Mapping[Path, str | bytes]) -> list[list[str]]:
+def _stage(root: Path, txn: Path, files: Mapping[Path, str | bytes],
+           removals: Sequence[Path]) -> list[list[str | None]]:
     # pixi.lock last: a reader of pixi.lock alone (pixi, install) sees the old lock until the exports are in.
     ordered = sorted(files, key=lambda p: (p.name == "pixi.lock", str(p)))
-    entries = []
+    entries: list[list[str | None]] = []
+    for path in sorted(removals):
+        _check_writable(path.parent)
+        entries.append([None, str(path.relative_to(root))])
     for n, path in enumerate(ordered):
         _ensure_dir(path.parent)
         if os.stat(path.parent).st_dev != os.stat(txn).st_dev:
@@ -263,18 +284,19 @@ def _stage(root: Path, txn: Path, files: Mapping[Path, str | bytes]) -> list[lis
     return entries
 
 
-def commit(root: Path, files: Mapping[Path, str | bytes]) -> None:
-    """Replace ``files`` (paths below ``root``) as one set; the caller holds :func:`exclusive`.
+def commit(root: Path, files: Mapping[Path, str | bytes], removals: Sequence[Path] = ()) -> None:
+    """Replace ``files`` and remove ``removals`` (paths below ``root``) as one set; the caller holds
+    :func:`exclusive`.
 
     An error before the commit point (a read-only directory, a full disk) removes what was staged and leaves
     the old set as it was.
     """
-    if not files:
+    if not files and not removals:
         return
     try:
         txn = state_dir(root) / TXN_DIR
         _ensure_dir(txn)
-        entries = _stage(root, txn, files)
+        entries = _stage(root, txn, files, removals)
     except OSError as exc:
         with contextlib.suppress(OSError):
             recover(root)

@@ -30,6 +30,7 @@ from rocmlock.workspace import Dependency, Environment, Workspace
 # Which environment dependency narrows which variant key.
 KEY_DEPENDENCY = {"rocm_version": "rocm-version", "python": "python"}
 _PLAIN_VERSION = re.compile(r"^(?:==)?\s*(\d+(?:\.\d+)*)(?:\.\*)?$")
+_NUMBER = re.compile(r"\d+(?:\.\d+)*")
 
 
 @dataclass(frozen=True)
@@ -181,13 +182,18 @@ def _environment_nodes(
 ) -> list[_Node]:
     if not env.platforms:  # an environment whose features share no platform needs nothing built
         return []
-    env_matrix = matrix.narrowed(_environment_values(env, matrix))
+    values, unmatched = _environment_values(env, matrix)
+    env_matrix = matrix.narrowed(values)
     subdir = env.platforms[0].subdir
     rendered = [rv for path in recipes for rv in render_recipe(path, env_matrix, subdir)]
     by_package: dict[str, list[RenderedVariant]] = {}
     for rv in rendered:
         by_package.setdefault(rv.package, []).append(rv)
     needed = _needed_packages(env, by_package)
+    if unmatched is not None:
+        if needed:  # a spec no shipped value admits matters only where a recipe package is needed
+            raise unmatched
+        return []
     nodes: list[_Node] = []
     for package in sorted(needed):
         nodes.extend(_select(env, package, by_package[package], problems))
@@ -195,15 +201,38 @@ def _environment_nodes(
     return nodes
 
 
-def _environment_values(env: Environment, matrix: Matrix) -> dict[str, list[str]]:
+def _environment_values(env: Environment, matrix: Matrix) -> tuple[dict[str, list[str]], InputError | None]:
+    """The matrix values the environment asks for; a key whose spec admits no shipped value keeps them all
+    and comes back as the error to raise if the environment needs a recipe package."""
     values: dict[str, list[str]] = {}
+    unmatched: InputError | None = None
     for key in ENV_KEYS:
         if key == "gpu_target":
             values[key] = [env.gpu_target.gfx] if env.gpu_target else list(matrix.get(key))
             continue
         dep = _dependency(env, KEY_DEPENDENCY[key])
-        values[key] = _values_for(env, dep, matrix.get(key))
-    return values
+        try:
+            values[key] = _values_for(env, dep, matrix.get(key))
+        except _NoShippedValue as exc:
+            values[key], unmatched = list(matrix.get(key)), unmatched or exc
+    return values, unmatched
+
+
+class _NoShippedValue(InputError):
+    """An environment's spec that admits none of the shipped values of a matrix key."""
+
+
+def _admits_minor(spec: VersionSpec, text: str, minor: str) -> bool:
+    """Whether ``spec`` admits some version of the ``minor`` series (``3.12``: 3.12, 3.12.x, ...).
+
+    ``>=3.12.3,<3.13`` (what `pixi add python` writes) admits 3.12 although not ``3.12`` itself: probed are
+    the minor, a late patch of it, and each version of that series the spec names and one just above it.
+    """
+    probes = {minor, f"{minor}.999999"}
+    for number in _NUMBER.findall(text):
+        if number == minor or number.startswith(f"{minor}."):
+            probes |= {number, f"{number}.1"}
+    return any(spec.matches(Version(p)) for p in probes)
 
 
 def _dependency(env: Environment, name: str) -> Dependency | None:
@@ -226,9 +255,9 @@ def _values_for(env: Environment, dep: Dependency | None, shipped: tuple[str, ..
         spec = VersionSpec(dep.version)
     except Exception:  # noqa: BLE001 - rattler raises its own parse error type
         raise InputError(f"environment '{env.name}': cannot parse {dep.name} spec '{dep.version}'") from None
-    chosen = [v for v in shipped if spec.matches(Version(v))]
+    chosen = [v for v in shipped if _admits_minor(spec, dep.version, v)]
     if not chosen:
-        raise InputError(
+        raise _NoShippedValue(
             f"environment '{env.name}': {dep.name} '{dep.version}' matches none of {list(shipped)}",
             hint=f'pin {dep.name} to a minor version ("X.Y.*") or add one to recipes/variants.yaml',
         )

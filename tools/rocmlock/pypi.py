@@ -11,6 +11,7 @@ package) is built on the user's machine and so is a *source package* that no exp
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,11 +120,22 @@ def _link(link: str, root: str) -> str:
 DEFAULT_INDEXES = PypiIndexes()
 
 
+# An absolute URL: a scheme, then anything (pixi parses these keys with the url crate's Url::parse,
+# pixi_manifest/src/toml/pypi_options.rs, which refuses a relative reference such as "pypi.example/simple").
+_ABSOLUTE_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S+")
+
+
+def _url(value: Any, path: Path, key: str) -> str:
+    text = expect_type(value, str, path, key, "a URL")
+    if not _ABSOLUTE_URL.fullmatch(text):
+        raise InputError(f"{path}: key '{key}' is {redact_url(text)!r}, not an absolute URL",
+                         hint="write the index with its scheme, e.g. https://pypi.example/simple")
+    return text
+
+
 def _urls(value: Any, path: Path, key: str) -> tuple[str, ...]:
     items = expect_type(value, list, path, key, "a list of URLs")
-    for i, item in enumerate(items):
-        expect_type(item, str, path, f"{key}[{i}]", "a URL")
-    return tuple(items)
+    return tuple(_url(item, path, f"{key}[{i}]") for i, item in enumerate(items))
 
 
 def _find_links(value: Any, path: Path, key: str) -> tuple[str, ...]:
@@ -135,7 +147,7 @@ def _find_links(value: Any, path: Path, key: str) -> tuple[str, ...]:
             raise InputError(f"{path}: key '{key}[{i}]' must be {{ url = \"...\" }} or {{ path = \"...\" }}")
         # pixi reads a relative path against the workspace: kept so (the exports must not depend on where the
         # checkout is) and written relative to the file that names it (PypiIndexes.options).
-        out.append(entry["url"] if "url" in entry else posixpath.normpath(entry["path"]))
+        out.append(_url(entry["url"], path, f"{key}[{i}].url") if "url" in entry else posixpath.normpath(entry["path"]))
     return tuple(out)
 
 
@@ -145,7 +157,7 @@ def parse_pypi_options(value: Any, path: Path, key: str) -> PypiIndexes:
     table = expect_type(value, dict, path, key, "a table")
     index = table.get("index-url")
     if index is not None:
-        expect_type(index, str, path, f"{key}.index-url", "a URL")
+        _url(index, path, f"{key}.index-url")
     return PypiIndexes(index,
                        _urls(table.get("extra-index-urls", []), path, f"{key}.extra-index-urls"),
                        _find_links(table.get("find-links", []), path, f"{key}.find-links"))

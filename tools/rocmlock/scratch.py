@@ -26,22 +26,29 @@ from pathlib import Path
 NEW = ".new"
 
 
-def remove_tree(path: Path, keep_dir: bool = False, keep: str | None = None) -> None:
-    """Remove ``path`` (or, ``keep_dir``, what it holds but ``keep``), trying again for a moment while it
-    is not empty: after a failed install rattler's background tasks may still be writing into it."""
-    for delay in (0.0, 0.05, 0.1, 0.2, 0.5, 1.0):
-        time.sleep(delay)
-        for child in (path.iterdir() if keep_dir and path.is_dir() else [path]):
-            if child.name == keep and keep_dir:
-                continue
+def remove_tree(path: Path, keep_dir: bool = False, keep: str | None = None, settle: bool = False) -> None:
+    """Remove ``path`` (or, ``keep_dir``, what it holds but ``keep``).
+
+    ``settle``: after a failed rattler install, whose background tasks (package extraction) outlive the call
+    and may still create files and directories in it for a moment: remove, and again, until it has stayed
+    removed for a short while (3 s at most).
+    """
+    def left() -> list[Path]:
+        if keep_dir:
+            return [c for c in path.iterdir() if c.name != keep] if path.is_dir() else []
+        return [path] if path.exists() or path.is_symlink() else []
+
+    deadline, quiet = time.monotonic() + 3.0, 0
+    while True:
+        for child in left():
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
             else:
                 child.unlink(missing_ok=True)
-        left = [c for c in path.iterdir() if c.name != keep] if keep_dir and path.is_dir() else \
-            ([path] if path.exists() or path.is_symlink() else [])
-        if not left:
+        quiet = quiet + 1 if not left() else 0
+        if (quiet and not settle) or quiet >= 3 or time.monotonic() > deadline:
             return
+        time.sleep(0.1)
 
 
 def _try_lock(fd: int) -> bool:
@@ -94,7 +101,9 @@ def scratch_dir(parent: Path, prefix: str, log: Callable[[str], None] | None = N
             raise
         try:
             yield path
-        finally:
-            remove_tree(path)
+        except BaseException:
+            remove_tree(path, settle=True)
+            raise
+        remove_tree(path)
     finally:
         os.close(fd)

@@ -127,7 +127,11 @@ def _check_arguments(bundle: Path, prefix: Path, keep: Path | None, root: Path) 
     if not bundle.exists():
         raise InputError(f"{bundle}: no such file", hint="pass the .tar written by `rocmlock pack`")
     if not root.is_dir():
-        raise InputError(f"--host-root {root}: no such directory", hint="pass the directory the host's / is at")
+        what = "not a directory" if root.exists() else "no such directory"
+        raise InputError(f"--host-root {root}: {what}", hint="pass the directory the host's / is at")
+    if keep is not None and bundle.is_dir():
+        raise InputError(f"--extract-dir {keep}: {bundle} is extracted already",
+                         hint="--extract-dir is for a .tar bundle; leave it out")
     if keep is not None:
         if keep.exists() and not keep.is_dir():
             raise InputError(f"--extract-dir {keep}: exists and is not a directory")
@@ -312,7 +316,7 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
         except Exception as exc:  # noqa: BLE001 - rattler's link/extract errors; the message names the file
             if fresh:
                 marker.unlink()
-                _clear(prefix)
+                remove_tree(prefix, keep_dir=True, settle=True)
                 if not existed:
                     with contextlib.suppress(OSError):  # still not empty: the message says where it is
                         prefix.rmdir()
