@@ -4,7 +4,7 @@ Real things only: a url source and a git source (a bare repository served by pla
 protocol) on 127.0.0.1, both with credentials in the URL; rattler-build fills the cache; the server is
 stopped and a real rattler-build build of a small noarch recipe takes both sources from the cache.
 The cache layout is rattler-build 0.73's (crates/rattler_build_source_cache/src/{cache,index}.rs).
-Cost: about 5 s (each fetch or build is a real rattler-build run of a recipe with no requirements).
+Cost: about 10 s (each fetch or build is a real rattler-build run of a recipe with no requirements).
 """
 
 from __future__ import annotations
@@ -231,3 +231,16 @@ def test_check_names_a_missing_or_damaged_entry(tmp_path: Path, upstream: Upstre
     assert err[0].startswith("error: ") and "demo-1.0.tar.gz" in err[0] and "sha256" in err[0]
     assert not (tmp_path / "out" / "noarch").exists()  # refused before anything was built
     assert _sources(manifest, "check", "--to", str(tmp_path / "nowhere")) == 2
+
+
+def test_a_git_rev_the_repository_lacks_is_refused_in_one_line(tmp_path: Path, upstream: Upstream,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = _workspace(tmp_path, upstream)
+    recipe = manifest.parent / "recipes" / "offline-demo" / "recipe.yaml"
+    text = recipe.read_text()
+    rev = re.search(r"rev: (\w+)", text).group(1)  # type: ignore[union-attr]
+    recipe.write_text(text.replace(rev, "f" * 40))
+    assert _sources(manifest, "fetch", "--to", str(tmp_path / "cache")) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("fetching ")]
+    assert len(err) == 2 and err[0].startswith("error: ") and "demo.git" in err[0], err
+    assert SECRET not in err[0] and "staging" not in err[0] and "f" * 40 in err[0]

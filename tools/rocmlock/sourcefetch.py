@@ -98,6 +98,7 @@ def _fetch_one(source: Source, cache: Path, runner: Runner) -> CachedSource:
         if source.kind == "url":
             _verify_archive(source, src_cache / entry.paths[0])
         else:
+            _verify_commit(source, entry.commit)
             _scrub_checkout(src_cache / entry.paths[0], source, runner)
         for rel in entry.paths:
             place_tree(src_cache / rel, cache / rel, link=False)
@@ -157,6 +158,13 @@ def _verify_archive(source: Source, archive: Path) -> None:
     if actual != source.pin:
         raise FetchFailed(f"{source.recipe}: url source {source.shown}: sha256 {actual}, expected {source.pin}",
                           hint="the download does not match the recipe's sha256: check the pin")
+
+
+def _verify_commit(source: Source, commit: str | None) -> None:
+    """A rev that is a full commit id must be what was checked out (a branch or tag rev records its commit)."""
+    if re.fullmatch(r"[0-9a-f]{40}", source.pin) and commit != source.pin:
+        raise FetchFailed(f"{source.recipe}: git source {source.shown}: checked out {commit}, expected {source.pin}",
+                          hint="the repository does not hold that commit at that URL")
 
 
 def _scrub_checkout(checkout: Path, source: Source, runner: Runner) -> None:
