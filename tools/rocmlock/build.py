@@ -137,21 +137,15 @@ class _LogCallback:
 def rattler_build_variant(plan: Plan, variant: Variant, output: Path, channels: list[str],
                           log: Callable[[str], None]) -> None:
     """Render ``variant``'s recipe for exactly its variant values and build it with py-rattler-build."""
-    import rattler_build as rb
+    from rocmlock.recipes import render_exact
 
-    from rocmlock.recipes import render_config
-
-    recipe = rb.Stage0Recipe.from_file(str(plan.recipe_path(variant)))
-    config = rb.VariantConfig({k: [v] for k, v in variant.variant})
-    platform = "linux-64" if variant.subdir == "noarch" else variant.subdir
-    rendered = [r for r in recipe.render(config, render_config(platform))
-                if str(r.recipe.build.string) == variant.build_string]
-    if not rendered:
+    rendered = render_exact(plan.recipe_path(variant), dict(variant.variant), variant.subdir, variant.build_string)
+    if rendered is None:
         raise BuildFailed(f"{variant.recipe} no longer renders build {variant.build_string}",
                           hint="re-run `rocmlock plan`: the recipe or variants.yaml changed")
     callback = _LogCallback(log)
     try:
-        rendered[0].run_build(output_dir=str(output), channels=channels, progress_callback=callback)
+        rendered.run_build(output_dir=str(output), channels=channels, progress_callback=callback)
     except Exception as exc:  # noqa: BLE001 - py-rattler-build's error types; the log has the details
         raise BuildFailed(callback.last_error or str(exc).splitlines()[0]) from None
 
@@ -175,6 +169,12 @@ def toolchain_targets(plan: Plan, output: Path, stage: str | None = None) -> tup
     gfx = {dict(v.variant)["gpu_target"] for v in _selected(plan, stage)
            if v.to_build and needs_toolchain(v) and package_file(output, v) is None}
     return tuple(get_target(g) for g in sorted(gfx))
+
+
+def pending(plan: Plan, output: Path | None, stage: str | None = None) -> tuple[Variant, ...]:
+    """The variants a build would run: to build, of ``stage`` (all when ``None``), not yet in ``output``."""
+    return tuple(v for v in _selected(plan, stage)
+                 if v.to_build and (output is None or package_file(output, v) is None))
 
 
 def _selected(plan: Plan, stage: str | None) -> tuple[Variant, ...]:

@@ -253,6 +253,9 @@ def _add_build(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-doctor", action="store_true", help="do not run the toolchain checks first")
     p.add_argument("--recipes-dir", type=Path, default=None,
                    help="the recipes (default: recipes/ beside the manifest)")
+    p.add_argument("--sources", type=Path, metavar="DIR", default=None,
+                   help="a source cache filled by `rocmlock sources fetch`: every source must be there, and the "
+                        "build takes them from it instead of the network")
     p.add_argument("--json", action="store_true", help="print the build report as JSON on stdout")
 
 
@@ -302,6 +305,53 @@ def _build_doctor(ws: Workspace, plan: Plan, args: argparse.Namespace, output: P
     return blocked
 
 
+def _build_sources(plan: Plan, args: argparse.Namespace, output: Path) -> None:
+    from rocmlock.build import pending
+    from rocmlock.sources import check_cache, install_cache, plan_sources
+
+    entries = check_cache(args.sources, plan_sources(plan, pending(plan, output, args.stage)))
+    target = install_cache(args.sources, entries, output)
+    _err(f"sources: {len(entries)} from {args.sources} (in {target})")
+
+
+def _add_sources(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["fetch", "check"],
+                   help="fetch: fill DIR with every source the plan's variants need (run where there is network); "
+                        "check: verify that DIR holds them all, with their hashes")
+    _manifest_arg(p)
+    _env_arg(p)
+    p.add_argument("--stage", metavar="NAME", help="only the variants of this package (e.g. pytorch)")
+    p.add_argument("--to", type=Path, metavar="DIR", default=None,
+                   help="the source cache directory (default: sources/ beside the manifest); give it to "
+                        "`rocmlock build --sources DIR` on the build host")
+    p.add_argument("--recipes-dir", type=Path, default=None,
+                   help="the recipes (default: recipes/ beside the manifest)")
+    p.add_argument("--json", action="store_true", help="print what was fetched and found as JSON on stdout")
+
+
+def _cmd_sources(args: argparse.Namespace) -> int:
+    from rocmlock.build import pending
+    from rocmlock.plan import make_plan
+    from rocmlock.sources import check_cache, plan_sources
+    from rocmlock.workspace import load_workspace
+
+    ws = load_workspace(args.manifest_path)
+    plan = make_plan(ws, args.environments or None, recipes_dir=args.recipes_dir)
+    wanted = plan_sources(plan, pending(plan, None, args.stage))
+    cache = (args.to or ws.root / "sources").resolve()
+    if args.action == "check":
+        entries = check_cache(cache, wanted)
+        _print_report(args, {"cache": str(cache), "sources": [e.to_json() for e in entries]},
+                      f"{cache}: all {len(entries)} sources present, hashes checked")
+        return 0
+    from rocmlock.sourcefetch import fetch_sources
+
+    report = fetch_sources(wanted, cache, log=_err)
+    _print_report(args, report.to_dict(), f"{cache}: {len(report.fetched)} fetched, {len(report.cached)} already "
+                  f"there ({len(wanted)} sources)")
+    return 0
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     from rocmlock.build import BuildOptions, build_channels, build_plan, render_summary
     from rocmlock.plan import make_plan
@@ -310,6 +360,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     ws = load_workspace(args.manifest_path)
     plan = make_plan(ws, args.environments or None, channel=args.channel, recipes_dir=args.recipes_dir)
     output = (args.output or ws.root / "output").resolve()
+    if args.sources is not None:
+        _build_sources(plan, args, output)
     blocked = _build_doctor(ws, plan, args, output)
     opts = BuildOptions(output, build_channels(ws, args.channel), args.stage, args.keep_going, blocked)
     progress = _BuildProgress()
@@ -584,6 +636,8 @@ _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Ha
      _cmd_export),
     ("doctor", "check this host's ROCm toolchain before building or running", _add_doctor, _cmd_doctor),
     ("build", "build the plan's variants in dependency order (skips what exists, resumes)", _add_build, _cmd_build),
+    ("sources", "fill (fetch) or check a source cache for building on a host without network", _add_sources,
+     _cmd_sources),
     ("publish", "upload built packages to a channel (directory, S3, prefix.dev, quetz, artifactory, anaconda)",
      _add_publish, _cmd_publish),
     ("install", "create a conda prefix from pixi.lock with rattler (exactly the locked packages)", _add_install,

@@ -158,6 +158,16 @@ def render_recipe(recipe: Path, matrix: Matrix, target_platform: str = "linux-64
     return sorted(out, key=lambda v: (v.package, v.version, v.build_string))
 
 
+def render_exact(recipe: Path, values: Mapping[str, str], subdir: str, build_string: str) -> Any | None:
+    """py-rattler-build's rendered variant of ``recipe`` for exactly ``values``, or ``None`` when no
+    variant with ``build_string`` renders any more (the recipe or variants.yaml changed since the plan)."""
+    stage0 = rb.Stage0Recipe.from_file(str(recipe))
+    config = rb.VariantConfig({k: [v] for k, v in values.items()})
+    platform = "linux-64" if subdir == "noarch" else subdir
+    return next((r for r in stage0.render(config, render_config(platform))
+                 if str(r.recipe.build.string) == build_string), None)
+
+
 def _rendered(recipe: Path, rv: Any, target_platform: str) -> RenderedVariant:
     stage1 = rv.recipe
     reqs = stage1.requirements.to_dict()
