@@ -272,7 +272,31 @@ def test_rocm_components_of_the_packages_to_build(tmp_path: Path) -> None:
         f"bitsandbytes: hipBLAS, hipBLASLt, hipRAND, rocBLAS, hipCUB, rocPRIM found under {root}/include")
     # Packages with nothing listed add no check.
     assert "rocm-components" not in {c.name for c in run_doctor([], build=True, host=host, resources=PLENTY,
-                                                                  packages=("pytorch",)).checks}
+                                                                  packages=("torchvision",)).checks}
+
+
+# Every row of tools/rocmlock/data/rocm_components.toml (each cited there from upstream build files or a real build).
+@pytest.mark.parametrize("package", sorted(rocm_host.component_table()))
+def test_doctor_names_each_missing_component_of_every_row(tmp_path: Path, package: str) -> None:
+    root = _fake_rocm(tmp_path, "7.2.0", 0)
+    host = Host(env={"PATH": "", "ROCM_PATH": str(root)}, which=lambda name, path: None, kfd=tmp_path / "kfd")
+    components = rocm_host.component_table()[package]
+    assert components, f"{package}: an empty row"
+    checks = {c.name: c for c in run_doctor([], build=True, host=host, resources=PLENTY, packages=(package,)).checks}
+    check = checks["rocm-components"]
+    assert check.status == "fail"
+    assert check.message.startswith(f"missing under {root}/include: {package} needs ")
+    for comp in components:
+        assert f"{comp.name} (include/{comp.header}; Debian/Ubuntu: {comp.debian}, AMD: {comp.amd})" in check.message
+    assert check.fix == (f"apt-get install {' '.join(sorted({c.debian for c in components}))} (Debian/Ubuntu), "
+                         f"or AMD's {' '.join(sorted({c.amd for c in components}))}")
+    # All but the last present: only the last is named.
+    for comp in components[:-1]:
+        (root / "include" / comp.header).parent.mkdir(parents=True, exist_ok=True)
+        (root / "include" / comp.header).write_text("")
+    check = {c.name: c for c in run_doctor([], build=True, host=host, resources=PLENTY, packages=(package,)).checks}[
+        "rocm-components"]
+    assert check.message == f"missing under {root}/include: {package} needs {components[-1].describe()}"
 
 
 def test_workspace_packages_are_the_environments_direct_dependencies(tmp_path: Path) -> None:

@@ -487,5 +487,37 @@ def test_build_env_names_every_missing_rocm_component(tmp_path: Path) -> None:
                  "hipRAND", "rocBLAS", "hipCUB (include/hipcub/hipcub.hpp", "rocPRIM"):
         assert name in message
     assert "hipBLAS (" not in message
-    out = _build_env(tmp_path, env, "rocmlock_rocm_env\nrocmlock_require_rocm_components deepspeed")
+    out = _build_env(tmp_path, env, "rocmlock_rocm_env\nrocmlock_require_rocm_components torchvision")
     assert out.returncode == 0, out.stderr  # nothing listed for it
+
+
+def _component_table() -> dict:
+    import tomllib
+
+    return tomllib.loads((RECIPES.parent / "tools/rocmlock/data/rocm_components.toml").read_text())
+
+
+@pytest.mark.parametrize("package", sorted(_component_table()["packages"]))
+def test_build_env_checks_every_row_and_its_recipe_calls_it(tmp_path: Path, package: str) -> None:
+    # Each row of tools/rocmlock/data/rocm_components.toml: the recipe building that package checks it right after
+    # rocmlock_rocm_env, and a ROCm without any of its components stops naming each with both packages.
+    table = _component_table()
+    recipe = next(p.parent for p in RECIPES.glob("*/recipe.yaml")
+                  if re.search(rf"^  name: {re.escape(package)}$", p.read_text(), re.MULTILINE))
+    assert f"rocmlock_rocm_env\nrocmlock_require_rocm_components {package}\n" in (recipe / "build.sh").read_text()
+    rocm = _fake_rocm_tree(tmp_path / "rocm", "7.2.0")
+    env = {"ROCM_PATH": str(rocm), "ROCMLOCK_ROCM_VERSION": "7.2", "ROCMLOCK_GPU_TARGET": "gfx942",
+           "RECIPE_DIR": str(recipe), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    out = _build_env(tmp_path, env, f"rocmlock_rocm_env\nrocmlock_require_rocm_components {package}")
+    assert out.returncode == 1
+    message = out.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"rocmlock build: {package} needs these ROCm components, missing under {rocm}: ")
+    for key in table["packages"][package]:
+        c = table["components"][key]
+        assert f"{c['name']} (include/{c['header']}; Debian/Ubuntu: {c['debian']}, AMD: {c['amd']})" in message
+    for key in table["packages"][package]:
+        header = rocm / "include" / table["components"][key]["header"]
+        header.parent.mkdir(parents=True, exist_ok=True)
+        header.write_text("")
+    out = _build_env(tmp_path, env, f"rocmlock_rocm_env\nrocmlock_require_rocm_components {package}")
+    assert out.returncode == 0, out.stderr
