@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from fakeupstream import FakeUpstream
     from quetz_server import QuetzChannel, QuetzServer
     from rocmlock.recipes import Matrix
 
@@ -107,6 +108,17 @@ def quetz_channel(quetz: QuetzServer) -> QuetzChannel:
     """A new private channel on the session's quetz server, and an API key that owns it."""
     return quetz.private_channel()
 
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeUpstream]:
+    """A PyPI-JSON-API / GitHub stand-in on 127.0.0.1 (tests/fakeupstream.py) for outdated, bump and upstream."""
+    from fakeupstream import serve
+
+    # requests takes proxies from the environment (as pip does): never send 127.0.0.1 through one.
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+    with serve() as server:
+        yield server
 
 # py-rattler 0.28's tokio worker threads race the interpreter's finalization (the pyo3-async-runtimes
 # shutdown problem, PyO3/pyo3-async-runtimes#40): a process that indexed or solved crashes with SIGSEGV or

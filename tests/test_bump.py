@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fakeupstream import FakeUpstream, Reply, closed_port_url, sdist, serve
+from fakeupstream import FakeUpstream, Reply, closed_port_url, sdist
 from rocmlock.cli import main
 from rocmlock.pins import load_table
 from rocmlock.yamledit import load, values
@@ -22,15 +22,6 @@ from shipped import MANIFEST, RECIPES, ROOT
 
 # PyPI's Warehouse names sdists <normalized name>-<version>.tar.gz (PEP 625).
 SDIST_NAMES = {"flash-attn": "flash_attn", "llamafactory": "llamafactory", "deepspeed": "deepspeed"}
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeUpstream:
-    # requests takes proxies from the environment (as pip does): never send 127.0.0.1 through one.
-    for name in ("NO_PROXY", "no_proxy"):
-        monkeypatch.setenv(name, "127.0.0.1,localhost")
-    with serve() as server:
-        yield server
 
 
 @pytest.fixture

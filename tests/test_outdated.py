@@ -8,20 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fakeupstream import FakeUpstream, Reply, closed_port_url, serve
+from fakeupstream import FakeUpstream, Reply, closed_port_url
 from rocmlock.cli import main
 from rocmlock.pins import load_table
 from rocmlock.yamledit import load, values
 from shipped import RECIPES
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeUpstream:
-    # requests takes proxies from the environment (as pip does): never send 127.0.0.1 through one.
-    for name in ("NO_PROXY", "no_proxy"):
-        monkeypatch.setenv(name, "127.0.0.1,localhost")
-    with serve() as server:
-        yield server
 
 
 @pytest.fixture

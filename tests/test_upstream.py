@@ -10,21 +10,12 @@ import hashlib
 import time
 
 import pytest
-from fakeupstream import FakeUpstream, Reply, closed_port_url, serve
+from fakeupstream import FakeUpstream, Reply, closed_port_url
 from rocmlock.errors import OperationError
 from rocmlock.outdated import newest_release
 from rocmlock.upstream import ChecksumMismatch, Client, Hosts, HttpOptions, NotFound, Unreachable
 
 FAST = HttpOptions(timeout=0.3, retries=2, backoff=0.0)
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeUpstream:
-    # requests takes proxies from the environment (as pip does): never send 127.0.0.1 through one.
-    for name in ("NO_PROXY", "no_proxy"):
-        monkeypatch.setenv(name, "127.0.0.1,localhost")
-    with serve() as server:
-        yield server
 
 
 def client_for(fake: FakeUpstream, options: HttpOptions = FAST) -> Client:
