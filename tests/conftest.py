@@ -17,6 +17,23 @@ if TYPE_CHECKING:
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+
+def _loopback_bypasses_proxies() -> None:
+    """Every server the tests start listens on 127.0.0.1: a machine's ``http_proxy`` must not carry requests to it.
+
+    A CI host behind a proxy (``http_proxy`` set, ``no_proxy`` not naming 127.0.0.1) failed 10 tests and skipped
+    the quetz ones: urllib, requests, pip, boto3 and rattler (reqwest) sent their 127.0.0.1 requests to the
+    proxy. All of them skip the proxy for the hosts ``no_proxy``/``NO_PROXY`` name (CPython
+    Lib/urllib/request.py proxy_bypass_environment; reqwest src/proxy.rs NoProxy::from_env). Set at import, so
+    session fixtures and child processes have it too; any proxy stays in place for other hosts.
+    """
+    for name in ("no_proxy", "NO_PROXY"):
+        hosts = [h.strip() for h in os.environ.get(name, "").split(",") if h.strip()]
+        os.environ[name] = ",".join(dict.fromkeys([*hosts, "127.0.0.1", "localhost"]))
+
+
+_loopback_bypasses_proxies()
+
 SCRUB_PREFIXES = ("CONDA_", "PIXI_", "HIP_", "ROCM_", "HSA_", "RATTLER_", "MAMBA_")
 SCRUB_NAMES = ("RATTLER_AUTH_FILE", "ROCM_PATH", "HIP_PATH", "HIP_PLATFORM", "MAX_JOBS", "PYTORCH_ROCM_ARCH",
                "GPU_ARCHS", "FLASH_ATTENTION_TRITON_AMD_ENABLE")
