@@ -120,8 +120,9 @@ def test_proxy_and_ca_bundle_come_from_the_environment(
     fake: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The fake server plays an HTTP proxy: it gets the absolute URL of a host that does not exist.
-    for name in ("NO_PROXY", "no_proxy"):
-        monkeypatch.delenv(name)
+    # The machine's own proxy variables go first: requests reads the lowercase ones before HTTP_PROXY.
+    for name in ("NO_PROXY", "no_proxy", "http_proxy", "https_proxy", "all_proxy", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTP_PROXY", fake.url)
     fake.add_json("http://pypi.invalid/pypi/torch/json", {"info": {"version": "2.15.0"}, "releases": {}})
     client = Client(Hosts(index_url="http://pypi.invalid/pypi"), FAST)
