@@ -170,3 +170,10 @@ def closed_port_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+def network_args(fake_url: str, github: str | None = None, retries: int = 1) -> list[str]:
+    """The CLI options that point ``outdated``/``bump`` at the fake PyPI and GitHub, with short timeouts."""
+    github = github or fake_url
+    return ["--index-url", f"{fake_url}/pypi", "--github-url", github, "--github-api-url", f"{github}/api",
+            "--github-raw-url", f"{github}/raw", "--timeout", "1", "--retries", str(retries), "--backoff", "0"]

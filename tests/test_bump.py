@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fakeupstream import FakeUpstream, Reply, closed_port_url, sdist
+from fakeupstream import FakeUpstream, Reply, closed_port_url, network_args, sdist
 from rocmlock.cli import main
 from rocmlock.pins import load_table
 from rocmlock.yamledit import load, values
@@ -33,31 +33,8 @@ def ws(tmp_path: Path) -> Path:
 
 
 def bump(ws: Path, fake_url: str, *args: str, github: str | None = None, manifest: Path | None = None) -> int:
-    github = github or fake_url
-    return main(
-        [
-            "bump",
-            *args,
-            "--recipes-dir",
-            str(ws / "recipes"),
-            "--manifest-path",
-            str(manifest or ws / "no-pixi.toml"),
-            "--index-url",
-            f"{fake_url}/pypi",
-            "--github-url",
-            github,
-            "--github-api-url",
-            f"{github}/api",
-            "--github-raw-url",
-            f"{github}/raw",
-            "--timeout",
-            "1",
-            "--retries",
-            "1",
-            "--backoff",
-            "0",
-        ]
-    )
+    return main(["bump", *args, "--recipes-dir", str(ws / "recipes"),
+                 "--manifest-path", str(manifest or ws / "no-pixi.toml"), *network_args(fake_url, github)])
 
 
 def pinned(ws: Path, key: str) -> str:

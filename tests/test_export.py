@@ -34,16 +34,21 @@ def test_export_regenerates_envs_without_solving(ws_copy: Path, locked_ws: Path)
     assert snapshot(ws_copy) == snapshot(locked_ws)
 
 
-def test_export_reads_a_lock_with_pixi_platform_aliases(ws_copy: Path, locked_ws: Path) -> None:
-    # pixi writes rich platforms as p1, p2, ... and maps them back by subdir + virtual packages.
-    locked = read_lockfile(ws_copy / "pixi.lock")
+def _alias_platforms(lock: Path) -> None:
+    """Rewrite ``lock`` with pixi's short names for rich platforms (p1, p2, ...), as pixi 0.77 writes them."""
+    locked = read_lockfile(lock)
     assert locked is not None
     alias = {"linux-64-gfx90a": "p1", "linux-64-gfx942": "p2"}
     aliased = LockedWorkspace(
         {alias[n]: LockedPlatform(alias[n], p.subdir, p.virtual_packages) for n, p in locked.platforms.items()},
         {n: LockedEnvironment(e.channels, {alias[p]: r for p, r in e.records.items()})
          for n, e in locked.environments.items()})
-    (ws_copy / "pixi.lock").write_text(render_lockfile(aliased))
+    lock.write_text(render_lockfile(aliased))
+
+
+def test_export_reads_a_lock_with_pixi_platform_aliases(ws_copy: Path, locked_ws: Path) -> None:
+    # pixi writes rich platforms as p1, p2, ... and maps them back by subdir + virtual packages.
+    _alias_platforms(ws_copy / "pixi.lock")
     assert "name: p2" in (ws_copy / "pixi.lock").read_text()
     shutil.rmtree(ws_copy / "envs")
     assert main(["export", "--manifest-path", str(ws_copy / "pixi.toml")]) == 0
@@ -128,14 +133,7 @@ def test_install_and_pack_name_pixis_aliased_platforms_as_pixi_toml_does(
     # pixi 0.77 writes rich platforms as p1, p2, ... (pixi_core/src/lock_file/platform_rename.rs,
     # shorten_platform_names, called by update.rs before it writes pixi.lock) and maps them back to the
     # manifest's names by identity when it reads the lock. `install -p` and `pack -p` take the manifest's name.
-    locked = read_lockfile(ws_copy / "pixi.lock")
-    assert locked is not None
-    alias = {"linux-64-gfx90a": "p1", "linux-64-gfx942": "p2"}
-    aliased = LockedWorkspace(
-        {alias[n]: LockedPlatform(alias[n], p.subdir, p.virtual_packages) for n, p in locked.platforms.items()},
-        {n: LockedEnvironment(e.channels, {alias[p]: r for p, r in e.records.items()})
-         for n, e in locked.environments.items()})
-    (ws_copy / "pixi.lock").write_text(render_lockfile(aliased))
+    _alias_platforms(ws_copy / "pixi.lock")
     prefix = tmp_path / "prefix"
     assert main(["install", "--manifest-path", str(ws_copy), "-e", "mi300x", "-p", "linux-64-gfx942",
                  "--prefix", str(prefix)]) == 0, capsys.readouterr().err

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fakeupstream import FakeUpstream, Reply, closed_port_url
+from fakeupstream import FakeUpstream, Reply, closed_port_url, network_args
 from rocmlock.cli import main
 from rocmlock.pins import load_table
 from rocmlock.yamledit import load, values
@@ -22,28 +22,7 @@ def recipes(tmp_path: Path) -> Path:
 
 
 def outdated(recipes: Path, fake_url: str, github: str, *extra: str) -> int:
-    return main(
-        [
-            "outdated",
-            "--recipes-dir",
-            str(recipes),
-            "--index-url",
-            f"{fake_url}/pypi",
-            "--github-url",
-            github,
-            "--github-api-url",
-            f"{github}/api",
-            "--github-raw-url",
-            f"{github}/raw",
-            "--timeout",
-            "1",
-            "--retries",
-            "0",
-            "--backoff",
-            "0",
-            *extra,
-        ]
-    )
+    return main(["outdated", "--recipes-dir", str(recipes), *network_args(fake_url, github, retries=0), *extra])
 
 
 def publish_all(fake: FakeUpstream, recipes: Path, newer: dict[str, str]) -> dict[str, str]:
