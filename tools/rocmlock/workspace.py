@@ -11,10 +11,12 @@ do not change a solve (tasks, activation, ...) are ignored.
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from rocmlock.credentials import one_line, redact_text, redact_url, split_url
 from rocmlock.dependencies import Dependency, parse_dependencies
 from rocmlock.errors import InputError, expect_type
 
@@ -38,6 +40,8 @@ from rocmlock.pypi import DEFAULT_INDEXES, PypiIndexes, merge_pypi_options, pars
 from rocmlock.targets import GpuTarget, get_target, target_for_isa
 
 ChannelPriority = Literal["strict", "flexible", "disabled"]
+# pixi_manifest/src/environment.rs, EnvironmentName::from_str; the name is also the directory envs/<name>/.
+ENVIRONMENT_NAME = re.compile(r"[a-z0-9-]+")
 # The keys of an [environments.<name>] table that are not feature keys (pixi_manifest toml/environment.rs).
 ENVIRONMENT_KEYS = ("features", "solve-group", "no-default-feature")
 __all__ = [
@@ -228,8 +232,9 @@ def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], 
     out: list[tuple[str, int]] = []
     for i, item in enumerate(expect_type(value, list, path, key, "a list")):
         if isinstance(item, str):
-            out.append((item, 0))
+            out.append((_check_channel(item, path, f"{key}[{i}]"), 0))
         elif isinstance(item, dict) and isinstance(item.get("channel"), str):
+            _check_channel(item["channel"], path, f"{key}[{i}]")
             priority = item.get("priority", 0)
             if not isinstance(priority, int) or isinstance(priority, bool):
                 raise InputError(f"{path}: key '{key}[{i}].priority' must be an integer, "
@@ -240,6 +245,24 @@ def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], 
                 f"{path}: key '{key}[{i}]' must be a channel name, URL or {{ channel, priority }} table"
             )
     return tuple(out)
+
+
+def _check_channel(channel: str, path: Path, key: str) -> str:
+    """``channel`` when rattler can read it as a channel (pixi parses a URL with the url crate, toml/channel.rs);
+    else an input error that shows the URL without its credentials."""
+    if is_local_channel(channel):
+        return channel
+    from rattler import Channel
+    from rattler.exceptions import InvalidChannelError
+
+    try:
+        Channel(redact_url(channel))
+    except InvalidChannelError as exc:
+        shown = redact_url(channel)
+        reason = redact_text(one_line(str(exc)), split_url(channel).secrets)
+        raise InputError(f"{path}: key '{key}' is '{shown}', not a valid channel: {reason}",
+                         hint="write a channel name, a path, or a URL such as https://host/channel") from None
+    return channel
 
 
 def _combined_dependencies(table: dict[str, Any], path: Path, prefix: str) -> tuple[Dependency, ...]:
@@ -323,6 +346,9 @@ def _parse_environments(
     envs: dict[str, EnvironmentSpec] = {}
     for name, spec in expect_type(value, dict, path, "environments", "a table").items():
         where = f"environments.{name}"
+        if not ENVIRONMENT_NAME.fullmatch(name):
+            raise InputError(f"{path}: key '{where}': '{name}' is not a valid environment name",
+                             hint="use lowercase letters, digits and '-' (pixi's rule; it is also envs/<name>/)")
         feats, group, no_default = _environment_table(spec, path, where, features)
         for f in feats:
             if f == where:
