@@ -170,8 +170,9 @@ BAD_VALUES = [
      "not a valid environment name"),
     ('[environments]\ncpu = ["gfx942"]', '[environments]\nCpu_1 = ["gfx942"]', "environments.Cpu_1",
      "not a valid environment name"),
-    ('{ channel = "./private", priority = 1 }', f'{{ channel = "https://u:{SECRET_IN_URL}@[::1/t/tk-7c1d/x", '
-     'priority = 1 }', "workspace.channels[1]", "not a valid channel"),
+    ('{ channel = "./private", priority = 1 }',
+     f'{{ channel = "https://u:{SECRET_IN_URL}@[::1/t/tk-7c1d/x", priority = 1 }}', "workspace.channels[1]",
+     "not a valid channel"),
     ('channels = ["conda-forge", {', 'channels = ["http://h:99999/x", {', "workspace.channels[0]",
      "not a valid channel"),
     ('channels = ["conda-forge"]\nchannel-priority', 'channels = ["http://"]\nchannel-priority',

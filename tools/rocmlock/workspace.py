@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from rocmlock.credentials import one_line, redact_text, redact_url, split_url
 from rocmlock.dependencies import Dependency, parse_dependencies
 from rocmlock.errors import InputError, expect_type
 
@@ -28,6 +27,7 @@ from rocmlock.pixi_compat import (
     DEFAULT_LINUX,
     VirtualPackage,
     channel_base_url,
+    check_channel,
     customised_virtual_packages,
     format_virtual_package,
     is_local_channel,
@@ -232,9 +232,9 @@ def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], 
     out: list[tuple[str, int]] = []
     for i, item in enumerate(expect_type(value, list, path, key, "a list")):
         if isinstance(item, str):
-            out.append((_check_channel(item, path, f"{key}[{i}]"), 0))
+            out.append((check_channel(item, path, f"{key}[{i}]"), 0))
         elif isinstance(item, dict) and isinstance(item.get("channel"), str):
-            _check_channel(item["channel"], path, f"{key}[{i}]")
+            check_channel(item["channel"], path, f"{key}[{i}]")
             priority = item.get("priority", 0)
             if not isinstance(priority, int) or isinstance(priority, bool):
                 raise InputError(f"{path}: key '{key}[{i}].priority' must be an integer, "
@@ -245,24 +245,6 @@ def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], 
                 f"{path}: key '{key}[{i}]' must be a channel name, URL or {{ channel, priority }} table"
             )
     return tuple(out)
-
-
-def _check_channel(channel: str, path: Path, key: str) -> str:
-    """``channel`` when rattler can read it as a channel (pixi parses a URL with the url crate, toml/channel.rs);
-    else an input error that shows the URL without its credentials."""
-    if is_local_channel(channel):
-        return channel
-    from rattler import Channel
-    from rattler.exceptions import InvalidChannelError
-
-    try:
-        Channel(redact_url(channel))
-    except InvalidChannelError as exc:
-        shown = redact_url(channel)
-        reason = redact_text(one_line(str(exc)), split_url(channel).secrets)
-        raise InputError(f"{path}: key '{key}' is '{shown}', not a valid channel: {reason}",
-                         hint="write a channel name, a path, or a URL such as https://host/channel") from None
-    return channel
 
 
 def _combined_dependencies(table: dict[str, Any], path: Path, prefix: str) -> tuple[Dependency, ...]:
