@@ -6,6 +6,8 @@ set -euo pipefail
 . "${RECIPE_DIR}/../rocm-build-env.sh"
 rocmlock_rocm_env
 rocmlock_require_rocm_components pytorch
+# MAGMA only when ROCMLOCK_MAGMA_HOME names one built for this ROCm; USE_MAGMA=0 otherwise (rocm-build-env.sh).
+rocmlock_magma
 rocmlock_max_jobs
 rocmlock_ccache
 
@@ -67,8 +69,9 @@ export PYTORCH_BUILD_NUMBER=0
 export CFLAGS="${CFLAGS:-} -Wno-error=maybe-uninitialized -Wno-error=uninitialized -Wno-error=restrict"
 export CXXFLAGS="${CXXFLAGS:-} -Wno-error=maybe-uninitialized -Wno-error=uninitialized -Wno-error=restrict"
 
-echo "rocmlock build: pytorch ${PKG_VERSION} for ${PYTORCH_ROCM_ARCH}, ROCm ${ROCMLOCK_ROCM_VERSION} at ${ROCM_PATH}, MAX_JOBS=${MAX_JOBS}, AOTriton=${ROCMLOCK_AOTRITON}"
+echo "rocmlock build: pytorch ${PKG_VERSION} for ${PYTORCH_ROCM_ARCH}, ROCm ${ROCMLOCK_ROCM_VERSION} at ${ROCM_PATH}, MAX_JOBS=${MAX_JOBS}, AOTriton=${ROCMLOCK_AOTRITON}, MAGMA=${USE_MAGMA}"
 
 # HIPIFY the CUDA sources first; without it the build fails with "cuda.h not found".
 python tools/amd_build/build_amd.py
 python -m pip install . --no-deps --no-build-isolation -vv
+rocmlock_bundle_magma
