@@ -20,7 +20,7 @@ from rocmlock import rocm_host
 from rocmlock.rocm_host import HIP_HEADER, Host, holds_device_libs, holds_header
 from rocmlock.runner import CommandResult
 from rocmlock.targets import GpuTarget, all_targets, get_target, minor_version, version_tuple
-from rocmlock.workspace import Workspace
+from rocmlock.workspace import Environment, Workspace
 
 __all__ = ["Check", "DoctorReport", "Host", "Resources", "render_report", "run_doctor"]
 
@@ -126,9 +126,18 @@ def workspace_rocm_versions(workspace: Workspace, environments: list[str] | None
 
 
 def workspace_packages(workspace: Workspace, environments: list[str] | None = None) -> tuple[str, ...]:
-    """The packages of rocm_components.toml that the selected environments depend on directly."""
+    """The packages of rocm_components.toml that the selected environments depend on directly and compile.
+
+    flash-attn compiles (its CK extension) only for targets with CK kernels; its Triton backend builds nothing.
+    """
     envs = list(workspace.environments(environments))
-    return tuple(p for p in rocm_host.component_table() if any(env.dependency(p) is not None for env in envs))
+
+    def compiles(package: str, env: Environment) -> bool:
+        if env.dependency(package) is None:
+            return False
+        return package != "flash-attn" or (env.gpu_target is not None and env.gpu_target.flash_attn_ck)
+
+    return tuple(p for p in rocm_host.component_table() if any(compiles(p, env) for env in envs))
 
 
 def detect_resources(where: Path) -> Resources:
