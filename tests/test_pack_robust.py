@@ -186,6 +186,9 @@ def test_unpack_checks_its_arguments_before_extracting_anything(
          f"{tmp_path / 'full'}: --prefix is a non-empty directory and not a conda environment"),
         (["--prefix", str(tmp_path / "env"), "--host-root", str(tmp_path / "afile")],
          f"--host-root {tmp_path / 'afile'}: not a directory"),
+        (["--prefix", str(tmp_path / "afile" / "env"), "--host-root", str(host)],
+         f"--prefix {tmp_path / 'afile' / 'env'}: {tmp_path / 'afile'} is not a directory"),
+        (["--prefix", "/", "--host-root", str(host)], "/: --prefix is a non-empty directory and not a conda"),
     ]
     for argv, says in cases:
         assert main(["unpack", str(bundle), *argv]) == 2, argv

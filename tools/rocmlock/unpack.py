@@ -149,7 +149,7 @@ def _check_arguments(bundle: Path, prefix: Path, keep: Path | None, root: Path) 
 def _check_writable(path: Path, flag: str) -> None:
     """``path``'s parent (where the scratch directory goes; created if missing) and ``path`` itself when it
     exists can be written: else one line naming the directory, before anything is extracted or created."""
-    where = next(p for p in path.parents if p.exists())
+    where = next((p for p in path.parents if p.exists()), path)  # `/` has no parents
     if not where.is_dir():
         raise InputError(f"{flag} {path}: {where} is not a directory", hint=f"choose another {flag}")
     for directory in (where, path) if path.is_dir() else (where,):
