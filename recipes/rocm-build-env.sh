@@ -117,6 +117,52 @@ PY
     echo "rocmlock build: host ROCm components for $1 found under ${ROCM_PATH}/include" >&2
 }
 
+# MAGMA (the GPU LAPACK PyTorch runs torch.linalg.eig and a few other ops on) from the build host, only when
+# ROCMLOCK_MAGMA_HOME names it. PyTorch's USE_MAGMA defaults to ON (CMakeLists.txt) and its cmake/Modules/FindMAGMA.cmake
+# looks in $MAGMA_HOME, /usr/local/magma and CMake's system prefixes, so without USE_MAGMA=0 whatever MAGMA the host
+# happens to have (Debian's libmagma-rocm-dev puts libmagma.so in /usr) would be linked without anyone choosing it.
+# The MAGMA must link this ROCm's HIP runtime (tools/rocmlock/magma.py says why; doctor checks the same).
+# Call after rocmlock_rocm_env; rocmlock_bundle_magma after the install.
+rocmlock_magma() {
+    local home="${ROCMLOCK_MAGMA_HOME:-}" lib="" hip="" f
+    local elf="${RECIPE_DIR}/../../tools/rocmlock/elf.py"
+    unset MAGMA_HOME
+    if [ -z "${home}" ]; then
+        export USE_MAGMA=0
+        echo "rocmlock build: MAGMA off (ROCMLOCK_MAGMA_HOME unset; README: MAGMA)" >&2
+        return 0
+    fi
+    [ -f "${home}/include/magma.h" ] \
+        || rocmlock_die "ROCMLOCK_MAGMA_HOME=${home} has no include/magma.h; point it at a MAGMA built for ROCm ${ROCMLOCK_ROCM_VERSION}, or unset it to build without MAGMA"
+    for f in "${home}/lib/libmagma.so" "${home}"/lib/*-linux-gnu/libmagma.so; do
+        [ -f "${f}" ] && { lib="${f}"; break; }
+    done
+    [ -n "${lib}" ] || rocmlock_die "ROCMLOCK_MAGMA_HOME=${home} has no lib/libmagma.so; point it at a MAGMA built for ROCm ${ROCMLOCK_ROCM_VERSION}, or unset it"
+    for f in "${ROCM_PATH}/lib/libamdhip64.so" "${ROCM_PATH}"/lib/*-linux-gnu/libamdhip64.so; do
+        [ -f "${f}" ] && { hip="$(python "${elf}" "${f}" | sed -n 's/^soname //p')"; break; }
+    done
+    local linked
+    linked="$(python "${elf}" "${lib}" | sed -n 's/^needed \(libamdhip64\.so.*\)/\1/p')" \
+        || rocmlock_die "cannot read ${lib} (tools/rocmlock/elf.py)"
+    if [ -z "${hip}" ] || [ "${linked}" != "${hip}" ]; then
+        rocmlock_die "MAGMA at ${home} (${lib}) links ${linked:-no HIP runtime} but the ROCm at ${ROCM_PATH} is ${hip:-unknown}: it was built for another ROCm; build MAGMA against ROCm ${ROCMLOCK_ROCM_VERSION} (PyTorch's .ci/docker/common/install_rocm_magma.sh) or unset ROCMLOCK_MAGMA_HOME"
+    fi
+    export USE_MAGMA=1 MAGMA_HOME="${home}" ROCMLOCK_MAGMA_LIB="${lib}"
+    echo "rocmlock build: MAGMA from ${lib} (links ${linked}; the package carries it)" >&2
+}
+
+# The package carries the MAGMA it was linked against, as PyTorch's ROCm wheels carry libmagma.so: a node's ROCm
+# has no MAGMA, and the library must be the one torch was built with. Copied under the name torch's libraries
+# ask for (its SONAME), into $PREFIX/lib, which the package's RPATHs reach.
+rocmlock_bundle_magma() {
+    [ "${USE_MAGMA:-0}" = 1 ] || return 0
+    local elf="${RECIPE_DIR}/../../tools/rocmlock/elf.py" name
+    name="$(python "${elf}" "${ROCMLOCK_MAGMA_LIB}" | sed -n 's/^soname //p')"
+    mkdir -p "${PREFIX}/lib"
+    cp -L "${ROCMLOCK_MAGMA_LIB}" "${PREFIX}/lib/${name:-libmagma.so}"
+    echo "rocmlock build: carries ${ROCMLOCK_MAGMA_LIB} as lib/${name:-libmagma.so} ($(sha256sum "${ROCMLOCK_MAGMA_LIB}" | cut -c1-16))" >&2
+}
+
 # Extensions built against torch (torchvision, torchaudio) need this variant's ROCm pytorch in the host prefix.
 rocmlock_require_rocm_torch() {
     python -c "import torch, sys; sys.exit(0 if torch.version.hip else 'the host pytorch is not a ROCm build')" \

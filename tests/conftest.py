@@ -36,7 +36,8 @@ _loopback_bypasses_proxies()
 
 SCRUB_PREFIXES = ("CONDA_", "PIXI_", "HIP_", "ROCM_", "HSA_", "RATTLER_", "MAMBA_")
 SCRUB_NAMES = ("RATTLER_AUTH_FILE", "ROCM_PATH", "HIP_PATH", "HIP_PLATFORM", "MAX_JOBS", "PYTORCH_ROCM_ARCH",
-               "GPU_ARCHS", "FLASH_ATTENTION_TRITON_AMD_ENABLE")
+               "GPU_ARCHS", "FLASH_ATTENTION_TRITON_AMD_ENABLE", "AOTRITON_INSTALLED_PREFIX",
+               "ROCMLOCK_MAGMA_HOME", "MAGMA_HOME")
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -33,7 +34,7 @@ def test_jobs_and_their_order(workflow: dict) -> None:
     assert list(jobs) == ["plan", "build", "publish", "relock", "pull-request"]
     assert jobs["build"]["needs"] == "plan"
     assert jobs["publish"]["needs"] == "build"
-    assert set(jobs["relock"]["needs"]) == {"plan", "publish"}
+    assert set(jobs["relock"]["needs"]) == {"plan", "build", "publish"}
     assert jobs["pull-request"]["needs"] == "relock"
     triggers = workflow.get(True) or workflow.get("on")  # YAML 1.1 reads the key `on` as True
     assert "workflow_dispatch" in triggers
@@ -128,3 +129,102 @@ def test_noarch_only_group_runs_on_a_hosted_runner(tmp_path: Path, capsys: pytes
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     include = json.loads(_matrix(tmp_path / "plan.json")["matrix"])["include"]
     assert include and all(e["runs_on"] == ["ubuntu-latest"] for e in include)
+
+
+# ----------------------------------------------------------------------------- which jobs run after what
+#
+# GitHub's job-level `if` evaluated over job results, to check the chain plan -> build -> publish -> relock ->
+# pull-request against the outcomes a run can have. Semantics (docs.github.com "Evaluate expressions in workflows",
+# status check functions; actions/runner#2205): a job whose `if` names no status function runs only when
+# `success()`; `success()` is true when every job upstream (transitively) succeeded, so a skipped job upstream makes
+# it false; `!cancelled()` alone runs after failures and skips; a job that does not run has result 'skipped'.
+
+_TOKEN = re.compile(r"\s*(?:(?P<op>&&|\|\||==|!=|!|\(|\))|'(?P<str>[^']*)'|(?P<fn>[a-z]+)\(\)"
+                    r"|(?P<ref>[A-Za-z_][\w.-]*))")
+_STATUS_FUNCTIONS = ("success()", "failure()", "always()", "cancelled()")
+
+
+def _needs(job: dict) -> list[str]:
+    needs = job.get("needs", [])
+    return [needs] if isinstance(needs, str) else list(needs)
+
+
+def _evaluate(expr: str, context: dict[str, object], functions: dict[str, bool]) -> bool:
+    """``expr`` (GitHub expression syntax, the subset the workflow uses) as Python, then evaluated."""
+    expr = expr.strip().removeprefix("${{").removesuffix("}}")
+    python, pos = [], 0
+    while pos < len(expr.rstrip()):
+        m = _TOKEN.match(expr, pos)
+        assert m, f"cannot read {expr[pos:]!r}"
+        pos = m.end()
+        if m["op"]:
+            python.append({"&&": "and", "||": "or", "!": "not"}.get(m["op"], m["op"]))
+        elif m["str"] is not None:
+            python.append(repr(m["str"]))
+        elif m["fn"]:
+            python.append(repr(functions[m["fn"]]))
+        else:
+            value: object = context
+            for part in m["ref"].split("."):
+                value = value.get(part, "") if isinstance(value, dict) else ""
+            python.append(repr(value))
+    return bool(eval(" ".join(python), {"__builtins__": {}}))  # the tokens above: literals and operators only
+
+
+def _run_jobs(jobs: dict, outcomes: dict[str, str], outputs: dict[str, dict[str, str]],
+              cancelled: bool = False) -> dict[str, str]:
+    """Each job's result: ``outcomes[job]`` for a job that runs ('success' unless given), else 'skipped'."""
+    results: dict[str, str] = {}
+
+    def upstream(name: str) -> set[str]:
+        direct = set(_needs(jobs[name]))
+        return direct.union(*(upstream(n) for n in direct))
+
+    for name, job in jobs.items():  # the workflow lists them in dependency order
+        above = [results[n] for n in upstream(name)]
+        functions = {"success": not cancelled and all(r == "success" for r in above),
+                     "failure": any(r == "failure" for r in above), "always": True, "cancelled": cancelled}
+        condition = str(job.get("if", "success()"))
+        if not any(f in condition for f in _STATUS_FUNCTIONS):
+            condition = f"success() && ({condition.strip().removeprefix('${{').removesuffix('}}')})"
+        context = {"needs": {n: {"result": results[n], "outputs": outputs.get(n, {})} for n in _needs(job)}}
+        runs = _evaluate(condition, context, functions)
+        results[name] = outcomes.get(name, "success") if runs else "skipped"
+    return results
+
+
+ANY = {"plan": {"any": "true"}}
+NOTHING = {"plan": {"any": "false"}}
+
+
+@pytest.mark.parametrize(("outcomes", "outputs", "relocks"), [
+    ({}, ANY, True),  # every build and the publish succeeded
+    ({}, NOTHING, True),  # nothing to build: relock anyway, the channel may have changed under the lock
+    ({"build": "failure"}, ANY, False),  # one target failed (a matrix job fails when any leg fails)
+    ({"build": "cancelled"}, ANY, False),  # a build timed out / was cancelled
+    ({"publish": "failure"}, ANY, False),
+    ({"plan": "failure"}, ANY, False),
+])
+def test_relock_runs_only_when_every_build_and_the_publish_succeeded(
+        workflow: dict, outcomes: dict[str, str], outputs: dict[str, dict[str, str]], relocks: bool) -> None:
+    # A relock after a failed build would lock against a channel without that target's packages: the solve
+    # falls back to other builds or fails, and the pull request would carry that lock.
+    results = _run_jobs(workflow["jobs"], outcomes, outputs)
+    assert (results["relock"] == "success") is relocks, results
+    assert (results["pull-request"] == "success") is relocks, results
+    if outcomes.get("build") in ("failure", "cancelled"):
+        assert results["publish"] == "skipped", "nothing is published from a run where a build failed"
+
+
+def test_a_cancelled_run_relocks_nothing(workflow: dict) -> None:
+    results = _run_jobs(workflow["jobs"], {"build": "cancelled"}, ANY, cancelled=True)
+    assert results["relock"] == results["pull-request"] == "skipped", results
+
+
+def test_the_job_simulation_reads_the_conditions() -> None:
+    # The evaluator itself: precedence (&& before ||), negation, a missing output as ''.
+    ctx = {"needs": {"a": {"result": "failure", "outputs": {}}}}
+    fns = {"success": False, "failure": True, "always": True, "cancelled": False}
+    assert _evaluate("${{ !cancelled() && needs.a.result != 'success' }}", ctx, fns)
+    assert _evaluate("needs.a.outputs.any != 'true' || needs.a.result == 'success' && failure()", ctx, fns)
+    assert not _evaluate("(needs.a.outputs.any == 'true' || success()) && always()", ctx, fns)

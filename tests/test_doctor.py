@@ -272,7 +272,7 @@ def test_rocm_components_of_the_packages_to_build(tmp_path: Path) -> None:
         f"bitsandbytes: hipBLAS, hipBLASLt, hipRAND, rocBLAS, hipCUB, rocPRIM found under {root}/include")
     # Packages with nothing listed add no check.
     assert "rocm-components" not in {c.name for c in run_doctor([], build=True, host=host, resources=PLENTY,
-                                                                  packages=("torchvision",)).checks}
+                                                                  packages=("triton",)).checks}
 
 
 # Every row of tools/rocmlock/data/rocm_components.toml (each cited there from upstream build files or a real build).
@@ -309,3 +309,20 @@ def test_workspace_packages_are_the_environments_direct_dependencies(tmp_path: P
     ws = load_workspace(path)
     assert workspace_packages(ws, ["mi300x-qlora"]) == ("bitsandbytes",)
     assert workspace_packages(ws, ["mi300x"]) == ()
+
+
+def test_flash_attn_components_only_where_its_ck_extension_is_built(tmp_path: Path) -> None:
+    # flash-attn's CK extension includes torch's HIP headers (hipBLAS, hipBLASLt, hipSPARSE, hipSOLVER from the host
+    # ROCm: rocm_components.toml); its Triton backend (gfx1100: flash_attn_ck = false) compiles nothing.
+    from rocmlock.doctor import workspace_packages
+    from rocmlock.workspace import load_workspace
+
+    path = _workspace(tmp_path, "7.2")
+    path.write_text(path.read_text().replace("[environments]", (
+        '[feature.gfx1100.dependencies]\namdgpu-target = { version = "*", build = "gfx1100" }\n\n'
+        '[feature.fa.dependencies]\nflash-attn = "*"\ntorchvision = "*"\n\n'
+        '[environments]\nmi300x-fa = ["gfx942", "fa"]\nw7900-fa = ["gfx1100", "fa"]')))
+    ws = load_workspace(path)
+    assert workspace_packages(ws, ["mi300x-fa"]) == ("torchvision", "flash-attn")
+    assert workspace_packages(ws, ["w7900-fa"]) == ("torchvision",)
+    assert workspace_packages(ws, ["w7900-fa", "mi300x-fa"]) == ("torchvision", "flash-attn")

@@ -152,6 +152,43 @@ def test_root_manifest_locks_with_a_local_channel(channels: dict[str, Path], tmp
     assert main(["lock", "--check", "--manifest-path", str(root / "pixi.toml"), *gpu_envs]) == 0
 
 
+def test_a_local_channel_is_written_as_pixi_writes_it_and_ties_the_lock_to_its_checkout(
+        channels: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # pixi 0.77.0 writes each package of a path channel with its absolute path: pixi_core/src/lock_file/update.rs
+    # (into_conda_package_data) -> rattler_lock 0.32.0 conda.rs `From<RepoDataRecord>`, where
+    # `UrlOrPath::from(url).normalize()` turns a file:// URL into a path. Relative ones are not an option:
+    # reading a package back (`TryFrom<CondaBinaryData> for RepoDataRecord`, `try_into_url`) fails with file_url's
+    # NotAnAbsolutePath. prefix-dev/pixi#6322 (open) asks for relative ones; its fix (pixi#6332, rattler#2498)
+    # is not merged. The channel line stays `./channel`, which pixi resolves against the workspace root
+    # (lock_file/satisfiability/environment.rs).
+    root = tmp_path / "ws"
+    shutil.copytree(channels["private"], root / "channel")
+    (root / "pixi.toml").write_text(manifest("./channel", channels["forge"].as_uri()))
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 0
+    text = (root / "pixi.lock").read_text()
+    assert "- url: ./channel\n" in text
+    private = [line.split("conda: ", 1)[1] for line in text.splitlines()
+               if line.lstrip().startswith("- conda: ") and "/channel/" in line]
+    assert private and all(loc.startswith(f"{root}/channel/") for loc in private), private
+    relative = root / "relative.lock"
+    relative.write_text(text.replace(f"conda: {root}/channel/", "conda: ./channel/"))
+    env = LockFile.from_path(relative).environment("mi300x")
+    assert env is not None
+    with pytest.raises(Exception, match="not an absolute path"):
+        env.conda_repodata_records_for_platform(next(iter(env.platforms())))
+    # conda resolves a path channel against the current directory (conda 26.7.1, conda/common/url.py
+    # path_to_url), not against environment.yml: the exports name the channel by its file:// URL.
+    assert f"  - {(root / 'channel').as_uri()}\n" in (root / "envs" / "mi300x" / "environment.yml").read_text()
+    # So a lock made from a directory channel belongs to its checkout (README, "What pixi checks"): a copy
+    # elsewhere still names the first checkout's files, and its exports are stale there.
+    other = tmp_path / "other"
+    shutil.copytree(root, other)
+    capsys.readouterr()
+    assert main(["lock", "--check", "--manifest-path", str(other / "pixi.toml")]) == 1
+    assert "stale: envs/mi300x/environment.yml" in capsys.readouterr().err
+    assert f"{root}/channel/" in (other / "pixi.lock").read_text()
+
+
 # ----------------------------------------------------------------------------- re-locks
 
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -184,6 +186,9 @@ def test_unpack_checks_its_arguments_before_extracting_anything(
          f"{tmp_path / 'full'}: --prefix is a non-empty directory and not a conda environment"),
         (["--prefix", str(tmp_path / "env"), "--host-root", str(tmp_path / "afile")],
          f"--host-root {tmp_path / 'afile'}: not a directory"),
+        (["--prefix", str(tmp_path / "afile" / "env"), "--host-root", str(host)],
+         f"--prefix {tmp_path / 'afile' / 'env'}: {tmp_path / 'afile'} is not a directory"),
+        (["--prefix", "/", "--host-root", str(host)], "/: --prefix is a non-empty directory and not a conda"),
     ]
     for argv, says in cases:
         assert main(["unpack", str(bundle), *argv]) == 2, argv
@@ -353,3 +358,80 @@ def test_a_full_disk_while_unpacking_is_not_a_damaged_bundle(bundle: Path, tmp_p
         assert not prefix.exists()
         left = [str(q) for p in tmp_path.iterdir() if p.name.startswith(".rocmlock") for q in [p, *p.rglob("*")]]
         assert not left, f"rattler's background tasks outlive the failed install: {left}"
+
+
+# ----------------------------------------------------------------------------- unpack: where --prefix cannot go
+
+# Run as a user who may not write the prefix's parent (root writes anywhere): `nobody` through setpriv(1), or
+# a read-only bind mount in a private mount namespace (`unshare -m`; both need root, as in CI).
+READ_ONLY = """
+set -u
+mount --bind "$RO" "$RO" && mount -o remount,bind,ro "$RO" || { echo "mount refused" >&2; exit 99; }
+exec "$@"
+"""
+
+
+def _unpack_as(how: str, shared: Path, locked_dir: Path, *argv: str) -> tuple[int, str]:
+    cmd = [sys.executable, "-m", "rocmlock", "unpack", *argv]
+    env = {**os.environ, "PYTHONPATH": TOOLS}
+    if how == "not-writable":
+        if os.geteuid() != 0:
+            locked_dir.chmod(0o555)
+        elif shutil.which("setpriv") is None:
+            pytest.skip("no setpriv(1) to run as another user")
+        else:
+            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+    else:
+        if os.geteuid() != 0 or shutil.which("unshare") is None:
+            pytest.skip("a read-only bind mount needs root and unshare(1)")
+        cmd = ["unshare", "-m", "sh", "-c", READ_ONLY, "sh", *cmd]
+        env["RO"] = str(locked_dir)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False, cwd=shared)
+    if proc.returncode == 99 and "mount refused" in proc.stderr:
+        pytest.skip(f"the kernel refused a private mount: {proc.stderr.strip()[:200]}")
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.parametrize("how", ["not-writable", "read-only"])
+@pytest.mark.parametrize("below", ["env", "a/b/env"])
+def test_unpack_where_the_prefix_cannot_be_created_is_one_line_and_writes_nothing(
+        bundle: Path, tmp_path_factory: pytest.TempPathFactory, how: str, below: str) -> None:
+    # Everything the other user reads lives in a world-readable directory outside pytest's (mode 0700) tmp dir.
+    shared = Path(tempfile.mkdtemp(prefix="rocmlock-unpack-"))
+    try:
+        shared.chmod(0o755)
+        tar = shutil.copy(bundle, shared / "b.tar")
+        Path(tar).chmod(0o644)
+        host = fake_node(shared / "host", [90402])
+        for p in [host, *host.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        locked_dir = shared / "opt"
+        locked_dir.mkdir(mode=0o755)
+        before = sorted(str(p) for p in shared.rglob("*"))
+        code, err = _unpack_as(how, shared, locked_dir, str(tar), "--prefix", str(locked_dir / below),
+                               "--host-root", str(host), "--no-verify")
+        assert code == 2, err
+        line = _one_error(err)
+        why = "no write permission" if how == "not-writable" else "a read-only file system"
+        assert line == f"error: --prefix {locked_dir / below}: cannot write in {locked_dir} ({why})", err
+        assert "hint: " in err and "--prefix" in err.strip().splitlines()[-1], err
+        assert "bundle ok" not in err, "refused before the bundle was extracted or checked"
+        assert sorted(str(p) for p in shared.rglob("*")) == before, "nothing written"
+    finally:
+        if (shared / "opt").exists():
+            (shared / "opt").chmod(0o755)
+        shutil.rmtree(shared)
+
+
+def test_unpack_into_a_non_empty_directory_says_what_to_do_and_writes_nothing(
+        bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix, host = tmp_path / "env", fake_node(tmp_path / "host", [90402])
+    prefix.mkdir()
+    (prefix / "notes.txt").write_text("mine\n")
+    for extra in ((), ("--force",)):  # --force skips the node check only, never this
+        assert unpack(bundle, prefix, host, "--no-verify", *extra) == 2
+        err = capsys.readouterr().err
+        assert _one_error(err) == f"error: {prefix}: --prefix is a non-empty directory and not a conda environment"
+        assert err.strip().splitlines()[-1].startswith("hint: choose a new directory"), err
+        assert [p.name for p in prefix.iterdir()] == ["notes.txt"]
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rocmlock")]

@@ -34,14 +34,15 @@ JSON_KEYS = {
 
 
 def mirror(root: Path, recipes: tuple[str, ...] = OURS) -> Path:
-    """A checkout-shaped copy: recipes/<some> + variants.yaml, and the GPU table they load."""
+    """A checkout-shaped copy: recipes/<some> + variants.yaml, and the tables they load (GPU, AOTriton)."""
     for name in recipes:
         shutil.copytree(ROOT / "recipes" / name, root / "recipes" / name)
     shutil.copy(ROOT / "recipes" / "variants.yaml", root / "recipes" / "variants.yaml")
     shutil.copy(ROOT / "recipes" / "rocm-build-env.sh", root / "recipes" / "rocm-build-env.sh")
     data = root / "tools" / "rocmlock" / "data"
     data.mkdir(parents=True)
-    shutil.copy(ROOT / "tools" / "rocmlock" / "data" / "gpu_targets.toml", data / "gpu_targets.toml")
+    for table in ("gpu_targets.toml", "aotriton.toml"):
+        shutil.copy(ROOT / "tools" / "rocmlock" / "data" / table, data / table)
     return root / "recipes"
 
 

@@ -53,13 +53,17 @@ def test_reference_case_passes_and_compiles_every_target(case: str) -> None:
         # Debian has no .info/version: the version comes from rocm-core's header.
         assert checks["rocm-version"]["message"] == "ROCm 7.2.4 (from /usr/include/rocm-core/rocm_version.h)"
         assert report["device_libs"] == "/usr/lib/llvm-22/lib/clang/22/amdgcn/bitcode"
-    # The chroot has every host-ROCm component bitsandbytes' and deepspeed's builds need, not pytorch's (MIOpen, RCCL,
-    # ... are not installed: tools/rocmlock/data/rocm_components.toml). Without a workspace that is a warning naming
-    # only what pytorch lacks.
+    # The chroot has every host-ROCm component bitsandbytes', deepspeed's and torchaudio's builds need, not pytorch's
+    # (MIOpen, RCCL, ...) nor torchvision's and flash-attn's (hipSPARSE, hipSOLVER): tools/rocmlock/data/
+    # rocm_components.toml. Without a workspace that is a warning naming only what is missing.
     components = checks["rocm-components"]
     assert components["status"] == "warn", components
     assert "pytorch needs MIOpen (include/miopen/miopen.h; Debian/Ubuntu: libmiopen-dev" in components["message"]
-    assert "bitsandbytes" not in components["message"] and "deepspeed" not in components["message"]
+    assert "torchvision needs hipSPARSE (include/hipsparse/hipsparse.h; Debian/Ubuntu: libhipsparse-dev" \
+        in components["message"]
+    assert "flash-attn needs hipSPARSE" in components["message"] and "hipSOLVER" in components["message"]
+    for package in ("bitsandbytes", "deepspeed", "torchaudio"):
+        assert package not in components["message"]
     assert "hipBLAS (" not in components["message"] and "hipCUB (" not in components["message"]
     # No advice that breaks a working setup: an unset ROCM_PATH is never "fixed" to /usr.
     assert not any("ROCM_PATH=/usr" in c["fix"] for c in checks.values())

@@ -232,6 +232,26 @@ def test_triton_build_removes_werror_and_notices_when_upstream_moves(tmp_path: P
     assert out.returncode == 1 and "no longer sets -Werror" in out.stderr
 
 
+def test_triton_build_stops_when_its_llvm_hash_is_not_the_pinned_llvm(matrix: Matrix, tmp_path: Path) -> None:
+    # Finding 8 left triton_git_rev at the v3.7.1 tag; whoever moves it (to PyTorch's pin, or AMD's) must move
+    # triton_llvm_rev with it. build.sh's own lines, run against a Triton tree's cmake/llvm-hash.txt:
+    pinned = script_env(matrix, "triton-rocm")["ROCMLOCK_TRITON_LLVM_REV"]
+    assert pinned == matrix.get("triton_llvm_rev")[0]
+    script = (RECIPES / "triton-rocm" / "build.sh").read_text()
+    start = script.index('llvm_hash="$(')
+    end = script.index("\n\n", start)
+    snippet = 'rocmlock_die() { echo "$*" >&2; exit 1; }\n' + script[start:end] + "\necho ok\n"
+    (tmp_path / "cmake").mkdir()
+    (tmp_path / "cmake/llvm-hash.txt").write_text(pinned + "\n")
+    env = {"PATH": "/usr/bin:/bin", "ROCMLOCK_TRITON_LLVM_REV": pinned}
+    out = subprocess.run(["bash", "-c", snippet], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    assert (out.returncode, out.stdout) == (0, "ok\n"), out.stderr
+    # 5d6048aa (PyTorch 2.12.1's pin per pytorch/pytorch#186814) names ac5dc54d... in third-party records.
+    (tmp_path / "cmake/llvm-hash.txt").write_text("ac5dc54d509169d387fcfd495d71853d81c46484\n")
+    out = subprocess.run(["bash", "-c", snippet], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    assert out.returncode == 1 and f"pins triton_llvm_rev {pinned}" in out.stderr
+
+
 def test_build_scripts_pass_bash_n_and_shellcheck() -> None:
     assert shutil.which("shellcheck"), "shellcheck is missing: apt-get install shellcheck (.ci/run does)"
     scripts = [str(RECIPES / r / "build.sh") for r in NEW]

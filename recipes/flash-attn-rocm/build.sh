@@ -16,6 +16,9 @@ export BUILD_TARGET=rocm
 
 case "${ROCMLOCK_FLASH_ATTN_BACKEND}" in
     ck)
+        # The CK extension includes torch's HIP headers, which include hipBLAS, hipBLASLt, hipSPARSE and hipSOLVER
+        # headers from the host ROCm (tools/rocmlock/data/rocm_components.toml); the Triton backend compiles nothing.
+        rocmlock_require_rocm_components flash-attn
         export FLASH_ATTENTION_TRITON_AMD_ENABLE=FALSE
         ;;
     triton)

@@ -6,6 +6,8 @@ set -euo pipefail
 . "${RECIPE_DIR}/../rocm-build-env.sh"
 rocmlock_rocm_env
 rocmlock_require_rocm_components pytorch
+# MAGMA only when ROCMLOCK_MAGMA_HOME names one built for this ROCm; USE_MAGMA=0 otherwise (rocm-build-env.sh).
+rocmlock_magma
 rocmlock_max_jobs
 rocmlock_ccache
 
@@ -16,15 +18,43 @@ export PYTORCH_ROCM_ARCH="${ROCMLOCK_GPU_TARGET}"
 # AOTriton (flash and memory-efficient SDPA) only where the target has kernels (gpu_targets.toml `aotriton`).
 export USE_FLASH_ATTENTION="${ROCMLOCK_AOTRITON}"
 export USE_MEM_EFF_ATTENTION="${ROCMLOCK_AOTRITON}"
-# AOTriton's runtime and kernel images: PyTorch's cmake/External/aotriton.cmake downloads them from GitHub at
-# configure time (hash-checked against its own list). For an offline build, extract that release on a
-# connected machine and pass its directory: AOTRITON_INSTALLED_PREFIX (aotriton.cmake then installs from it).
+# AOTriton's runtime and kernel images. PyTorch's cmake/External/aotriton.cmake downloads them from GitHub at
+# configure time unless the environment names an installed AOTriton: its `if(DEFINED ENV{AOTRITON_INSTALLED_PREFIX})`
+# branch installs that prefix's lib/ and include/ into torch/ and links its lib/libaotriton_v2.so, downloading
+# nothing (lines 242-249 of the 0.11.2b-era file, the branch before `elseif(DEFINED ENV{AOTRITON_INSTALL_FROM_SOURCE})`).
+# The recipe pins the runtime and this target's image as sources (tools/rocmlock/data/aotriton.toml); they
+# become that prefix here. A prefix the build host passes overrides them (the recipe then pins none).
+rocmlock_aotriton_from_sources() {
+    local cmake_file=cmake/External/aotriton.cmake sha image="${ROCMLOCK_AOTRITON_IMAGE:?}"
+    # The pins must be what this PyTorch's own aotriton.cmake names (the release and both sha256s); the table was
+    # not checked against every PyTorch release, this file is.
+    grep -qF "set(__AOTRITON_VER \"${ROCMLOCK_AOTRITON_VERSION:?}\")" "${cmake_file}" \
+        || rocmlock_die "PyTorch ${PKG_VERSION}'s ${cmake_file} does not set __AOTRITON_VER \"${ROCMLOCK_AOTRITON_VERSION}\": update tools/rocmlock/data/aotriton.toml from that file (version, runtime and image sha256s)"
+    for sha in ${ROCMLOCK_AOTRITON_SHA256S:?}; do
+        grep -qF "\"${sha}\"" "${cmake_file}" \
+            || rocmlock_die "PyTorch ${PKG_VERSION}'s ${cmake_file} does not list sha256 ${sha} (AOTriton ${ROCMLOCK_AOTRITON_VERSION}, ROCm ${ROCMLOCK_ROCM_VERSION}, ${image}): update tools/rocmlock/data/aotriton.toml from that file"
+    done
+    [ -f aotriton/runtime/lib/libaotriton_v2.so ] \
+        || rocmlock_die "the AOTriton runtime source has no lib/libaotriton_v2.so (aotriton/runtime); the release layout changed"
+    [ -d "aotriton/images/lib/aotriton.images/${image}" ] \
+        || rocmlock_die "the AOTriton image source has no lib/aotriton.images/${image} (aotriton/images); the release layout changed"
+    # One prefix, laid out as aotriton.cmake's download branch leaves its install dir: the runtime with the
+    # image under lib/aotriton.images/ (where libaotriton_v2.so looks for it).
+    mkdir -p aotriton/runtime/lib/aotriton.images
+    rm -rf "aotriton/runtime/lib/aotriton.images/${image}"
+    mv "aotriton/images/lib/aotriton.images/${image}" aotriton/runtime/lib/aotriton.images/
+    AOTRITON_INSTALLED_PREFIX="${PWD}/aotriton/runtime"
+    export AOTRITON_INSTALLED_PREFIX
+}
 if [ "${ROCMLOCK_AOTRITON}" = 1 ] && [ -n "${AOTRITON_INSTALLED_PREFIX:-}" ]; then
     [ -f "${AOTRITON_INSTALLED_PREFIX}/lib/libaotriton_v2.so" ] \
         || rocmlock_die "AOTRITON_INSTALLED_PREFIX=${AOTRITON_INSTALLED_PREFIX} has no lib/libaotriton_v2.so; extract the AOTriton release PyTorch ${PKG_VERSION}'s cmake/External/aotriton.cmake names (runtime and the ${ROCMLOCK_GPU_TARGET} kernel image) there"
     export AOTRITON_INSTALLED_PREFIX
+elif [ "${ROCMLOCK_AOTRITON}" = 1 ] && [ -n "${ROCMLOCK_AOTRITON_PINNED:-}" ]; then
+    rocmlock_aotriton_from_sources
+    echo "rocmlock build: AOTriton ${ROCMLOCK_AOTRITON_VERSION} (${ROCMLOCK_AOTRITON_IMAGE}) from the pinned sources" >&2
 elif [ "${ROCMLOCK_AOTRITON}" = 1 ]; then
-    echo "rocmlock build: AOTriton will be downloaded at configure time (set AOTRITON_INSTALLED_PREFIX to build offline)" >&2
+    echo "rocmlock build: AOTriton will be downloaded at configure time (no prebuilt runtime pinned for ROCm ${ROCMLOCK_ROCM_VERSION}; set AOTRITON_INSTALLED_PREFIX to build offline)" >&2
 fi
 export USE_NCCL=1          # RCCL from the host ROCm
 export USE_DISTRIBUTED=1
@@ -39,8 +69,9 @@ export PYTORCH_BUILD_NUMBER=0
 export CFLAGS="${CFLAGS:-} -Wno-error=maybe-uninitialized -Wno-error=uninitialized -Wno-error=restrict"
 export CXXFLAGS="${CXXFLAGS:-} -Wno-error=maybe-uninitialized -Wno-error=uninitialized -Wno-error=restrict"
 
-echo "rocmlock build: pytorch ${PKG_VERSION} for ${PYTORCH_ROCM_ARCH}, ROCm ${ROCMLOCK_ROCM_VERSION} at ${ROCM_PATH}, MAX_JOBS=${MAX_JOBS}, AOTriton=${ROCMLOCK_AOTRITON}"
+echo "rocmlock build: pytorch ${PKG_VERSION} for ${PYTORCH_ROCM_ARCH}, ROCm ${ROCMLOCK_ROCM_VERSION} at ${ROCM_PATH}, MAX_JOBS=${MAX_JOBS}, AOTriton=${ROCMLOCK_AOTRITON}, MAGMA=${USE_MAGMA}"
 
 # HIPIFY the CUDA sources first; without it the build fails with "cuda.h not found".
 python tools/amd_build/build_amd.py
 python -m pip install . --no-deps --no-build-isolation -vv
+rocmlock_bundle_magma

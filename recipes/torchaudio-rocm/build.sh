@@ -5,6 +5,7 @@ set -euo pipefail
 # shellcheck source=../rocm-build-env.sh
 . "${RECIPE_DIR}/../rocm-build-env.sh"
 rocmlock_rocm_env
+rocmlock_require_rocm_components torchaudio
 rocmlock_max_jobs
 rocmlock_ccache
 

@@ -35,6 +35,12 @@ grep -q 'CMAKE_CXX_FLAGS.*-Werror ' CMakeLists.txt \
     || rocmlock_die "triton's CMakeLists.txt no longer sets -Werror in CMAKE_CXX_FLAGS; review build.sh"
 sed -i '/CMAKE_CXX_FLAGS/s/ -Werror / /' CMakeLists.txt
 
+# Triton builds only against the LLVM commit its cmake/llvm-hash.txt names; variants.yaml pins the two side by side
+# (triton_git_rev, triton_llvm_rev), so a Triton pin moved without its LLVM stops here, not deep in the compile.
+llvm_hash="$(tr -d '[:space:]' < cmake/llvm-hash.txt)"
+[ "${llvm_hash}" = "${ROCMLOCK_TRITON_LLVM_REV:?recipe.yaml sets ROCMLOCK_TRITON_LLVM_REV}" ] \
+    || rocmlock_die "triton's cmake/llvm-hash.txt names LLVM ${llvm_hash}, variants.yaml pins triton_llvm_rev ${ROCMLOCK_TRITON_LLVM_REV}: move both together ('rocmlock bump triton=VERSION --rev triton=COMMIT' reads the LLVM commit from that file)"
+
 # LLVM with MLIR and LLD, for the host CPU, NVPTX and AMDGPU.
 cmake -G Ninja -S llvm-project/llvm -B llvm-project/build \
     -DCMAKE_BUILD_TYPE=Release \

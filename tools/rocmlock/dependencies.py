@@ -19,6 +19,7 @@ from typing import Any
 from rattler import MatchSpec, VersionSpec
 from rattler.exceptions import InvalidMatchSpecError, InvalidVersionSpecError
 
+from rocmlock.credentials import one_line, redact_text, split_url
 from rocmlock.errors import InputError, expect_type
 from rocmlock.pixi_keys import is_source_dependency
 
@@ -139,7 +140,7 @@ def parse_dependencies(value: Any, path: Path, key: str) -> tuple[Dependency, ..
     for name, spec in sorted(expect_type(value, dict, path, key, "a table").items()):
         where = f"{key}.{name}"
         if isinstance(spec, str):
-            out.append(Dependency(name, _pixi_version(spec, path, where)))
+            out.append(_whole(Dependency(name, _pixi_version(spec, path, where)), path, where))
             continue
         if not isinstance(spec, dict):
             raise InputError(f"{path}: key '{where}' must be a version string or a table")
@@ -157,8 +158,22 @@ def parse_dependencies(value: Any, path: Path, key: str) -> tuple[Dependency, ..
             expect_type(build, str, path, f"{where}.build", "a string")
         if channel is not None:
             expect_type(channel, str, path, f"{where}.channel", "a string")
-        out.append(Dependency(name, version, build, channel, _dependency_fields(spec, path, where)))
+        out.append(_whole(Dependency(name, version, build, channel, _dependency_fields(spec, path, where)),
+                          path, where))
     return tuple(out)
+
+
+def _whole(dep: Dependency, path: Path, where: str) -> Dependency:
+    """``dep`` when its parts form one match spec, as pixi builds one from them (pixi_spec toml.rs); checked
+    here, once, so that no later parse (solve, the satisfiability check) meets a spec it cannot read."""
+    try:
+        MatchSpec(dep.matchspec())
+    except InvalidMatchSpecError as exc:
+        secrets = split_url(dep.channel).secrets if dep.channel else []
+        reason = redact_text(one_line(str(exc)), secrets)
+        raise InputError(f"{path}: key '{where}' is not a valid match spec: {reason}",
+                         hint="check its build, channel and other fields") from None
+    return dep
 
 
 _CONDITION_TOKEN = re.compile(r"(\(|\)|\band\b|\bor\b)")

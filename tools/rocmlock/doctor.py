@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rocmlock import rocm_host
+from rocmlock import magma, rocm_host
 from rocmlock.rocm_host import HIP_HEADER, Host, holds_device_libs, holds_header
 from rocmlock.runner import CommandResult
 from rocmlock.targets import GpuTarget, all_targets, get_target, minor_version, version_tuple
-from rocmlock.workspace import Workspace
+from rocmlock.workspace import Environment, Workspace
 
 __all__ = ["Check", "DoctorReport", "Host", "Resources", "render_report", "run_doctor"]
 
@@ -126,9 +126,18 @@ def workspace_rocm_versions(workspace: Workspace, environments: list[str] | None
 
 
 def workspace_packages(workspace: Workspace, environments: list[str] | None = None) -> tuple[str, ...]:
-    """The packages of rocm_components.toml that the selected environments depend on directly."""
+    """The packages of rocm_components.toml that the selected environments depend on directly and compile.
+
+    flash-attn compiles (its CK extension) only for targets with CK kernels; its Triton backend builds nothing.
+    """
     envs = list(workspace.environments(environments))
-    return tuple(p for p in rocm_host.component_table() if any(env.dependency(p) is not None for env in envs))
+
+    def compiles(package: str, env: Environment) -> bool:
+        if env.dependency(package) is None:
+            return False
+        return package != "flash-attn" or (env.gpu_target is not None and env.gpu_target.flash_attn_ck)
+
+    return tuple(p for p in rocm_host.component_table() if any(compiles(p, env) for env in envs))
 
 
 def detect_resources(where: Path) -> Resources:
@@ -344,6 +353,41 @@ def check_rocm_components(rocm: Path | None, packages: Iterable[str], required: 
                  f"{' '.join(sorted(c.amd for c in comps))}")
 
 
+MAGMA_FIX = ("apt-get install libmagma-rocm-dev where it is built for this ROCm (Debian sid's 2.9.0+ds-3 is ROCm 6's), "
+             "else build MAGMA against this ROCm (PyTorch's .ci/docker/common/install_rocm_magma.sh); then export "
+             f"{magma.KEY}=<its prefix>")
+
+
+def check_magma(env: Mapping[str, str], rocm: Path | None, packages: Iterable[str] | None,
+                required: bool = True) -> Check | None:
+    """MAGMA for the pytorch build (``ROCMLOCK_MAGMA_HOME``); None when pytorch is not among ``packages``.
+
+    Without MAGMA pytorch still builds (some GPU linalg ops then raise), so the only failure is a
+    ``ROCMLOCK_MAGMA_HOME`` the build would refuse, and only when pytorch is known to be built (``required``).
+    """
+    if packages is not None and "pytorch" not in packages:
+        return None
+    hip = magma.hip_runtime_of(rocm)
+    given = env.get(magma.KEY, "")
+    found = magma.magma_at(Path(given)) if given else magma.discover(env, rocm)
+    bad = "fail" if required and given else "warn"
+    if given and found is None:
+        return Check("magma", bad, f"{magma.KEY}={given} has no include/magma.h and lib/libmagma.so",
+                     f"point {magma.KEY} at a MAGMA install, or unset it to build pytorch without MAGMA")
+    if found is None:
+        return Check("magma", "warn", f"no MAGMA for the ROCm at {rocm}: pytorch builds without it "
+                     "(torch.linalg.eig and the other GPU ops PyTorch runs on MAGMA raise)", MAGMA_FIX)
+    if found.hip_runtime != hip or hip is None:
+        return Check("magma", bad, f"MAGMA at {found.prefix} links {found.hip_runtime or 'no HIP runtime'} but the ROCm "
+                     f"at {rocm} is {hip or 'unknown'}: built for another ROCm, pytorch cannot use it", MAGMA_FIX)
+    if not given:
+        return Check("magma", "warn", f"MAGMA at {found.prefix} ({found.library.name}, links {hip}) is not used: "
+                     f"pytorch builds with MAGMA only when {magma.KEY} names it",
+                     f"export {magma.KEY}={found.prefix} (the pytorch package then carries libmagma: README)")
+    return Check("magma", "ok", f"MAGMA at {found.prefix} ({found.library}, links {hip}): pytorch builds with it "
+                 "and carries libmagma")
+
+
 def check_jobs(resources: Resources, env: Mapping[str, str]) -> tuple[Check, int]:
     jobs = max_jobs_for(resources, env)
     by_memory = _jobs_by_memory(resources)
@@ -415,6 +459,8 @@ def run_doctor(
         components = check_rocm_components(rocm, rocm_host.component_table() if packages is None else packages,
                                            required=packages is not None)
         checks.extend([components] if components else [])
+        magma_check = check_magma(host.env, rocm, packages, required=packages is not None)
+        checks.extend([magma_check] if magma_check else [])
         jobs_check, jobs = check_jobs(resources, host.env)
         checks.extend([jobs_check, check_disk(resources, workdir), check_ccache(host)])
     return DoctorReport(tuple(checks), tuple(t.gfx for t in targets), jobs, version,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from rocmlock import channel_dir
 from rocmlock.credentials import one_line, redact_text, redact_url, split_url
 from rocmlock.credentials import refused as refused_text
 from rocmlock.errors import InputError, OperationError
@@ -63,7 +63,7 @@ class LocalPackage:
         return f"{self.subdir}/{self.path.name}"
 
     def sha256(self) -> str:
-        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+        return channel_dir.file_sha256(self.path)
 
 
 @dataclass(frozen=True)
@@ -217,15 +217,6 @@ def _check_quetz_channel(dest: Destination, env: Mapping[str, str]) -> None:
                          hint="create it in quetz (web UI, or POST /api/channels), or fix the channel in --to")
 
 
-def _directory_records(root: Path, packages: list[LocalPackage]) -> dict[str, str]:
-    out = {}
-    for pkg in packages:
-        there = root / pkg.subdir / pkg.path.name
-        if there.is_file():
-            out[pkg.key] = hashlib.sha256(there.read_bytes()).hexdigest()
-    return out
-
-
 def sort_out(packages: list[LocalPackage], remote: dict[str, str], force: bool,
              where: str) -> tuple[list[LocalPackage], list[str], list[str]]:
     """Split into (to upload, skipped because identical, replaced); refuse a different file unless ``force``."""
@@ -249,32 +240,6 @@ def sort_out(packages: list[LocalPackage], remote: dict[str, str], force: bool,
 
 
 # ----------------------------------------------------------------------------- backends
-
-
-def _index_directory(root: Path) -> None:
-    from rattler.index import index_fs
-
-    (root / "noarch").mkdir(parents=True, exist_ok=True)
-    asyncio.run(index_fs(root))
-
-
-def _publish_directory(root: Path, packages: list[LocalPackage]) -> None:
-    # Stage every file beside its target first, then move them all: an interrupted copy leaves only
-    # dot-files that the index ignores, never a truncated package.
-    staged = []
-    try:
-        for pkg in packages:
-            target = root / pkg.subdir / pkg.path.name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.part")
-            shutil.copyfile(pkg.path, tmp)
-            staged.append((tmp, target))
-        for tmp, target in staged:
-            os.replace(tmp, target)
-    finally:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
-    _index_directory(root)
 
 
 @dataclass(frozen=True)
@@ -395,6 +360,19 @@ def _upload_http(dest: Destination, packages: list[LocalPackage], env: Mapping[s
         rb.upload_package_to_anaconda(files, dest.channel, api_key=token, force=force, auth_file=auth_file)
 
 
+def _send(dest: Destination, packages: list[LocalPackage], upload: list[LocalPackage], env: Mapping[str, str],
+          force: bool, log: Callable[[str], None]) -> None:
+    if dest.kind == "directory":  # also with nothing to upload: it indexes, and repairs an interrupted run
+        channel_dir.publish_to_directory(Path(dest.url), {p.key: p.path for p in packages}, [p.key for p in upload],
+                                         log)
+    elif upload and dest.kind == "s3":
+        _publish_s3(dest, upload, env)
+    elif upload:
+        _upload_http(dest, upload, env, force)
+        if dest.kind == "quetz":
+            _await_index(dest, upload, env)
+
+
 def publish(source: Path, to: str, *, force: bool = False, env: Mapping[str, str] | None = None,
             log: Callable[[str], None] = lambda _: None) -> PublishResult:
     """Publish every package under ``source`` to ``to``; returns what was uploaded and skipped."""
@@ -402,7 +380,7 @@ def publish(source: Path, to: str, *, force: bool = False, env: Mapping[str, str
     dest = parse_destination(to)
     packages = local_packages(source)
     if dest.kind == "directory":
-        remote = _directory_records(Path(dest.url), packages)
+        remote = channel_dir.present(Path(dest.url), [p.key for p in packages])
     elif dest.kind == "s3":
         remote = _s3_records(dest, packages, env)
     else:
@@ -416,20 +394,11 @@ def publish(source: Path, to: str, *, force: bool = False, env: Mapping[str, str
         log(f"skip {key} (already in {dest})")
     if upload:
         log(f"upload {len(upload)} package(s) to {dest}")
-        try:
-            if dest.kind == "directory":
-                _publish_directory(Path(dest.url), upload)
-            elif dest.kind == "s3":
-                _publish_s3(dest, upload, env)
-            else:
-                _upload_http(dest, upload, env, force)
-                if dest.kind == "quetz":
-                    _await_index(dest, upload, env)
-        except OperationError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the upload libraries raise their own exception types
-            raise OperationError(f"publishing to {dest} failed: {one_line(redact_text(str(exc), _secrets(env)))}",
-                                 hint="check the credentials and that the channel exists") from None
-    elif dest.kind == "directory":
-        _index_directory(Path(dest.url))
+    try:
+        _send(dest, packages, upload, env, force, log)
+    except Exception as exc:  # the upload and index libraries raise their own exception types
+        if isinstance(exc, OperationError) or (dest.kind == "directory" and isinstance(exc, OSError)):
+            raise  # a local OSError names its file, and the CLI prints it in one line
+        raise OperationError(f"publishing to {dest} failed: {one_line(redact_text(str(exc), _secrets(env)))}",
+                             hint="check the credentials and that the channel exists") from None
     return PublishResult(str(dest), tuple(p.key for p in upload), tuple(skipped), tuple(replaced))

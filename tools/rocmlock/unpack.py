@@ -141,6 +141,23 @@ def _check_arguments(bundle: Path, prefix: Path, keep: Path | None, root: Path) 
         if other is not None and (other == prefix or other in prefix.parents or prefix in other.parents):
             raise InputError(f"--prefix and {what} must be different directories, neither inside the other: "
                              f"{prefix}, {other}")
+    _check_writable(prefix, "--prefix")
+    if keep is not None:
+        _check_writable(keep, "--extract-dir")
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    """``path``'s parent (where the scratch directory goes; created if missing) and ``path`` itself when it
+    exists can be written: else one line naming the directory, before anything is extracted or created."""
+    where = next((p for p in path.parents if p.exists()), path)  # `/` has no parents
+    if not where.is_dir():
+        raise InputError(f"{flag} {path}: {where} is not a directory", hint=f"choose another {flag}")
+    for directory in (where, path) if path.is_dir() else (where,):
+        if not os.access(directory, os.W_OK | os.X_OK):
+            why = "a read-only file system" if os.statvfs(directory).f_flag & os.ST_RDONLY else "no write permission"
+            raise InputError(f"{flag} {path}: cannot write in {directory} ({why})",
+                             hint=f"unpack writes {flag} and its temporary files there: choose a {flag} in a "
+                                  f"directory you can write (under $HOME, say), or get write access to {directory}")
 
 
 def _members(tar: tarfile.TarFile, bundle: Path) -> list[tarfile.TarInfo]:

@@ -1,0 +1,200 @@
+"""MAGMA for the pytorch build (issue 13, finding 10): doctor's `magma` check, the build script's
+`rocmlock_magma` / `rocmlock_bundle_magma` (recipes/rocm-build-env.sh) and the ELF reader both use.
+
+PyTorch's USE_MAGMA defaults to ON and cmake/Modules/FindMAGMA.cmake searches $MAGMA_HOME, /usr/local/magma and the
+system prefixes, so the recipe must say USE_MAGMA=0 unless told otherwise; a MAGMA linking another ROCm's HIP runtime
+(Debian sid's libmagma-rocm-dev 2.9.0+ds-3 links libamdhip64.so.6) must be refused. The libraries here are real ELF
+files made by the system C compiler with the sonames and NEEDED entries the real ones have.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rocmlock import doctor, magma
+from rocmlock.elf import ElfError, read_dynamic
+
+REPO = Path(__file__).resolve().parent.parent
+RECIPES = REPO / "recipes"
+
+
+def _cc() -> str:
+    found = shutil.which("cc") or shutil.which("gcc")
+    assert found, "a C compiler is required (apt-get install gcc)"
+    return found
+
+
+def _shared(path: Path, soname: str, needed: tuple[Path, ...] = ()) -> Path:
+    """A real shared library at ``path`` with that SONAME, linking ``needed`` (each by its own SONAME)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    src = path.parent / f"{path.name}.c"
+    src.write_text("int rocmlock_test_symbol(void) { return 1; }\n")
+    argv = [_cc(), "-shared", "-fPIC", "-o", str(path), str(src), f"-Wl,-soname,{soname}", "-Wl,--no-as-needed"]
+    subprocess.run([*argv, *map(str, needed)], check=True, capture_output=True)
+    src.unlink()
+    return path
+
+
+def _rocm(root: Path, hip_major: int) -> Path:
+    """A ROCm prefix whose lib/libamdhip64.so is (links to) a library with ROCm's soname libamdhip64.so.N."""
+    real = _shared(root / f"lib/libamdhip64.so.{hip_major}.2.4", f"libamdhip64.so.{hip_major}")
+    (root / "lib/libamdhip64.so").symlink_to(real.name)
+    return root
+
+
+def _magma(prefix: Path, hip: Path, multiarch: bool = False) -> Path:
+    """A MAGMA install as Debian lays it out (multiarch) or as PyTorch's CI does (lib/), linking ``hip``."""
+    lib = prefix / ("lib/x86_64-linux-gnu" if multiarch else "lib")
+    real = _shared(lib / "libmagma.so.2", "libmagma.so.2", (hip,))
+    (lib / "libmagma.so").symlink_to(real.name)
+    (prefix / "include").mkdir(parents=True, exist_ok=True)
+    (prefix / "include/magma.h").write_text("")
+    return prefix
+
+
+def test_elf_reader_agrees_with_readelf(tmp_path: Path) -> None:
+    hip = _rocm(tmp_path / "rocm", 7) / "lib/libamdhip64.so"
+    lib = _magma(tmp_path / "magma", hip) / "lib/libmagma.so"
+    dyn = read_dynamic(lib)
+    assert dyn.soname == "libmagma.so.2"
+    assert "libamdhip64.so.7" in dyn.needed and "libc.so.6" in dyn.needed
+    if shutil.which("readelf"):
+        out = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True, check=True).stdout
+        assert sorted(line.split("[")[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line) \
+            == sorted(dyn.needed)
+    (tmp_path / "text").write_text("not elf")
+    with pytest.raises(ElfError, match="not a 64-bit little-endian ELF"):
+        read_dynamic(tmp_path / "text")
+    out = subprocess.run([sys.executable, str(REPO / "tools/rocmlock/elf.py"), str(tmp_path / "text")],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+
+
+def test_discovery_order_and_layouts(tmp_path: Path) -> None:
+    rocm = _rocm(tmp_path / "rocm", 7)
+    hip = rocm / "lib/libamdhip64.so"
+    assert magma.hip_runtime_of(rocm) == "libamdhip64.so.7"
+    assert magma.discover({}, rocm) is None
+    # Debian's layout: MAGMA in the ROCm prefix itself, library in the multiarch directory.
+    _magma(rocm, hip, multiarch=True)
+    found = magma.discover({}, rocm)
+    assert found is not None and found.prefix == rocm and found.hip_runtime == "libamdhip64.so.7"
+    assert found.library == rocm / "lib/x86_64-linux-gnu/libmagma.so"
+    # PyTorch CI's layout (<rocm>/magma) comes first, $MAGMA_HOME before it.
+    _magma(rocm / "magma", hip)
+    assert magma.discover({}, rocm).prefix == rocm / "magma"  # type: ignore[union-attr]
+    other = _magma(tmp_path / "other", hip)
+    assert magma.discover({"MAGMA_HOME": str(other)}, rocm).prefix == other  # type: ignore[union-attr]
+    # A header without the library is no MAGMA.
+    (tmp_path / "half/include").mkdir(parents=True)
+    (tmp_path / "half/include/magma.h").write_text("")
+    assert magma.magma_at(tmp_path / "half") is None
+
+
+def test_doctor_magma_check(tmp_path: Path) -> None:
+    rocm = _rocm(tmp_path / "rocm", 7)
+    hip7 = rocm / "lib/libamdhip64.so"
+    hip6 = _shared(tmp_path / "rocm6/lib/libamdhip64.so.6", "libamdhip64.so.6")
+
+    def check(env: dict[str, str], packages: tuple[str, ...] | None = ("pytorch",)) -> doctor.Check:
+        result = doctor.check_magma(env, rocm, packages, required=packages is not None)
+        assert result is not None
+        return result
+
+    assert doctor.check_magma({}, rocm, ("bitsandbytes",)) is None  # only pytorch links MAGMA
+    none = check({})
+    assert none.status == "warn" and none.message.startswith(f"no MAGMA for the ROCm at {rocm}: pytorch builds")
+    assert "libmagma-rocm-dev" in none.fix and "ROCMLOCK_MAGMA_HOME=<its prefix>" in none.fix
+    # Debian sid's MAGMA next to ROCm 7: found, and refused for its HIP runtime.
+    _magma(rocm, hip6, multiarch=True)
+    stale = check({})
+    assert stale.status == "warn"
+    assert stale.message == (f"MAGMA at {rocm} links libamdhip64.so.6 but the ROCm at {rocm} is libamdhip64.so.7: "
+                             "built for another ROCm, pytorch cannot use it")
+    assert check({"ROCMLOCK_MAGMA_HOME": str(rocm)}).status == "fail"  # the build would refuse it
+    assert check({"ROCMLOCK_MAGMA_HOME": str(rocm)}, None).status == "warn"  # no workspace: not known to be built
+    # A MAGMA for this ROCm: a warning while unused, ok once given.
+    good = _magma(rocm / "magma", hip7)
+    unused = check({})
+    assert unused.status == "warn" and unused.fix.startswith(f"export ROCMLOCK_MAGMA_HOME={good} ")
+    used = check({"ROCMLOCK_MAGMA_HOME": str(good)})
+    assert used.status == "ok" and used.message.startswith(f"MAGMA at {good} ({good}/lib/libmagma.so, links "
+                                                           "libamdhip64.so.7)")
+    missing = check({"ROCMLOCK_MAGMA_HOME": str(tmp_path / "nowhere")})
+    assert missing.status == "fail" and "has no include/magma.h and lib/libmagma.so" in missing.message
+
+
+def _build_env(env: dict[str, str], body: str) -> subprocess.CompletedProcess[str]:
+    script = f'set -euo pipefail\n. "{RECIPES / "rocm-build-env.sh"}"\n{body}'
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False,
+                          env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                               "RECIPE_DIR": str(RECIPES / "pytorch-rocm"), "ROCMLOCK_ROCM_VERSION": "7.2", **env})
+
+
+def test_build_script_links_and_carries_only_a_magma_for_this_rocm(tmp_path: Path) -> None:
+    rocm = _rocm(tmp_path / "rocm", 7)
+    report = 'echo "USE_MAGMA=${USE_MAGMA} MAGMA_HOME=${MAGMA_HOME:-unset}"'
+    # Unset: USE_MAGMA=0 said explicitly, and a MAGMA_HOME from elsewhere does not reach FindMAGMA.
+    out = _build_env({"ROCM_PATH": str(rocm), "MAGMA_HOME": "/usr/local/magma"}, f"rocmlock_magma\n{report}")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "USE_MAGMA=0 MAGMA_HOME=unset\n" and "MAGMA off" in out.stderr
+    # ROCm 6's MAGMA (Debian sid's) is refused in one line naming both runtimes.
+    stale = _magma(tmp_path / "stale", _shared(tmp_path / "r6/libamdhip64.so.6", "libamdhip64.so.6"), multiarch=True)
+    out = _build_env({"ROCM_PATH": str(rocm), "ROCMLOCK_MAGMA_HOME": str(stale)}, f"rocmlock_magma\n{report}")
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"rocmlock build: MAGMA at {stale} ({stale}/lib/x86_64-linux-gnu/libmagma.so) links libamdhip64.so.6 but the "
+        f"ROCm at {rocm} is libamdhip64.so.7: it was built for another ROCm; build MAGMA against ROCm 7.2 (PyTorch's "
+        ".ci/docker/common/install_rocm_magma.sh) or unset ROCMLOCK_MAGMA_HOME")
+    out = _build_env({"ROCM_PATH": str(rocm), "ROCMLOCK_MAGMA_HOME": str(tmp_path / "none")}, "rocmlock_magma")
+    assert out.returncode == 1 and "has no include/magma.h" in out.stderr
+    # One for this ROCm: linked (USE_MAGMA=1, MAGMA_HOME for FindMAGMA) and carried under its soname.
+    good = _magma(tmp_path / "good", rocm / "lib/libamdhip64.so")
+    prefix = tmp_path / "prefix"
+    out = _build_env({"ROCM_PATH": str(rocm), "ROCMLOCK_MAGMA_HOME": str(good), "PREFIX": str(prefix)},
+                     f"rocmlock_magma\n{report}\nrocmlock_bundle_magma")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"USE_MAGMA=1 MAGMA_HOME={good}\n"
+    carried = prefix / "lib/libmagma.so.2"
+    assert carried.is_file() and not carried.is_symlink()
+    assert carried.read_bytes() == (good / "lib/libmagma.so.2").read_bytes()
+    # Off: nothing carried.
+    empty = tmp_path / "empty"
+    out = _build_env({"ROCM_PATH": str(rocm), "PREFIX": str(empty)}, "rocmlock_magma\nrocmlock_bundle_magma")
+    assert out.returncode == 0 and not empty.exists()
+
+
+def test_recipe_passes_the_key_and_marks_the_build(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # The key reaches build.sh through the recipe (rattler-build forwards no environment), and a build with MAGMA has
+    # "magma_" in its build string, so it never shares a file name with one without; its test expects
+    # torch._C._has_magma to say the same.
+    import rattler_build as rb
+    from rocmlock.recipes import load_matrix, render_config
+
+    one = load_matrix(RECIPES).narrowed({"gpu_target": ["gfx942"], "python": ["3.12"]})
+
+    def rendered() -> dict:  # type: ignore[type-arg]
+        (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / "pytorch-rocm/recipe.yaml")).render(
+            one.to_variant_config(), render_config())
+        return rv.recipe.to_dict()  # type: ignore[no-any-return]
+
+    def magma_test(recipe: dict) -> str:  # type: ignore[type-arg]
+        return next(line for t in recipe["tests"] for line in t.get("script", []) if "_has_magma" in line)
+
+    off = rendered()
+    assert "ROCMLOCK_MAGMA_HOME" not in off["build"]["script"]["env"]  # rattler-build drops an empty value
+    assert "magma" not in off["build"]["string"]
+    # rattler-build renders the test's Jinja when it runs it: the context value decides.
+    assert off["context"]["magma"] == "0" and "('${{ magma }}' == '1')" in magma_test(off)
+    monkeypatch.setenv("ROCMLOCK_MAGMA_HOME", str(tmp_path))
+    on = rendered()
+    assert on["build"]["script"]["env"]["ROCMLOCK_MAGMA_HOME"] == str(tmp_path)
+    assert on["build"]["string"].startswith("rocm72_gfx942_py312_magma_h")
+    assert on["context"]["magma"] == "1"
+    build = (RECIPES / "pytorch-rocm/build.sh").read_text()
+    assert "rocmlock_require_rocm_components pytorch\n" in build and "\nrocmlock_magma\n" in build
+    assert build.endswith("python -m pip install . --no-deps --no-build-isolation -vv\nrocmlock_bundle_magma\n")

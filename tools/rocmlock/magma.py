@@ -1,0 +1,75 @@
+"""MAGMA on the build host: where it is, and whether it was built for the ROCm the build uses.
+
+PyTorch runs some GPU linear algebra only through MAGMA (``torch.linalg.eig`` among them); its official ROCm wheels
+link MAGMA and carry ``libmagma.so`` (``.ci/manywheel/build_rocm.sh`` lists it among the libraries it copies in). The
+pytorch recipe links the build host's MAGMA only when ``ROCMLOCK_MAGMA_HOME`` names it, and then carries the library
+itself (``rocmlock_magma`` in ``recipes/rocm-build-env.sh``). A MAGMA links one HIP runtime: one built for another
+ROCm (Debian sid's ``libmagma-rocm-dev`` 2.9.0+ds-3 links ROCm 6's ``libamdhip64.so.6``) would load a second HIP
+runtime next to torch's, so it is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmlock.elf import ElfError, read_dynamic
+
+KEY = "ROCMLOCK_MAGMA_HOME"
+HIP_RUNTIME = "libamdhip64.so"
+
+
+@dataclass(frozen=True)
+class Magma:
+    """A MAGMA install: ``include/magma.h`` and ``libmagma.so`` under ``lib/`` or ``lib/<multiarch>/``."""
+
+    prefix: Path
+    library: Path
+    hip_runtime: str | None  # the libamdhip64 soname it links (None: none, or unreadable)
+
+
+def _library(prefix: Path, name: str) -> Path | None:
+    for candidate in (prefix / "lib" / name, *sorted((prefix / "lib").glob(f"*-linux-gnu/{name}"))):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def magma_at(prefix: Path) -> Magma | None:
+    """The MAGMA installed under ``prefix`` (what PyTorch's FindMAGMA.cmake looks for there), or None."""
+    library = _library(prefix, "libmagma.so")
+    if library is None or not (prefix / "include/magma.h").is_file():
+        return None
+    try:
+        needed = read_dynamic(library).needed
+    except (OSError, ElfError):
+        needed = ()
+    return Magma(prefix, library, next((n for n in needed if n.startswith(HIP_RUNTIME)), None))
+
+
+def hip_runtime_of(rocm: Path | None) -> str | None:
+    """The soname of the HIP runtime of the ROCm at ``rocm`` (``libamdhip64.so.7``), or None."""
+    library = _library(rocm, HIP_RUNTIME) if rocm is not None else None
+    try:
+        return read_dynamic(library).soname if library is not None else None
+    except (OSError, ElfError):
+        return None
+
+
+def candidates(env: Mapping[str, str], rocm: Path | None) -> list[Path]:
+    """Where a MAGMA is looked for when ROCMLOCK_MAGMA_HOME is unset: ``$MAGMA_HOME`` (PyTorch's variable),
+    ``<rocm>/magma`` (PyTorch's CI installs it at /opt/rocm/magma: .ci/docker/common/install_rocm_magma.sh),
+    ``/usr/local/magma`` (FindMAGMA.cmake's default) and the ROCm prefix itself (a distribution's, in /usr)."""
+    found = [Path(env["MAGMA_HOME"])] if env.get("MAGMA_HOME") else []
+    if rocm is not None:
+        found.append(rocm / "magma")
+    found.append(Path("/usr/local/magma"))
+    if rocm is not None:
+        found.append(rocm)
+    return list(dict.fromkeys(found))
+
+
+def discover(env: Mapping[str, str], rocm: Path | None) -> Magma | None:
+    """The first MAGMA of :func:`candidates`, or None."""
+    return next((m for m in map(magma_at, candidates(env, rocm)) if m is not None), None)
