@@ -19,7 +19,7 @@ from typing import Any
 from rattler import MatchSpec, VersionSpec
 from rattler.exceptions import InvalidMatchSpecError, InvalidVersionSpecError
 
-from rocmlock.credentials import one_line, redact_text, split_url
+from rocmlock.credentials import one_line, redact_text, redact_url, split_url
 from rocmlock.errors import InputError, expect_type
 from rocmlock.pixi_keys import is_source_dependency
 
@@ -52,7 +52,9 @@ class Dependency:
         spec = f"{self.name} {version}" if self.build is None else f"{self.name} {version} {self.build}"
         if self.fields:
             spec += "[" + ", ".join(f"{k}={v}" for k, v in self.fields) + "]"
-        return f"{self.channel}::{spec}" if self.channel else spec
+        # A channel's credentials are not part of its identity (the solve reads channels by their clean URL and
+        # gets the secrets in memory: rocmlock.credentials), so the spec names the channel by its clean URL.
+        return f"{redact_url(self.channel)}::{spec}" if self.channel else spec
 
 
 def _pixi_version(value: Any, path: Path, key: str) -> str:
