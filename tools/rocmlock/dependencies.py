@@ -10,7 +10,6 @@ it (rocmlock.pixi_keys) and `rocmlock export` handles what pixi locked for it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,13 +177,56 @@ def _whole(dep: Dependency, path: Path, where: str) -> Dependency:
     return dep
 
 
-_CONDITION_TOKEN = re.compile(r"(\(|\)|\band\b|\bor\b)")
+def _condition_tokens(condition: str) -> list[str]:
+    """``a and(b-or-c or d[x="p and q"])`` -> ``a``, ``and``, ``(``, ``b-or-c``, ``or``, ``d[x="p and q"]``, ``)``.
+
+    rattler's grammar (crates/rattler_conda_types/src/match_spec/condition.rs, matchspec_token and
+    check_word_delimiter): a leaf ends at a parenthesis or at ``and``/``or`` with whitespace or a parenthesis
+    on both sides, never inside a bracket or a quoted bracket value; so ``rock-and-roll`` is one name.
+    """
+    tokens: list[str] = []
+    leaf, depth, quote, i = "", 0, "", 0
+
+    def flush() -> None:
+        nonlocal leaf
+        if leaf.strip():
+            tokens.append(leaf.strip())
+        leaf = ""
+
+    def at_word(word: str) -> bool:
+        before = condition[i - 1] if i else " "
+        after = condition[i + len(word)] if i + len(word) < len(condition) else " "
+        return condition.startswith(word, i) and (before.isspace() or before in "()") and \
+            (after.isspace() or after in "()")
+
+    while i < len(condition):
+        char = condition[i]
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"" and depth:
+            quote = char
+        elif char in "[]":
+            depth = depth + 1 if char == "[" else max(depth - 1, 0)
+        elif not depth and char in "()":
+            flush()
+            tokens.append(char)
+            i += 1
+            continue
+        elif not depth and (word := next((w for w in ("and", "or") if at_word(w)), None)):
+            flush()
+            tokens.append(word)
+            i += len(word)
+            continue
+        leaf += char
+        i += 1
+    flush()
+    return tokens
 
 
 def condition_holds(condition: str, matches: Callable[[str], bool]) -> bool:
     """Evaluate a MatchSpec condition (``__unix and python >=3.12 or __win``): ``and`` binds tighter than
     ``or``, parentheses group, and each match spec in it holds when ``matches(spec)`` says so."""
-    tokens = [t.strip() for t in _CONDITION_TOKEN.split(condition) if t.strip()]
+    tokens = _condition_tokens(condition)
     pos = 0
 
     def expr() -> bool:
