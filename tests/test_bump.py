@@ -206,6 +206,13 @@ def test_bad_requests_exit_2_with_one_line(
     add_sdist(fake, "deepspeed", "9.9.9")
     cases = [
         (["torch=2.15.0"], "unknown upstream 'torch'"),
+        # PyPI's spellings of a name: the recipe's name is the one to give, and the hint says which.
+        (["torch=2.15.0"], "hint: 'torch' is PyPI's name of pytorch: pytorch=2.15.0"),
+        (["flash_attn=2.8.4"], "hint: 'flash_attn' is PyPI's name of flash-attn: flash-attn=2.8.4"),
+        (["DeepSpeed=9.9.9"], "hint: 'DeepSpeed' is PyPI's name of deepspeed: deepspeed=9.9.9"),
+        # pip's `==` habit: one '=' separates name and version.
+        (["deepspeed==9.9.9"], "bump deepspeed==9.9.9: one '=' between the name and the version"),
+        (["deepspeed==9.9.9"], "hint: deepspeed=9.9.9"),
         (["deepspeed"], "expected NAME=VALUE"),
         (["deepspeed=not-a-version"], "'not-a-version' is not a version"),
         (["deepspeed=9.9.8"], "'deepspeed' has no release 9.9.8"),

@@ -153,3 +153,55 @@ def test_a_wrong_type_is_one_line_naming_file_key_and_type(tmp_path: Path, capsy
     assert len(lines) == 1 and lines[0].startswith(f"error: {manifest}: "), err
     assert f"'{key}" in lines[0] and expected in lines[0], err
     assert "Traceback" not in err
+
+
+# Values of the right type that pixi 0.77 still rejects while it reads the manifest, and rocmlock must reject
+# the same way (exit 2, one line, the key), before anything is written or solved:
+# - an environment name outside ``^[a-z0-9-]+$`` (pixi_manifest/src/environment.rs, EnvironmentName::from_str);
+#   it is also the directory envs/<name>/ the exports go to, so ``..`` would write outside envs/;
+# - a channel URL that does not parse (pixi parses channels with the url crate: toml/channel.rs), credentials
+#   never shown;
+# - a dependency table whose parts do not form a match spec (pixi_spec toml.rs builds a MatchSpec from them).
+SECRET_IN_URL = "pw-2f9e1"
+BAD_VALUES = [
+    ('[environments]\ncpu = ["gfx942"]', '[environments]\n".." = ["gfx942"]', "environments...",
+     "not a valid environment name"),
+    ('[environments]\ncpu = ["gfx942"]', '[environments]\n"../../x" = ["gfx942"]', "environments.../../x",
+     "not a valid environment name"),
+    ('[environments]\ncpu = ["gfx942"]', '[environments]\nCpu_1 = ["gfx942"]', "environments.Cpu_1",
+     "not a valid environment name"),
+    ('{ channel = "./private", priority = 1 }',
+     f'{{ channel = "https://u:{SECRET_IN_URL}@[::1/t/tk-7c1d/x", priority = 1 }}', "workspace.channels[1]",
+     "not a valid channel"),
+    ('channels = ["conda-forge", {', 'channels = ["http://h:99999/x", {', "workspace.channels[0]",
+     "not a valid channel"),
+    ('channels = ["conda-forge"]\nchannel-priority', 'channels = ["http://"]\nchannel-priority',
+     "feature.gfx942.channels[0]", "not a valid channel"),
+    ('numpy = { version = ">=2", build = "py312*" }', 'numpy = { version = ">=2", build = "py312[x]" }',
+     "dependencies.numpy", "not a valid match spec"),
+    ('numpy = { version = ">=2", build = "py312*" }', 'numpy = { version = ">=2", channel = "::" }',
+     "dependencies.numpy", "not a valid match spec"),
+    ('numpy = { version = ">=2", build = "py312*" }',
+     f'numpy = {{ version = ">=2", channel = "https://u:{SECRET_IN_URL}@[::1/x" }}', "dependencies.numpy",
+     "not a valid match spec"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "key", "expected"), BAD_VALUES,
+                         ids=[f"{c[2]}-{i}" for i, c in enumerate(BAD_VALUES)])
+@pytest.mark.parametrize("command", ["lock", "export"])
+def test_a_value_pixi_rejects_is_one_line_naming_file_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              old: str, new: str, key: str, expected: str,
+                                                              command: str) -> None:
+    assert BASE.count(old) == 1, old
+    manifest = tmp_path / "ws" / "pixi.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(BASE.replace(old, new))
+    assert main([command, "--manifest-path", str(manifest)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith("hint: ")]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {manifest}: "), err
+    assert f"'{key}" in lines[0] and expected in lines[0], err
+    assert "Traceback" not in err and SECRET_IN_URL not in err and "tk-7c1d" not in err
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if ".rocmlock" not in p.parts)
+    assert written == ["ws", "ws/pixi.toml"]  # no output, inside the workspace or outside it

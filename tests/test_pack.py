@@ -104,9 +104,9 @@ def test_the_bundle_has_exactly_pixi_packs_layout(bundle: Path, locked_ws: Path,
     x = tmp_path / "x"
     assert json.loads((x / "pixi-pack.json").read_text()) == {"version": "1", "pixi-pack-version": None,
                                                               "platform": "linux-64"}
-    env_yml = (x / "environment.yml").read_text().splitlines()
-    assert env_yml[1:5] == ["channels:", "  - ./channel", "  - nodefaults", "dependencies:"]
-    assert sorted(env_yml[5:]) == sorted(f"  - {n}={v}={b}" for n, v, b, _ in locked_set(locked_ws))
+    env_yml = [line for line in (x / "environment.yml").read_text().splitlines() if not line.startswith("#")]
+    assert env_yml[:3] == ["channels:", "  - ./channel", "dependencies:"]
+    assert sorted(env_yml[3:]) == sorted(f"  - {n}={v}={b}" for n, v, b, _ in locked_set(locked_ws))
 
     # pixi-unpack's steps, with rattler: every directory of channel/ has a repodata.json; each listed
     # package, by its file URL, installs; the prefix is the lock's environment.
@@ -120,6 +120,36 @@ def test_the_bundle_has_exactly_pixi_packs_layout(bundle: Path, locked_ws: Path,
         Channel(str(x / "channel")))]
     asyncio.run(install(records, tmp_path / "pixi-unpacked", cache_dir=tmp_path / "cache", show_progress=False))
     assert installed(tmp_path / "pixi-unpacked") == locked_set(locked_ws)
+
+
+def test_the_bundles_environment_yml_is_for_conda_23_to_26_on_a_node_without_network(bundle: Path,
+                                                                                     tmp_path: Path) -> None:
+    # pixi-unpack never reads environment.yml (pixi-pack src/unpack.rs reads pixi-pack.json and
+    # channel/*/repodata.json; its README: "The environment.yml and repodata.json files are only for this use
+    # case"): the file serves only `conda env create -p ./env -f environment.yml`. pixi-pack writes
+    # `- nodefaults` there (src/pack.rs create_environment_file); conda 26.7's `env create` is `create`, which
+    # fetches it as a channel and fails, even with network (conda/cli/install.py). Without it, conda before
+    # 26.7 adds the .condarc channels (`defaults`), unreachable on such a node: `--offline` makes conda skip
+    # every channel that is not file:// (conda/gateways/repodata/__init__.py) on 23.11 to 26.7 alike.
+    # conda adds `pip` to python's dependencies (add_pip_as_python_dependency, conda/core/subdir_data.py),
+    # and this lock has python without pip. Run by hand with conda 23.11.0, 24.11.3 and 26.7.1 (README).
+    with tarfile.open(bundle, mode="r:") as tar:
+        text = tar.extractfile("environment.yml").read().decode()  # type: ignore[union-attr]
+    assert "nodefaults" not in text.replace("# No `nodefaults`", "")
+    assert [line for line in text.splitlines() if line.startswith("  - ./")] == ["  - ./channel"]
+    assert "conda env create -p ./env -f environment.yml --offline" in text
+    assert "CONDA_ADD_PIP_AS_PYTHON_DEPENDENCY=false" in text
+
+
+def test_the_pip_note_is_there_only_when_python_is_locked_without_pip() -> None:
+    from rocmlock.bundle import BundledPackage, render_environment_yml
+
+    def pkg(name: str) -> BundledPackage:
+        return BundledPackage("noarch", f"{name}-1-0.conda", name, "1", "0", "0" * 64, 1)
+
+    assert "CONDA_ADD_PIP" not in render_environment_yml("e", (pkg("rocm-version"),))
+    assert "CONDA_ADD_PIP" not in render_environment_yml("e", (pkg("python"), pkg("pip")))
+    assert "CONDA_ADD_PIP" in render_environment_yml("e", (pkg("python"),))
 
 
 def _flip_byte_of(bundle: Path, member: str, out: Path) -> Path:
@@ -142,11 +172,30 @@ def test_a_corrupted_package_is_refused_and_nothing_is_installed(bundle: Path, t
     host = fake_node(tmp_path / "host", [90402])
     assert unpack(bad, prefix, host) == 2
     err = capsys.readouterr().err
-    assert f"{member}: sha256 " in err and "differs from the bundle's metadata" in err
+    assert f"error: {bad}: {member}: sha256 " in err and "differs from the bundle's metadata" in err
+    assert ".rocmlock-unpack-" not in err, "the message names the bundle, not a scratch directory it removed"
     assert not prefix.exists()
     # --force skips the node check only, never this one.
     assert unpack(bad, prefix, host, "--force") == 2
     assert not prefix.exists()
+
+
+@pytest.mark.parametrize("cut", ["rocmlock-pack.json", "channel/noarch/repodata.json"])
+def test_a_truncated_bundle_is_damaged_not_a_foreign_one(bundle: Path, tmp_path: Path, cut: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # A copy cut short (a full USB disk, an interrupted scp) at or inside a member's header: tarfile stops
+    # there without an error (TarFile.next treats a truncated header after the first as the end), so the
+    # members after it were simply missing: "not a bundle of `rocmlock pack`", pointing at pixi-unpack.
+    with tarfile.open(bundle, mode="r:") as tar:
+        header = tar.getmember(cut).offset
+    for length in (header, header + 100):
+        short = tmp_path / f"short-{length}.tar"
+        short.write_bytes(bundle.read_bytes()[:length])
+        assert unpack(short, tmp_path / "env", fake_node(tmp_path / "host", [90402])) == 2
+        err = capsys.readouterr().err
+        assert f"error: {short}: truncated: it ends inside the archive" in err, err
+        assert "copy it again" in err and "pixi-unpack" not in err
+        assert not (tmp_path / "env").exists() and not list(tmp_path.glob(".rocmlock-unpack*"))
 
 
 def test_a_member_outside_the_bundle_is_refused_before_anything_is_extracted(

@@ -266,6 +266,10 @@ def _lock_export_install(capsys: pytest.CaptureFixture[str], ws: Path, channel: 
     envs = "".join(p.read_text() for p in sorted((ws / "envs").rglob("*")) if p.is_file())
     assert f"{channel.url}/linux-64/pytorch-2.12.1-rocm72_gfx942" in envs
     assert json.loads((prefix / "conda-meta" / "pytorch-2.12.1-rocm72_gfx942_py312_h1a2b3c4_0.json").read_text())
+    # pack fetches from the private channel with the same credentials; the caller's scan covers the bundle.
+    code, out, err = _run(capsys, "pack", "--manifest-path", m, "-e", "mi300x", "-o", str(prefix.parent / "b.tar"))
+    assert code == 0, err
+    printed += out + err
     return printed
 
 
@@ -284,7 +288,7 @@ def test_lock_and_install_with_the_key_in_rattlers_auth_file(quetz_private: Quet
     printed = _lock_export_install(capsys, ws, quetz_private, tmp_path / "prefix")
     assert (ws / ".rocmlock" / "cache").is_dir()
     assert quetz_private.api_key not in printed
-    assert _files_holding(tmp_path, quetz_private.api_key, {auth}) == []
+    assert (tmp_path / "b.tar").is_file() and _files_holding(tmp_path, quetz_private.api_key, {auth}) == []
     # Installing from the lock without the auth file (and with no package cache) is refused in one line.
     monkeypatch.delenv("RATTLER_AUTH_FILE")
     monkeypatch.setenv("RATTLER_CACHE_DIR", str(tmp_path / "empty-cache"))
@@ -303,6 +307,7 @@ def test_lock_and_install_with_the_key_in_a_token_url(quetz_private: QuetzChanne
     assert (ws / ".rocmlock" / "cache").is_dir()
     assert quetz_private.api_key not in printed
     # The user wrote the key into pixi.toml; it goes nowhere else (lock, exports, caches, the prefix).
+    assert (tmp_path / "b.tar").is_file()
     assert _files_holding(tmp_path, quetz_private.api_key, {ws / "pixi.toml"}) == []
 
 

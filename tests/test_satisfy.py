@@ -81,3 +81,25 @@ def test_a_solve_pixi_would_reject_is_not_written(
     assert "environment 'odd' on platform 'linux-64-gfx942' is one pixi would reject" in err
     assert "'__amdgpu_arch ==9.4.2' (from gpu-only) has no matching locked package" in err
     assert not (root / "pixi.lock").exists()
+
+
+@pytest.mark.parametrize(("when", "locked", "kept"), [
+    # rattler (crates/rattler_conda_types/src/match_spec/condition.rs, check_word_delimiter): `and`/`or` are
+    # operators only between whitespace or parentheses, so a package name that contains them is one leaf.
+    ('"rock-and-roll"', ("rock-and-roll",), True),
+    ('"sort-or-not >=1"', ("sort-or-not",), True),
+    ('"sort-or-not >=2"', ("sort-or-not",), False),
+    # `and` binds tighter than `or`; a parenthesis ends a leaf without a space (rattler's test cases).
+    ('"nothere or rock-and-roll and sort-or-not"', ("rock-and-roll", "sort-or-not"), True),
+    ('"nothere and rock-and-roll or nothere"', ("rock-and-roll",), False),
+    ('"rock-and-roll and(nothere or(sort-or-not and rock-and-roll))"', ("rock-and-roll", "sort-or-not"), True),
+])
+def test_when_conditions_are_read_with_rattlers_grammar(tmp_path: Path, when: str, locked: tuple[str, ...],
+                                                        kept: bool) -> None:
+    """A `when` dependency is held to the lock exactly when its condition holds (pixi satisfiability/platform.rs,
+    condition_is_met): kept, the locked `a` must be there; not kept, a locked `a` is one too many."""
+    env, plat = env_of(tmp_path, "".join(f'{name} = "*"\n' for name in locked) + f'a = {{ version = "*", when = {when} }}\n')
+    records = [record(name) for name in locked]
+    with_a = records_unsat(env, plat, [*records, record("a")])
+    without_a = records_unsat(env, plat, records)
+    assert (with_a is None, without_a is None) == ((True, False) if kept else (False, True)), (with_a, without_a)

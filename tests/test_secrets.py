@@ -206,3 +206,30 @@ def test_channel_server_answers_revalidation_with_its_validator(tmp_path: Path) 
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_dependency_channel_with_credentials_solves_and_shows_no_secret(
+        channels: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``pytorch = { version, channel = <the private channel's URL with its credentials> }``: pixi matches the
+    package's channel by URL (pixi_spec toml.rs puts the channel in the MatchSpec); the credentials are the
+    channel's, not part of its identity, so the solve takes pytorch from that channel and no output shows them
+    (the token once reached the solver as a channel name: "candidate not in requested channel: 't/<token>/...'")."""
+    served = shutil.copytree(channels["private"], tmp_path / "served" / "private")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    out: list[str] = []
+    with serving(served, "private", USER, PASSWORD, path_token=TOKEN) as url:
+        private = url.replace("http://", f"http://{USER}:{PASSWORD}@")
+        text = manifest(private, channels["forge"].as_uri())
+        assert text.count('pytorch = "2.12.*"') == 1
+        (ws / "pixi.toml").write_text(text.replace('pytorch = "2.12.*"',
+                                                   f'pytorch = {{ version = "2.12.*", channel = "{private}" }}'))
+        assert _run(capsys, out, "lock", "--manifest-path", str(ws / "pixi.toml"), "-e", "mi300x") == 0, out
+        assert _run(capsys, out, "lock", "--manifest-path", str(ws / "pixi.toml"), "--check", "-e", "mi300x") == 0
+    assert not [s for s in SECRETS for text in out if s in text], out
+    assert _grep(tmp_path, {ws / "pixi.toml"}) == []
+    locked = read_lockfile(ws / "pixi.lock")
+    assert locked is not None
+    (records,) = locked.environments["mi300x"].records.values()
+    torch = next(r for r in records if r.name.normalized == "pytorch")
+    assert torch.url.startswith(url.replace(f"/t/{TOKEN}", "") + "/linux-64/pytorch-2.12.1-rocm72_gfx942")

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from rocmlock.credentials import redact_url
 from rocmlock.errors import InputError, OperationError
 from rocmlock.fsutil import write_set_atomic
@@ -126,11 +128,24 @@ def write_bump(result: BumpResult) -> BumpResult:
     return replace(result, written=True)
 
 
+def _upstream(table: Table, name: str, version: str, where: str) -> Upstream:
+    """The upstream called ``name``; a PyPI spelling of one (torch, flash_attn) is refused naming the right one."""
+    canonical = canonicalize_name(name)
+    for up in table.upstreams:
+        if name != up.name and canonical in (up.name, canonicalize_name(up.pypi)):
+            raise InputError(f"{where}: unknown upstream '{name}'",
+                             hint=f"'{name}' is PyPI's name of {up.name}: {up.name}={version}")
+    return table.get(name, where)
+
+
 def _validate(request: BumpRequest, table: Table) -> list[tuple[Upstream, str]]:
     ups: list[tuple[Upstream, str]] = []
     for name, version in request.versions:
         where = f"bump {name}={version}"
-        up = table.get(name, where)
+        if version.startswith("="):  # pip's `name==version`
+            raise InputError(f"{where}: one '=' between the name and the version",
+                             hint=f"{name}={version.lstrip('=')}")
+        up = _upstream(table, name, version, where)
         parse_version(version, where)
         if any(u.name == name for u, _ in ups):
             raise InputError(f"{where}: {name} is named twice", hint="give each upstream one version")

@@ -6,7 +6,8 @@ pixi-pack 0.7.10 source, QuantCo/pixi-pack ``src/lib.rs``, ``src/pack.rs``, ``sr
     channel/<subdir>/<package>.conda     every package of the locked environment, nothing else
     channel/<subdir>/repodata.json       the lock's records, serialized by rattler (pixi-unpack installs
                                          every package these list; each directory of channel/ needs one)
-    environment.yml                      ``./channel`` + ``nodefaults``, exact ``name=version=build`` pins
+    environment.yml                      ``./channel``, exact ``name=version=build`` pins (for conda; no
+                                         ``nodefaults``, unlike pixi-pack's: see ``render_environment_yml``)
     pixi-pack.json                       ``{"version": "1", "pixi-pack-version": ..., "platform": <subdir>}``
     rocmlock-pack.json                   environment, GPU target, ROCm version, lock hash, every package's sha256
     installer/                           (``--with-installer``) wheels + install.sh; pixi-unpack ignores it
@@ -103,62 +104,85 @@ def render_pixi_pack_json(subdir: str) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
+# pixi-unpack never reads environment.yml (src/unpack.rs reads pixi-pack.json and channel/*/repodata.json;
+# pixi-pack's README: it is "only for this use case", conda or micromamba on the node), so the file serves
+# conda alone and differs from pixi-pack's in one line: no `- nodefaults`. conda 26.7's `env create` is
+# `create` (conda/cli/install.py), which fetches `nodefaults` as a channel and fails, with network or without;
+# before 26.7 the .condarc channels come in instead, unreachable on an air-gapped node, and `--offline` (in
+# `env create` since 23.11 at least) skips every channel that is not file:// (conda/gateways/repodata/
+# __init__.py). Checked by hand with conda 23.11.0, 24.11.3 and 26.7.1 (README "Air-gapped nodes").
+_YML_NOTES = (
+    "# From this directory (the extracted bundle), with no network needed (conda 23.11-26.7):",
+    "#   conda env create -p ./env -f environment.yml --offline",
+    "# --offline keeps the channels of your .condarc out (unreachable here); only ./channel is read.",
+    "# No `nodefaults` (pixi-pack writes one; pixi-unpack does not read this file): conda 26.7+ fetches it.",
+)
+_PIP_NOTE = ("# python without pip: conda adds pip to python's dependencies (add_pip_as_python_dependency); "
+             "run it with CONDA_ADD_PIP_AS_PYTHON_DEPENDENCY=false")
+
+
 def render_environment_yml(environment: str, packages: tuple[BundledPackage, ...]) -> str:
-    """environment.yml like pixi-pack's: the bundle's channel (relative to the extracted bundle) and exact pins."""
-    lines = [f"# {environment}, packed by rocmlock: `conda env create -p DIR -f environment.yml` from this directory",
-             "channels:", f"  - ./{CHANNEL_DIR}", "  - nodefaults", "dependencies:"]
+    """environment.yml for conda on the node: the bundle's channel (relative to the extracted bundle), exact pins."""
+    names = {p.name for p in packages}
+    pip_note = [_PIP_NOTE] if "python" in names and "pip" not in names else []
+    lines = [f"# {environment}, packed by rocmlock.", *_YML_NOTES, *pip_note,
+             "channels:", f"  - ./{CHANNEL_DIR}", "dependencies:"]
     lines += [f"  - {p.name}={p.version}={p.build}" for p in sorted(packages, key=lambda p: p.name)]
     return "\n".join(lines) + "\n"
 
 
-def _bad(path: Path, key: str, what: str) -> InputError:
-    return InputError(f"{path}: key '{key}' {what}",
+def _bad(label: str, key: str, what: str) -> InputError:
+    return InputError(f"{label}: key '{key}' {what}",
                       hint="the bundle is damaged or was not made by `rocmlock pack`; pack it again")
 
 
-def _field(data: dict[str, Any], key: str, kind: type, path: Path, optional: bool = False) -> Any:
+def _field(data: dict[str, Any], key: str, kind: type, label: str, optional: bool = False) -> Any:
     value = data.get(key)
     if value is None and optional:
         return None
     if not isinstance(value, kind):
-        raise _bad(path, key, f"must be a {kind.__name__}")
+        raise _bad(label, key, f"must be a {kind.__name__}")
     return value
 
 
-def _package(item: Any, path: Path) -> BundledPackage:
+def _package(item: Any, label: str) -> BundledPackage:
     if not isinstance(item, dict):
-        raise _bad(path, "packages", "must list objects")
-    values = {k: _field(item, k, str, path) for k in ("subdir", "file", "name", "version", "build", "sha256")}
+        raise _bad(label, "packages", "must list objects")
+    values = {k: _field(item, k, str, label) for k in ("subdir", "file", "name", "version", "build", "sha256")}
     if not _SUBDIR.match(values["subdir"]) or "/" in values["file"] or values["file"].startswith("."):
-        raise _bad(path, "packages", f"names a file outside the channel: {values['subdir']}/{values['file']}")
+        raise _bad(label, "packages", f"names a file outside the channel: {values['subdir']}/{values['file']}")
     return BundledPackage(values["subdir"], values["file"], values["name"], values["version"], values["build"],
-                          values["sha256"], int(_field(item, "size", int, path)))
+                          values["sha256"], int(_field(item, "size", int, label)))
 
 
-def read_metadata(bundle_dir: Path) -> BundleMetadata:
-    """Read and validate ``rocmlock-pack.json`` of an extracted bundle."""
+def read_metadata(bundle_dir: Path, shown: Path | None = None) -> BundleMetadata:
+    """Read and validate ``rocmlock-pack.json`` of an extracted bundle.
+
+    Messages call the bundle ``shown`` (the .tar the user named; by default ``bundle_dir``).
+    """
     path = bundle_dir / ROCMLOCK_METADATA
+    label = f"{shown or bundle_dir}: {ROCMLOCK_METADATA}"
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise InputError(f"{path.parent}: no {ROCMLOCK_METADATA}: not a bundle of `rocmlock pack`",
+        raise InputError(f"{shown or bundle_dir}: no {ROCMLOCK_METADATA}: not a bundle of `rocmlock pack`",
                          hint="a plain pixi-pack bundle installs with `pixi-unpack`") from None
     except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read it: {exc}", hint="pack the environment again") from None
+        raise InputError(f"{label}: cannot read it: {exc}", hint="pack the environment again") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise _bad(path, "format", f"must be {FORMAT} (made by another rocmlock version?)")
-    gpu = _field(data, "gpu", dict, path, optional=True) or {}
+        raise _bad(label, "format", f"must be {FORMAT} (made by another rocmlock version?)")
+    gpu = _field(data, "gpu", dict, label, optional=True) or {}
     if data.get("probe") not in (None, PROBE):  # unpack runs <prefix>/<probe>: never a path of the host
-        raise _bad(path, "probe", f"must be null or {PROBE}")
-    packages = tuple(_package(item, path) for item in _field(data, "packages", list, path))
+        raise _bad(label, "probe", f"must be null or {PROBE}")
+    packages = tuple(_package(item, label) for item in _field(data, "packages", list, label))
     return BundleMetadata(
-        environment=_field(data, "environment", str, path), platform=_field(data, "platform", str, path),
-        subdir=_field(data, "subdir", str, path),
-        gpu_target=_field(gpu, "target", str, path, optional=True), gpu_isa=_field(gpu, "isa", str, path, True),
-        rocm_version=_field(data, "rocm-version", str, path, optional=True),
-        lock_sha256=_field(data, "lock-sha256", str, path),
-        rocmlock_version=_field(data, "rocmlock-version", str, path),
-        probe=_field(data, "probe", str, path, optional=True), packages=packages,
+        environment=_field(data, "environment", str, label), platform=_field(data, "platform", str, label),
+        subdir=_field(data, "subdir", str, label),
+        gpu_target=_field(gpu, "target", str, label, optional=True), gpu_isa=_field(gpu, "isa", str, label, True),
+        rocm_version=_field(data, "rocm-version", str, label, optional=True),
+        lock_sha256=_field(data, "lock-sha256", str, label),
+        rocmlock_version=_field(data, "rocmlock-version", str, label),
+        probe=_field(data, "probe", str, label, optional=True), packages=packages,
     )
 
 

@@ -10,7 +10,6 @@ it (rocmlock.pixi_keys) and `rocmlock export` handles what pixi locked for it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 from rattler import MatchSpec, VersionSpec
 from rattler.exceptions import InvalidMatchSpecError, InvalidVersionSpecError
 
+from rocmlock.credentials import one_line, redact_text, redact_url, split_url
 from rocmlock.errors import InputError, expect_type
 from rocmlock.pixi_keys import is_source_dependency
 
@@ -51,7 +51,9 @@ class Dependency:
         spec = f"{self.name} {version}" if self.build is None else f"{self.name} {version} {self.build}"
         if self.fields:
             spec += "[" + ", ".join(f"{k}={v}" for k, v in self.fields) + "]"
-        return f"{self.channel}::{spec}" if self.channel else spec
+        # A channel's credentials are not part of its identity (the solve reads channels by their clean URL and
+        # gets the secrets in memory: rocmlock.credentials), so the spec names the channel by its clean URL.
+        return f"{redact_url(self.channel)}::{spec}" if self.channel else spec
 
 
 def _pixi_version(value: Any, path: Path, key: str) -> str:
@@ -139,7 +141,7 @@ def parse_dependencies(value: Any, path: Path, key: str) -> tuple[Dependency, ..
     for name, spec in sorted(expect_type(value, dict, path, key, "a table").items()):
         where = f"{key}.{name}"
         if isinstance(spec, str):
-            out.append(Dependency(name, _pixi_version(spec, path, where)))
+            out.append(_whole(Dependency(name, _pixi_version(spec, path, where)), path, where))
             continue
         if not isinstance(spec, dict):
             raise InputError(f"{path}: key '{where}' must be a version string or a table")
@@ -157,17 +159,74 @@ def parse_dependencies(value: Any, path: Path, key: str) -> tuple[Dependency, ..
             expect_type(build, str, path, f"{where}.build", "a string")
         if channel is not None:
             expect_type(channel, str, path, f"{where}.channel", "a string")
-        out.append(Dependency(name, version, build, channel, _dependency_fields(spec, path, where)))
+        out.append(_whole(Dependency(name, version, build, channel, _dependency_fields(spec, path, where)),
+                          path, where))
     return tuple(out)
 
 
-_CONDITION_TOKEN = re.compile(r"(\(|\)|\band\b|\bor\b)")
+def _whole(dep: Dependency, path: Path, where: str) -> Dependency:
+    """``dep`` when its parts form one match spec, as pixi builds one from them (pixi_spec toml.rs); checked
+    here, once, so that no later parse (solve, the satisfiability check) meets a spec it cannot read."""
+    try:
+        MatchSpec(dep.matchspec())
+    except InvalidMatchSpecError as exc:
+        secrets = split_url(dep.channel).secrets if dep.channel else []
+        reason = redact_text(one_line(str(exc)), secrets)
+        raise InputError(f"{path}: key '{where}' is not a valid match spec: {reason}",
+                         hint="check its build, channel and other fields") from None
+    return dep
+
+
+def _condition_tokens(condition: str) -> list[str]:
+    """``a and(b-or-c or d[x="p and q"])`` -> ``a``, ``and``, ``(``, ``b-or-c``, ``or``, ``d[x="p and q"]``, ``)``.
+
+    rattler's grammar (crates/rattler_conda_types/src/match_spec/condition.rs, matchspec_token and
+    check_word_delimiter): a leaf ends at a parenthesis or at ``and``/``or`` with whitespace or a parenthesis
+    on both sides, never inside a bracket or a quoted bracket value; so ``rock-and-roll`` is one name.
+    """
+    tokens: list[str] = []
+    leaf, depth, quote, i = "", 0, "", 0
+
+    def flush() -> None:
+        nonlocal leaf
+        if leaf.strip():
+            tokens.append(leaf.strip())
+        leaf = ""
+
+    def at_word(word: str) -> bool:
+        before = condition[i - 1] if i else " "
+        after = condition[i + len(word)] if i + len(word) < len(condition) else " "
+        return condition.startswith(word, i) and (before.isspace() or before in "()") and \
+            (after.isspace() or after in "()")
+
+    while i < len(condition):
+        char = condition[i]
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"" and depth:
+            quote = char
+        elif char in "[]":
+            depth = depth + 1 if char == "[" else max(depth - 1, 0)
+        elif not depth and char in "()":
+            flush()
+            tokens.append(char)
+            i += 1
+            continue
+        elif not depth and (word := next((w for w in ("and", "or") if at_word(w)), None)):
+            flush()
+            tokens.append(word)
+            i += len(word)
+            continue
+        leaf += char
+        i += 1
+    flush()
+    return tokens
 
 
 def condition_holds(condition: str, matches: Callable[[str], bool]) -> bool:
     """Evaluate a MatchSpec condition (``__unix and python >=3.12 or __win``): ``and`` binds tighter than
     ``or``, parentheses group, and each match spec in it holds when ``matches(spec)`` says so."""
-    tokens = [t.strip() for t in _CONDITION_TOKEN.split(condition) if t.strip()]
+    tokens = _condition_tokens(condition)
     pos = 0
 
     def expr() -> bool:

@@ -8,6 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from rocmlock.credentials import one_line, redact_text, redact_url, split_url
+from rocmlock.errors import InputError
+
 DEFAULT_GLIBC = "2.28"
 DEFAULT_LINUX = "4.18"
 # pixi's subdir defaults (pixi_manifest/src/platform.rs, subdir_default_virtual_packages) as
@@ -59,6 +62,24 @@ def customised_virtual_packages(subdir: str, vps: Iterable[str]) -> list[str]:
 def is_local_channel(channel: str) -> bool:
     """True for a channel written as a path (``./channel``, ``../x``, ``/srv/x``, ``~/x``)."""
     return channel.startswith(("./", "../", "/", "~", ".\\")) or channel in (".", "..")
+
+
+def check_channel(channel: str, path: Path, key: str) -> str:
+    """``channel`` when rattler can read it as a channel (pixi parses a URL with the url crate, toml/channel.rs);
+    else an input error that shows the URL without its credentials."""
+    if is_local_channel(channel):
+        return channel
+    from rattler import Channel
+    from rattler.exceptions import InvalidChannelError
+
+    try:
+        Channel(redact_url(channel))
+    except InvalidChannelError as exc:
+        shown = redact_url(channel)
+        reason = redact_text(one_line(str(exc)), split_url(channel).secrets)
+        raise InputError(f"{path}: key '{key}' is '{shown}', not a valid channel: {reason}",
+                         hint="write a channel name, a path, or a URL such as https://host/channel") from None
+    return channel
 
 
 def channel_base_url(channel: str, root: Path) -> str:

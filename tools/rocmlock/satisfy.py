@@ -106,7 +106,7 @@ def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
     while stack:
         text, source = stack.pop()
         spec = _spec(text)
-        if spec.condition and not _condition_met(spec.condition, records, list(virtual.values())):
+        if spec.condition and not condition_holds(spec.condition, present):
             continue
         name = spec.name.normalized
         record = by_name.get(name)
@@ -123,51 +123,3 @@ def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
         stack.extend((dep, name) for dep in record.depends)
     extra = sorted(set(by_name) - visited)
     return f"locked package(s) no longer needed: {', '.join(extra)}" if extra else None
-
-
-def _tokens(condition: str) -> list[str]:
-    """``a and (b or c >=1)`` -> ``a``, ``and``, ``(``, ``b``, ``or``, ``c >=1``, ``)``."""
-    out: list[str] = []
-    leaf: list[str] = []
-    for word in condition.replace("(", " ( ").replace(")", " ) ").split():
-        if word in ("(", ")", "and", "or"):
-            if leaf:
-                out.append(" ".join(leaf))
-                leaf = []
-            out.append(word)
-        else:
-            leaf.append(word)
-    return [*out, " ".join(leaf)] if leaf else out
-
-
-def _condition_met(condition: str, records: Sequence[RepoDataRecord], virtual: Sequence[PackageRecord]) -> bool:
-    """A ``when`` condition (``a and (b or c>=1)``): a leaf holds when a locked record or a virtual package
-    matches it (pixi satisfiability/platform.rs, condition_is_met; ``and`` binds tighter than ``or``)."""
-    tokens = _tokens(condition)
-    candidates = [*records, *virtual]
-
-    def leaf(text: str) -> bool:
-        spec = _spec(text)
-        return any(spec.matches(c) for c in candidates)
-
-    def parse_or(i: int) -> tuple[bool, int]:
-        value, i = parse_and(i)
-        while i < len(tokens) and tokens[i] == "or":
-            rhs, i = parse_and(i + 1)
-            value = value or rhs
-        return value, i
-
-    def parse_and(i: int) -> tuple[bool, int]:
-        value, i = parse_atom(i)
-        while i < len(tokens) and tokens[i] == "and":
-            rhs, i = parse_atom(i + 1)
-            value = value and rhs
-        return value, i
-
-    def parse_atom(i: int) -> tuple[bool, int]:
-        if tokens[i] == "(":
-            value, i = parse_or(i + 1)
-            return value, i + 1
-        return leaf(tokens[i]), i + 1
-
-    return parse_or(0)[0]

@@ -103,9 +103,9 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
     _check_arguments(bundle, prefix, keep, root)
     fresh = _check_prefix(prefix, say)
     with scratch_dir(prefix.parent, SCRATCH, say) as scratch, _opened(bundle, keep, scratch, say) as where:
-        meta = read_metadata(where)
-        _check_platform(where, meta)
-        _check_integrity(where, meta)
+        meta = read_metadata(where, shown=bundle)
+        _check_platform(where, meta, bundle)
+        _check_integrity(where, meta, bundle)
         say(f"bundle ok: {len(meta.packages)} packages of '{meta.environment}' ({meta.platform}), sha256 checked")
         node = _check_node(meta, root, env, force)
         say(node)
@@ -170,10 +170,29 @@ def _members(tar: tarfile.TarFile, bundle: Path) -> list[tarfile.TarInfo]:
     return members
 
 
+def _check_complete(bundle: Path, tar: tarfile.TarFile, members: list[tarfile.TarInfo]) -> None:
+    """The end-of-archive blocks follow the last member: a copy cut short is damaged, not another format.
+
+    tarfile ends its member list without an error at a header cut short (``TarFile.next`` takes a truncated
+    header after the first one for the end), so the members after the cut would just be missing.
+    """
+    last = members[-1] if members else None
+    end = 0 if last is None else last.offset_data + (0 if last.isdir() else -(-last.size // tarfile.BLOCKSIZE)
+                                                     * tarfile.BLOCKSIZE)
+    fileobj = tar.fileobj
+    if fileobj is None:  # never for a tar opened from a path
+        return
+    fileobj.seek(end)
+    if fileobj.read(2 * tarfile.BLOCKSIZE) != tarfile.NUL * (2 * tarfile.BLOCKSIZE):
+        raise InputError(f"{bundle}: truncated: it ends inside the archive (after {len(members)} members)",
+                         hint=DAMAGED)
+
+
 def _extract(bundle: Path, dest: Path) -> None:
     try:
         with tarfile.open(bundle, mode="r:") as tar:
             members = _members(tar, bundle)
+            _check_complete(bundle, tar, members)
             # Python >= 3.11.4 also applies its own "data" filter (permissions, names).
             extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(dest, members=members, **extra)  # type: ignore[arg-type]
@@ -214,18 +233,18 @@ def _keep(where: Path, keep: Path | None) -> Path | None:
 # ----------------------------------------------------------------------------- checks
 
 
-def _check_platform(where: Path, meta: BundleMetadata) -> None:
+def _check_platform(where: Path, meta: BundleMetadata, shown: Path) -> None:
     """pixi-pack.json agrees with our metadata, and the bundle was made for this machine's platform."""
     from rattler import Subdir
 
-    path = where / PIXI_PACK_METADATA
+    label = f"{shown}: {PIXI_PACK_METADATA}"
     try:
-        pixi_pack = json.loads(path.read_text())
+        pixi_pack = json.loads((where / PIXI_PACK_METADATA).read_text())
     except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read it: {exc}", hint=DAMAGED) from None
+        raise InputError(f"{label}: cannot read it: {exc}", hint=DAMAGED) from None
     if not isinstance(pixi_pack, dict) or pixi_pack.get("version") != PIXI_PACK_FORMAT \
             or pixi_pack.get("platform") != meta.subdir:
-        raise InputError(f"{path}: expected version '{PIXI_PACK_FORMAT}' and platform '{meta.subdir}'", hint=DAMAGED)
+        raise InputError(f"{label}: expected version '{PIXI_PACK_FORMAT}' and platform '{meta.subdir}'", hint=DAMAGED)
     here = str(Subdir.current())
     if meta.subdir not in (here, "noarch"):
         raise OperationError(f"the bundle is for {meta.subdir} ({meta.platform}), this machine is {here}",
@@ -240,26 +259,28 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _check_integrity(where: Path, meta: BundleMetadata) -> None:
-    """Every package's sha256 against the metadata; the channel holds those packages and nothing else."""
+def _check_integrity(where: Path, meta: BundleMetadata, shown: Path) -> None:
+    """Every package's sha256 against the metadata; the channel holds those packages and nothing else.
+
+    Messages name ``shown`` (the bundle the user gave) and the member, not where it was extracted."""
     channel = where / CHANNEL_DIR
     wanted = {p.member for p in meta.packages}
     present = {str(p.relative_to(where)) for p in channel.glob("*/*") if p.name != "repodata.json"}
     extra = sorted(present - wanted)
     if extra:
-        raise InputError(f"{where / extra[0]}: not in the bundle's metadata (pixi-unpack would install it)",
+        raise InputError(f"{shown}: {extra[0]}: not in the bundle's metadata (pixi-unpack would install it)",
                          hint=DAMAGED)
     for pkg in meta.packages:
         path = where / pkg.member
         if not path.is_file():
-            raise InputError(f"{path}: missing from the bundle", hint=DAMAGED)
+            raise InputError(f"{shown}: {pkg.member}: missing from the bundle", hint=DAMAGED)
         digest = _sha256(path)
         if digest != pkg.sha256:
-            raise InputError(f"{path}: sha256 {digest} differs from the bundle's metadata ({pkg.sha256})",
+            raise InputError(f"{shown}: {pkg.member}: sha256 {digest} differs from the bundle's metadata ({pkg.sha256})",
                              hint=DAMAGED)
     problem = index_mismatch(channel, meta.packages)
     if problem:
-        raise InputError(f"{where}: {problem}", hint=DAMAGED)
+        raise InputError(f"{shown}: {problem}", hint=DAMAGED)
 
 
 def _check_node(meta: BundleMetadata, root: Path, env: Mapping[str, str], force: bool) -> str:

@@ -11,6 +11,7 @@ do not change a solve (tasks, activation, ...) are ignored.
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -26,6 +27,7 @@ from rocmlock.pixi_compat import (
     DEFAULT_LINUX,
     VirtualPackage,
     channel_base_url,
+    check_channel,
     customised_virtual_packages,
     format_virtual_package,
     is_local_channel,
@@ -38,6 +40,8 @@ from rocmlock.pypi import DEFAULT_INDEXES, PypiIndexes, merge_pypi_options, pars
 from rocmlock.targets import GpuTarget, get_target, target_for_isa
 
 ChannelPriority = Literal["strict", "flexible", "disabled"]
+# pixi_manifest/src/environment.rs, EnvironmentName::from_str; the name is also the directory envs/<name>/.
+ENVIRONMENT_NAME = re.compile(r"[a-z0-9-]+")
 # The keys of an [environments.<name>] table that are not feature keys (pixi_manifest toml/environment.rs).
 ENVIRONMENT_KEYS = ("features", "solve-group", "no-default-feature")
 __all__ = [
@@ -228,8 +232,9 @@ def _parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], 
     out: list[tuple[str, int]] = []
     for i, item in enumerate(expect_type(value, list, path, key, "a list")):
         if isinstance(item, str):
-            out.append((item, 0))
+            out.append((check_channel(item, path, f"{key}[{i}]"), 0))
         elif isinstance(item, dict) and isinstance(item.get("channel"), str):
+            check_channel(item["channel"], path, f"{key}[{i}]")
             priority = item.get("priority", 0)
             if not isinstance(priority, int) or isinstance(priority, bool):
                 raise InputError(f"{path}: key '{key}[{i}].priority' must be an integer, "
@@ -323,6 +328,9 @@ def _parse_environments(
     envs: dict[str, EnvironmentSpec] = {}
     for name, spec in expect_type(value, dict, path, "environments", "a table").items():
         where = f"environments.{name}"
+        if not ENVIRONMENT_NAME.fullmatch(name):
+            raise InputError(f"{path}: key '{where}': '{name}' is not a valid environment name",
+                             hint="use lowercase letters, digits and '-' (pixi's rule; it is also envs/<name>/)")
         feats, group, no_default = _environment_table(spec, path, where, features)
         for f in feats:
             if f == where:
