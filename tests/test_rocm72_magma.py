@@ -45,9 +45,13 @@ def test_build_script_refuses_debians_magma(tmp_path: Path) -> None:
     shutil.copytree(REPO / "recipes/pytorch-rocm", tmp_path / "recipes/pytorch-rocm")
     shutil.copy(REPO / "recipes/rocm-build-env.sh", tmp_path / "recipes/rocm-build-env.sh")
     shutil.copytree(REPO / "tools/rocmlock", tmp_path / "tools/rocmlock")
+    # The host prefix's python, as rattler-build gives build.sh (Debian has python3 only).
     env = {"RECIPE_DIR": "/mnt/work/recipes/pytorch-rocm", "ROCMLOCK_ROCM_VERSION": "7.2",
-           "ROCMLOCK_GPU_TARGET": "gfx942", "PREFIX": "/mnt/work/prefix", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-    script = 'set -eu\n. /mnt/work/recipes/rocm-build-env.sh\nrocmlock_rocm_env\nrocmlock_magma\necho "USE_MAGMA=$USE_MAGMA"\n'
+           "ROCMLOCK_GPU_TARGET": "gfx942", "PREFIX": "/mnt/work/prefix", "PYTHONPATH": "",
+           "PATH": "/mnt/work/host/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    assert rocm72chroot.run(["python3", "-m", "venv", "/mnt/work/host"], work=tmp_path).returncode == 0
+    script = ("set -euo pipefail\n. /mnt/work/recipes/rocm-build-env.sh\nrocmlock_rocm_env\nrocmlock_magma\n"
+              'echo "USE_MAGMA=$USE_MAGMA"\n')
     off = rocm72chroot.run(["bash", "-c", script], env=env, work=tmp_path)
     # Debian's MAGMA sits in /usr, where FindMAGMA would find it: unset, the build says USE_MAGMA=0 all the same.
     assert off.returncode == 0 and off.stdout == "USE_MAGMA=0\n", off.stderr
