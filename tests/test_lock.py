@@ -463,3 +463,24 @@ def test_error_unreachable_channel(ws_copy: Path, capsys: pytest.CaptureFixture[
     code, err = _error_case(ws_copy, capsys, ["--check"])
     assert code == 1 and "cannot read the channels" in err and "http://127.0.0.1:9/ch" in err
     assert "pw" not in err
+
+
+def test_error_manifest_that_is_not_utf8(ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with (ws_copy / "pixi.toml").open("ab") as fh:
+        fh.write(b'\n# caf\xe9, written in Latin-1\n')
+    code, err = _error_case(ws_copy, capsys, [])
+    lines = [line for line in err.splitlines() if not line.startswith("hint: ")]
+    assert code == 2 and len(lines) == 1 and "pixi.toml" in lines[0] and "UTF-8" in lines[0], err
+
+
+@pytest.mark.parametrize("command", [["lock"], ["lock", "--check"], ["export"]])
+def test_a_missing_manifest_is_one_line_and_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            command: list[str]) -> None:
+    """A mistyped --manifest-path (or a directory without a manifest) names the file and writes nothing: no
+    `.rocmlock/` state directory, and no directory the path only names."""
+    (tmp_path / "empty").mkdir()
+    for where in (tmp_path / "empty", tmp_path / "empty" / "pixi.toml", tmp_path / "typo" / "sub" / "pixi.toml"):
+        assert main([*command, "--manifest-path", str(where)]) == 2
+        err = capsys.readouterr().err
+        assert "no such manifest" in err.splitlines()[0] and "Traceback" not in err, err
+        assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["empty"]

@@ -309,7 +309,7 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
     ``update=["pytorch"]`` only those named. ``check=True`` writes nothing. The whole run holds the
     workspace's writer lock (:mod:`rocmlock.outputs`; ``on_wait`` hears why it waits, if it does).
     """
-    manifest = manifest_file(manifest_path)
+    manifest = _existing_manifest(manifest_path)
     with exclusive(manifest.parent, write=not check, on_wait=on_wait):
         return _lock_held(manifest, environments, platforms, update, check, cache_dir)
 
@@ -351,6 +351,15 @@ def manifest_file(manifest_path: str | Path) -> Path:
     return find_manifest(Path(manifest_path)).absolute()
 
 
+def _existing_manifest(manifest_path: str | Path) -> Path:
+    """:func:`manifest_file`, which must exist: checked before the writer lock would create ``.rocmlock/`` (and
+    every directory a mistyped path names)."""
+    manifest = manifest_file(manifest_path)
+    if not manifest.is_file():
+        raise InputError(f"{manifest}: no such manifest", hint="pass --manifest-path to a pixi.toml")
+    return manifest
+
+
 def _source_packages(lock_path: Path, locked: LockedWorkspace, envs: Sequence[Environment],
                      skip_source: bool) -> list[str]:
     """Refuse the source packages of ``envs`` in one line, or (``skip_source``) return one warning per platform."""
@@ -376,7 +385,7 @@ def export_workspace(manifest_path: str | Path, environments: Sequence[str] | No
     PyPI packages are exported too; a source package (pixi-build, a git or path dependency) is refused
     unless ``skip_source``, which leaves it out with a warning.
     """
-    manifest = manifest_file(manifest_path)
+    manifest = _existing_manifest(manifest_path)
     with exclusive(manifest.parent, write=not check, on_wait=on_wait):
         return _export_held(manifest, environments, check, skip_source)
 

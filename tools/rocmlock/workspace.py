@@ -172,6 +172,9 @@ def load_workspace(path: str | Path) -> Workspace:
         raise InputError(f"{path}: no such manifest", hint="pass --manifest-path to a pixi.toml") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read manifest: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # pixi reads the manifest as UTF-8 too (TOML requires it)
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r})",
+                         hint="save pixi.toml as UTF-8") from None
     # TOML 1.1 (multi-line inline tables, trailing commas), which pixi reads and Python 3.11's tomllib
     # (TOML 1.0) does not. Imported here: `rocmlock unpack` on a bare node never reads a manifest.
     import tomli
