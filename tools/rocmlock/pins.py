@@ -3,7 +3,6 @@ pinned, the pairing rules between them, and the PyPI -> conda-forge name table."
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -13,6 +12,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from rocmlock.errors import InputError
+from rocmlock.tomlcompat import tomllib
 
 SourceKind = Literal["sdist", "archive", "git"]
 RuleKind = Literal["minor-offset", "at-most", "series"]
