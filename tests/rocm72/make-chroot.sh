@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make, once, the Debian sid + experimental chroot with Debian's ROCm 7.2.4 that tests/test_rocm72*.py run in.
 #
-#   sudo tests/rocm72/make-chroot.sh          # .ci/run does this; ~6 GB, minutes (README, "ROCm 7.2.4 chroot")
+#   sudo tests/rocm72/make-chroot.sh          # .ci/run does this; ~10 GB, minutes (README, "ROCm 7.2.4 chroot")
 #
 # Where: $ROCMLOCK_ROCM72_CHROOT, default /var/cache/rocmlock-rocm72 (the chroot's root directory). It is
 # built under <dir>.build and renamed into place when complete, so <dir> is either whole or absent; a

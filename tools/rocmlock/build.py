@@ -297,6 +297,12 @@ def blocked_by_doctor(checks: list[tuple[str, str, str]], targets: tuple[GpuTarg
     return blocked
 
 
+def _compiles(variant: Variant) -> bool:
+    """False for a flash-attn variant on the Triton backend: it builds no extension, so needs no ROCm component."""
+    gfx = dict(variant.variant).get("gpu_target")
+    return not variant.id.startswith("flash-attn-") or (gfx is not None and get_target(gfx).flash_attn_ck)
+
+
 def doctor_gate(ws: Workspace, plan: Plan, output: Path, stage: str | None = None,
                 environments: list[str] | None = None) -> tuple[DoctorReport | None, dict[str, str]]:
     """Run doctor's build checks for the GPU targets this build would compile; returns the report (None
@@ -307,7 +313,7 @@ def doctor_gate(ws: Workspace, plan: Plan, output: Path, stage: str | None = Non
     if not targets:
         return None, {}
     # The host-ROCm components of the packages to build are reported too (their build.sh stops on a missing one).
-    packages = tuple(sorted({v.id.rsplit("-", 2)[0] for v in _selected(plan, stage) if v.to_build}))
+    packages = tuple(sorted({v.id.rsplit("-", 2)[0] for v in _selected(plan, stage) if v.to_build and _compiles(v)}))
     report = run_doctor(targets, build=True, rocm_wanted=workspace_rocm_versions(ws, environments), workdir=output,
                         packages=packages)
     return report, blocked_by_doctor([(c.name, c.status, c.message) for c in report.checks], targets)
