@@ -198,6 +198,21 @@ def test_a_truncated_bundle_is_damaged_not_a_foreign_one(bundle: Path, tmp_path:
         assert not (tmp_path / "env").exists() and not list(tmp_path.glob(".rocmlock-unpack*"))
 
 
+def test_a_damaged_repodata_is_named_inside_the_bundle(bundle: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    x = tmp_path / "x"
+    shutil.unpack_archive(bundle, x, format="tar")
+    (x / "channel/noarch/repodata.json").write_text("{")
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(bad, "w") as tar:
+        for path in sorted(x.rglob("*")):
+            tar.add(path, str(path.relative_to(x)), recursive=False)
+    assert unpack(bad, tmp_path / "env", fake_node(tmp_path / "host", [90402])) == 2
+    err = capsys.readouterr().err
+    assert f"error: {bad}: channel/noarch/repodata.json: cannot read it" in err, err
+    assert ".rocmlock-unpack-" not in err and not (tmp_path / "env").exists()
+
+
 def test_a_member_outside_the_bundle_is_refused_before_anything_is_extracted(
         bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import io

@@ -197,7 +197,7 @@ def index_mismatch(channel: Path, packages: tuple[BundledPackage, ...]) -> str |
                     indexed[(repodata.parent.name, fn)] = (rec["name"], rec["version"], rec["build"],
                                                            rec.get("sha256"))
         except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
-            return f"{repodata}: cannot read it: {exc}"
+            return f"{repodata.relative_to(channel.parent)}: cannot read it: {exc}"
     wanted = {(p.subdir, p.filename): (p.name, p.version, p.build, p.sha256) for p in packages}
     for key in sorted(wanted.keys() | indexed.keys()):
         if wanted.get(key) != indexed.get(key):
