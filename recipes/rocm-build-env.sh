@@ -138,12 +138,15 @@ rocmlock_magma() {
         [ -f "${f}" ] && { lib="${f}"; break; }
     done
     [ -n "${lib}" ] || rocmlock_die "ROCMLOCK_MAGMA_HOME=${home} has no lib/libmagma.so; point it at a MAGMA built for ROCm ${ROCMLOCK_ROCM_VERSION}, or unset it"
+    local info linked
     for f in "${ROCM_PATH}/lib/libamdhip64.so" "${ROCM_PATH}"/lib/*-linux-gnu/libamdhip64.so; do
-        [ -f "${f}" ] && { hip="$(python "${elf}" "${f}" | sed -n 's/^soname //p')"; break; }
+        [ -f "${f}" ] || continue
+        info="$(python "${elf}" "${f}")" || rocmlock_die "cannot read ${f} with ${elf}"
+        hip="$(echo "${info}" | sed -n 's/^soname //p')"
+        break
     done
-    local linked
-    linked="$(python "${elf}" "${lib}" | sed -n 's/^needed \(libamdhip64\.so.*\)/\1/p')" \
-        || rocmlock_die "cannot read ${lib} (tools/rocmlock/elf.py)"
+    info="$(python "${elf}" "${lib}")" || rocmlock_die "cannot read ${lib} with ${elf}"
+    linked="$(echo "${info}" | sed -n 's/^needed \(libamdhip64\.so.*\)/\1/p')"
     if [ -z "${hip}" ] || [ "${linked}" != "${hip}" ]; then
         rocmlock_die "MAGMA at ${home} (${lib}) links ${linked:-no HIP runtime} but the ROCm at ${ROCM_PATH} is ${hip:-unknown}: it was built for another ROCm; build MAGMA against ROCm ${ROCMLOCK_ROCM_VERSION} (PyTorch's .ci/docker/common/install_rocm_magma.sh) or unset ROCMLOCK_MAGMA_HOME"
     fi
@@ -156,8 +159,9 @@ rocmlock_magma() {
 # ask for (its SONAME), into $PREFIX/lib, which the package's RPATHs reach.
 rocmlock_bundle_magma() {
     [ "${USE_MAGMA:-0}" = 1 ] || return 0
-    local elf="${RECIPE_DIR}/../../tools/rocmlock/elf.py" name
-    name="$(python "${elf}" "${ROCMLOCK_MAGMA_LIB}" | sed -n 's/^soname //p')"
+    local elf="${RECIPE_DIR}/../../tools/rocmlock/elf.py" info name
+    info="$(python "${elf}" "${ROCMLOCK_MAGMA_LIB}")" || rocmlock_die "cannot read ${ROCMLOCK_MAGMA_LIB} with ${elf}"
+    name="$(echo "${info}" | sed -n 's/^soname //p')"
     mkdir -p "${PREFIX}/lib"
     cp -L "${ROCMLOCK_MAGMA_LIB}" "${PREFIX}/lib/${name:-libmagma.so}"
     echo "rocmlock build: carries ${ROCMLOCK_MAGMA_LIB} as lib/${name:-libmagma.so} ($(sha256sum "${ROCMLOCK_MAGMA_LIB}" | cut -c1-16))" >&2

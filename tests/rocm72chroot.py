@@ -52,7 +52,7 @@ def fingerprint() -> str:
 
 def unavailable_reason() -> str | None:
     """Why the chroot cannot be used here, or None when it can."""
-    make = f"make it with `sudo {MAKE.relative_to(REPO)}` (needs root and apt; ~4 GB, minutes; .ci/run does it)"
+    make = f"make it with `sudo {MAKE.relative_to(REPO)}` (needs root and apt; ~10 GB, minutes; .ci/run does it)"
     if os.geteuid() != 0:
         return f"the ROCm {ROCM_VERSION} chroot needs root (chroot, mount namespaces); {make}"
     stamp = CHROOT / STAMP

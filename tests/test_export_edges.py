@@ -150,6 +150,9 @@ def test_an_unreadable_lock_gets_a_hint_that_keeps_it(tmp_path: Path, channels: 
     ('index-url = "not a url"', "pypi-options.index-url"),
     ('extra-index-urls = ["pypi.example/simple"]', "pypi-options.extra-index-urls[0]"),
     ('find-links = [{ url = "wheels here" }]', "pypi-options.find-links[0].url"),
+    # url::Url::parse refuses these too: an unclosed IPv6 host, a port past 65535.
+    ('index-url = "https://[::1/simple"', "pypi-options.index-url"),
+    ('extra-index-urls = ["https://pypi.example:99999/simple"]', "pypi-options.extra-index-urls[0]"),
 ])
 def test_pypi_options_urls_must_be_urls(tmp_path: Path, channels: dict[str, Path], options: str, key: str,
                                         capsys: pytest.CaptureFixture[str]) -> None:

@@ -170,6 +170,9 @@ BAD_VALUES = [
      "not a valid environment name"),
     ('[environments]\ncpu = ["gfx942"]', '[environments]\nCpu_1 = ["gfx942"]', "environments.Cpu_1",
      "not a valid environment name"),
+    # toml/manifest.rs: "The feature 'default' is reserved and cannot be redefined" (it is the top-level tables).
+    ('[feature.gfx942]\nplatforms', '[feature.default.dependencies]\nnumpy = "*"\n\n[feature.gfx942]\nplatforms',
+     "feature.default", "reserved"),
     ('{ channel = "./private", priority = 1 }',
      f'{{ channel = "https://u:{SECRET_IN_URL}@[::1/t/tk-7c1d/x", priority = 1 }}', "workspace.channels[1]",
      "not a valid channel"),

@@ -220,6 +220,20 @@ def test_a_writer_that_cannot_get_the_lock_in_time_names_the_holder(
     assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 0
 
 
+@pytest.mark.parametrize("value", ["abc", "-1", "nan"])
+def test_a_lock_timeout_that_is_not_a_number_of_seconds_is_bad_input(
+        sets: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], value: str) -> None:
+    """``ROCMLOCK_LOCK_TIMEOUT=abc`` is a typo, not "wait 60 s": exit 2 naming the variable, nothing written."""
+    root = shutil.copytree(sets["a"], tmp_path / "ws")
+    before = _set(root)
+    monkeypatch.setenv("ROCMLOCK_LOCK_TIMEOUT", value)
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("error: ROCMLOCK_LOCK_TIMEOUT") and "seconds" in err[0] and len(err) == 2, err
+    assert _set(root) == before
+
+
 @pytest.mark.parametrize(("step", "nth", "code"), [("_write", 3, errno.ENOSPC), ("_write", 1, errno.EROFS),
                                                    ("_mkdir", 1, errno.EROFS)])
 def test_an_error_while_writing_leaves_the_old_set(sets: dict[str, Path], tmp_path: Path, step: str, nth: int,

@@ -367,22 +367,43 @@ def test_a_kept_extraction_gets_an_explicit_file_with_its_file_urls(bundle: Path
         assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
 
 
-def test_with_installer_a_node_without_rocmlock_installs_the_bundle(locked_ws: Path, tmp_path: Path) -> None:
+def _python310() -> str | None:
+    """A CPython 3.10 of this machine (pyenv's, or python3.10 on PATH), as a node's python3 stand-in."""
+    import glob
+    import subprocess
+
+    for candidate in [shutil.which("python3.10"), *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.10.*/bin/python3.10")))]:
+        if candidate:
+            proc = subprocess.run([candidate, "-c", "import sys, venv; print(sys.executable)"], capture_output=True,
+                                  text=True, check=False)
+            if proc.returncode == 0:
+                return proc.stdout.strip()
+    return None
+
+
+@pytest.mark.parametrize("node_python", ["this", "3.10"])
+def test_with_installer_a_node_without_rocmlock_installs_the_bundle(locked_ws: Path, tmp_path: Path,
+                                                                     node_python: str) -> None:
     # Needs PyPI (pip download of py-rattler's wheel), as CI has; then the node side runs with no network:
-    # pip --no-index from the bundle's wheels, in a venv of the node's python. About 15 s.
+    # pip --no-index from the bundle's wheels, in a venv of the node's python. About 15 s each. 3.10: the
+    # python3 of Ubuntu 22.04 (a ROCm 7.2 platform); rocmlock's floor is 3.11, `unpack` runs on 3.10 (tomli
+    # for tomllib; py-rattler's wheel is cp310-abi3).
     import subprocess
     import sys
 
+    python = sys.executable if node_python == "this" else _python310()
+    if python is None:
+        pytest.skip("no CPython 3.10 on this machine to stand in for a node's python3")
     assert pack(locked_ws, tmp_path / "b.tar", "--with-installer") == 0
     assert pack(locked_ws, tmp_path / "again.tar", "--with-installer") == 0
     assert (tmp_path / "b.tar").read_bytes() == (tmp_path / "again.tar").read_bytes(), "rocmlock's wheel too"
     x = tmp_path / "x"
     shutil.unpack_archive(tmp_path / "b.tar", x, format="tar")
     wheels = sorted(p.name for p in (x / "installer/wheels").iterdir())
-    assert [w.split("-")[0] for w in wheels] == ["py_rattler", "rocmlock"]
+    assert [w.split("-")[0] for w in wheels] == ["py_rattler", "rocmlock", "tomli"]
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    env = {"PATH": os.defpath, "HOME": str(tmp_path), "TMPDIR": str(scratch), "PYTHON": sys.executable}
+    env = {"PATH": os.defpath, "HOME": str(tmp_path), "TMPDIR": str(scratch), "PYTHON": python}
     proc = subprocess.run(["sh", str(x / "installer/install.sh"), "--prefix", str(tmp_path / "env"),
                            "--host-root", str(fake_node(tmp_path / "host", [90402]))],
                           env=env, capture_output=True, text=True, timeout=300, check=False)

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Make, once, the Debian sid + experimental chroot with Debian's ROCm 7.2.4 that tests/test_rocm72*.py run in.
 #
-#   sudo tests/rocm72/make-chroot.sh          # .ci/run does this; ~6 GB, minutes (README, "ROCm 7.2.4 chroot")
+#   sudo tests/rocm72/make-chroot.sh          # .ci/run does this; ~10 GB, minutes (README, "ROCm 7.2.4 chroot")
 #
 # Where: $ROCMLOCK_ROCM72_CHROOT, default /var/cache/rocmlock-rocm72 (the chroot's root directory). It is
 # built under <dir>.build and renamed into place when complete, so <dir> is either whole or absent; a
 # fingerprint of this script, packages.txt and pyproject.toml in <dir>/etc/rocmlock-rocm72 says which recipe made it, and a
-# different one rebuilds it. A second run with the same fingerprint returns at once.
+# different one redoes what changed: a changed packages.txt installs its pins into the existing chroot (apt-get
+# install; a package dropped from the list stays installed until apt_recipe is bumped, which starts from debootstrap).
+# A second run with the same fingerprint returns at once.
 #
 # What it holds:
 #   - the ROCm 7.2.4 packages of packages.txt, pinned by version: when the archive no longer has one of
@@ -27,8 +29,9 @@ mirror="${ROCMLOCK_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 rocm_version=7.2.4
 stamp_rel=etc/rocmlock-rocm72
 packages_rel=etc/rocmlock-rocm72-packages
-# Bump when step_base or step_apt change: a chroot with the same packages fingerprint keeps its (slow) base
-# and packages, and only the quick steps after them are redone.
+base_rel=etc/rocmlock-rocm72-base
+# Bump when step_base or step_apt change: that starts from debootstrap. A chroot made with the same apt_recipe keeps
+# its (slow) base; a changed packages.txt only installs the new pins into it, and the quick steps after are redone.
 apt_recipe=1
 
 die() {
@@ -39,6 +42,7 @@ die() {
 # rocmlock's pyproject.toml too: its dependencies are what /venv holds.
 fingerprint="$(cat "${here}/make-chroot.sh" "${here}/packages.txt" "${repo}/pyproject.toml" | sha256sum | cut -c1-16)"
 apt_fp="$( (echo "${apt_recipe}"; cat "${here}/packages.txt") | sha256sum | cut -c1-16)"
+base_fp="apt_recipe=${apt_recipe}"
 if [ -f "${dir}/${stamp_rel}" ] && [ "$(cat "${dir}/${stamp_rel}")" = "${fingerprint}" ]; then
     echo "make-chroot: ${dir} is ready (${fingerprint})"
     exit 0
@@ -153,13 +157,27 @@ step_venv() {
     in_root /venv/bin/rocmlock --help >/dev/null || die "/venv/bin/rocmlock does not run in the chroot"
 }
 
-# A chroot made by an older script with the same packages: keep its base and packages, redo the rest.
-if [ -d "${dir}" ] && [ ! -d "${root}" ] && [ "$(cat "${dir}/${packages_rel}" 2>/dev/null)" = "${apt_fp}" ]; then
+# The base a chroot was made on: its stamp, or for one made before the stamp existed (it has the packages stamp),
+# apt_recipe=1, the only recipe there was then.
+base_of() {
+    if [ -f "$1/${base_rel}" ]; then
+        cat "$1/${base_rel}"
+    elif [ -f "$1/${packages_rel}" ]; then
+        echo "apt_recipe=1"
+    fi
+}
+# A chroot made by an older script or package list on the same base: keep the base (and the packages when the
+# list is the same), redo the rest; step_apt then installs a changed list's pins into it.
+if [ -d "${dir}" ] && [ ! -d "${root}" ] && [ "$(base_of "${dir}")" = "${base_fp}" ]; then
     mv "${dir}" "${root}"
-    mark base "${apt_fp}"
-    mark apt "${apt_fp}"
+    rm -f "${build}"/*.done
+    mark base "${base_fp}"
+    if [ "$(cat "${root}/${packages_rel}" 2>/dev/null)" = "${apt_fp}" ]; then
+        mark apt "${apt_fp}"
+    fi
 fi
-done_step base "${apt_fp}" || { rm -f "${build}"/*.done; timed step_base; mark base "${apt_fp}"; }
+done_step base "${base_fp}" || { rm -f "${build}"/*.done; timed step_base; mark base "${base_fp}"; }
+echo "${base_fp}" >"${root}/${base_rel}"
 if ! done_step apt "${apt_fp}"; then
     timed step_apt
     echo "${apt_fp}" >"${root}/${packages_rel}"

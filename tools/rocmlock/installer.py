@@ -1,10 +1,12 @@
 """``rocmlock pack --with-installer``: what a node without rocmlock needs to run ``rocmlock unpack``.
 
-``installer/wheels/`` holds a wheel of rocmlock (built from this checkout) and py-rattler's wheel for the
+``installer/wheels/`` holds a wheel of rocmlock (built from this checkout), py-rattler's wheel for the
 bundle's platform (``pip download``: py-rattler is an abi3 wheel with no dependencies, one file for every
-CPython >= 3.10); ``unpack`` imports nothing else. ``installer/install.sh`` makes a temporary venv with the
-node's python3 (>= 3.11, rocmlock's floor), installs the two wheels with ``--no-index`` and runs
-``rocmlock unpack`` on the extracted bundle with the arguments it was given.
+CPython >= 3.10) and tomli's (pure Python; ``tomllib`` on a 3.10, see :mod:`rocmlock.tomlcompat`); ``unpack``
+imports nothing else. ``installer/install.sh`` makes a temporary venv with the node's python3 (>= 3.10:
+Ubuntu 22.04's, a ROCm 7.2 platform; rocmlock itself asks for 3.11, so on 3.10 pip is told to install it
+anyway, for ``unpack`` alone), installs the wheels with ``--no-index`` and runs ``rocmlock unpack`` on the
+extracted bundle with the arguments it was given.
 """
 
 from __future__ import annotations
@@ -27,21 +29,22 @@ MANYLINUX = {
 }
 
 INSTALL_SH = """#!/bin/sh
-# Install this bundle on a node without rocmlock. Needs python3 >= 3.11 (with venv) and nothing from a network:
+# Install this bundle on a node without rocmlock. Needs python3 >= 3.10 (with venv) and nothing from a network:
 #   mkdir bundle && tar -xf {environment}.tar -C bundle && sh bundle/installer/install.sh --prefix DIR [...]
 # Arguments go to `rocmlock unpack` (--prefix DIR, --force, --no-verify, --json, ...).
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 py=${{PYTHON:-python3}}
-if ! "$py" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-    echo "install.sh: needs Python >= 3.11 with venv (set PYTHON=...); $py is $("$py" -V 2>&1 || echo missing)" >&2
+if ! "$py" -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    echo "install.sh: needs Python >= 3.10 with venv (set PYTHON=...); $py is $("$py" -V 2>&1 || echo missing)" >&2
     exit 2
 fi
 venv=$(mktemp -d "${{TMPDIR:-/tmp}}/rocmlock-installer.XXXXXX")
 trap 'rm -rf "$venv"' EXIT
 "$py" -m venv "$venv"
+# rocmlock asks for Python 3.11; `rocmlock unpack` runs on 3.10 too, with tomli for tomllib.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \\
-    --find-links "$here/{installer}/wheels" rocmlock py-rattler
+    --ignore-requires-python --find-links "$here/{installer}/wheels" rocmlock py-rattler tomli
 "$venv/bin/python" -m rocmlock unpack "$here" "$@"
 """
 
@@ -82,13 +85,18 @@ def _build_rocmlock_wheel(dest: Path) -> None:
             os.umask(old_umask)
 
 
-def _download_rattler(dest: Path, subdir: str) -> None:
+def _download_wheels(dest: Path, subdir: str) -> None:
+    """py-rattler's wheel for ``subdir`` and tomli's, the versions installed here (one bundle, one set of bytes)."""
+    from importlib.metadata import version
+
     platforms = MANYLINUX.get(subdir)
     if platforms is None:
         raise OperationError(f"--with-installer supports {', '.join(MANYLINUX)}, not {subdir}")
     tags = [arg for p in platforms for arg in ("--platform", p)]
     _pip(["download", f"py-rattler=={rattler_version}", "--no-deps", "--only-binary=:all:", "--python-version",
-          "3.11", "--implementation", "cp", *tags, "--dest", str(dest)], dict(os.environ))
+          "3.10", "--implementation", "cp", *tags, "--dest", str(dest)], dict(os.environ))
+    _pip(["download", f"tomli=={version('tomli')}", "--no-deps", "--only-binary=:all:", "--python-version",
+          "3.10", "--implementation", "cp", "--dest", str(dest)], dict(os.environ))
 
 
 def _pip(args: list[str], env: dict[str, str]) -> None:
@@ -103,7 +111,7 @@ def add_installer(dest: Path, metadata: BundleMetadata) -> None:
     """Write ``dest/wheels/*.whl`` and ``dest/install.sh`` for ``metadata``'s platform."""
     wheels = dest / "wheels"
     wheels.mkdir(parents=True)
-    _download_rattler(wheels, metadata.subdir)
+    _download_wheels(wheels, metadata.subdir)
     _build_rocmlock_wheel(wheels)
     script = dest / "install.sh"
     script.write_text(INSTALL_SH.format(environment=metadata.environment, installer=INSTALLER_DIR))

@@ -27,12 +27,13 @@ import contextlib
 import errno
 import fcntl
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from rocmlock.errors import OperationError
+from rocmlock.errors import InputError, OperationError
 
 STATE_DIR = ".rocmlock"
 LOCK_NAME = "writer.lock"
@@ -193,10 +194,17 @@ def _wait_for(fd: int, kind: int, lock_path: Path, timeout: float, on_wait: Call
 def _timeout(timeout: float | None) -> float:
     if timeout is not None:
         return timeout
-    try:
-        return float(os.environ.get("ROCMLOCK_LOCK_TIMEOUT", DEFAULT_TIMEOUT))
-    except ValueError:
+    raw = os.environ.get("ROCMLOCK_LOCK_TIMEOUT", "").strip()
+    if not raw:
         return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if math.isnan(value) or value < 0:  # a typo (or nan) must not quietly become the default
+        raise InputError(f"ROCMLOCK_LOCK_TIMEOUT is {raw!r}, not a number of seconds",
+                         hint=f"e.g. ROCMLOCK_LOCK_TIMEOUT=120, or unset it for {DEFAULT_TIMEOUT:.0f} s") from None
+    return value
 
 
 @contextlib.contextmanager

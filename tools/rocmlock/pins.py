@@ -4,17 +4,19 @@ pinned, the pairing rules between them, and the PyPI -> conda-forge name table."
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from importlib.resources.abc import Traversable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from rocmlock.errors import InputError
+from rocmlock.tomlcompat import tomllib
+
+if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; rocmlock keeps 3.10 imports working (tomlcompat)
+    from importlib.resources.abc import Traversable
 
 SourceKind = Literal["sdist", "archive", "git"]
 RuleKind = Literal["minor-offset", "at-most", "series"]

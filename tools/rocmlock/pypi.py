@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from rattler.lock import CondaLockedSourcePackage, LockedPackage, PypiLockedPackage
 
@@ -127,7 +128,13 @@ _ABSOLUTE_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S+")
 
 def _url(value: Any, path: Path, key: str) -> str:
     text = expect_type(value, str, path, key, "a URL")
-    if not _ABSOLUTE_URL.fullmatch(text):
+    parsed = _ABSOLUTE_URL.fullmatch(text) is not None
+    if parsed:
+        try:
+            urlsplit(text).port  # noqa: B018 - raises for an unclosed IPv6 host or a port past 65535, as url::Url does
+        except ValueError:
+            parsed = False
+    if not parsed:
         raise InputError(f"{path}: key '{key}' is {redact_url(text)!r}, not an absolute URL",
                          hint="write the index with its scheme, e.g. https://pypi.example/simple")
     return text

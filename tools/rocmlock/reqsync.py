@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import re
 import tarfile
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from ruamel.yaml.tokens import CommentToken
 
 from rocmlock.errors import OperationError
 from rocmlock.pins import Table
+from rocmlock.tomlcompat import tomllib
 from rocmlock.yamledit import Document, restyle
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")

@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import tempfile
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from rocmlock.runner import CommandError, CommandResult, Runner, run_command
 from rocmlock.targets import version_tuple
+from rocmlock.tomlcompat import tomllib
 
 Which = Callable[[str, str | None], str | None]
 

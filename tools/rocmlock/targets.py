@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import difflib
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 from rocmlock.errors import InputError
+from rocmlock.tomlcompat import tomllib
 
 
 @dataclass(frozen=True)

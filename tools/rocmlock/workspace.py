@@ -205,6 +205,9 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
     check_solve_options(ws, data, path, table_key)
     features = {"default": _parse_feature("default", data, path, "", top=True)}
     for fname, ftable in expect_type(data.get("feature", {}), dict, path, "feature", "a table").items():
+        if fname == "default":  # pixi_manifest toml/manifest.rs: the top-level tables are the default feature
+            raise InputError(f"{path}: key 'feature.default': the feature 'default' is reserved and cannot be redefined",
+                             hint="put its tables at the top level ([dependencies], ...) or give the feature another name")
         expect_type(ftable, dict, path, f"feature.{fname}", "a table")
         features[fname] = _parse_feature(fname, ftable, path, f"feature.{fname}.")
     envs = _parse_environments(data.get("environments", {}), path, features)
