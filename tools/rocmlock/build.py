@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 from rocmlock.credentials import redact_text
 from rocmlock.errors import InputError, OperationError
 from rocmlock.pixi_compat import is_local_channel
-from rocmlock.plan import Plan, Variant
+from rocmlock.plan import Plan, Variant, channel_read_url
 from rocmlock.repodata import PACKAGE_SUFFIXES
 from rocmlock.targets import GpuTarget, get_target
 from rocmlock.textutil import format_table
@@ -268,10 +268,10 @@ def render_summary(report: BuildReport) -> str:
 def build_channels(ws: Workspace, channel: str | None = None) -> tuple[str, ...]:
     """The channels a build resolves against: ``channel`` (the target channel) first, then the workspace's.
 
-    Names and URLs stay as written; a local channel directory becomes a ``file://`` URI, and one that
-    does not exist (yet) is left out.
+    Names and URLs stay as written (``channel`` in a ``publish --to`` form is the channel it reads); a local
+    channel directory becomes a ``file://`` URI, and one that does not exist (yet) is left out.
     """
-    out = [channel] if channel else []
+    out = [channel_read_url(channel)] if channel else []
     for name, _ in ws.channels:
         if not is_local_channel(name):
             out.append(name)
