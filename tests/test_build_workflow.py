@@ -228,3 +228,24 @@ def test_the_job_simulation_reads_the_conditions() -> None:
     assert _evaluate("${{ !cancelled() && needs.a.result != 'success' }}", ctx, fns)
     assert _evaluate("needs.a.outputs.any != 'true' || needs.a.result == 'success' && failure()", ctx, fns)
     assert not _evaluate("(needs.a.outputs.any == 'true' || success()) && always()", ctx, fns)
+
+
+@pytest.mark.parametrize(("channel", "read"), [
+    ("quetz+https://quetz.example.com/rocm", "https://quetz.example.com/get/rocm"),
+    ("artifactory+https://host.example.com/artifactory/rocm", "https://host.example.com/artifactory/rocm"),
+    ("anaconda://team", "https://conda.anaconda.org/team"),
+    ("prefix://team-rocm", "https://repo.prefix.dev/team-rocm"),
+    ("https://prefix.dev/team-rocm", "https://repo.prefix.dev/team-rocm"),
+    ("s3://bucket/rocm", "s3://bucket/rocm"),
+    ("https://conda.example.com/rocm", "https://conda.example.com/rocm"),
+])
+def test_the_workflows_one_channel_value_is_read_by_plan_and_build(tmp_path: Path, channel: str, read: str) -> None:
+    # build-variants.yml passes $ROCMLOCK_CHANNEL to `plan --channel`, `build --channel` and `publish --to`:
+    # every `--to` form must name the channel those two read (quetz serves it under /get/<channel>).
+    from rocmlock.build import build_channels
+    from rocmlock.plan import channel_read_url
+    from rocmlock.workspace import load_workspace
+
+    (tmp_path / "pixi.toml").write_text('[workspace]\nname = "t"\nchannels = ["conda-forge"]\nplatforms = ["linux-64"]\n')
+    assert channel_read_url(channel) == read
+    assert build_channels(load_workspace(tmp_path / "pixi.toml"), channel)[0] == read

@@ -330,3 +330,8 @@ def test_build_gate_checks_the_rocm_components_of_the_packages_it_builds(tmp_pat
     packages = seen["packages"]
     assert isinstance(packages, tuple) and "bitsandbytes" in packages and "pytorch" in packages
     assert "deepspeed" not in packages
+    # flash-attn compiles its CK extension for gfx942 (its components are checked), nothing on gfx1100's Triton
+    # backend (rocm_components.toml).
+    assert "flash-attn" in packages
+    doctor_gate(ws, make_plan(ws, ["w7900"]), tmp_path)
+    assert "flash-attn" not in seen["packages"] and "pytorch" in seen["packages"]  # type: ignore[operator]

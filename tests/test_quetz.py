@@ -158,6 +158,8 @@ def test_plan_sees_what_the_server_holds(quetz_channel: QuetzChannel, tmp_path: 
         return {v["stage"] for v in data["variants"] if v["present"]}
 
     assert "pytorch" in plan_present(quetz_channel.url)
+    # The `--to` form (what build-variants.yml's one ROCMLOCK_CHANNEL holds for publish) reads the same channel.
+    assert "pytorch" in plan_present(quetz_channel.publish_to)
     monkeypatch.delenv("RATTLER_AUTH_FILE")
     assert "pytorch" in plan_present(quetz_channel.token_url)
     # No credentials at all: one line naming the channel, nothing about the key.

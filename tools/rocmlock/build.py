@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 from rocmlock.credentials import redact_text
 from rocmlock.errors import InputError, OperationError
 from rocmlock.pixi_compat import is_local_channel
-from rocmlock.plan import Plan, Variant
+from rocmlock.plan import Plan, Variant, channel_read_url
 from rocmlock.repodata import PACKAGE_SUFFIXES
 from rocmlock.targets import GpuTarget, get_target
 from rocmlock.textutil import format_table
@@ -268,10 +268,10 @@ def render_summary(report: BuildReport) -> str:
 def build_channels(ws: Workspace, channel: str | None = None) -> tuple[str, ...]:
     """The channels a build resolves against: ``channel`` (the target channel) first, then the workspace's.
 
-    Names and URLs stay as written; a local channel directory becomes a ``file://`` URI, and one that
-    does not exist (yet) is left out.
+    Names and URLs stay as written (``channel`` in a ``publish --to`` form is the channel it reads); a local
+    channel directory becomes a ``file://`` URI, and one that does not exist (yet) is left out.
     """
-    out = [channel] if channel else []
+    out = [channel_read_url(channel)] if channel else []
     for name, _ in ws.channels:
         if not is_local_channel(name):
             out.append(name)
@@ -297,6 +297,12 @@ def blocked_by_doctor(checks: list[tuple[str, str, str]], targets: tuple[GpuTarg
     return blocked
 
 
+def _compiles(variant: Variant) -> bool:
+    """False for a flash-attn variant on the Triton backend: it builds no extension, so needs no ROCm component."""
+    gfx = dict(variant.variant).get("gpu_target")
+    return not variant.id.startswith("flash-attn-") or (gfx is not None and get_target(gfx).flash_attn_ck)
+
+
 def doctor_gate(ws: Workspace, plan: Plan, output: Path, stage: str | None = None,
                 environments: list[str] | None = None) -> tuple[DoctorReport | None, dict[str, str]]:
     """Run doctor's build checks for the GPU targets this build would compile; returns the report (None
@@ -307,7 +313,7 @@ def doctor_gate(ws: Workspace, plan: Plan, output: Path, stage: str | None = Non
     if not targets:
         return None, {}
     # The host-ROCm components of the packages to build are reported too (their build.sh stops on a missing one).
-    packages = tuple(sorted({v.id.rsplit("-", 2)[0] for v in _selected(plan, stage) if v.to_build}))
+    packages = tuple(sorted({v.id.rsplit("-", 2)[0] for v in _selected(plan, stage) if v.to_build and _compiles(v)}))
     report = run_doctor(targets, build=True, rocm_wanted=workspace_rocm_versions(ws, environments), workdir=output,
                         packages=packages)
     return report, blocked_by_doctor([(c.name, c.status, c.message) for c in report.checks], targets)

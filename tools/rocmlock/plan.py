@@ -151,6 +151,7 @@ def make_plan(
             merged.depends_on |= node.depends_on
     ordered = _topological(nodes)
     _propagate_skips(ordered, nodes)
+    channel = channel_read_url(channel) if channel else None
     present = channel_contents(channel, {n.rendered.package for n in ordered}) if channel else frozenset()
     variants = tuple(_freeze(n, recipes_dir, present) for n in ordered)
     return Plan(workspace.path, recipes_dir, tuple(e.name for e in envs), variants, channel, tuple(problems))
@@ -366,6 +367,14 @@ def _freeze(node: _Node, recipes_dir: Path, present: frozenset[tuple[str, str, s
         present=(rv.package, rv.version, rv.build_string) in present,
         skip_reason=node.skip_reason,
     )
+
+
+def channel_read_url(channel: str) -> str:
+    """A ``--channel`` URL as clients read it: ``publish --to``'s forms are accepted (quetz+https://h/c reads
+    https://h/get/c), so build-variants.yml passes one value to plan, build and publish."""
+    from rocmlock.publish import read_url  # the URL rules of the --to forms live with publish
+
+    return read_url(channel)
 
 
 def _channel_url(channel: str) -> str:

@@ -115,6 +115,22 @@ def parse_destination(to: str) -> Destination:
                      hint="use one of: " + "; ".join(FORMS))
 
 
+# `--to` forms that name an upload endpoint, not a channel clients can read.
+_UPLOAD_SCHEMES = ("prefix", "anaconda", "quetz+http", "quetz+https", "artifactory+http", "artifactory+https")
+
+
+def read_url(channel: str) -> str:
+    """The channel clients read for a ``--to`` form (quetz+https://h/c -> https://h/get/c); other URLs as given.
+
+    So one value (build-variants.yml's ROCMLOCK_CHANNEL) serves ``plan --channel``, ``build --channel`` and
+    ``publish --to``.
+    """
+    scheme = channel.partition("://")[0].lower() if "://" in channel else ""
+    if scheme in _UPLOAD_SCHEMES or (scheme == "https" and urlsplit(channel).hostname in ("prefix.dev", "anaconda.org")):
+        return parse_destination(channel).read_url
+    return channel
+
+
 def _named(to: str, name: str, what: str) -> None:
     if not name:
         raise InputError(f"--to {redact_url(to)}: names no {what}", hint="use one of: " + "; ".join(FORMS))
