@@ -156,7 +156,7 @@ rocmlock_magma() {
 
 # The package carries the MAGMA it was linked against, as PyTorch's ROCm wheels carry libmagma.so: a node's ROCm
 # has no MAGMA, and the library must be the one torch was built with. Copied under the name torch's libraries
-# ask for (its SONAME), into $PREFIX/lib, which the package's RPATHs reach.
+# ask for (its SONAME), into $PREFIX/lib; the recipe test's `import torch` fails if torch cannot load it from there.
 rocmlock_bundle_magma() {
     [ "${USE_MAGMA:-0}" = 1 ] || return 0
     local elf="${RECIPE_DIR}/../../tools/rocmlock/elf.py" info name

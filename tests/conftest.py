@@ -4,7 +4,7 @@ import contextlib
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -120,6 +120,30 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeUpstream]:
         monkeypatch.setenv(name, "127.0.0.1,localhost")
     with serve() as server:
         yield server
+
+@pytest.fixture
+def aotriton_covers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., None]:
+    """``aotriton_covers("2.12", "2.15")``: bump and outdated read a copy of tools/rocmlock/data whose
+    aotriton.toml lists those PyTorch series (through the real loader), as if someone had checked them."""
+    import tomllib
+
+    from rocmlock import bump, outdated
+    from rocmlock.pins import read_table
+
+    def cover(*series: str) -> None:
+        data = tmp_path / "rocmlock-data"
+        shutil.copytree(Path(__file__).resolve().parents[1] / "tools/rocmlock/data", data, dirs_exist_ok=True)
+        path = data / "aotriton.toml"
+        text = path.read_text()
+        listed = "pytorch = " + repr(tomllib.loads(text)["pytorch"]).replace("'", '"')
+        assert listed in text, listed
+        path.write_text(text.replace(listed, "pytorch = [" + ", ".join(f'"{s}"' for s in series) + "]"))
+        table = read_table(data)
+        monkeypatch.setattr(bump, "load_table", lambda: table)
+        monkeypatch.setattr(outdated, "load_table", lambda: table)
+
+    return cover
+
 
 # py-rattler 0.28's tokio worker threads race the interpreter's finalization (the pyo3-async-runtimes
 # shutdown problem, PyO3/pyo3-async-runtimes#40): a process that indexed or solved crashes with SIGSEGV or

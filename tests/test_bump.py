@@ -11,6 +11,8 @@ import hashlib
 import json
 import re
 import shutil
+import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -127,7 +129,10 @@ def _torch_2_15(fake: FakeUpstream) -> dict[str, str]:
     }
 
 
-def test_pytorch_with_companions_takes_commits_and_hashes_from_github(ws: Path, fake: FakeUpstream) -> None:
+def test_pytorch_with_companions_takes_commits_and_hashes_from_github(
+    ws: Path, fake: FakeUpstream, aotriton_covers: Callable[..., None]
+) -> None:
+    aotriton_covers("2.15")  # as if someone had taken 2.15's AOTriton release into aotriton.toml
     expected = _torch_2_15(fake)
     path = ws / "recipes" / "variants.yaml"
     old_doc, before = load(path), path.read_text().splitlines()
@@ -141,8 +146,9 @@ def test_pytorch_with_companions_takes_commits_and_hashes_from_github(ws: Path, 
 
 
 def test_github_unreachable_needs_hashes_and_commits_given(
-    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str], aotriton_covers: Callable[..., None]
 ) -> None:
+    aotriton_covers("2.15")
     expected = _torch_2_15(fake)
     before = snapshot(ws)
     down = closed_port_url()
@@ -187,6 +193,12 @@ def test_github_unreachable_needs_hashes_and_commits_given(
             "which triton goes with pytorch 2.16.0 is not recorded",
             "add it to the rule in tools/rocmlock/data/upstreams.toml",
         ),
+        # Every library companion fits 2.13 (torchvision 0.28, triton 3.7, torchaudio 2.11), the table not.
+        (
+            ["pytorch=2.13.0", "torchvision=0.28.0"],
+            "which aotriton goes with pytorch 2.13.0 is not recorded in tools/rocmlock/data/aotriton.toml",
+            "update tools/rocmlock/data/aotriton.toml from PyTorch 2.13.0's cmake/External/aotriton.cmake",
+        ),
     ],
 )
 def test_a_pairing_violation_is_refused_with_the_rule_named(
@@ -198,6 +210,66 @@ def test_a_pairing_violation_is_refused_with_the_rule_named(
     err = capsys.readouterr().err
     assert rule in err and hint in err and "Traceback" not in err
     assert snapshot(ws) == before
+
+
+# ----------------------------------------------------------------------------- AOTriton (data/aotriton.toml)
+
+AOT = tomllib.loads((ROOT / "tools/rocmlock/data/aotriton.toml").read_text())
+
+
+def _torch_release(fake: FakeUpstream, version: str) -> str:
+    """torch ``version`` on the fake PyPI and its release asset on the fake GitHub; the asset's sha256."""
+    wheel = fake.file(f"torch-{version}-cp312-linux_x86_64.whl", packagetype="bdist_wheel")
+    fake.add_project("torch", {version: [wheel]})
+    asset = f"/pytorch/pytorch/releases/download/v{version}/pytorch-v{version}.tar.gz"
+    fake.add(asset, Reply(body=version.encode()))
+    return hashlib.sha256(version.encode()).hexdigest()
+
+
+def test_a_pytorch_series_aotriton_toml_does_not_cover_is_refused_before_any_lookup(
+    ws: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = snapshot(ws)
+    assert bump(ws, closed_port_url(), "pytorch=2.13.0", "torchvision=0.28.0") == 2
+    err = capsys.readouterr().err
+    # One error line naming the table, its release and the series it covers; one hint saying what to copy.
+    assert err.splitlines() == [
+        (
+            "error: pairing rule 'aotriton-pytorch': which aotriton goes with pytorch 2.13.0 is not recorded in "
+            f"tools/rocmlock/data/aotriton.toml (aotriton {AOT['version']} there is for pytorch "
+            f"{', '.join(AOT['pytorch'])})"
+        ),
+        (
+            "hint: update tools/rocmlock/data/aotriton.toml from PyTorch 2.13.0's cmake/External/aotriton.cmake "
+            "(version = __AOTRITON_VER, [runtime] = __AOTRITON_SHA256_LIST, "
+            "[images] = __AOTRITON_IMAGE_SHA256_LIST, [targets] by its image rule) and set its "
+            'pytorch = ["2.13"], or add "2.13" there if that file names the same release and sha256s'
+        ),
+    ]
+    assert snapshot(ws) == before
+
+
+def test_a_patch_bump_within_aotriton_tomls_series_passes(ws: Path, fake: FakeUpstream) -> None:
+    old = pinned(ws, "pytorch_version")
+    major, minor, patch = (int(p) for p in old.split(".")[:3])
+    assert f"{major}.{minor}" in AOT["pytorch"]
+    new = f"{major}.{minor}.{patch + 1}"
+    sha = _torch_release(fake, new)
+    assert bump(ws, fake.url, f"pytorch={new}") == 0
+    assert (pinned(ws, "pytorch_version"), pinned(ws, "pytorch_sha256")) == (new, sha)
+
+
+def test_a_series_aotriton_toml_lists_is_bumped_to(
+    ws: Path, fake: FakeUpstream, aotriton_covers: Callable[..., None]
+) -> None:
+    aotriton_covers("2.12", "2.13")  # 2.13's aotriton.cmake named the same release and hashes
+    sha = _torch_release(fake, "2.13.0")
+    fake.add_project("torchvision", {"0.28.0": [fake.file("torchvision-0.28.0-cp312-linux_x86_64.whl",
+                                                          packagetype="bdist_wheel")]})
+    fake.add("/pytorch/vision/archive/refs/tags/v0.28.0.tar.gz", Reply(body=b"vision"))
+    assert bump(ws, fake.url, "pytorch=2.13.0", "torchvision=0.28.0") == 0
+    assert (pinned(ws, "pytorch_version"), pinned(ws, "pytorch_sha256")) == ("2.13.0", sha)
+    assert pinned(ws, "torchvision_version") == "0.28.0"
 
 
 def test_bad_requests_exit_2_with_one_line(

@@ -170,6 +170,21 @@ BAD_VALUES = [
      "not a valid environment name"),
     ('[environments]\ncpu = ["gfx942"]', '[environments]\nCpu_1 = ["gfx942"]', "environments.Cpu_1",
      "not a valid environment name"),
+    # pixi refuses a key it does not know in every table it reads (toml_span TableHelper::finalize: toml/
+    # manifest.rs, workspace.rs, feature.rs, environment.rs, target.rs), so a typo never drops dependencies.
+    ('[dependencies]\npython', '[dependecies]\npython', "dependecies", "not a key pixi reads"),
+    ('channel-priority = "strict"\n\n[dependencies]', 'chanels = ["x"]\nchannel-priority = "strict"\n\n[dependencies]',
+     "workspace.chanels", "not a key pixi reads"),
+    ('[feature.gfx942]\nplatforms', '[feature.gfx942]\ndependecies = { x = "*" }\nplatforms',
+     "feature.gfx942.dependecies", "not a key pixi reads"),
+    ('[target.linux-64.dependencies]', '[target.linux-64.dependecies]', "target.linux-64.dependecies",
+     "not a key pixi reads"),
+    ('solve-group = "gpu"', 'solve-group = "gpu", dependecies = { x = "*" }', "environments.mi300x.dependecies",
+     "not a key pixi reads"),
+    # environment.rs: host-/build-dependencies and system-requirements are feature-only keys.
+    ('solve-group = "gpu"', 'solve-group = "gpu", host-dependencies = { x = "*" }',
+     "environments.mi300x.host-dependencies", "not a key pixi reads"),
+    ('[environments]\ncpu = ["gfx942"]', '[environments]\ncpu = {}', "environments.cpu", "features"),
     # toml/manifest.rs: "The feature 'default' is reserved and cannot be redefined" (it is the top-level tables).
     ('[feature.gfx942]\nplatforms', '[feature.default.dependencies]\nnumpy = "*"\n\n[feature.gfx942]\nplatforms',
      "feature.default", "reserved"),

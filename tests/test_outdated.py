@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,10 @@ from fakeupstream import FakeUpstream, Reply, closed_port_url, network_args
 from rocmlock.cli import main
 from rocmlock.pins import load_table
 from rocmlock.yamledit import load, values
-from shipped import RECIPES
+from shipped import RECIPES, ROOT
+
+AOT = tomllib.loads((ROOT / "tools/rocmlock/data/aotriton.toml").read_text())
+SERIES = ", ".join(AOT["pytorch"])
 
 
 @pytest.fixture
@@ -68,6 +73,11 @@ def test_report_lists_pins_newest_sources_and_companions(
         "torchvision 0.30.0 (torchvision-pytorch)",
         f"torchaudio {pins['torchaudio']} (torchaudio-pytorch)",
         "triton 3.9.0 (triton-pytorch)",
+        # AOTriton is no PyPI project: its release and the series it was checked for are aotriton.toml's.
+        (f"aotriton for pytorch 2.15.0: not recorded in tools/rocmlock/data/aotriton.toml (aotriton-pytorch; "
+        f"it pins {AOT['version']}, checked for pytorch {SERIES})"),
+        # so the newest torch a bump takes today is the pinned one (its series is the table's)
+        f"newest pytorch with every companion released: {pins['pytorch']}",
     ]
     assert rows["torchvision"]["companions"] == ["needs pytorch 2.15.* (torchvision-pytorch)"]
     sha = hashlib.sha256(b"flash-attn9.0.0").hexdigest()
@@ -132,6 +142,12 @@ def test_an_unrecorded_pairing_shows_what_pypi_metadata_says(
     ) in out
 
 
+@pytest.fixture
+def covers_2_14(aotriton_covers: Callable[..., None]) -> None:
+    aotriton_covers(*AOT["pytorch"], "2.14")
+
+
+@pytest.mark.usefixtures("covers_2_14")  # AOTriton as if checked for 2.14: the library companions decide
 def test_the_newest_leader_with_every_companion_released_is_named(
     recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -147,3 +163,40 @@ def test_the_newest_leader_with_every_companion_released_is_named(
     assert "torchvision 0.30.*: none released on PyPI yet (torchvision-pytorch)" in torch["companions"]
     # torchvision 0.29 and triton 3.8 exist: 2.14.1 is the newest torch a bump can take today.
     assert torch["companions"][-1] == "newest pytorch with every companion released: 2.14.1"
+
+
+def test_aotriton_is_listed_with_its_release_and_the_series_it_was_checked_for(
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pins = publish_all(fake, recipes, {})
+    patch = pins["pytorch"].rsplit(".", 1)[0] + ".99"
+    fake.add_project("torch", {v: [fake.file(f"torch-{v}-cp312-linux_x86_64.whl", packagetype="bdist_wheel")]
+                               for v in (pins["pytorch"], patch)})
+    assert outdated(recipes, fake.url, closed_port_url()) == 0
+    out = capsys.readouterr().out
+    assert (f"  companion: aotriton {AOT['version']} (aotriton-pytorch; tools/rocmlock/data/aotriton.toml, "
+            f"checked for pytorch {SERIES})") in out
+
+
+@pytest.mark.usefixtures("covers_2_14")
+def test_the_newest_leader_is_held_back_by_an_unrecorded_aotriton_series(
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish_all(fake, recipes, {"torchvision": "0.30.0", "triton": "3.9.0"})
+    wheels = {
+        v: [fake.file(f"torch-{v}-cp312-linux_x86_64.whl", packagetype="bdist_wheel")]
+        for v in ("2.14.0", "2.15.0")
+    }
+    fake.add_project("torch", wheels)
+    fake.add_project("torchvision", {v: [fake.file(f"torchvision-{v}.whl", packagetype="bdist_wheel")]
+                                     for v in ("0.29.0", "0.30.0")})
+    fake.add_project("triton", {v: [fake.file(f"triton-{v}.whl", packagetype="bdist_wheel")]
+                                for v in ("3.8.0", "3.9.0")})
+    assert outdated(recipes, fake.url, closed_port_url(), "--json") == 0
+    (torch,) = [r for r in json.loads(capsys.readouterr().out)["upstreams"] if r["name"] == "pytorch"]
+    assert torch["companions"][-2:] == [
+        (f"aotriton for pytorch 2.15.0: not recorded in tools/rocmlock/data/aotriton.toml (aotriton-pytorch; "
+        f"it pins {AOT['version']}, checked for pytorch {SERIES}, 2.14)"),
+        # every library companion of 2.15 is on PyPI; the AOTriton table is what a bump to it still needs
+        "newest pytorch with every companion released: 2.14.0",
+    ]

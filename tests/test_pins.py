@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
+import tomllib
+from pathlib import Path
+
 import pytest
-from rocmlock.pins import load_table
+from rocmlock.errors import InputError
+from rocmlock.pins import load_table, read_table
+from shipped import ROOT
+
+DATA = ROOT / "tools/rocmlock/data"
+AOT = tomllib.loads((DATA / "aotriton.toml").read_text())
 
 
 def rule(name: str):  # type: ignore[no-untyped-def]
@@ -49,6 +58,53 @@ def test_rules_name_the_other_side() -> None:
 def test_every_rule_joins_two_known_upstreams_and_conda_names_map() -> None:
     table = load_table()
     names = {u.name for u in table.upstreams}
-    assert all({r.leader, r.follower} <= names for r in table.rules)
+    # A follower is an upstream of variants.yaml, or pinned by a data table of its own (AOTriton), never both.
+    assert all(r.leader in names and (r.follower in names) != bool(r.table) for r in table.rules)
+    assert table.table_pins() == {"aotriton": [AOT["version"]]}
     assert table.conda_name("torch") == "pytorch" and table.conda_name("Matplotlib") == "matplotlib-base"
     assert table.conda_name("hf_transfer") == "hf-transfer"
+
+
+# ----------------------------------------------------------------------------- aotriton-pytorch (aotriton.toml)
+
+
+def test_aotriton_pairs_with_the_pytorch_series_its_table_lists() -> None:
+    aot = rule("aotriton-pytorch")
+    assert aot.pinned == AOT["version"] and aot.recorded_in == "tools/rocmlock/data/aotriton.toml"
+    for series in AOT["pytorch"]:
+        assert aot.check(f"{series}.0", aot.pinned) == aot.check(f"{series}.9", aot.pinned) == "ok"
+    assert aot.check("2.99.0", aot.pinned) == "unknown"  # not recorded: bump refuses until someone checks it
+    assert aot.describe("2.99.0") == (
+        "aotriton for pytorch 2.99.0: not recorded in tools/rocmlock/data/aotriton.toml"
+    )
+    assert "from PyTorch 2.99.0's cmake/External/aotriton.cmake" in aot.record_hint("2.99.0")
+    assert 'pytorch = ["2.99"]' in aot.record_hint("2.99.0")
+    # The other rules keep pointing at upstreams.toml.
+    assert rule("triton-pytorch").record_hint("2.99.0").endswith("add it to the rule in "
+                                                                 "tools/rocmlock/data/upstreams.toml")
+
+
+def _data(tmp_path: Path, old: str, new: str) -> Path:
+    shutil.copytree(DATA, tmp_path, dirs_exist_ok=True)
+    text = (tmp_path / "aotriton.toml").read_text()
+    assert old in text
+    (tmp_path / "aotriton.toml").write_text(text.replace(old, new))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('pytorch = ["', 'pytorch = "2.12"\nold = ["', "key 'pytorch' must list the pytorch series"),
+        ('pytorch = ["', 'pytorch = ["2.12.1", "', "key 'pytorch' must list the pytorch series"),
+        ("pytorch = [", "pytorch = [] # ", "key 'pytorch' must list the pytorch series"),
+        ('version = "', 'version = "not a version', "key 'version': 'not a version"),
+        ('version = "', 'release = "', "key 'version' must be the release it pins"),
+    ],
+)
+def test_a_malformed_aotriton_table_is_refused_naming_file_and_key(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    with pytest.raises(InputError) as exc:
+        read_table(_data(tmp_path, old, new))
+    assert str(exc.value).startswith("tools/rocmlock/data/aotriton.toml: ") and message in str(exc.value)

@@ -180,7 +180,10 @@ def _position(doc: Document, up: Upstream, version: str) -> int:
 
 
 def _pins_after(doc: Document, table: Table, ups: list[tuple[Upstream, str]]) -> dict[str, list[str]]:
-    pins = {u.name: values(doc, u.version_key) for u in table.upstreams if u.version_key in doc.data}
+    # A follower pinned by a data table of its own (AOTriton) cannot be bumped here: a leader series that
+    # table does not list is refused like any unrecorded pairing, before anything is looked up.
+    pins = table.table_pins()
+    pins.update({u.name: values(doc, u.version_key) for u in table.upstreams if u.version_key in doc.data})
     for up, version in ups:
         pins[up.name][_position(doc, up, version)] = version
     return pins
@@ -199,15 +202,22 @@ def check_pairings(table: Table, pins: Mapping[str, list[str]], bumped: set[str]
             if "unknown" in verdicts:
                 raise InputError(
                     f"pairing rule '{rule.name}': which {rule.follower} goes with {rule.leader} {leader} "
-                    "is not recorded",
-                    hint=f"find it upstream ({rule.why}) and add it to the rule in "
-                    f"tools/rocmlock/data/upstreams.toml",
+                    f"is not recorded in {rule.recorded_in}{_pinned_for(rule)}",
+                    hint=rule.record_hint(leader),
                 )
             raise InputError(
                 f"pairing rule '{rule.name}': {rule.follower} {followers} does not go with "
                 f"{rule.leader} {leader} ({rule.why})",
                 hint=_pairing_hint(rule, leader, pins[rule.follower][0], bumped),
             )
+
+
+def _pinned_for(rule: Rule) -> str:
+    """For a follower pinned by its own table: which release that is and the leader series it covers."""
+    if not rule.table:
+        return ""
+    series = ", ".join(lead for lead, _ in rule.series)
+    return f" ({rule.follower} {rule.pinned} there is for {rule.leader} {series})"
 
 
 def _pairing_hint(rule: Rule, leader: str, follower: str, bumped: set[str]) -> str:

@@ -165,6 +165,8 @@ def _rev(src: Source, context: dict[str, str], client: Client) -> str:
 
 def _companion(rule: Rule, up: Upstream, newest: str, client: Client, table: Table) -> str:
     """What ``rule`` asks of the other side when ``up`` moves to ``newest``."""
+    if rule.table:
+        return _table_companion(rule, newest)
     if up.name == rule.follower:
         return f"needs {rule.leader_needs(newest)} ({rule.name})"
     if rule.expected_series(newest) is None:
@@ -179,8 +181,18 @@ def _companion(rule: Rule, up: Upstream, newest: str, client: Client, table: Tab
     return f"{rule.follower} {fit} ({rule.name})"
 
 
+def _table_companion(rule: Rule, newest: str) -> str:
+    """A follower pinned by its own data table (AOTriton): its release, the leader series it was checked for."""
+    checked = f"checked for {rule.leader} {', '.join(lead for lead, _ in rule.series)}"
+    if rule.check(newest, rule.pinned) == "ok":
+        return f"{rule.follower} {rule.pinned} ({rule.name}; {rule.recorded_in}, {checked})"
+    return f"{rule.describe(newest)} ({rule.name}; it pins {rule.pinned}, {checked})"
+
+
 def _fitting(rule: Rule, leader: str, client: Client, table: Table) -> Version | None:
     """The newest final release of the follower that ``rule`` allows with ``leader`` (None: none, or unknown)."""
+    if rule.table:  # not on PyPI: the one release its table pins, when the table covers leader's series
+        return Version(rule.pinned) if rule.check(leader, rule.pinned) == "ok" else None
     project = client.project(table.get(rule.follower).pypi)
     fits = [
         Version(v) for v, files in project.releases if files and _final(v) and rule.check(leader, v) == "ok"

@@ -3,10 +3,11 @@ pinned, the pairing rules between them, and the PyPI -> conda-forge name table."
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -14,10 +15,14 @@ from packaging.version import InvalidVersion, Version
 from rocmlock.errors import InputError
 from rocmlock.tomlcompat import tomllib
 
+if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; rocmlock keeps 3.10 imports working (tomlcompat)
+    from importlib.resources.abc import Traversable
+
 SourceKind = Literal["sdist", "archive", "git"]
 RuleKind = Literal["minor-offset", "at-most", "series"]
 Verdict = Literal["ok", "violated", "unknown"]
 TABLE = "data/upstreams.toml"
+SERIES = re.compile(r"^[0-9]+\.[0-9]+$")
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,23 @@ class Rule:
     offset: int = 0
     floor: str = ""
     series: tuple[tuple[str, str], ...] = field(default=())
+    # A follower that variants.yaml does not pin (AOTriton): its data table under tools/rocmlock/data/, the
+    # release that table pins, and how to record a new leader series there ({leader}, {series}).
+    table: str = ""
+    pinned: str = ""
+    record: str = ""
+
+    @property
+    def recorded_in(self) -> str:
+        """The file a missing leader series is recorded in."""
+        return f"tools/rocmlock/data/{self.table}" if self.table else f"tools/rocmlock/{TABLE}"
+
+    def record_hint(self, leader: str) -> str:
+        """The fix when ``leader``'s series is not recorded: the rule's ``record``, or add it to the rule."""
+        if self.record:
+            major, minor = _minor(leader)
+            return self.record.format(leader=leader, series=f"{major}.{minor}")
+        return f"find it upstream ({self.why}) and add it to the rule in {self.recorded_in}"
 
     def check(self, leader: str, follower: str) -> Verdict:
         """Whether ``follower``'s version goes with ``leader``'s (``unknown``: the table has no answer)."""
@@ -99,14 +121,14 @@ class Rule:
         return (
             f"{self.leader} {' or '.join(leaders)}"
             if leaders
-            else f"{self.leader}: not recorded in tools/rocmlock/{TABLE}"
+            else f"{self.leader}: not recorded in {self.recorded_in}"
         )
 
     def describe(self, leader: str) -> str:
         """What the rule asks of the follower for ``leader`` in words (``torchvision 0.27.*``)."""
         expected = self.expected_series(leader)
         if expected is None:
-            return f"{self.follower} for {self.leader} {leader}: not recorded in tools/rocmlock/{TABLE}"
+            return f"{self.follower} for {self.leader} {leader}: not recorded in {self.recorded_in}"
         if self.kind == "at-most":
             return f"{self.follower} >={self.floor},<={expected}.*"
         return f"{self.follower} {expected}.*"
@@ -141,6 +163,10 @@ class Table:
         """The rules ``name`` takes part in, as follower or leader."""
         return tuple(r for r in self.rules if name in (r.follower, r.leader))
 
+    def table_pins(self) -> dict[str, list[str]]:
+        """The followers pinned by a data table of their own instead of variants.yaml (``aotriton``)."""
+        return {r.follower: [r.pinned] for r in self.rules if r.table}
+
     def conda_name(self, pypi_name: str) -> str:
         """The conda-forge package of a PyPI project name."""
         norm = str(canonicalize_name(pypi_name))
@@ -165,9 +191,14 @@ def _minor(version: str) -> tuple[int, int]:
 @cache
 def load_table() -> Table:
     """The packaged upstream table (read once)."""
-    data = tomllib.loads(resources.files("rocmlock").joinpath(TABLE).read_text())
+    return read_table(resources.files("rocmlock").joinpath("data"))
+
+
+def read_table(data_dir: Traversable) -> Table:
+    """The upstream table of ``data_dir`` (upstreams.toml, and the data tables its rules name)."""
+    data = tomllib.loads(data_dir.joinpath("upstreams.toml").read_text())
     ups = tuple(_upstream(name, row) for name, row in data["upstream"].items())
-    rules = tuple(_rule(row) for row in data["pairing"])
+    rules = tuple(_rule(row, data_dir) for row in data["pairing"])
     names = tuple(sorted((str(canonicalize_name(k)), v) for k, v in data["conda_names"].items()))
     return Table(ups, rules, names)
 
@@ -177,7 +208,29 @@ def _upstream(name: str, row: dict[str, Any]) -> Upstream:
     return Upstream(name, row["pypi"], row["version_key"], sources, row.get("recipe"))
 
 
-def _rule(row: dict[str, Any]) -> Rule:
+def _rule(row: dict[str, Any], data_dir: Traversable) -> Rule:
     fields = dict(row)
     fields["series"] = tuple(sorted(row.get("series", {}).items()))
+    if row.get("table"):
+        fields["pinned"], fields["series"] = _table_series(data_dir, row["table"], row["leader"])
     return Rule(**fields)
+
+
+def _table_series(data_dir: Traversable, name: str, leader: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A follower's data table (aotriton.toml): its ``version``, and the ``<leader>`` series it covers.
+
+    The table pins one release, so every series it lists pairs with that release.
+    """
+    where = f"tools/rocmlock/data/{name}"
+    data = tomllib.loads(data_dir.joinpath(name).read_text())
+    version = data.get("version")
+    if not isinstance(version, str):
+        raise InputError(f"{where}: key 'version' must be the release it pins (a string)")
+    parse_version(version, f"{where}: key 'version'")
+    series = data.get(leader)
+    if not isinstance(series, list) or not series or not all(SERIES.fullmatch(str(s)) for s in series):
+        raise InputError(
+            f"{where}: key '{leader}' must list the {leader} series (major.minor) it was checked for",
+            hint=f'e.g. {leader} = ["2.12"]',
+        )
+    return version, tuple((s, version) for s in sorted(set(series)))

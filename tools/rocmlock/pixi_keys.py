@@ -8,8 +8,9 @@ at ``pixi lock`` + ``rocmlock export``. The parser skips what is listed here; th
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
@@ -34,6 +35,57 @@ _REASONS = {
     "dev": "holds dev dependencies, which pixi builds from source",
     "system-requirements": "changes the virtual packages; rocmlock takes them from rich platforms",
 }
+
+
+# The keys pixi 0.77 reads in each table; any other key is an error there (toml_span's TableHelper::finalize),
+# so a typo such as `[dependecies]` never silently drops what it holds. Sources (tag v0.77.0):
+# crates/pixi_manifest/src/toml/{manifest,workspace,feature,environment,target}.rs.
+_FEATURE_BODY = ("dependencies", "constraints", "pypi-dependencies", "dev", "activation", "tasks", "target",
+                 "channels", "channel-priority", "solve-strategy", "platforms", "pypi-options")
+TOP_KEYS = ("workspace", "project", "package", "target", "dependencies", "host-dependencies", "build-dependencies",
+            "constraints", "exclude-newer", "pypi-dependencies", "pypi-exclude-newer", "dev", "activation", "tasks",
+            "feature", "environments", "pypi-options", "system-requirements", "tool", "$schema")
+WORKSPACE_KEYS = ("name", "version", "description", "authors", "channels", "channel-priority", "solve-strategy",
+                  "platforms", "license", "license-file", "readme", "homepage", "repository", "documentation",
+                  "conda-pypi-map", "pypi-options", "s3-options", "preview", "target", "build-variants-files",
+                  "build-variants", "requires-pixi", "exclude-newer", "dependencies")
+FEATURE_KEYS = (*_FEATURE_BODY, "host-dependencies", "build-dependencies", "system-requirements")
+# An environment table: its own keys, then inline feature content (not host-/build-dependencies, system-requirements).
+ENVIRONMENT_TABLE_KEYS = ("features", "solve-group", "no-default-feature", *_FEATURE_BODY)
+TARGET_KEYS = ("dependencies", "host-dependencies", "build-dependencies", "constraints", "pypi-dependencies", "dev",
+               "activation", "tasks")
+
+
+def _check_table(table: Any, known: Iterable[str], path: Path, prefix: str) -> None:
+    if not isinstance(table, dict):
+        return  # a wrong type is reported, naming its key, where the value is read
+    known = tuple(known)
+    for key in table:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            raise InputError(f"{path}: key '{prefix}{key}' is not a key pixi reads here",
+                             hint=f"did you mean '{prefix}{close[0]}'?" if close else f"known keys: {', '.join(known)}")
+
+
+def _check_targets(table: dict[str, Any], path: Path, prefix: str) -> None:
+    for selector, body in _items(table.get("target")):
+        _check_table(body, TARGET_KEYS, path, f"{prefix}target.{selector}.")
+
+
+def check_known_keys(data: dict[str, Any], path: Path, table_key: str) -> None:
+    """Every table of a parsed pixi.toml holds only keys pixi reads there; an unknown one is an input error."""
+    _check_table(data, [k for k in TOP_KEYS if not (k == "project" and table_key == "workspace")], path, "")
+    _check_table(data.get(table_key), WORKSPACE_KEYS, path, f"{table_key}.")
+    _check_targets(data, path, "")
+    for name, feature in _items(data.get("feature")):
+        _check_table(feature, FEATURE_KEYS, path, f"feature.{name}.")
+        _check_targets(feature, path, f"feature.{name}.")
+    for name, env in _items(data.get("environments")):
+        if not env:  # environment.rs: a table without features, solve-group or inline content
+            raise InputError(f"{path}: key 'environments.{name}' is an empty table: it needs features, a "
+                             "solve-group or dependencies of its own", hint=f'e.g. {name} = {{ features = ["..."] }}')
+        _check_table(env, ENVIRONMENT_TABLE_KEYS, path, f"environments.{name}.")
+        _check_targets(env, path, f"environments.{name}.")
 
 
 @dataclass(frozen=True)

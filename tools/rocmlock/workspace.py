@@ -34,7 +34,13 @@ from rocmlock.pixi_compat import (
     parse_virtual_package,
     subdir_default_virtual_packages,
 )
-from rocmlock.pixi_keys import LockRefusal, check_solve_options, is_source_dependency, lock_refusals
+from rocmlock.pixi_keys import (
+    LockRefusal,
+    check_known_keys,
+    check_solve_options,
+    is_source_dependency,
+    lock_refusals,
+)
 from rocmlock.platforms import KNOWN_SUBDIRS, Platform, check_platform_name, parse_platforms
 from rocmlock.pypi import DEFAULT_INDEXES, PypiIndexes, merge_pypi_options, parse_pypi_options
 from rocmlock.targets import GpuTarget, get_target, target_for_isa
@@ -212,6 +218,7 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
         features[fname] = _parse_feature(fname, ftable, path, f"feature.{fname}.")
     envs = _parse_environments(data.get("environments", {}), path, features)
     platforms = _referenced_platforms(platforms, features, path)
+    check_known_keys(data, path, table_key)  # last, as pixi's TableHelper::finalize: a wrong type is named first
     return Workspace(
         path=path,
         name=expect_type(ws.get("name", path.parent.name), str, path, f"{table_key}.name", "a string"),
