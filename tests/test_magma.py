@@ -198,3 +198,39 @@ def test_recipe_passes_the_key_and_marks_the_build(monkeypatch: pytest.MonkeyPat
     build = (RECIPES / "pytorch-rocm/build.sh").read_text()
     assert "rocmlock_require_rocm_components pytorch\n" in build and "\nrocmlock_magma\n" in build
     assert build.endswith("python -m pip install . --no-deps --no-build-isolation -vv\nrocmlock_bundle_magma\n")
+
+
+def test_damaged_libraries_are_one_line_errors_not_tracebacks(tmp_path: Path) -> None:
+    """ELF magic with the rest cut off (an interrupted copy), or headers pointing past the end, is an ElfError for
+    read_dynamic, exit 1 with one line for `elf.py`, and doctor says the library cannot be read instead of failing
+    with a traceback (struct.error) or blaming another ROCm."""
+    rocm = _rocm(tmp_path / "rocm", 7)
+    good = _magma(tmp_path / "good", rocm / "lib/libamdhip64.so") / "lib/libmagma.so.2"
+    whole = good.read_bytes()
+    damaged = {"truncated-header": b"\x7fELF\x02\x01\x01", "truncated-half": whole[: len(whole) // 2],
+               "phoff-past-end": whole[:0x20] + (10**9).to_bytes(8, "little") + whole[0x28:]}
+    for name, data in damaged.items():
+        lib = tmp_path / name
+        lib.write_bytes(data)
+        with pytest.raises(ElfError, match=f"{lib}: "):
+            read_dynamic(lib)
+        out = subprocess.run([sys.executable, str(REPO / "tools/rocmlock/elf.py"), str(lib)],
+                             capture_output=True, text=True, check=False)
+        assert out.returncode == 1 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    # A libmagma.so that is no ELF file at all (a linker script, a truncated download) in a MAGMA prefix.
+    prefix = tmp_path / "broken"
+    (prefix / "include").mkdir(parents=True)
+    (prefix / "include/magma.h").write_text("")
+    for data in (damaged["truncated-header"], b"INPUT(libmagma.so.2)\n"):
+        (prefix / "lib").mkdir(exist_ok=True)
+        (prefix / "lib/libmagma.so").write_bytes(data)
+        found = magma.magma_at(prefix)
+        assert found is not None and found.hip_runtime is None and found.unreadable
+        check = doctor.check_magma({"ROCMLOCK_MAGMA_HOME": str(prefix)}, rocm, ("pytorch",))
+        assert check is not None and check.status == "fail"
+        assert check.message.startswith(f"MAGMA at {prefix}: cannot read {prefix}/lib/libmagma.so as a shared "
+                                        "library ("), check.message
+        assert "another ROCm" not in check.message
+    # A ROCm whose libamdhip64.so is damaged: its HIP runtime is unknown, not a traceback.
+    (rocm / "lib/libamdhip64.so.7.2.4").write_bytes(damaged["truncated-header"])
+    assert magma.hip_runtime_of(rocm) is None

@@ -374,6 +374,9 @@ def check_magma(env: Mapping[str, str], rocm: Path | None, packages: Iterable[st
     if given and found is None:
         return Check("magma", bad, f"{magma.KEY}={given} has no include/magma.h and lib/libmagma.so",
                      f"point {magma.KEY} at a MAGMA install, or unset it to build pytorch without MAGMA")
+    if found is not None and found.unreadable:
+        return Check("magma", bad, f"MAGMA at {found.prefix}: cannot read {found.library} as a shared library "
+                     f"({found.unreadable})", f"reinstall that MAGMA, point {magma.KEY} at another, or unset it")
     if found is None:
         return Check("magma", "warn", f"no MAGMA for the ROCm at {rocm}: pytorch builds without it "
                      "(torch.linalg.eig and the other GPU ops PyTorch runs on MAGMA raise)", MAGMA_FIX)

@@ -40,6 +40,8 @@ def _segments(data: mmap.mmap) -> list[tuple[int, int, int, int]]:
 
 def _string(data: mmap.mmap, offset: int) -> str:
     end = data.find(b"\0", offset)
+    if end < 0:
+        raise ElfError("truncated or damaged ELF file (a string of its dynamic section runs past its end)")
     return data[offset:end].decode("utf-8", "replace")
 
 
@@ -53,25 +55,34 @@ def read_dynamic(path: str | Path) -> Dynamic:
     with data:
         if data[:4] != b"\x7fELF" or data[4:6] != b"\x02\x01":
             raise ElfError(f"{path}: not a 64-bit little-endian ELF file")
-        segments = _segments(data)
-        dynamic = next(((off, size) for typ, off, _va, size in segments if typ == _PT_DYNAMIC), None)
-        if dynamic is None:
-            raise ElfError(f"{path}: no dynamic section (a static library or executable)")
-        entries: list[tuple[int, int]] = []
-        for pos in range(dynamic[0], dynamic[0] + dynamic[1], 16):
-            tag, value = struct.unpack_from("<qQ", data, pos)
-            if tag == _DT_NULL:
-                break
-            entries.append((tag, value))
-        strtab_va = next((v for t, v in entries if t == _DT_STRTAB), None)
-        # DT_STRTAB is an address: the PT_LOAD segment holding it says where that is in the file.
-        load = next(((off, va) for typ, off, va, size in segments
-                     if typ == _PT_LOAD and strtab_va is not None and va <= strtab_va < va + size), None)
-        if strtab_va is None or load is None:
-            raise ElfError(f"{path}: no string table for its dynamic section")
-        strtab = strtab_va - load[1] + load[0]
-        soname = next((_string(data, strtab + v) for t, v in entries if t == _DT_SONAME), None)
-        return Dynamic(soname, tuple(_string(data, strtab + v) for t, v in entries if t == _DT_NEEDED))
+        try:
+            return _dynamic(data)
+        except ElfError as exc:
+            raise ElfError(f"{path}: {exc}") from None
+        except struct.error:  # a header or entry past the end of the file: cut off (an interrupted copy) or damaged
+            raise ElfError(f"{path}: truncated or damaged ELF file (its headers point past its end)") from None
+
+
+def _dynamic(data: mmap.mmap) -> Dynamic:
+    segments = _segments(data)
+    dynamic = next(((off, size) for typ, off, _va, size in segments if typ == _PT_DYNAMIC), None)
+    if dynamic is None:
+        raise ElfError("no dynamic section (a static library or executable)")
+    entries: list[tuple[int, int]] = []
+    for pos in range(dynamic[0], dynamic[0] + dynamic[1], 16):
+        tag, value = struct.unpack_from("<qQ", data, pos)
+        if tag == _DT_NULL:
+            break
+        entries.append((tag, value))
+    strtab_va = next((v for t, v in entries if t == _DT_STRTAB), None)
+    # DT_STRTAB is an address: the PT_LOAD segment holding it says where that is in the file.
+    load = next(((off, va) for typ, off, va, size in segments
+                 if typ == _PT_LOAD and strtab_va is not None and va <= strtab_va < va + size), None)
+    if strtab_va is None or load is None:
+        raise ElfError("no string table for its dynamic section")
+    strtab = strtab_va - load[1] + load[0]
+    soname = next((_string(data, strtab + v) for t, v in entries if t == _DT_SONAME), None)
+    return Dynamic(soname, tuple(_string(data, strtab + v) for t, v in entries if t == _DT_NEEDED))
 
 
 def main(argv: list[str]) -> int:

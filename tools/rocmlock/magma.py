@@ -27,6 +27,7 @@ class Magma:
     prefix: Path
     library: Path
     hip_runtime: str | None  # the libamdhip64 soname it links (None: none, or unreadable)
+    unreadable: str | None = None  # why ``library`` cannot be read as an ELF shared library, when it cannot
 
 
 def _library(prefix: Path, name: str) -> Path | None:
@@ -43,8 +44,8 @@ def magma_at(prefix: Path) -> Magma | None:
         return None
     try:
         needed = read_dynamic(library).needed
-    except (OSError, ElfError):
-        needed = ()
+    except (OSError, ElfError) as exc:
+        return Magma(prefix, library, None, str(exc).removeprefix(f"{library}: "))
     return Magma(prefix, library, next((n for n in needed if n.startswith(HIP_RUNTIME)), None))
 
 
