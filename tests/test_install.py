@@ -96,3 +96,23 @@ def test_a_failed_install_leaves_no_half_made_prefix(channels: dict[str, Path], 
     assert not prefix.exists()
     prefix.mkdir()  # an existing prefix is not removed, and the message says it may be changed
     assert main(args) == 1 and "may be partly changed" in capsys.readouterr().err and prefix.is_dir()
+
+
+def test_install_refuses_a_prefix_that_is_not_a_new_directory_or_an_environment(
+        locked: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--prefix ''` (an unset shell variable) is the current directory: here the checkout, which got conda-meta/
+    and a CACHEDIR.TAG (backup tools then skip the whole checkout). As `rocmlock unpack` does, install takes a new
+    or empty directory or an existing conda environment, and refuses anything else before touching it."""
+    args = ["install", "--manifest-path", str(locked), "-e", "mi300x", "--prefix"]
+    before = sorted(p.name for p in locked.parent.iterdir())
+    monkeypatch.chdir(locked.parent)
+    for prefix in ("", str(locked.parent), str(locked)):
+        assert main([*args, prefix]) == 2
+        err = capsys.readouterr().err
+        assert "--prefix" in err.splitlines()[0] and "Traceback" not in err, err
+        assert sorted(p.name for p in locked.parent.iterdir()) == before
+    env = tmp_path / "env"
+    assert main([*args, str(env)]) == 0  # a new directory, then the same environment again (an update)
+    assert main([*args, str(env)]) == 0
+    (tmp_path / "empty").mkdir()
+    assert main([*args, str(tmp_path / "empty")]) == 0

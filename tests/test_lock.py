@@ -484,3 +484,12 @@ def test_a_missing_manifest_is_one_line_and_creates_nothing(tmp_path: Path, caps
         err = capsys.readouterr().err
         assert "no such manifest" in err.splitlines()[0] and "Traceback" not in err, err
         assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["empty"]
+
+
+def test_error_manifest_nested_too_deeply(ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # tomli stops past 400 nested inline arrays/tables with a RecursionError (not a TOMLDecodeError).
+    with (ws_copy / "pixi.toml").open("a") as fh:
+        fh.write("\n[tasks]\ndeep = " + "[" * 500 + "]" * 500 + "\n")
+    code, err = _error_case(ws_copy, capsys, [])
+    lines = [line for line in err.splitlines() if not line.startswith("hint: ")]
+    assert code == 2 and len(lines) == 1 and "pixi.toml" in lines[0] and "nested" in lines[0], err

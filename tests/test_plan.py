@@ -207,6 +207,18 @@ def test_missing_channel_directory_is_an_input_error(tmp_path: Path) -> None:
     assert main(["plan", "--channel", str(tmp_path / "nowhere"), "--manifest-path", str(manifest)]) == 2
 
 
+
+@pytest.mark.parametrize("channel", ["https://u:pw-81c3@[::1/x", "quetz+https://u:pw-81c3@[::1/t/tok-9a/x"])
+def test_a_channel_url_that_does_not_parse_is_one_line_without_its_secret(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], channel: str) -> None:
+    mirror(tmp_path)
+    manifest = workspace(tmp_path, {"a": ("gfx942", "7.2.*", "3.12.*")})
+    assert main(["plan", "--channel", channel, "--manifest-path", str(manifest)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith("hint: ")]
+    assert len(lines) == 1 and "not a valid URL" in lines[0], err
+    assert "Traceback" not in err and "pw-81c3" not in err and "tok-9a" not in err
+
 def test_environment_spec_no_recipe_satisfies_is_a_problem(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

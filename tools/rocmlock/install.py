@@ -94,6 +94,17 @@ def select_records(lock_path: Path, environment: str, platform: str | None = Non
     return locked.platforms.get(platform) or LockedPlatform(platform, subdir, ()), records
 
 
+def check_prefix(prefix: Path) -> None:
+    """``prefix`` must be a new or empty directory or a conda environment (``rocmlock unpack``'s rule): never a
+    checkout or a home directory, which would get ``conda-meta/``, ``bin/`` and a ``CACHEDIR.TAG`` that makes
+    backup tools skip it (``--prefix ''`` is the current directory)."""
+    if prefix.exists() and not prefix.is_dir():
+        raise InputError(f"{prefix}: --prefix exists and is not a directory", hint="choose a new directory (it is created)")
+    if prefix.is_dir() and not (prefix / "conda-meta").is_dir() and any(prefix.iterdir()):
+        raise InputError(f"{prefix}: --prefix is a non-empty directory and not a conda environment",
+                         hint="choose a new directory (it is created), or an existing environment to update")
+
+
 def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform: str | None = None,
                       cache_dir: Path | None = None, channels: Sequence[str] = ()) -> InstallResult:
     """Install ``environment``'s locked records for ``platform`` (its only one when omitted) into ``prefix``.
@@ -104,6 +115,7 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
     from rattler import install
 
     locked_platform, records = select_records(lock_path, environment, platform)
+    check_prefix(prefix)
     _, client = client_for_urls(channels)
     created = not prefix.exists()
     try:

@@ -38,7 +38,7 @@ def _has_pixi_table(path: Path) -> bool:
 
     try:
         data = tomli.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, tomli.TOMLDecodeError):
+    except (OSError, UnicodeDecodeError, RecursionError, tomli.TOMLDecodeError):
         return False
     tool = data.get("tool")
     return isinstance(tool, dict) and isinstance(tool.get("pixi"), dict)

@@ -126,7 +126,12 @@ def read_url(channel: str) -> str:
     ``publish --to``.
     """
     scheme = channel.partition("://")[0].lower() if "://" in channel else ""
-    if scheme in _UPLOAD_SCHEMES or (scheme == "https" and urlsplit(channel).hostname in ("prefix.dev", "anaconda.org")):
+    try:
+        host = urlsplit(channel).hostname if scheme == "https" else None
+    except ValueError as exc:  # an unclosed IPv6 host: urllib cannot split it (and neither can rattler)
+        raise InputError(f"channel {redact_url(channel)}: not a valid URL ({exc})",
+                         hint="check the URL (a host such as [::1] needs its closing bracket)") from None
+    if scheme in _UPLOAD_SCHEMES or host in ("prefix.dev", "anaconda.org"):
         return parse_destination(channel).read_url
     return channel
 

@@ -189,6 +189,8 @@ def load_workspace(path: str | Path) -> Workspace:
         data = tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
         raise InputError(f"{path}: invalid TOML: {exc}", hint="fix the syntax at that line") from None
+    except RecursionError as exc:  # tomli: "TOML inline arrays/tables are nested more than the allowed 400 levels"
+        raise InputError(f"{path}: invalid TOML: {exc}", hint="flatten the nesting") from None
     if path.name == PYPROJECT:
         return load_pyproject(data, path.resolve())
     return parse_workspace(data, path.resolve())
