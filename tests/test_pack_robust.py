@@ -362,8 +362,8 @@ def test_a_full_disk_while_unpacking_is_not_a_damaged_bundle(bundle: Path, tmp_p
 
 # ----------------------------------------------------------------------------- unpack: where --prefix cannot go
 
-# Run as a user who may not write the prefix's parent (root writes anywhere): `nobody` through setpriv(1), or
-# a read-only bind mount in a private mount namespace (`unshare -m`; both need root, as in CI).
+# A prefix's parent unpack may not write: mode 0555 (as root, with CAP_DAC_OVERRIDE dropped through setpriv(1)),
+# or a read-only bind mount in a private mount namespace (`unshare -m`; needs root, as in CI).
 READ_ONLY = """
 set -u
 mount --bind "$RO" "$RO" && mount -o remount,bind,ro "$RO" || { echo "mount refused" >&2; exit 99; }
@@ -375,12 +375,15 @@ def _unpack_as(how: str, shared: Path, locked_dir: Path, *argv: str) -> tuple[in
     cmd = [sys.executable, "-m", "rocmlock", "unpack", *argv]
     env = {**os.environ, "PYTHONPATH": TOOLS}
     if how == "not-writable":
-        if os.geteuid() != 0:
-            locked_dir.chmod(0o555)
-        elif shutil.which("setpriv") is None:
-            pytest.skip("no setpriv(1) to run as another user")
-        else:
-            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+        locked_dir.chmod(0o555)
+        if os.geteuid() == 0:
+            # root writes anywhere through CAP_DAC_OVERRIDE: run unpack as root without it (setpriv(1) drops it
+            # from the bounding and inheritable sets), so the mode bits apply. Another user (nobody) would need
+            # to read the interpreter's venv, which CI makes under a mode-0700 temporary directory.
+            if shutil.which("setpriv") is None:
+                pytest.skip("no setpriv(1) to drop root's CAP_DAC_OVERRIDE")
+            caps = "-dac_override,-dac_read_search"
+            cmd = ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}", *cmd]
     else:
         if os.geteuid() != 0 or shutil.which("unshare") is None:
             pytest.skip("a read-only bind mount needs root and unshare(1)")
