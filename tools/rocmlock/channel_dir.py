@@ -16,21 +16,40 @@ A kill before 4. leaves the channel as it was plus whole, unlisted packages; the
 (identical: skipped) and indexes. The one window of a replacement is between 2.'s move and its index: repodata
 may then list the old name while its file is gone (a client gets "not found", never other bytes than it
 expects); the next publish sees the mismatch and repairs it.
+
+**One publish at a time.** All of this, and the look at what the channel holds before it (what is skipped, what
+is refused), runs under :func:`publish_lock`: an exclusive ``flock`` on ``.rocmlock-publish.lock`` in the
+channel's root, which a second publish waits for. Without it, two publishes of one file name both found it
+absent and both moved theirs in: the second replaced the first's file, and both reported it uploaded. The file
+is no package and no subdir: rattler's index takes only the root's directories that name a platform as subdirs
+(rattler_index/src/lib.rs, ``index``: ``is_dir()`` and ``Platform::from_str``), and in a subdir only archive
+names (``ArchiveType::try_from``). A channel that is only read (``--from``, ``plan``/``build --channel``) never
+gets one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Collection, Mapping
+import stat
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 
+from rocmlock import oslock
+from rocmlock.errors import OperationError
 from rocmlock.scratch import scratch_dir
 
 SCRATCH = ".rocmlock-publish-"
+LOCK = ".rocmlock-publish.lock"
+# flock's answers where the filesystem keeps no locks (rattler_index/src/locked_file.rs, ``error_unsupported``,
+# goes on unlocked for the same ones); ENOLCK: an NFS mount without its lock daemon.
+_NO_LOCKS = (errno.ENOLCK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)
 CHUNK = 1 << 20
 
 
@@ -77,6 +96,55 @@ def index(root: Path) -> None:
     asyncio.run(index_fs(root))
 
 
+def _open_lock(path: Path) -> int | None:
+    """The lock file, made readable by all when this process creates it: whoever may publish here can lock it,
+    through a read-only descriptor when the file is another user's (:func:`rocmlock.oslock.open_lock`)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    except FileExistsError:
+        return _open_existing(path)
+    except OSError as exc:
+        if exc.errno not in oslock.NOT_WRITABLE:
+            raise
+        return None  # none there and none can be made: a directory this user may not write
+    os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | 0o444)
+    return fd
+
+
+def _open_existing(path: Path) -> int:
+    fd, _ = oslock.open_lock(path, write=True, follow_symlinks=False)
+    if fd is None:
+        raise OperationError(f"cannot publish to {path.parent}: cannot open its lock file {path}; nothing was uploaded",
+                             hint=f"make it readable by every user who publishes there (chmod a+r {path})")
+    return fd
+
+
+@contextlib.contextmanager
+def publish_lock(root: Path, log: Callable[[str], None]) -> Iterator[None]:
+    """Hold the channel's publish lock for the ``with``: another publish to ``root`` waits, as long as it takes.
+
+    Where no lock file can be made (a directory this user may not write) it goes on without one, and the
+    publish fails on its first write as it did before there was a lock.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / LOCK
+    fd = _open_lock(path)
+    if fd is None:
+        yield
+        return
+    try:
+        try:
+            oslock.wait(fd, fcntl.LOCK_EX, path, on_wait=log,
+                        waiting=lambda who: f"waiting for another publish to {root} to finish ({who})")
+        except OSError as exc:
+            if exc.errno not in _NO_LOCKS:
+                raise
+            log(f"cannot lock {path} ({exc.strerror}): publishing without the lock")
+        yield
+    finally:
+        os.close(fd)
+
+
 def _stage(src: Path, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src, dest)
@@ -90,7 +158,8 @@ def publish_to_directory(root: Path, packages: Mapping[str, Path], upload: Colle
     """Put ``upload`` (keys ``subdir/file`` of ``packages``) into the channel at ``root`` and index it.
 
     Any of ``packages`` whose repodata record does not match its file is put in again; those keys are
-    returned (a publish that was killed while replacing).
+    returned (a publish that was killed while replacing). The caller holds :func:`publish_lock` from before it
+    looked at what the channel holds.
     """
     with scratch_dir(root, SCRATCH, log) as scratch:
         repair = mismatched(root, packages)

@@ -29,10 +29,10 @@ import fcntl
 import json
 import math
 import os
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from rocmlock import oslock
 from rocmlock.errors import InputError, OperationError
 
 STATE_DIR = ".rocmlock"
@@ -40,7 +40,6 @@ LOCK_NAME = "writer.lock"
 TXN_DIR = "txn"
 JOURNAL = "journal.json"
 DEFAULT_TIMEOUT = 60.0
-_POLL = 0.1
 
 
 # ----------------------------------------------------------------------------- filesystem steps
@@ -156,39 +155,13 @@ def _apply(root: Path, entries: list[list[str | None]]) -> None:
 # ----------------------------------------------------------------------------- the writer lock
 
 
-def _holder(lock_path: Path) -> str:
-    """Who holds ``lock_path``: the kernel's lock table (/proc/locks) names the pid; the lock file stays untouched."""
-    try:
-        st = lock_path.stat()
-        key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-        for line in Path("/proc/locks").read_text().splitlines():
-            fields = line.split()
-            if "FLOCK" in fields and fields[-3] == key:
-                pid = fields[-4]
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                return f"process {pid} ({' '.join(cmd.split()[:4])})"
-    except (OSError, IndexError):
-        pass
-    return "another process"
-
-
 def _wait_for(fd: int, kind: int, lock_path: Path, timeout: float, on_wait: Callable[[str], None] | None) -> None:
-    deadline = time.monotonic() + timeout
-    told = False
-    while True:
-        try:
-            fcntl.flock(fd, kind | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            pass
-        if time.monotonic() >= deadline:
-            raise OperationError(f"{lock_path.parent.parent}: {_holder(lock_path)} is writing the lock outputs "
-                                 f"(waited {timeout:.0f}s for {lock_path})",
-                                 hint="let it finish, or raise ROCMLOCK_LOCK_TIMEOUT (seconds)")
-        if not told and on_wait is not None:
-            on_wait(f"waiting for {_holder(lock_path)} to finish writing the lock outputs of {lock_path.parent.parent}")
-            told = True
-        time.sleep(_POLL)
+    root = lock_path.parent.parent
+    if not oslock.wait(fd, kind, lock_path, timeout=timeout, on_wait=on_wait,
+                       waiting=lambda who: f"waiting for {who} to finish writing the lock outputs of {root}"):
+        raise OperationError(f"{root}: {oslock.holder(lock_path)} is writing the lock outputs "
+                             f"(waited {timeout:.0f}s for {lock_path})",
+                             hint="let it finish, or raise ROCMLOCK_LOCK_TIMEOUT (seconds)")
 
 
 def _timeout(timeout: float | None) -> float:
@@ -239,18 +212,17 @@ def _open_lock(root: Path, lock_path: Path, write: bool) -> tuple[int | None, in
     at all it goes on unlocked, as nobody can have written here through rocmlock. Either way a write it then
     needs and cannot do fails in :func:`commit`, in one line, before changing anything.
     """
-    if write:
-        try:
-            state_dir(root)
-            return os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666), fcntl.LOCK_EX
-        except OSError as exc:
-            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
-                raise OperationError(f"{root}: cannot write the lock outputs here ({exc.strerror})",
-                                     hint="check the workspace directory") from None
     try:
-        return os.open(lock_path, os.O_RDONLY), fcntl.LOCK_EX if write else fcntl.LOCK_SH
-    except OSError:
-        return None, fcntl.LOCK_SH
+        if write:
+            try:
+                state_dir(root)
+            except OSError as exc:
+                if exc.errno not in oslock.NOT_WRITABLE:
+                    raise
+        return oslock.open_lock(lock_path, write)
+    except OSError as exc:
+        raise OperationError(f"{root}: cannot write the lock outputs here ({exc.strerror})",
+                             hint="check the workspace directory") from None
 
 
 def settle(root: Path, on_wait: Callable[[str], None] | None = None) -> None:

@@ -12,6 +12,7 @@ Credentials come from the environment (``PREFIX_API_KEY``, ``QUETZ_API_KEY``, ``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import time
@@ -396,17 +397,30 @@ def _send(dest: Destination, packages: list[LocalPackage], upload: list[LocalPac
 
 def publish(source: Path, to: str, *, force: bool = False, env: Mapping[str, str] | None = None,
             log: Callable[[str], None] = lambda _: None) -> PublishResult:
-    """Publish every package under ``source`` to ``to``; returns what was uploaded and skipped."""
+    """Publish every package under ``source`` to ``to``; returns what was uploaded and skipped.
+
+    Into a directory, all of it (what is there already, the copies, the index) holds the channel's publish lock,
+    so publishes to one directory take turns (:func:`rocmlock.channel_dir.publish_lock`).
+    """
     env = dict(os.environ) if env is None else env
     dest = parse_destination(to)
     packages = local_packages(source)
+    with channel_dir.publish_lock(Path(dest.url), log) if dest.kind == "directory" else contextlib.nullcontext():
+        return _publish(dest, packages, force, env, log)
+
+
+def _records(dest: Destination, packages: list[LocalPackage], env: Mapping[str, str]) -> dict[str, str]:
+    """``{subdir/file: sha256}`` of the packages' names that the destination holds."""
     if dest.kind == "directory":
-        remote = channel_dir.present(Path(dest.url), [p.key for p in packages])
-    elif dest.kind == "s3":
-        remote = _s3_records(dest, packages, env)
-    else:
-        remote = _remote_records(dest, packages, env)
-    upload, skipped, replaced = sort_out(packages, remote, force, str(dest))
+        return channel_dir.present(Path(dest.url), [p.key for p in packages])
+    if dest.kind == "s3":
+        return _s3_records(dest, packages, env)
+    return _remote_records(dest, packages, env)
+
+
+def _publish(dest: Destination, packages: list[LocalPackage], force: bool, env: Mapping[str, str],
+             log: Callable[[str], None]) -> PublishResult:
+    upload, skipped, replaced = sort_out(packages, _records(dest, packages, env), force, str(dest))
     if dest.kind == "quetz" and upload:
         _check_quetz_channel(dest, env)
     if replaced and dest.kind == "quetz":
