@@ -138,6 +138,7 @@ def make_plan(
     ``recipes_dir`` defaults to ``recipes/`` beside the manifest. ``channel`` (a URL or a local
     directory) marks the variants it already holds as ``present``.
     """
+    channel = channel_read_url(channel) if channel else None  # a bad --channel fails before the recipes render
     recipes_dir = (recipes_dir or workspace.root / "recipes").resolve()
     recipes = discover_recipes(recipes_dir)
     matrix = load_matrix(recipes_dir)
@@ -151,7 +152,6 @@ def make_plan(
             merged.depends_on |= node.depends_on
     ordered = _topological(nodes)
     _propagate_skips(ordered, nodes)
-    channel = channel_read_url(channel) if channel else None
     present = channel_contents(channel, {n.rendered.package for n in ordered}) if channel else frozenset()
     variants = tuple(_freeze(n, recipes_dir, present) for n in ordered)
     return Plan(workspace.path, recipes_dir, tuple(e.name for e in envs), variants, channel, tuple(problems))
@@ -383,7 +383,7 @@ def _channel_url(channel: str) -> str:
     path = Path(channel).expanduser().resolve()
     if not path.is_dir():
         raise InputError(
-            f"channel '{channel}': no such directory", hint="pass a channel URL or an indexed directory"
+            f"--channel {channel}: no such directory", hint="pass a channel URL or an indexed directory"
         )
     return path.as_uri()
 
