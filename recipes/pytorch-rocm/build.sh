@@ -6,7 +6,8 @@ set -euo pipefail
 . "${RECIPE_DIR}/../rocm-build-env.sh"
 rocmlock_rocm_env
 rocmlock_require_rocm_components pytorch
-# MAGMA only when ROCMLOCK_MAGMA_HOME names one built for this ROCm; USE_MAGMA=0 otherwise (rocm-build-env.sh).
+# MAGMA only when ROCMLOCK_MAGMA_HOME names one built for this ROCm (an absolute path: this script runs in
+# rattler-build's work directory); USE_MAGMA=0 otherwise (rocm-build-env.sh).
 rocmlock_magma
 rocmlock_max_jobs
 rocmlock_ccache
