@@ -19,6 +19,7 @@ from typing import Any
 
 from rattler import Version, VersionSpec
 
+from rocmlock.aotriton import check_recipes
 from rocmlock.credentials import credentials_hint, redact_text, redact_url, refused
 from rocmlock.errors import InputError, OperationError
 from rocmlock.fsutil import relative_path
@@ -142,6 +143,7 @@ def make_plan(
     recipes_dir = (recipes_dir or workspace.root / "recipes").resolve()
     recipes = discover_recipes(recipes_dir)
     matrix = load_matrix(recipes_dir)
+    check_recipes(recipes)  # the AOTriton table the pytorch recipe renders its sources from
     envs = workspace.environments(environments)
     nodes: dict[str, _Node] = {}
     problems: list[str] = []
