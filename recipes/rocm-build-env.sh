@@ -132,6 +132,14 @@ rocmlock_magma() {
         echo "rocmlock build: MAGMA off (ROCMLOCK_MAGMA_HOME unset; README: MAGMA)" >&2
         return 0
     fi
+    # This script runs in rattler-build's work directory, not where the key was set: a relative path would name
+    # another directory here (rocmlock build and doctor refuse one too: tools/rocmlock/magma.py).
+    case "${home}" in
+        /*) ;;
+        *) rocmlock_die "ROCMLOCK_MAGMA_HOME=${home} is a relative path and build.sh runs in rattler-build's work directory ${PWD}; give the absolute path of the MAGMA install, or unset it to build without MAGMA" ;;
+    esac
+    [ -e "${home}" ] || rocmlock_die "ROCMLOCK_MAGMA_HOME=${home} does not exist; point it at a MAGMA built for ROCm ${ROCMLOCK_ROCM_VERSION}, or unset it to build without MAGMA"
+    [ -d "${home}" ] || rocmlock_die "ROCMLOCK_MAGMA_HOME=${home} is not a directory; point it at a MAGMA install's prefix, or unset it to build without MAGMA"
     [ -f "${home}/include/magma.h" ] \
         || rocmlock_die "ROCMLOCK_MAGMA_HOME=${home} has no include/magma.h; point it at a MAGMA built for ROCm ${ROCMLOCK_ROCM_VERSION}, or unset it to build without MAGMA"
     for f in "${home}/lib/libmagma.so" "${home}"/lib/*-linux-gnu/libmagma.so; do

@@ -10,6 +10,7 @@ the new sources, and run build.sh's AOTriton block against a PyTorch tree that d
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import tomllib
 from importlib import resources
@@ -182,3 +183,32 @@ def test_a_prepared_prefix_wins_over_the_pinned_sources(tmp_path: Path) -> None:
     out = _run(tmp_path, AOTRITON_INSTALLED_PREFIX=str(prefix))  # no PyTorch tree: the pins are not looked at
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"prefix={prefix}\n"
+
+
+def test_build_names_the_table_when_a_target_with_kernels_has_no_image(matrix: Matrix, tmp_path: Path) -> None:
+    # rattler-build run by hand on a table whose [targets] lacks gfx942 (rocmlock plan refuses that table first:
+    # tests/test_aotriton_table.py): the recipe renders no image, and build.sh says which key is missing instead
+    # of blaming the ROCm for having no prebuilt runtime.
+    shutil.copytree(RECIPES / "pytorch-rocm", tmp_path / "recipes/pytorch-rocm")
+    data = tmp_path / "tools/rocmlock/data"
+    shutil.copytree(RECIPES.parent / "tools/rocmlock/data", data)
+    text = (data / "aotriton.toml").read_text()
+    assert 'gfx942 = "amd-gfx942"\n' in text
+    (data / "aotriton.toml").write_text(text.replace('gfx942 = "amd-gfx942"\n', ""))
+    one = matrix.narrowed({"gpu_target": ["gfx942"], "python": ["3.12"], "rocm_version": ["7.2"]})
+    (rv,) = rb.Stage0Recipe.from_file(str(tmp_path / "recipes/pytorch-rocm/recipe.yaml")).render(
+        one.to_variant_config(), render_config())
+    rendered = rv.recipe.to_dict()
+    env = rendered["build"]["script"]["env"]
+    assert len(rendered["source"]) == 1 and env["ROCMLOCK_AOTRITON"] == "1" and "ROCMLOCK_AOTRITON_IMAGE" not in env
+    given = {k: env.get(k, "") for k in ("ROCMLOCK_AOTRITON_PINNED", "ROCMLOCK_AOTRITON_IMAGE",
+                                         "ROCMLOCK_AOTRITON_SHA256S")}
+    out = _run(tmp_path, **given)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr == ("tools/rocmlock/data/aotriton.toml: key 'targets.gfx942' is missing, but gpu_targets.toml "
+                          "gives gfx942 AOTriton kernels (aotriton = true): add the kernel image PyTorch 2.12.1's "
+                          "cmake/External/aotriton.cmake picks for it, or set aotriton = false there, or export "
+                          "AOTRITON_INSTALLED_PREFIX\n")
+    # A ROCm without a prebuilt runtime (image known, nothing pinned) still downloads at configure time.
+    out = _run(tmp_path, ROCMLOCK_AOTRITON_PINNED="", ROCMLOCK_AOTRITON_SHA256S="")
+    assert out.returncode == 0 and "will be downloaded at configure time (no prebuilt runtime" in out.stderr

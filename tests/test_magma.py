@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from rocmlock import doctor, magma
 from rocmlock.elf import ElfError, read_dynamic
+from rocmlock.errors import InputError
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes"
@@ -108,7 +109,7 @@ def test_doctor_magma_check(tmp_path: Path) -> None:
     assert doctor.check_magma({}, rocm, ("bitsandbytes",)) is None  # only pytorch links MAGMA
     none = check({})
     assert none.status == "warn" and none.message.startswith(f"no MAGMA for the ROCm at {rocm}: pytorch builds")
-    assert "libmagma-rocm-dev" in none.fix and "ROCMLOCK_MAGMA_HOME=<its prefix>" in none.fix
+    assert "libmagma-rocm-dev" in none.fix and "ROCMLOCK_MAGMA_HOME=<its absolute prefix>" in none.fix
     # Debian sid's MAGMA next to ROCm 7: found, and refused for its HIP runtime.
     _magma(rocm, hip6, multiarch=True)
     stale = check({})
@@ -125,7 +126,7 @@ def test_doctor_magma_check(tmp_path: Path) -> None:
     assert used.status == "ok" and used.message.startswith(f"MAGMA at {good} ({good}/lib/libmagma.so, links "
                                                            "libamdhip64.so.7)")
     missing = check({"ROCMLOCK_MAGMA_HOME": str(tmp_path / "nowhere")})
-    assert missing.status == "fail" and "has no include/magma.h and lib/libmagma.so" in missing.message
+    assert missing.status == "fail" and missing.message.endswith("/nowhere does not exist")
 
 
 def _build_env(env: dict[str, str], body: str) -> subprocess.CompletedProcess[str]:
@@ -150,6 +151,9 @@ def test_build_script_links_and_carries_only_a_magma_for_this_rocm(tmp_path: Pat
         f"rocmlock build: MAGMA at {stale} ({stale}/lib/x86_64-linux-gnu/libmagma.so) links libamdhip64.so.6 but the "
         f"ROCm at {rocm} is libamdhip64.so.7: it was built for another ROCm; build MAGMA against ROCm 7.2 (PyTorch's "
         ".ci/docker/common/install_rocm_magma.sh) or unset ROCMLOCK_MAGMA_HOME")
+    out = _build_env({"ROCM_PATH": str(rocm), "ROCMLOCK_MAGMA_HOME": str(tmp_path / "none")}, "rocmlock_magma")
+    assert out.returncode == 1 and "/none does not exist" in out.stderr
+    (tmp_path / "none").mkdir()
     out = _build_env({"ROCM_PATH": str(rocm), "ROCMLOCK_MAGMA_HOME": str(tmp_path / "none")}, "rocmlock_magma")
     assert out.returncode == 1 and "has no include/magma.h" in out.stderr
     # One for this ROCm: linked (USE_MAGMA=1, MAGMA_HOME for FindMAGMA) and carried under its soname.
@@ -234,3 +238,110 @@ def test_damaged_libraries_are_one_line_errors_not_tracebacks(tmp_path: Path) ->
     # A ROCm whose libamdhip64.so is damaged: its HIP runtime is unknown, not a traceback.
     (rocm / "lib/libamdhip64.so.7.2.4").write_bytes(damaged["truncated-header"])
     assert magma.hip_runtime_of(rocm) is None
+
+
+# ----------------------------------------------------------------------------- the key's value: absolute, existing
+
+BUILD_WORKSPACE = """
+[workspace]
+name = "magma-key"
+channels = ["conda-forge"]
+platforms = ["linux-64"]
+
+[dependencies]
+python = "3.12.*"
+rocm-version = "7.2.*"
+amdgpu-target = { version = "*", build = "gfx942" }
+pytorch = "2.12.*"
+"""
+
+
+def test_a_relative_missing_or_empty_key_is_named_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rattler-build runs build.sh in its own work directory, so a relative path that is right where the user
+    typed it names another directory there: refused even when it exists relative to the current directory."""
+    rocm = _rocm(tmp_path / "rocm", 7)
+    good = _magma(tmp_path / "good", rocm / "lib/libamdhip64.so")
+    monkeypatch.chdir(tmp_path)
+    key = magma.KEY
+    assert magma.given({}) is None and magma.given({key: ""}) is None
+    assert magma.given({key: str(good)}).prefix == good  # type: ignore[union-attr]
+    (tmp_path / "file").write_text("")
+    cases = {
+        "good": ((f"{key}=good is a relative path; build.sh runs in rattler-build's work directory, where it "
+                  "would name another directory"), f"give an absolute path (export {key}={good} if that is the one)"),
+        "./good/": (f"{key}=./good/ is a relative path", f"export {key}={good} if"),
+        f"{tmp_path}/none": (f"{key}={tmp_path}/none does not exist", "point it at a MAGMA install"),
+        f"{tmp_path}/file": (f"{key}={tmp_path}/file is not a directory", "point it at a MAGMA install's prefix"),
+        str(rocm): (f"{key}={rocm} has no include/magma.h and lib/libmagma.so", "point it at a MAGMA install"),
+    }
+    for value, (message, hint) in cases.items():
+        with pytest.raises(InputError) as exc:
+            magma.given({key: value})
+        assert str(exc.value).startswith(message) and "\n" not in str(exc.value), value
+        assert exc.value.hint and hint in exc.value.hint and exc.value.hint.endswith(
+            f"or unset {key} to build pytorch without MAGMA"), exc.value.hint
+        # doctor: the same line, a failure when pytorch is to be built, a warning without a workspace.
+        check = doctor.check_magma({key: value}, rocm, ("pytorch",))
+        assert check is not None and check.status == "fail" and check.message.startswith(message)
+        assert check.fix == exc.value.hint
+        assert doctor.check_magma({key: value}, rocm, None, required=False).status == "warn"  # type: ignore[union-attr]
+    empty = doctor.check_magma({key: ""}, rocm, ("pytorch",))
+    assert empty is not None and empty.status == "warn"
+    assert empty.message == f"{key} is set but empty: pytorch builds without MAGMA, as when unset"
+
+
+def test_build_script_refuses_a_relative_or_missing_key(tmp_path: Path) -> None:
+    # Built by hand with rattler-build, nothing in Python checks the key first: rocmlock_magma must.
+    rocm = _rocm(tmp_path / "rocm", 7)
+    _magma(tmp_path / "good", rocm / "lib/libamdhip64.so")  # "good" exists relative to build.sh's directory
+    (tmp_path / "file").write_text("")
+    script = f'cd "{tmp_path}"\nrocmlock_magma\necho "USE_MAGMA=${{USE_MAGMA}}"'
+    for value, message in {"good": "ROCMLOCK_MAGMA_HOME=good is a relative path and build.sh runs in rattler-build's"
+                                   f" work directory {tmp_path}; give the absolute path of the MAGMA install",
+                           f"{tmp_path}/none": f"ROCMLOCK_MAGMA_HOME={tmp_path}/none does not exist; point it at",
+                           f"{tmp_path}/file": f"ROCMLOCK_MAGMA_HOME={tmp_path}/file is not a directory"}.items():
+        out = _build_env({"ROCM_PATH": str(rocm), "ROCMLOCK_MAGMA_HOME": value}, script)
+        assert out.returncode == 1 and out.stdout == "", out
+        assert out.stderr.count("\n") == 1 and out.stderr.startswith(f"rocmlock build: {message}"), out.stderr
+    # Empty is unset (the recipe renders it as no value at all): MAGMA off, no error.
+    out = _build_env({"ROCM_PATH": str(rocm), "ROCMLOCK_MAGMA_HOME": ""}, script)
+    assert out.returncode == 0 and out.stdout == "USE_MAGMA=0\n", out.stderr
+
+
+def test_rocmlock_build_refuses_the_key_before_building(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from rocmlock import build
+    from rocmlock.cli import main
+    from rocmlock.plan import make_plan
+    from rocmlock.workspace import load_workspace
+
+    manifest = tmp_path / "ws/pixi.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(BUILD_WORKSPACE)
+    (tmp_path / "ws/magma").mkdir()
+    monkeypatch.chdir(tmp_path / "ws")
+    monkeypatch.setenv(magma.KEY, "magma")
+
+    def no_build(*args: object, **kwargs: object) -> None:
+        raise AssertionError("nothing may be built with a bad ROCMLOCK_MAGMA_HOME")
+
+    monkeypatch.setattr(build, "build_plan", no_build)
+    out_dir = tmp_path / "out"
+    code = main(["build", "--manifest-path", str(manifest), "--recipes-dir", str(RECIPES), "--output", str(out_dir),
+                 "--skip-doctor"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.splitlines() == [
+        (f"error: {magma.KEY}=magma is a relative path; build.sh runs in rattler-build's work directory, where it "
+         "would name another directory"),
+        (f"hint: give an absolute path (export {magma.KEY}={tmp_path}/ws/magma if that is the one), or unset "
+         f"{magma.KEY} to build pytorch without MAGMA")]
+    assert not out_dir.exists()
+    # Only a build that compiles pytorch is concerned; an empty value is a warning (MAGMA off).
+    plan = make_plan(load_workspace(manifest), recipes_dir=RECIPES)
+    assert build.check_magma_home(plan, out_dir, "amdgpu-target", {magma.KEY: "magma"}) == []
+    with pytest.raises(InputError, match="does not exist"):
+        build.check_magma_home(plan, out_dir, None, {magma.KEY: str(tmp_path / "none")})
+    assert build.check_magma_home(plan, out_dir, None, {magma.KEY: ""}) == [
+        f"{magma.KEY} is set but empty: pytorch builds without MAGMA, as when unset"]
+    assert build.check_magma_home(plan, out_dir, None, {}) == []

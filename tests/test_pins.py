@@ -100,6 +100,7 @@ def _data(tmp_path: Path, old: str, new: str) -> Path:
         ("pytorch = [", "pytorch = [] # ", "key 'pytorch' must list the pytorch series"),
         ('version = "', 'version = "not a version', "key 'version': 'not a version"),
         ('version = "', 'release = "', "key 'version' must be the release it pins"),
+        ("[targets]", "[targets", "not valid TOML: "),  # was a TOMLDecodeError traceback from bump/outdated
     ],
 )
 def test_a_malformed_aotriton_table_is_refused_naming_file_and_key(

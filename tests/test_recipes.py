@@ -458,8 +458,9 @@ def test_pytorch_offline_aotriton_from_a_prepared_prefix(matrix: Matrix, monkeyp
     block = build[build.index('if [ "${ROCMLOCK_AOTRITON}" = 1 ] && '):build.index("\nfi\n", build.index(
         'elif [ "${ROCMLOCK_AOTRITON}" = 1 ]')) + 4]
     body = 'rocmlock_die() { echo "$*" >&2; exit 1; }\n' + block + 'echo "prefix=${AOTRITON_INSTALLED_PREFIX:-}"\n'
+    # What the recipe renders for gfx942 (its kernel image is known whether or not a prefix overrides the pins).
     env = {"PATH": "/usr/bin:/bin", "ROCMLOCK_AOTRITON": "1", "PKG_VERSION": "2.12.1", "ROCMLOCK_GPU_TARGET": "gfx942",
-           "AOTRITON_INSTALLED_PREFIX": str(tmp_path / "aotriton")}
+           "ROCMLOCK_AOTRITON_IMAGE": "amd-gfx942", "AOTRITON_INSTALLED_PREFIX": str(tmp_path / "aotriton")}
     out = subprocess.run(["bash", "-c", body], env=env, capture_output=True, text=True, check=False)
     assert out.returncode == 1 and "has no lib/libaotriton_v2.so" in out.stderr
     (tmp_path / "aotriton/lib").mkdir(parents=True)

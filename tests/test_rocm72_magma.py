@@ -29,7 +29,7 @@ def test_doctor_finds_debians_magma_and_refuses_it_for_rocm_7() -> None:
     assert check["status"] == "warn"
     assert check["message"] == ("MAGMA at /usr links libamdhip64.so.6 but the ROCm at /usr is libamdhip64.so.7: "
                                 "built for another ROCm, pytorch cannot use it")
-    assert "libmagma-rocm-dev" in check["fix"] and "ROCMLOCK_MAGMA_HOME=<its prefix>" in check["fix"]
+    assert "libmagma-rocm-dev" in check["fix"] and "ROCMLOCK_MAGMA_HOME=<its absolute prefix>" in check["fix"]
     # Named for the build it is a failure only when pytorch is known to be built; without a workspace a warning.
     assert _magma_check({"ROCMLOCK_MAGMA_HOME": "/usr"}, False)["status"] == "warn"
 

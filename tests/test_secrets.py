@@ -44,6 +44,8 @@ STRIP = [
     ("http://quetz.local/t/abc/get/chan/", "http://quetz.local/get/chan/"),
     ("https://u:p%40ss@host:8443/chan/", "https://host:8443/chan/"),
     ("https://tokenonly@host/chan", "https://host/chan"),
+    ("quetz+https://host/t/tok/chan", "quetz+https://host/chan"),  # publish --to's http forms: the same token
+    ("artifactory+http://u:p@host/t/tok/artifactory/c", "artifactory+http://host/artifactory/c"),
     ("file://user:pw@/srv/chan", "file:///srv/chan"),
     ("file:///tmp/x/t/chan?x#y", "file:///tmp/x/t/chan?x#y"),
 ]

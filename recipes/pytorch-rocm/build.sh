@@ -6,7 +6,8 @@ set -euo pipefail
 . "${RECIPE_DIR}/../rocm-build-env.sh"
 rocmlock_rocm_env
 rocmlock_require_rocm_components pytorch
-# MAGMA only when ROCMLOCK_MAGMA_HOME names one built for this ROCm; USE_MAGMA=0 otherwise (rocm-build-env.sh).
+# MAGMA only when ROCMLOCK_MAGMA_HOME names one built for this ROCm (an absolute path: this script runs in
+# rattler-build's work directory); USE_MAGMA=0 otherwise (rocm-build-env.sh).
 rocmlock_magma
 rocmlock_max_jobs
 rocmlock_ccache
@@ -53,6 +54,10 @@ if [ "${ROCMLOCK_AOTRITON}" = 1 ] && [ -n "${AOTRITON_INSTALLED_PREFIX:-}" ]; th
 elif [ "${ROCMLOCK_AOTRITON}" = 1 ] && [ -n "${ROCMLOCK_AOTRITON_PINNED:-}" ]; then
     rocmlock_aotriton_from_sources
     echo "rocmlock build: AOTriton ${ROCMLOCK_AOTRITON_VERSION} (${ROCMLOCK_AOTRITON_IMAGE}) from the pinned sources" >&2
+elif [ "${ROCMLOCK_AOTRITON}" = 1 ] && [ -z "${ROCMLOCK_AOTRITON_IMAGE:-}" ]; then
+    # The recipe found no [targets] entry for a target gpu_targets.toml gives kernels: the table is inconsistent
+    # (rocmlock plan refuses it; a hand-run rattler-build gets here). Not "no prebuilt runtime": that is the ROCm.
+    rocmlock_die "tools/rocmlock/data/aotriton.toml: key 'targets.${ROCMLOCK_GPU_TARGET}' is missing, but gpu_targets.toml gives ${ROCMLOCK_GPU_TARGET} AOTriton kernels (aotriton = true): add the kernel image PyTorch ${PKG_VERSION}'s cmake/External/aotriton.cmake picks for it, or set aotriton = false there, or export AOTRITON_INSTALLED_PREFIX"
 elif [ "${ROCMLOCK_AOTRITON}" = 1 ]; then
     echo "rocmlock build: AOTriton will be downloaded at configure time (no prebuilt runtime pinned for ROCm ${ROCMLOCK_ROCM_VERSION}; set AOTRITON_INSTALLED_PREFIX to build offline)" >&2
 fi

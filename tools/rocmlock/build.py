@@ -14,11 +14,12 @@ build.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
+from rocmlock import magma
 from rocmlock.credentials import redact_text
 from rocmlock.errors import InputError, OperationError
 from rocmlock.pixi_compat import is_local_channel
@@ -295,6 +296,18 @@ def blocked_by_doctor(checks: list[tuple[str, str, str]], targets: tuple[GpuTarg
             blocked[target.gfx] = reasons[0] + (f" (+{len(reasons) - 1} more, see `rocmlock doctor --build`)"
                                                 if reasons[1:] else "")
     return blocked
+
+
+def check_magma_home(plan: Plan, output: Path, stage: str | None, env: Mapping[str, str]) -> list[str]:
+    """Refuse, before anything builds, a ``ROCMLOCK_MAGMA_HOME`` the pytorch build would refuse or read in another
+    directory (relative, missing, no MAGMA there: :func:`rocmlock.magma.given` raises); only when a pytorch variant
+    is to be built. Returns warnings (an empty value: pytorch builds without MAGMA)."""
+    if not any(v.stage == "pytorch" for v in pending(plan, output, stage)):
+        return []
+    if magma.is_empty(env):
+        return [f"{magma.KEY} is set but empty: pytorch builds without MAGMA, as when unset"]
+    magma.given(env)
+    return []
 
 
 def _compiles(variant: Variant) -> bool:

@@ -147,10 +147,14 @@ def _build_sources(plan: Plan, args: argparse.Namespace, output: Path) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from rocmlock.build import BuildOptions, build_channels, build_plan, render_summary
+    import os
+
+    from rocmlock.build import BuildOptions, build_channels, build_plan, check_magma_home, render_summary
 
     ws, plan = _load_plan(args, channel=args.channel)
     output = (args.output or ws.root / "output").resolve()
+    for warning in check_magma_home(plan, output, args.stage, os.environ):
+        err(f"warning: {warning}")
     if args.sources is not None:
         _build_sources(plan, args, output)
     blocked = _build_doctor(ws, plan, args, output)

@@ -4,10 +4,14 @@ A channel URL may carry two kinds of secret, and nothing else in it is one:
 
 - ``user:password@`` (or a lone ``user@``) before the host, in any scheme;
 - an anaconda.org-style token ``/t/<token>/`` as the *first* path segment of an http(s) URL, on any
-  host (anaconda.org, quetz, a proxy on 127.0.0.1). rattler recognises it the same way
+  host (anaconda.org, quetz, a proxy on 127.0.0.1), or of a ``publish --to`` form over http
+  (``quetz+https://``, ``artifactory+https://``). rattler recognises it the same way
   (conda/rattler crates/rattler_networking/src/redaction.rs, ``redact_known_secrets_from_url``:
   only ``segments[0] == "t"``). A ``/t/`` deeper in the path, or in a ``file://`` URL, is an
   ordinary directory and stays.
+
+A query string or fragment is not a place for a secret either: a channel URL with one is refused
+where it is read (:func:`refuse_query`), so none reaches a message to be redacted.
 
 :func:`split_url` separates a URL into its clean form and a :class:`ChannelAuth`. rattler only
 ever sees the clean URL (so its repodata cache is keyed by, and stores, no secret), and the
@@ -26,11 +30,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from rocmlock.errors import InputError
+
 if TYPE_CHECKING:
     from rattler import Client
 
 _URL_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
-_TOKEN_SCHEMES = ("http", "https")
+# The --to forms over http count too: quetz+https://host/t/<key>/chan is the same key as https://host/t/<key>/...
+_TOKEN_SCHEMES = ("http", "https", "quetz+http", "quetz+https", "artifactory+http", "artifactory+https")
 MASK = "***"
 
 
@@ -125,6 +132,35 @@ def redact_text(text: str, secrets: Iterable[str] | None = None) -> str:
         if secret:
             out = out.replace(secret, MASK)
     return out
+
+
+def refuse_query(url: str, where: str) -> None:
+    """An InputError, naming ``where`` (``--channel``, a pixi.toml key), when the channel URL ``url`` has a query
+    string or a fragment; the URL is not shown, since what follows its ``?`` is likely the secret.
+
+    A conda channel URL has neither, so refusing costs nothing that ever worked and keeps the secret out of
+    every message (redaction only knows userinfo and ``/t/<token>/``):
+
+    - rattler never sends it: a subdir is ``base_url.join("<platform>/")`` (rattler_conda_types
+      src/channel/mod.rs ``Channel::platform_url``; channel_url.rs ``ChannelUrl::platform_url``), and resolving a
+      relative path drops the base's query and fragment (RFC 3986 5.2.2, the url crate's ``Url::join``).
+      Seen with py-rattler 0.28: ``http://127.0.0.1:N/chan?token=X`` requested ``/chan/noarch/repodata.json``
+      and failed with "could not find subdir 'noarch' in channel 'http://127.0.0.1:N/chan/?token=X'";
+    - rattler's redaction masks a password and a first ``/t/<token>`` segment, never the query
+      (crates/rattler_redaction/src/lib.rs ``redact_known_secrets_from_url``), so its errors would print it;
+    - conda splits the query off and drops it (conda/models/channel.py ``parse_conda_channel_url``: the
+      ``query`` of ``split_conda_url_easy_parts`` is not passed to ``Channel``).
+
+    A ``?`` or ``#`` inside a password is a query or fragment to every URL parser; written ``%3F``/``%23``
+    it is a password again.
+    """
+    if "?" in url or "#" in url:
+        raise InputError(
+            f"{where}: the URL has a query string or fragment ('?...' or '#...'), which conda channel URLs never "
+            "have (the URL is not shown: that part may be a secret)",
+            # No example URL with userinfo here: the CLI redacts every URL it prints, examples too.
+            hint="give the secret in RATTLER_AUTH_FILE, as user:password@ before the host, or as a first path "
+                 "segment /t/<token>/ (a '?' or '#' in a password is written %3F or %23)")
 
 
 def _host_path(url: str) -> tuple[str, str]:

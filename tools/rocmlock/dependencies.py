@@ -18,8 +18,9 @@ from typing import Any
 from rattler import MatchSpec, VersionSpec
 from rattler.exceptions import InvalidMatchSpecError, InvalidVersionSpecError
 
-from rocmlock.credentials import one_line, redact_text, redact_url, split_url
+from rocmlock.credentials import one_line, redact_text, redact_url, refuse_query, split_url
 from rocmlock.errors import InputError, expect_type
+from rocmlock.pixi_compat import is_local_channel
 from rocmlock.pixi_keys import is_source_dependency
 
 # Dependency keys that become MatchSpec bracket fields, with the bracket key (strings, quoted).
@@ -159,6 +160,8 @@ def parse_dependencies(value: Any, path: Path, key: str) -> tuple[Dependency, ..
             expect_type(build, str, path, f"{where}.build", "a string")
         if channel is not None:
             expect_type(channel, str, path, f"{where}.channel", "a string")
+            if not is_local_channel(channel):
+                refuse_query(channel, f"{path}: key '{where}.channel'")
         out.append(_whole(Dependency(name, version, build, channel, _dependency_fields(spec, path, where)),
                           path, where))
     return tuple(out)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rocmlock import magma, rocm_host
+from rocmlock.errors import InputError
 from rocmlock.rocm_host import HIP_HEADER, Host, holds_device_libs, holds_header
 from rocmlock.runner import CommandResult
 from rocmlock.targets import GpuTarget, all_targets, get_target, minor_version, version_tuple
@@ -355,7 +356,7 @@ def check_rocm_components(rocm: Path | None, packages: Iterable[str], required: 
 
 MAGMA_FIX = ("apt-get install libmagma-rocm-dev where it is built for this ROCm (Debian sid's 2.9.0+ds-3 is ROCm 6's), "
              "else build MAGMA against this ROCm (PyTorch's .ci/docker/common/install_rocm_magma.sh); then export "
-             f"{magma.KEY}=<its prefix>")
+             f"{magma.KEY}=<its absolute prefix>")
 
 
 def check_magma(env: Mapping[str, str], rocm: Path | None, packages: Iterable[str] | None,
@@ -369,11 +370,14 @@ def check_magma(env: Mapping[str, str], rocm: Path | None, packages: Iterable[st
         return None
     hip = magma.hip_runtime_of(rocm)
     given = env.get(magma.KEY, "")
-    found = magma.magma_at(Path(given)) if given else magma.discover(env, rocm)
     bad = "fail" if required and given else "warn"
-    if given and found is None:
-        return Check("magma", bad, f"{magma.KEY}={given} has no include/magma.h and lib/libmagma.so",
-                     f"point {magma.KEY} at a MAGMA install, or unset it to build pytorch without MAGMA")
+    if magma.is_empty(env):
+        return Check("magma", "warn", f"{magma.KEY} is set but empty: pytorch builds without MAGMA, as when unset",
+                     f"unset {magma.KEY}, or set it to the absolute path of a MAGMA built for this ROCm")
+    try:
+        found = magma.given(env) or magma.discover(env, rocm)
+    except InputError as exc:  # relative, missing, not a MAGMA: what rocmlock build and build.sh refuse
+        return Check("magma", bad, str(exc), exc.hint)
     if found is not None and found.unreadable:
         return Check("magma", bad, f"MAGMA at {found.prefix}: cannot read {found.library} as a shared library "
                      f"({found.unreadable})", f"reinstall that MAGMA, point {magma.KEY} at another, or unset it")

@@ -222,7 +222,10 @@ def _table_series(data_dir: Traversable, name: str, leader: str) -> tuple[str, t
     The table pins one release, so every series it lists pairs with that release.
     """
     where = f"tools/rocmlock/data/{name}"
-    data = tomllib.loads(data_dir.joinpath(name).read_text())
+    try:
+        data = tomllib.loads(data_dir.joinpath(name).read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{where}: not valid TOML: {exc}", hint="fix the syntax, or restore it from git") from None
     version = data.get("version")
     if not isinstance(version, str):
         raise InputError(f"{where}: key 'version' must be the release it pins (a string)")

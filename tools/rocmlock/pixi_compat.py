@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from rocmlock.credentials import one_line, redact_text, redact_url, split_url
+from rocmlock.credentials import one_line, redact_text, redact_url, refuse_query, split_url
 from rocmlock.errors import InputError
 
 DEFAULT_GLIBC = "2.28"
@@ -66,9 +66,11 @@ def is_local_channel(channel: str) -> bool:
 
 def check_channel(channel: str, path: Path, key: str) -> str:
     """``channel`` when rattler can read it as a channel (pixi parses a URL with the url crate, toml/channel.rs);
-    else an input error that shows the URL without its credentials."""
+    else an input error that shows the URL without its credentials (and a URL with a query string, which no
+    channel has, without the URL: :func:`rocmlock.credentials.refuse_query`)."""
     if is_local_channel(channel):
         return channel
+    refuse_query(channel, f"{path}: key '{key}'")  # a bare name with '?' is a URL with a query below the alias
     from rattler import Channel
     from rattler.exceptions import InvalidChannelError
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from rattler import Version, VersionSpec
 
+from rocmlock.aotriton import check_recipes
 from rocmlock.credentials import credentials_hint, redact_text, redact_url, refused
 from rocmlock.errors import InputError, OperationError
 from rocmlock.fsutil import relative_path
@@ -138,9 +139,11 @@ def make_plan(
     ``recipes_dir`` defaults to ``recipes/`` beside the manifest. ``channel`` (a URL or a local
     directory) marks the variants it already holds as ``present``.
     """
+    channel = channel_read_url(channel) if channel else None  # a bad --channel fails before the recipes render
     recipes_dir = (recipes_dir or workspace.root / "recipes").resolve()
     recipes = discover_recipes(recipes_dir)
     matrix = load_matrix(recipes_dir)
+    check_recipes(recipes)  # the AOTriton table the pytorch recipe renders its sources from
     envs = workspace.environments(environments)
     nodes: dict[str, _Node] = {}
     problems: list[str] = []
@@ -151,7 +154,6 @@ def make_plan(
             merged.depends_on |= node.depends_on
     ordered = _topological(nodes)
     _propagate_skips(ordered, nodes)
-    channel = channel_read_url(channel) if channel else None
     present = channel_contents(channel, {n.rendered.package for n in ordered}) if channel else frozenset()
     variants = tuple(_freeze(n, recipes_dir, present) for n in ordered)
     return Plan(workspace.path, recipes_dir, tuple(e.name for e in envs), variants, channel, tuple(problems))
@@ -383,7 +385,7 @@ def _channel_url(channel: str) -> str:
     path = Path(channel).expanduser().resolve()
     if not path.is_dir():
         raise InputError(
-            f"channel '{channel}': no such directory", hint="pass a channel URL or an indexed directory"
+            f"--channel {channel}: no such directory", hint="pass a channel URL or an indexed directory"
         )
     return path.as_uri()
 

@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from rocmlock import channel_dir
-from rocmlock.credentials import one_line, redact_text, redact_url, split_url
+from rocmlock.credentials import one_line, redact_text, redact_url, refuse_query, split_url
 from rocmlock.credentials import refused as refused_text
 from rocmlock.errors import InputError, OperationError
 from rocmlock.repodata import PACKAGE_SUFFIXES, query_channel
@@ -82,83 +82,120 @@ class PublishResult:
 # ----------------------------------------------------------------------------- destinations
 
 
-def parse_destination(to: str) -> Destination:
-    """Turn ``--to`` into a :class:`Destination`; unknown forms list the accepted ones."""
+def parse_destination(to: str, option: str = "--to") -> Destination:
+    """Turn ``--to`` into a :class:`Destination`; unknown forms list the accepted ones.
+
+    ``option`` is what the user typed the URL as (``plan --channel`` takes these forms too), for the messages.
+    Credentials in the URL are refused: the upload forms take them from the environment or RATTLER_AUTH_FILE.
+    """
+    if "://" in to:
+        refuse_query(to, option)
     try:
         parts = urlsplit(to)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
     except ValueError as exc:
-        raise InputError(f"--to {redact_url(to)}: not a valid URL ({exc})",
+        raise InputError(f"{option} {redact_url(to)}: not a valid URL ({exc})",
                          hint="use one of: " + "; ".join(FORMS)) from None
+    kind = _kind(parts)
+    if kind is None:
+        raise InputError(f"{option} {redact_url(to)}: cannot tell which kind of channel this is",
+                         hint="use one of: " + "; ".join(FORMS))
+    if parts.scheme:  # a plain path may hold '@' (/data/ci@node/channel): it is a directory name there
+        _refuse_credentials(to, kind, option)
+    return _destination(to, parts, kind, option)
+
+
+def _kind(parts: SplitResult) -> Backend | None:
     scheme = parts.scheme.lower()
-    path = parts.path.strip("/")
     if scheme in ("", "file"):
-        return _directory(to, parts.path if scheme == "file" else to)
+        return "directory"
     if scheme == "s3":
-        _named(to, parts.netloc, "bucket")
-        return Destination("s3", f"s3://{parts.netloc}/{path}".rstrip("/"), path, f"s3://{parts.netloc}/{path}")
+        return "s3"
     if scheme == "prefix" or (scheme == "https" and parts.hostname in ("prefix.dev", "repo.prefix.dev")):
-        channel = parts.netloc if scheme == "prefix" else path
-        _named(to, channel, "channel")
-        return Destination("prefix", "https://prefix.dev", channel, f"https://repo.prefix.dev/{channel}")
+        return "prefix"
     if scheme == "anaconda" or (scheme == "https" and parts.hostname == "anaconda.org"):
+        return "anaconda"
+    if scheme in ("quetz+http", "quetz+https", "artifactory+http", "artifactory+https") and parts.path.strip("/"):
+        return "quetz" if scheme.startswith("quetz") else "artifactory"
+    return None
+
+
+def _destination(to: str, parts: SplitResult, kind: Backend, option: str) -> Destination:
+    """The destination of a ``--to`` already known to hold no credentials (so ``netloc`` is the host)."""
+    scheme, path = parts.scheme.lower(), parts.path.strip("/")
+    if kind == "directory":
+        return _directory(to, parts.path if scheme == "file" else to, option)
+    if kind == "s3":
+        _named(to, parts.netloc, "bucket", option)
+        return Destination("s3", f"s3://{parts.netloc}/{path}".rstrip("/"), path, f"s3://{parts.netloc}/{path}")
+    if kind == "prefix":
+        channel = parts.netloc if scheme == "prefix" else path
+        _named(to, channel, "channel", option)
+        return Destination("prefix", "https://prefix.dev", channel, f"https://repo.prefix.dev/{channel}")
+    if kind == "anaconda":
         owner = (parts.netloc if scheme == "anaconda" else path).split("/")[0]
-        _named(to, owner, "owner")
+        _named(to, owner, "owner", option)
         return Destination("anaconda", "https://api.anaconda.org", owner, f"https://conda.anaconda.org/{owner}")
-    if scheme in ("quetz+http", "quetz+https", "artifactory+http", "artifactory+https") and path:
-        kind, _, http = scheme.partition("+")
-        base, _, channel = path.rpartition("/")
-        server = f"{http}://{parts.netloc}/{base}".rstrip("/")
-        read = f"{server}/get/{channel}" if kind == "quetz" else f"{server}/{channel}"
-        _refuse_credentials(to, read, kind)
-        return Destination(kind, server, channel, read)  # type: ignore[arg-type]
-    raise InputError(f"--to {redact_url(to)}: cannot tell which kind of channel this is",
-                     hint="use one of: " + "; ".join(FORMS))
+    base, _, channel = path.rpartition("/")
+    server = f"{scheme.partition('+')[2]}://{parts.netloc}/{base}".rstrip("/")
+    return Destination(kind, server, channel, f"{server}/get/{channel}" if kind == "quetz" else f"{server}/{channel}")
 
 
 # `--to` forms that name an upload endpoint, not a channel clients can read.
 _UPLOAD_SCHEMES = ("prefix", "anaconda", "quetz+http", "quetz+https", "artifactory+http", "artifactory+https")
 
 
-def read_url(channel: str) -> str:
+def read_url(channel: str, option: str = "--channel") -> str:
     """The channel clients read for a ``--to`` form (quetz+https://h/c -> https://h/get/c); other URLs as given.
 
     So one value (build-variants.yml's ROCMLOCK_CHANNEL) serves ``plan --channel``, ``build --channel`` and
-    ``publish --to``.
+    ``publish --to``; ``option`` names the one the user typed, for the messages.
     """
     scheme = channel.partition("://")[0].lower() if "://" in channel else ""
+    if scheme:
+        refuse_query(channel, option)
     try:
         host = urlsplit(channel).hostname if scheme == "https" else None
     except ValueError as exc:  # an unclosed IPv6 host: urllib cannot split it (and neither can rattler)
-        raise InputError(f"channel {redact_url(channel)}: not a valid URL ({exc})",
+        raise InputError(f"{option} {redact_url(channel)}: not a valid URL ({exc})",
                          hint="check the URL (a host such as [::1] needs its closing bracket)") from None
     if scheme in _UPLOAD_SCHEMES or host in ("prefix.dev", "anaconda.org"):
-        return parse_destination(channel).read_url
+        return parse_destination(channel, option).read_url
     return channel
 
 
-def _named(to: str, name: str, what: str) -> None:
+def _named(to: str, name: str, what: str, option: str) -> None:
     if not name:
-        raise InputError(f"--to {redact_url(to)}: names no {what}", hint="use one of: " + "; ".join(FORMS))
+        raise InputError(f"{option} {redact_url(to)}: names no {what}", hint="use one of: " + "; ".join(FORMS))
 
 
-def _directory(to: str, given: str) -> Destination:
+def _directory(to: str, given: str, option: str) -> Destination:
     """A directory channel; ``file://`` with no path (or ``--to ''``) is an error, never the current directory."""
-    _named(to, given.strip(), "directory")
+    _named(to, given.strip(), "directory", option)
     root = Path(given).expanduser().resolve()
     existing = next(p for p in (root, *root.parents) if p.exists())
     if not existing.is_dir():
-        raise InputError(f"--to {to}: {existing} is not a directory", hint="publish to a directory (a channel)")
+        raise InputError(f"{option} {to}: {existing} is not a directory", hint="publish to a directory (a channel)")
     return Destination("directory", str(root), root.name, root.as_uri())
 
 
-def _refuse_credentials(to: str, read: str, kind: str) -> None:
-    """A key in ``--to`` (``user:key@``, quetz's ``/t/<key>/``) would show in ``ps`` and the shell's history,
-    and the uploads (py-rattler-build) never read it from there: they take the variable or the auth file."""
-    if not split_url(read).empty:
-        var = TOKEN_VARS.get(kind, "the token")  # type: ignore[call-overload]
-        raise InputError(f"--to {redact_url(read)}: credentials do not go in --to",
-                         hint=f"export {var}=<key>, or add the host to RATTLER_AUTH_FILE")
+def _refuse_credentials(to: str, kind: Backend, option: str) -> None:
+    """A key in the URL (``user:key@``, ``anaconda://<key>@owner``, a ``/t/<key>/`` path) would show in ``ps``
+    and the shell's history, and the uploads (py-rattler-build) never read it from there: they take the
+    variable or the auth file. It is refused in every form, and never shown: ``anaconda://<key>@owner`` once
+    became the owner, so the key was a path segment of the read URL that no redaction removes."""
+    if split_url(to).empty:
+        return
+    if kind == "directory":
+        hint = "a directory channel takes no credentials: write it as a path or file:///path"
+    elif kind == "s3":
+        hint = "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+    elif option == "--to":
+        hint = f"export {TOKEN_VARS[kind]}=<key>, or add the host to RATTLER_AUTH_FILE"
+    else:
+        hint = (f"add the host to RATTLER_AUTH_FILE to read it (publish --to takes {TOKEN_VARS[kind]} "
+                "from the environment)")
+    raise InputError(f"{option} {redact_url(to)}: credentials do not go in {option}", hint=hint)
 
 
 def local_packages(source: Path) -> list[LocalPackage]:
