@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -102,3 +103,14 @@ def solve_on_gpu_host(channels: list[Path], specs: list[str], isa: str) -> list[
             virtual_packages=[GenericVirtualPackage(PackageName(n), Version(v), BuildString("0")) for n, v in vps],
         )
     )
+
+
+def listed_in_repodata(channel: Path) -> dict[str, str]:
+    """``{subdir/file: sha256}`` of what a channel's ``*/repodata.json`` files list."""
+    out = {}
+    for repodata in sorted(channel.glob("*/repodata.json")):
+        data = json.loads(repodata.read_text())
+        for key in ("packages", "packages.conda"):
+            for name, record in (data.get(key) or {}).items():
+                out[f"{repodata.parent.name}/{name}"] = record["sha256"]
+    return out

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import rocmlock
-from channels import Pkg, build_channel
+from channels import Pkg, build_channel, listed_in_repodata
 from rocmlock.cli import main
 
 TOOLS = str(Path(rocmlock.__file__).resolve().parents[1])
@@ -55,14 +55,6 @@ def _shas(source: Path) -> dict[str, str]:
     return {f"{p.parent.name}/{p.name}": _sha(p) for p in sorted(source.glob("*/*.conda"))}
 
 
-def _listed(channel: Path) -> dict[str, str]:
-    out = {}
-    for repodata in sorted(channel.glob("*/repodata.json")):
-        data = json.loads(repodata.read_text())
-        for key in ("packages", "packages.conda"):
-            for name, record in (data.get(key) or {}).items():
-                out[f"{repodata.parent.name}/{name}"] = record["sha256"]
-    return out
 
 
 def _files(channel: Path) -> dict[str, str]:
@@ -114,7 +106,7 @@ def _waited(results: list[tuple[int, dict[str, list[str]], str]]) -> int:
 
 def _lost(channel: Path, source: Path, result: dict[str, list[str]]) -> list[str]:
     """What a publish reported as uploaded but the channel does not hold, or its repodata does not list, as sent."""
-    sent, files, listed = _shas(source), _files(channel), _listed(channel)
+    sent, files, listed = _shas(source), _files(channel), listed_in_repodata(channel)
     return [f"{key}: file {'ok' if files.get(key) == sent[key] else 'lost'}, "
             f"repodata {'ok' if listed.get(key) == sent[key] else 'lost'}"
             for key in result.get("uploaded", []) if files.get(key) != sent[key] or listed.get(key) != sent[key]]
@@ -150,7 +142,7 @@ def test_simultaneous_publishes_of_one_name_with_other_bytes_one_wins_the_other_
         won = [i for i, (code, _, _) in enumerate(results) if code == 0]
         lost_codes = [(code, err) for code, _, err in results if code != 0]
         if len(won) != 1:
-            files, listed = _files(channel), _listed(channel)
+            files, listed = _files(channel), listed_in_repodata(channel)
             wrong = sorted(k for k in files if listed.get(k) != files[k])
             failures.append(f"round {n}: {len(won)} publishes succeeded, reporting "
                             f"{[len(r[1].get('uploaded', [])) for r in results]} uploads; repodata names other "
@@ -161,7 +153,7 @@ def test_simultaneous_publishes_of_one_name_with_other_bytes_one_wins_the_other_
         winner = (sources["x"], sources["y"])[won[0]]
         assert results[won[0]][1]["uploaded"] == sorted(_shas(winner))
         expected = {**_shas(sources["base"]), **_shas(winner)}
-        if _files(channel) != expected or _listed(channel) != expected:
+        if _files(channel) != expected or listed_in_repodata(channel) != expected:
             failures.append(f"round {n}: the channel does not hold (or list) exactly the winner's bytes")
     assert not failures, f"{len(failures)} of {ROUNDS} rounds replaced silently: {failures}"
     assert waited, "the publishes never overlapped: the test proved nothing"
@@ -184,20 +176,20 @@ def test_a_publish_waits_for_the_one_that_holds_the_channel_and_says_so(sources:
         assert line.startswith(f"waiting for another publish to {channel} to finish (process {os.getpid()} ("), line
         time.sleep(1.0)
         assert proc.poll() is None, "it waits, however long the other takes"
-        assert _listed(channel) == _shas(sources["base"]), "and does nothing to the channel meanwhile"
+        assert listed_in_repodata(channel) == _shas(sources["base"]), "and does nothing to the channel meanwhile"
     finally:
         os.close(fd)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert json.loads(out)["uploaded"] == sorted(_shas(sources["a"]))
-    assert _listed(channel) == {**_shas(sources["base"]), **_shas(sources["a"])}
+    assert listed_in_repodata(channel) == {**_shas(sources["base"]), **_shas(sources["a"])}
 
 
 def test_the_lock_file_is_no_package_and_a_channel_only_read_gets_none(sources: dict[str, Path], tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     channel = _team_channel(sources, tmp_path)
     assert (channel / LOCK).is_file() and (channel / LOCK).stat().st_size == 0
-    assert _listed(channel) == _shas(sources["base"]), "repodata lists the packages, not the lock file"
+    assert listed_in_repodata(channel) == _shas(sources["base"]), "repodata lists the packages, not the lock file"
     assert not any(LOCK in p.read_text() for p in channel.glob("*/repodata.json"))
     before = sorted(str(p.relative_to(channel)) for p in channel.rglob("*"))
     # The channel as --from (read only), its lock file beside the subdirs: only packages are published.
@@ -205,7 +197,7 @@ def test_the_lock_file_is_no_package_and_a_channel_only_read_gets_none(sources: 
     assert json.loads(capsys.readouterr().out)["uploaded"] == sorted(_shas(sources["base"]))
     assert sorted(str(p.relative_to(channel)) for p in channel.rglob("*")) == before
     assert not (sources["base"] / LOCK).exists(), "a --from channel is read, never locked"
-    assert _listed(tmp_path / "mirror") == _shas(sources["base"])
+    assert listed_in_repodata(tmp_path / "mirror") == _shas(sources["base"])
 
 
 def test_a_lock_file_made_under_umask_077_is_readable_by_all(sources: dict[str, Path], tmp_path: Path) -> None:
@@ -234,12 +226,12 @@ def test_a_lock_file_of_another_user(sources: dict[str, Path], tmp_path: Path, l
     lines = err.strip().splitlines()
     if works:  # locked through a read-only descriptor
         assert proc.returncode == 0 and lines[-1].endswith("6 uploaded, 0 already there"), err
-        assert _listed(channel) == {**_shas(sources["base"]), **_shas(sources["a"])}
+        assert listed_in_repodata(channel) == {**_shas(sources["base"]), **_shas(sources["a"])}
     else:
         error = f"error: cannot publish to {channel}: cannot open its lock file {channel / LOCK}; nothing was uploaded"
         hint = f"hint: make it readable by every user who publishes there (chmod a+r {channel / LOCK})"
         assert proc.returncode == 1 and lines == [error, hint], err
-        assert _listed(channel) == _shas(sources["base"]) == _files(channel)
+        assert listed_in_repodata(channel) == _shas(sources["base"]) == _files(channel)
 
 
 def test_a_channel_this_user_may_not_write_fails_as_before_and_gets_no_lock_file(
@@ -266,4 +258,4 @@ def test_a_filesystem_without_locks_publishes_unlocked_and_says_so(sources: dict
     assert main(["publish", "--from", str(sources["a"]), "--to", str(channel)]) == 0
     err = capsys.readouterr().err
     assert f"cannot lock {channel / LOCK} (No locks available): publishing without the lock" in err
-    assert _listed(channel) == _shas(sources["a"]) == _files(channel)
+    assert listed_in_repodata(channel) == _shas(sources["a"]) == _files(channel)

@@ -9,7 +9,6 @@ while indexing (``rattler.index.index_fs``). About 5 s.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import rocmlock
-from channels import Pkg, build_channel
+from channels import Pkg, build_channel, listed_in_repodata
 from rocmlock.cli import main
 
 TOOLS = str(Path(rocmlock.__file__).resolve().parents[1])
@@ -72,15 +71,6 @@ def _packages(version: str, text: str = "") -> list[Pkg]:
             Pkg("hip-hello", version, "0", subdir="linux-64")]
 
 
-def _listed(channel: Path) -> dict[str, str]:
-    """``{subdir/file: sha256}`` of what the channel's repodata.json files list."""
-    out = {}
-    for repodata in sorted(channel.glob("*/repodata.json")):
-        data = json.loads(repodata.read_text())
-        for key in ("packages", "packages.conda"):
-            for name, record in (data.get(key) or {}).items():
-                out[f"{repodata.parent.name}/{name}"] = record["sha256"]
-    return out
 
 
 def _package_files(channel: Path) -> dict[str, str]:
@@ -93,7 +83,7 @@ def _package_files(channel: Path) -> dict[str, str]:
 def _check(channel: Path, whole: set[str], allow_missing: bool = False) -> None:
     """Listed files are there with the listed bytes; every file in a subdir is a whole package (sha in ``whole``)."""
     files = _package_files(channel)
-    for key, sha in _listed(channel).items():
+    for key, sha in listed_in_repodata(channel).items():
         if allow_missing and key not in files:
             continue
         assert files.get(key) == sha, f"repodata lists {key} with sha256 {sha}, the file is {files.get(key)}"
@@ -147,10 +137,10 @@ def clean(sources: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
 def test_a_publish_killed_leaves_whole_packages_and_the_rerun_finishes_without_leftovers(
         sources: dict[str, Path], channel: Path, clean: Path, script: str,
         capsys: pytest.CaptureFixture[str]) -> None:
-    listed_before, files_before = _listed(channel), _package_files(channel)
+    listed_before, files_before = listed_in_repodata(channel), _package_files(channel)
     _killed(script, "publish", "--from", str(sources["new"]), "--to", str(channel))
     _check(channel, _whole(sources["old"], sources["new"]))
-    assert _listed(channel) == listed_before, "nothing new is listed before the index runs"
+    assert listed_in_repodata(channel) == listed_before, "nothing new is listed before the index runs"
     if script == KILL_COPY:
         assert _package_files(channel) == files_before, "a copy killed half-way leaves the subdirs as they were"
     assert _publish(sources["new"], channel) == 0
@@ -158,7 +148,7 @@ def test_a_publish_killed_leaves_whole_packages_and_the_rerun_finishes_without_l
     if script != KILL_INDEX:  # killed in the index, the staging directory is already gone
         assert f"removed 1 leftover(s) of an interrupted run in {channel}" in err
     _check(channel, _whole(sources["old"], sources["new"]))
-    assert _listed(channel) == _listed(clean)
+    assert listed_in_repodata(channel) == listed_in_repodata(clean)
     assert _tree(channel) == _tree(clean), "no staging directory or partial file stays behind"
 
 
@@ -169,7 +159,7 @@ def test_force_replaces_the_file_and_its_repodata_entry(sources: dict[str, Path]
     assert _publish(sources["other"], channel, "--force") == 0
     capsys.readouterr()
     new = {f"noarch/{p.name}": _sha(p) for p in sources["other"].glob("noarch/rocm-version-*.conda")}
-    listed = _listed(channel)
+    listed = listed_in_repodata(channel)
     assert {k: listed[k] for k in new} == new, "repodata names the new bytes, not the replaced file's"
     _check(channel, _whole(sources["old"], sources["new"], sources["other"]))
 
@@ -186,5 +176,5 @@ def test_a_force_publish_killed_while_replacing_is_repaired_by_the_rerun(
     capsys.readouterr()
     _check(channel, whole)
     replaced = {f"noarch/{p.name}": _sha(p) for p in sources["other"].glob("noarch/rocm-version-*.conda")}
-    assert {k: _listed(channel)[k] for k in replaced} == replaced
+    assert {k: listed_in_repodata(channel)[k] for k in replaced} == replaced
     assert not list(channel.glob(f"{SCRATCH}*"))
