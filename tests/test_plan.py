@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from channels import Pkg, build_channel
 from rocmlock.cli import main
 from rocmlock.errors import InputError
 from rocmlock.plan import Plan, make_plan, render_plan
+from rocmlock.recipes import recipe_packages
 from rocmlock.targets import get_target
 from rocmlock.workspace import load_workspace
 
@@ -34,7 +36,9 @@ JSON_KEYS = {
 
 
 def mirror(root: Path, recipes: tuple[str, ...] = OURS) -> Path:
-    """A checkout-shaped copy: recipes/<some> + variants.yaml, and the tables they load (GPU, AOTriton)."""
+    """A checkout-shaped copy: recipes/<some> + variants.yaml, and the tables they read (GPU, AOTriton, and the
+    ROCm components their build scripts check, with the rows of these recipes' packages only: plan refuses a row
+    naming a package no recipe builds)."""
     for name in recipes:
         shutil.copytree(ROOT / "recipes" / name, root / "recipes" / name)
     shutil.copy(ROOT / "recipes" / "variants.yaml", root / "recipes" / "variants.yaml")
@@ -43,6 +47,10 @@ def mirror(root: Path, recipes: tuple[str, ...] = OURS) -> Path:
     data.mkdir(parents=True)
     for table in ("gpu_targets.toml", "aotriton.toml"):
         shutil.copy(ROOT / "tools" / "rocmlock" / "data" / table, data / table)
+    text = (ROOT / "tools" / "rocmlock" / "data" / "rocm_components.toml").read_text()
+    packages = {n for name in recipes for n in recipe_packages(root / "recipes" / name / "recipe.yaml")}
+    rows = [f"{p} = {json.dumps(keys)}\n" for p, keys in tomllib.loads(text)["packages"].items() if p in packages]
+    (data / "rocm_components.toml").write_text(text[:text.index("\n[packages]\n") + 12] + "".join(rows))
     return root / "recipes"
 
 

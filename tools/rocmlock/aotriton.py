@@ -11,7 +11,6 @@ it) reads the table each recipe loads through :func:`check_recipes` first, so ba
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -19,15 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from rocmlock.errors import InputError, expect_type
-from rocmlock.targets import all_targets
-from rocmlock.tomlcompat import tomllib
+from rocmlock.tables import check_keys, expect_match, loaded_by, read_toml
+from rocmlock.tables import key as _key
+from rocmlock.targets import NAME as GPU_TABLE
+from rocmlock.targets import all_targets, read_targets
 
 NAME = "aotriton.toml"
-# A recipe's `load_from_file("<relative path>/aotriton.toml")`: the table it renders from.
-_LOADS = re.compile(r'load_from_file\(\s*"([^"]*/' + re.escape(NAME) + r')"\s*\)')
 SHA256 = re.compile(r"[0-9a-f]{64}")
 SERIES = re.compile(r"\d+\.\d+")
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 # aotriton.cmake takes `string(SUBSTRING ${image} 7 -1 ...)` of each image name: they start with "amd-gfx".
 _IMAGE = re.compile(r"amd-gfx[0-9a-z]+")
 _GFX = re.compile(r"gfx[0-9a-z]+")
@@ -61,28 +59,9 @@ class AotritonTable:
         return dict(self.targets).get(gfx)
 
 
-def _key(*parts: str) -> str:
-    """A TOML dotted key, each part quoted when it is no bare key (``runtime."7.2"``)."""
-    return ".".join(p if _BARE_KEY.fullmatch(p) else f'"{p}"' for p in parts)
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: not found", hint="restore tools/rocmlock/data/aotriton.toml from git") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: not valid TOML: {exc}", hint="fix the syntax, or restore it from git") from None
-
-
 def _string(data: dict[str, Any], path: Path, key: str) -> str:
     pattern, what = _STRINGS[key]
-    value = expect_type(data[key], str, path, key, what)
-    if not pattern.fullmatch(value):
-        raise InputError(f"{path}: key '{key}' must be {what}, got {value!r}")
-    return value
+    return expect_match(data[key], pattern, path, key, what)
 
 
 def _series(data: dict[str, Any], path: Path) -> tuple[str, ...]:
@@ -144,14 +123,9 @@ def read_table(path: Path, kernels: Mapping[str, bool] | None = None) -> Aotrito
     ``kernels``: gfx -> whether it has AOTriton kernels (gpu_targets.toml's ``aotriton``); [targets] must list
     exactly those with kernels.
     """
-    data = _read(path)
-    unknown = sorted(set(data) - set(KEYS))
-    if unknown:
-        raise InputError(f"{path}: key '{unknown[0]}' is not one {NAME} takes", hint=f"its keys: {', '.join(KEYS)}")
-    missing = [k for k in KEYS if k not in data]
-    if missing:
-        raise InputError(f"{path}: key '{missing[0]}' is missing",
-                         hint="restore it from git, or take it from PyTorch's cmake/External/aotriton.cmake")
+    data = read_toml(path)
+    check_keys(data, path, (), KEYS, KEYS, NAME,
+               lambda _: "restore it from git, or take it from PyTorch's cmake/External/aotriton.cmake")
     pytorch = _series(data, path)
     strings = {key: _string(data, path, key) for key in _STRINGS}
     runtime = _table(data, path, "runtime", (SERIES, "a ROCm major.minor version",
@@ -173,14 +147,14 @@ def read_table(path: Path, kernels: Mapping[str, bool] | None = None) -> Aotrito
 
 def tables_loaded_by(recipes: Iterable[Path]) -> list[Path]:
     """The aotriton.toml files ``recipes`` (``<dir>/recipe.yaml``) read with ``load_from_file``, each once."""
-    found: dict[Path, None] = {}
-    for recipe in recipes:
-        for rel in _LOADS.findall(recipe.read_text()):
-            found[Path(os.path.normpath(recipe.parent / rel))] = None
-    return list(found)
+    return loaded_by(recipes, NAME)
 
 
 def check_recipes(recipes: Iterable[Path]) -> None:
-    """Validate every aotriton.toml ``recipes`` render from (:func:`read_table`); raises the first problem."""
+    """Validate every aotriton.toml ``recipes`` render from (:func:`read_table`); raises the first problem.
+
+    Its ``[targets]`` is held to the gpu_targets.toml beside it: the pytorch recipe loads both from one directory.
+    """
     for path in tables_loaded_by(recipes):
-        read_table(path)
+        gpus = read_targets(path.parent / GPU_TABLE)
+        read_table(path, {gfx: t.aotriton for gfx, t in gpus.items()})

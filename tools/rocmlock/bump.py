@@ -89,6 +89,8 @@ def bump(
     """
     table = table or load_table()
     ups = _validate(request, table)
+    for up, _ in ups:
+        _check_recipe(table, up, recipes_dir)
     doc = load(recipes_dir / VARIANTS_FILE)
     positions = {up.name: _position(doc, up, version) for up, version in ups}
     check_pairings(table, _pins_after(doc, table, ups), {up.name for up, _ in ups})
@@ -162,6 +164,17 @@ def _validate(request: BumpRequest, table: Table) -> list[tuple[Upstream, str]]:
             if not pattern.fullmatch(value):
                 raise InputError(f"{option} {name}={value}: not {what}")
     return ups
+
+
+def _check_recipe(table: Table, up: Upstream, recipes_dir: Path) -> None:
+    """The recipe whose run requirements follow ``up``'s sdist (``recipe`` in upstreams.toml) is in ``recipes_dir``."""
+    if up.recipe and not (recipes_dir / up.recipe / "recipe.yaml").is_file():
+        raise InputError(
+            f"{table.path}: key 'upstream.{up.name}.recipe' names '{up.recipe}', but {recipes_dir} has no "
+            f"{up.recipe}/recipe.yaml",
+            hint="name the directory of the recipe whose run requirements follow the sdist's pyproject.toml, or "
+                 "remove the key",
+        )
 
 
 def _position(doc: Document, up: Upstream, version: str) -> int:

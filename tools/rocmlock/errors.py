@@ -37,7 +37,11 @@ class OperationError(RocmlockError):
 
 
 def expect_type(value: Any, kind: type | tuple[type, ...], path: Path, key: str, what: str) -> Any:
-    """``value`` when it is a ``kind``; else an InputError naming the file, the key and what it must be."""
-    if not isinstance(value, kind):
+    """``value`` when it is a ``kind``; else an InputError naming the file, the key and what it must be.
+
+    A TOML ``true`` is no number: bool passes only when ``kind`` names it (Python's bool is an int).
+    """
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         raise InputError(f"{path}: key '{key}' must be {what}, got {type(value).__name__}")
     return value

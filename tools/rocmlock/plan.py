@@ -19,11 +19,19 @@ from typing import Any
 
 from rattler import Version, VersionSpec
 
-from rocmlock.aotriton import check_recipes
+from rocmlock import aotriton, rocm_host, targets
 from rocmlock.credentials import credentials_hint, redact_text, redact_url, refused
 from rocmlock.errors import InputError, OperationError
 from rocmlock.fsutil import relative_path
-from rocmlock.recipes import ENV_KEYS, Matrix, RenderedVariant, discover_recipes, load_matrix, render_recipe
+from rocmlock.recipes import (
+    ENV_KEYS,
+    Matrix,
+    RenderedVariant,
+    discover_recipes,
+    load_matrix,
+    recipe_packages,
+    render_recipe,
+)
 from rocmlock.repodata import query_channel
 from rocmlock.textutil import format_table
 from rocmlock.workspace import Dependency, Environment, Workspace
@@ -143,7 +151,7 @@ def make_plan(
     recipes_dir = (recipes_dir or workspace.root / "recipes").resolve()
     recipes = discover_recipes(recipes_dir)
     matrix = load_matrix(recipes_dir)
-    check_recipes(recipes)  # the AOTriton table the pytorch recipe renders its sources from
+    check_tables(recipes)
     envs = workspace.environments(environments)
     nodes: dict[str, _Node] = {}
     problems: list[str] = []
@@ -157,6 +165,15 @@ def make_plan(
     present = channel_contents(channel, {n.rendered.package for n in ordered}) if channel else frozenset()
     variants = tuple(_freeze(n, recipes_dir, present) for n in ordered)
     return Plan(workspace.path, recipes_dir, tuple(e.name for e in envs), variants, channel, tuple(problems))
+
+
+def check_tables(recipes: list[Path]) -> None:
+    """The data tables ``recipes`` read, validated before anything renders from them: gpu_targets.toml and
+    aotriton.toml (``load_from_file``), and rocm_components.toml (their build scripts, against the packages the
+    recipes build)."""
+    targets.check_recipes(recipes)
+    aotriton.check_recipes(recipes)
+    rocm_host.check_build_scripts(recipes, {name for recipe in recipes for name in recipe_packages(recipe)})
 
 
 def channel_contents(channel: str, names: Iterable[str]) -> frozenset[tuple[str, str, str]]:

@@ -117,6 +117,17 @@ def discover_recipes(recipes_dir: Path) -> list[Path]:
     return found
 
 
+def recipe_packages(recipe: Path) -> tuple[str, ...]:
+    """The package names ``recipe`` builds (``package.name``, and each output's), as written there."""
+    try:
+        data = rb.Stage0Recipe.from_file(str(recipe)).to_dict()
+    except Exception as exc:  # noqa: BLE001 - parse errors become one InputError naming the recipe
+        raise InputError(f"{recipe}: cannot read: {_first_line(exc)}", hint="check the recipe's YAML") from None
+    outputs = [data, *data.get("outputs", [])]
+    return tuple(str(o["package"]["name"]) for o in outputs if isinstance(o.get("package"), dict) and
+                 "name" in o["package"])
+
+
 def load_matrix(recipes_dir: Path) -> Matrix:
     """Read ``<recipes_dir>/variants.yaml`` through rattler-build and validate its gpu targets."""
     path = recipes_dir / VARIANTS_FILE

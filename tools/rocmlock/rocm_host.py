@@ -19,15 +19,17 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
+from rocmlock.errors import InputError, expect_type
 from rocmlock.runner import CommandError, CommandResult, Runner, run_command
+from rocmlock.tables import check_keys, did_you_mean, expect_match, expect_unique, key, read_toml
 from rocmlock.targets import version_tuple
-from rocmlock.tomlcompat import tomllib
 
 Which = Callable[[str, str | None], str | None]
 
@@ -237,12 +239,112 @@ class Component:
         return f"{self.name} (include/{self.header}; Debian/Ubuntu: {self.debian}, AMD: {self.amd})"
 
 
+COMPONENTS = "rocm_components.toml"
+# rocm-build-env.sh's rocmlock_require_rocm_components reads ${RECIPE_DIR}/../../tools/rocmlock/data/<this table>.
+BUILD_SCRIPT_TABLE = f"../../tools/rocmlock/data/{COMPONENTS}"
+_REQUIRES = re.compile(r"^[ \t]*rocmlock_require_rocm_components[ \t]+([^\s;|&]+)", re.MULTILINE)
+_COMPONENT_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*")
+_PACKAGE = re.compile(r"[a-z0-9][a-z0-9._-]*")  # a conda package name
+_COMPONENT_STRINGS: dict[str, tuple[re.Pattern[str], str, str]] = {
+    "name": (re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._+-]*"), "the component's name as AMD writes it, e.g. hipBLAS",
+             '"hipBLAS"'),
+    "header": (re.compile(r"(?!\.\.?/)(?!.*/\.\.?/)[A-Za-z0-9_+-][A-Za-z0-9_+./-]*\.(h|hh|hpp|hxx|cuh)"),
+               "a header path under $ROCM_PATH/include, e.g. hipblas/hipblas.h", '"hipblas/hipblas.h"'),
+    "debian": (re.compile(r"[a-z0-9][a-z0-9+.-]+"), "the Debian/Ubuntu package with the header, e.g. libhipblas-dev",
+               '"libhipblas-dev"'),
+    "amd": (re.compile(r"[a-z0-9][a-z0-9+.-]+"), "AMD's package with the header, e.g. hipblas-dev", '"hipblas-dev"'),
+}
+COMPONENT_KEYS = tuple(_COMPONENT_STRINGS)
+
+
 @cache
 def component_table() -> dict[str, tuple[Component, ...]]:
-    """Per conda package (``bitsandbytes``), the host-ROCm components its build needs."""
-    raw = tomllib.loads(resources.files("rocmlock").joinpath("data/rocm_components.toml").read_text())
-    comps = {key: Component(c["name"], c["header"], c["debian"], c["amd"]) for key, c in raw["components"].items()}
-    return {pkg: tuple(comps[k] for k in keys) for pkg, keys in raw["packages"].items()}
+    """Per conda package (``bitsandbytes``), the host-ROCm components its build needs (the packaged table)."""
+    return read_components(Path(str(resources.files("rocmlock").joinpath(f"data/{COMPONENTS}"))))
+
+
+def read_components(path: Path, packages: Collection[str] | None = None) -> dict[str, tuple[Component, ...]]:
+    """The component table at ``path``, validated: an InputError naming the file and the key otherwise.
+
+    ``packages``: the conda packages the recipes build; each ``[packages]`` row must be one of them (None: not
+    checked, the recipes are not at hand).
+    """
+    data = read_toml(path)
+    check_keys(data, path, (), ("components", "packages"), ("components", "packages"), COMPONENTS,
+               lambda name: f"add a [{name}] table (the comment at the top of the file says what it holds)")
+    components = _components(path, expect_type(data["components"], dict, path, "components",
+                                                "a table of components ([components.<key>])"))
+    rows = expect_type(data["packages"], dict, path, "packages", "a table of package = [component keys]")
+    table: dict[str, tuple[Component, ...]] = {}
+    for package, keys in rows.items():
+        if not _PACKAGE.fullmatch(package):
+            raise InputError(f"{path}: key '{key('packages', package)}' is not a conda package name",
+                             hint="use the package name of the recipe (package.name in its recipe.yaml), e.g. pytorch")
+        if packages is not None and package not in packages:
+            raise InputError(f"{path}: key '{key('packages', package)}': no recipe builds a package '{package}'"
+                             f"{did_you_mean(package, packages)}",
+                             hint=f"use a recipe's package name (package.name in its recipe.yaml): "
+                                  f"{', '.join(sorted(packages))}")
+        table[package] = _needs(path, package, keys, components)
+    return table
+
+
+def _components(path: Path, rows: dict[str, Any]) -> dict[str, Component]:
+    out = {name: _component(path, ("components", name), row) for name, row in rows.items()}
+    seen: dict[str, dict[str, str]] = {"name": {}, "header": {}}  # a row copied to start a new one, left unchanged
+    for name, component in out.items():
+        for field_name, values in seen.items():
+            expect_unique(values, getattr(component, field_name), path, key("components", name, field_name),
+                          field_name)
+    return out
+
+
+def _component(path: Path, where: tuple[str, str], row: Any) -> Component:
+    if not _COMPONENT_KEY.fullmatch(where[1]):
+        raise InputError(f"{path}: key '{key(*where)}' is not a component key (lower case letters, digits, - and _)",
+                         hint="name it after the library, e.g. [components.hipblas]")
+    row = expect_type(row, dict, path, key(*where), f"a table ([{key(*where)}], then its keys)")
+    check_keys(row, path, where, COMPONENT_KEYS, COMPONENT_KEYS, "a component",
+               lambda k: f"add {k} = {_COMPONENT_STRINGS[k][2]} under [{key(*where)}]")
+    return Component(**{k: expect_match(row[k], pattern, path, key(*where, k), what)
+                        for k, (pattern, what, _) in _COMPONENT_STRINGS.items()})
+
+
+def _needs(path: Path, package: str, keys: Any, components: Mapping[str, Component]) -> tuple[Component, ...]:
+    what = 'a non-empty list of component keys of [components], e.g. ["hipblas", "hiprand"]'
+    items = expect_type(keys, list, path, key("packages", package), what)
+    if not items:
+        raise InputError(f"{path}: key '{key('packages', package)}' must be {what}, got an empty list",
+                         hint="or remove the row: a package that needs no ROCm component has none")
+    for i, item in enumerate(items):
+        where = key("packages", package, i)
+        if expect_type(item, str, path, where, "a component key of [components]") not in components:
+            raise InputError(f"{path}: key '{where}': [components] has no '{item}'{did_you_mean(item, components)}",
+                             hint=f"add [components.{item}], or use one of: {', '.join(components)}")
+        if item in items[:i]:
+            raise InputError(f"{path}: key '{where}': '{item}' is listed twice", hint="remove the duplicate")
+    return tuple(components[k] for k in items)
+
+
+def check_build_scripts(recipes: Iterable[Path], packages: Collection[str]) -> None:
+    """The component table each recipe's build.sh checks (``rocmlock_require_rocm_components PACKAGE``), validated
+    against ``packages`` (what the recipes build), and a row there for each PACKAGE a script names."""
+    tables: dict[Path, dict[str, tuple[Component, ...]]] = {}
+    for recipe in recipes:
+        script = recipe.parent / "build.sh"
+        names = _REQUIRES.findall(script.read_text()) if script.is_file() else []
+        for package in (n for n in names if not n.startswith("$")):  # a shell variable: nothing to hold it to
+            path = Path(os.path.normpath(recipe.parent / BUILD_SCRIPT_TABLE))
+            if path not in tables and not path.is_file():
+                raise InputError(f"{script}: rocmlock_require_rocm_components {package} reads {path}, which is "
+                                 "missing", hint=f"restore tools/rocmlock/data/{COMPONENTS} from git")
+            if path not in tables:
+                tables[path] = read_components(path, packages)
+            if package not in tables[path]:
+                raise InputError(f"{script}: rocmlock_require_rocm_components {package}: {path} has no key "
+                                 f"'{key('packages', package)}', so its build would check nothing",
+                                 hint=f"add {key('packages', package)} = [...] (the components its build needs) "
+                                      "to that table, or remove the call")
 
 
 def missing_components(prefix: Path, packages: Iterable[str]) -> dict[str, tuple[Component, ...]]:
