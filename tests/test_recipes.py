@@ -276,6 +276,9 @@ def test_activation_points_at_the_distro_rocm_when_unset(meta_prefix: Path) -> N
     out = _activate(meta_prefix, {}, 'echo "HIP_DEVICE_LIB_PATH=${HIP_DEVICE_LIB_PATH:-}"')
     assert "ROCM_PATH=/usr\n" in out.stdout and "HIP_PATH=/usr\n" in out.stdout
     assert "HIP_DEVICE_LIB_PATH=/usr/lib/x86_64-linux-gnu/amdgcn/bitcode\n" in out.stdout
+    # Debian 12's 5.2 has neither .info/version nor rocm-core's header: the version comes from hipconfig --version,
+    # as rocm-build-env.sh and doctor read it (the activation compared nothing here and said nothing).
+    assert "this environment was built for ROCm 7.2, but the ROCm at /usr is 5.2\n" in out.stderr
 
 
 def test_activation_keeps_hip_path_and_follows_it(meta_prefix: Path, tmp_path: Path) -> None:

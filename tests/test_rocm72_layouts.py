@@ -273,7 +273,7 @@ def test_a_rocm_whose_version_nothing_says_is_said(work: Path, tmp_path: Path) -
         if name != "rocm-core":
             (view / "include" / name).symlink_to(f"/usr/include/{name}")
     act, build = _activate_and_build({"PATH": "/mnt/work/bin"}, work, opt=opt)
-    assert act[0] == ("rocm-version: cannot tell which ROCm is at /opt/rocm (no .info/version or "
-                      "include/rocm-core/rocm_version.h); this environment needs ROCm 7.2")
+    assert act[0] == ("rocm-version: cannot tell which ROCm is at /opt/rocm (no .info/version, "
+                      "include/rocm-core/rocm_version.h or hipconfig); this environment needs ROCm 7.2")
     assert build == [("rocmlock build: cannot tell which ROCm is at /opt/rocm (no .info/version, "
                      "include/rocm-core/rocm_version.h or hipconfig); point ROCM_PATH at a ROCm 7.2 install")]

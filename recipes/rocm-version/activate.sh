@@ -100,7 +100,7 @@ if [ -n "${_rocmlock_rocm}" ] && [ -z "${HIP_DEVICE_LIB_PATH:-}" ] && [ ! -f "${
     fi
 fi
 # The host's version: .info/version (AMD; its first word, less a -<build> suffix, CRs and blank lines aside),
-# else rocm-core's rocm_version.h (Debian has no .info).
+# else rocm-core's rocm_version.h (Debian has no .info), else `hipconfig --version`, as rocm-build-env.sh reads it.
 _rocmlock_host=""
 if [ -n "${_rocmlock_rocm}" ] && [ -r "${_rocmlock_rocm}/.info/version" ]; then
     _rocmlock_host="$(awk '{sub(/\r$/, "")} NF {v = $1; sub(/-.*/, "", v); print v; exit}' "${_rocmlock_rocm}/.info/version")"
@@ -111,7 +111,16 @@ if [ -n "${_rocmlock_rocm}" ] && [ -z "${_rocmlock_host}" ] && [ -r "${_rocmlock
         "${_rocmlock_rocm}/include/rocm-core/rocm_version.h")"
 fi
 if [ -n "${_rocmlock_rocm}" ] && [ -z "${_rocmlock_host}" ]; then
-    echo "rocm-version: cannot tell which ROCm is at ${_rocmlock_rocm} (no .info/version or include/rocm-core/rocm_version.h); this environment needs ROCm @ROCM_VERSION@" >&2
+    # major.minor only: HIP's third number is a build number (Debian 12's and Ubuntu 24.04's 5.x have no rocm-core).
+    if [ -x "${_rocmlock_rocm}/bin/hipconfig" ]; then
+        _rocmlock_host="$("${_rocmlock_rocm}/bin/hipconfig" --version 2>/dev/null || true)"
+    elif command -v hipconfig >/dev/null 2>&1; then
+        _rocmlock_host="$(hipconfig --version 2>/dev/null || true)"
+    fi
+    _rocmlock_host="$(echo "${_rocmlock_host}" | sed -n 's/^\([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | tail -n 1)"
+fi
+if [ -n "${_rocmlock_rocm}" ] && [ -z "${_rocmlock_host}" ]; then
+    echo "rocm-version: cannot tell which ROCm is at ${_rocmlock_rocm} (no .info/version, include/rocm-core/rocm_version.h or hipconfig); this environment needs ROCm @ROCM_VERSION@" >&2
 fi
 if [ -n "${_rocmlock_host}" ]; then
     case "${_rocmlock_host}" in
