@@ -27,34 +27,37 @@ rocmlock_find_rocm() {
     fi
 }
 
-# The ROCm version of a prefix: .info/version (AMD), else rocm-core's rocm_version.h (Debian has no .info),
-# else `hipconfig --version` (major.minor only: HIP's third number is a build number).
+# The ROCm version of a prefix: .info/version (AMD; its first word less a -<build> suffix, CRs and blank lines
+# aside: AMD writes e.g. 7.2.4-123), else rocm-core's rocm_version.h (Debian has no .info), else
+# `hipconfig --version` (major.minor only: HIP's third number is a build number). Empty when none says.
 rocmlock_rocm_version_of() {
-    local rocm="$1" header="$1/include/rocm-core/rocm_version.h" v
+    local rocm="$1" header="$1/include/rocm-core/rocm_version.h" v=""
     if [ -r "${rocm}/.info/version" ]; then
-        v="$(head -n 1 "${rocm}/.info/version")"
-        echo "${v%%-*}"
-    elif [ -r "${header}" ]; then
-        awk '/#define[ \t]+ROCM_VERSION_(MAJOR|MINOR|PATCH)[ \t]/ {v[$2] = $3}
-             END {if (v["ROCM_VERSION_MAJOR"] != "") printf "%s.%s.%s\n", v["ROCM_VERSION_MAJOR"], v["ROCM_VERSION_MINOR"], v["ROCM_VERSION_PATCH"]}' "${header}"
-    elif [ -x "${rocm}/bin/hipconfig" ] || command -v hipconfig >/dev/null 2>&1; then
-        v="$("${rocm}/bin/hipconfig" --version 2>/dev/null || hipconfig --version 2>/dev/null || true)"
-        echo "${v}" | sed -n 's/^\([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | tail -n 1
+        v="$(awk '{sub(/\r$/, "")} NF {v = $1; sub(/-.*/, "", v); print v; exit}' "${rocm}/.info/version")"
     fi
+    if [ -z "${v}" ] && [ -r "${header}" ]; then
+        v="$(awk '/#define[ \t]+ROCM_VERSION_(MAJOR|MINOR|PATCH)[ \t]/ {v[$2] = $3}
+             END {if (v["ROCM_VERSION_MAJOR"] != "") printf "%s.%s.%s\n", v["ROCM_VERSION_MAJOR"], v["ROCM_VERSION_MINOR"], v["ROCM_VERSION_PATCH"]}' "${header}")"
+    fi
+    if [ -z "${v}" ] && { [ -x "${rocm}/bin/hipconfig" ] || command -v hipconfig >/dev/null 2>&1; }; then
+        v="$("${rocm}/bin/hipconfig" --version 2>/dev/null || hipconfig --version 2>/dev/null || true)"
+        v="$(echo "${v}" | sed -n 's/^\([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | tail -n 1)"
+    fi
+    echo "${v}"
 }
 
 # The directory holding ROCm's device libraries (ocml.bc ...) for a prefix: HIP_DEVICE_LIB_PATH, else
-# <rocm>/amdgcn/bitcode, <rocm>/lib/llvm/amdgcn/bitcode, <rocm>/lib/llvm/lib/clang/*/amdgcn/bitcode,
-# <rocm>/lib/<multiarch>/amdgcn/bitcode (Debian 12's 5.x), else the resource directory of the clang hipcc
-# drives (Debian's 7.2.4: /usr/lib/llvm-22/lib/clang/22/amdgcn/bitcode).
+# <rocm>/amdgcn/bitcode, <rocm>/lib/llvm/amdgcn/bitcode, the resource directory of the clang hipcc drives
+# (<rocm>/lib/llvm/bin/clang, else `hipconfig --hipclangpath`; Debian's 7.2.4: /usr/lib/llvm-22/lib/clang/22/amdgcn/bitcode),
+# the newest <rocm>/lib/llvm/lib/clang/*/amdgcn/bitcode, <rocm>/lib/<multiarch>/amdgcn/bitcode (Debian 12's 5.x).
+# The clang is asked before the glob: a stale resource directory beside the real one would otherwise win.
 rocmlock_device_libs_of() {
-    local rocm="$1" d clang=""
+    local rocm="$1" d clang="" found=""
     if [ -n "${HIP_DEVICE_LIB_PATH:-}" ]; then
         echo "${HIP_DEVICE_LIB_PATH}"
         return
     fi
-    for d in "${rocm}/amdgcn/bitcode" "${rocm}/lib/llvm/amdgcn/bitcode" "${rocm}"/lib/llvm/lib/clang/*/amdgcn/bitcode \
-        "${rocm}"/lib/*-linux-gnu/amdgcn/bitcode; do
+    for d in "${rocm}/amdgcn/bitcode" "${rocm}/lib/llvm/amdgcn/bitcode"; do
         [ -f "${d}/ocml.bc" ] && { echo "${d}"; return; }
     done
     if [ -x "${rocm}/lib/llvm/bin/clang" ]; then
@@ -65,24 +68,52 @@ rocmlock_device_libs_of() {
     fi
     if [ -n "${clang}" ]; then
         d="$("${clang}" -print-resource-dir 2>/dev/null || true)/amdgcn/bitcode"
-        [ -f "${d}/ocml.bc" ] && echo "${d}"
+        [ -f "${d}/ocml.bc" ] && { echo "${d}"; return; }
     fi
+    for d in "${rocm}"/lib/llvm/lib/clang/*/amdgcn/bitcode; do
+        [ -f "${d}/ocml.bc" ] && found="${d}"
+    done
+    [ -n "${found}" ] && { echo "${found}"; return; }
+    for d in "${rocm}"/lib/*-linux-gnu/amdgcn/bitcode; do
+        [ -f "${d}/ocml.bc" ] && { echo "${d}"; return; }
+    done
     return 0
 }
 
 rocmlock_rocm_env() {
     : "${ROCMLOCK_ROCM_VERSION:?recipe.yaml sets ROCMLOCK_ROCM_VERSION}"
     : "${ROCMLOCK_GPU_TARGET:?recipe.yaml sets ROCMLOCK_GPU_TARGET}"
+    local from="" given="" host_version
+    if [ -n "${ROCM_PATH:-}" ]; then
+        from=ROCM_PATH given="${ROCM_PATH}"
+    elif [ -n "${HIP_PATH:-}" ]; then
+        from=HIP_PATH given="${HIP_PATH}"
+    fi
     ROCM_PATH="$(rocmlock_find_rocm)"
+    [ "${ROCM_PATH}" = / ] || ROCM_PATH="${ROCM_PATH%/}"  # /usr/ is /usr: no // in the paths built from it
     [ -n "${ROCM_PATH}" ] || rocmlock_die "no ROCm found (ROCM_PATH, HIP_PATH, /opt/rocm, hipconfig --path, /usr); install ROCm ${ROCMLOCK_ROCM_VERSION} or set ROCM_PATH"
+    [ -z "${from}" ] || [ -d "${given}" ] \
+        || rocmlock_die "${from}=${given} does not exist; point it at a ROCm ${ROCMLOCK_ROCM_VERSION} install, or unset it to use /opt/rocm or /usr"
+    case "${ROCM_PATH}" in
+        # ROCm 7.2's hipcc runs clang through `sh -c` unquoted: every compile would end in "sh: 1: /opt/my: not found".
+        *[[:space:]]*) rocmlock_die "${from:-ROCM_PATH}=${ROCM_PATH} has a space, which hipcc cannot run clang from; link it from a path without one (ln -s '${ROCM_PATH}' /opt/rocm-${ROCMLOCK_ROCM_VERSION}) and point ROCM_PATH there" ;;
+    esac
     [ -x "${ROCM_PATH}/bin/hipcc" ] || [ -x "${ROCM_PATH}/bin/amdclang++" ] \
         || rocmlock_die "no ROCm at ${ROCM_PATH} (no bin/hipcc); install ROCm ${ROCMLOCK_ROCM_VERSION} or set ROCM_PATH"
-    local host_version
+    # hipcc takes HIP's headers from HIP_PATH and everything else from ROCM_PATH: one install, or the build mixes two.
+    if [ -n "${HIP_PATH:-}" ] && [ "$(readlink -f -- "${HIP_PATH}" || true)" != "$(readlink -f -- "${ROCM_PATH}")" ]; then
+        rocmlock_die "HIP_PATH=${HIP_PATH} is not the ROCm at ROCM_PATH=${ROCM_PATH} (hipcc would take HIP from one and the rest from the other); unset HIP_PATH or set it to ${ROCM_PATH}"
+    fi
     host_version="$(rocmlock_rocm_version_of "${ROCM_PATH}")"
+    [ -n "${host_version}" ] \
+        || rocmlock_die "cannot tell which ROCm is at ${ROCM_PATH} (no .info/version, include/rocm-core/rocm_version.h or hipconfig); point ROCM_PATH at a ROCm ${ROCMLOCK_ROCM_VERSION} install"
     case "${host_version}" in
         "${ROCMLOCK_ROCM_VERSION}" | "${ROCMLOCK_ROCM_VERSION}".*) ;;
         *) rocmlock_die "this variant is for ROCm ${ROCMLOCK_ROCM_VERSION} but the ROCm at ${ROCM_PATH} is '${host_version}' (.info/version, include/rocm-core/rocm_version.h, hipconfig --version); point ROCM_PATH at a ROCm ${ROCMLOCK_ROCM_VERSION} install" ;;
     esac
+    if [ -n "${HIP_DEVICE_LIB_PATH:-}" ] && [ ! -f "${HIP_DEVICE_LIB_PATH}/ocml.bc" ]; then
+        rocmlock_die "HIP_DEVICE_LIB_PATH=${HIP_DEVICE_LIB_PATH} holds no ocml.bc (ROCm's device libraries); point it at ROCm's amdgcn/bitcode directory, or unset it"
+    fi
     # FindHIP needs ROCM_PATH, hipcc and torch.utils.cpp_extension read ROCM_HOME, and without
     # HIP_PATH the compiler misses hip_runtime.h. Set all three to the same tree.
     export ROCM_PATH

@@ -33,13 +33,14 @@ MIRRORS = Path(os.environ.get("ROCMLOCK_MIRRORS", str(REPO.parent / "shared/mirr
 BASE_ENV = {"PATH": "/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
             "PYTHONPATH": "/mnt/rocmlock"}
 # In the private namespace: mount /proc and the binds, then chroot. $1 root, $2 tools, $3 work ("" none),
-# $4 1 for AMD's layout; the command follows.
+# $4 1 for AMD's layout, $5 a host directory to bind on /opt instead ("" none); the command follows.
 _MOUNT_AND_CHROOT = """set -e
-r=$1 tools=$2 work=$3 amd=$4; shift 4
+r=$1 tools=$2 work=$3 amd=$4 opt=$5; shift 5
 mount -t proc proc "$r/proc"
 mount --bind -o ro "$tools" "$r/mnt/rocmlock" 2>/dev/null || mount --bind "$tools" "$r/mnt/rocmlock"
 [ -z "$work" ] || mount --bind "$work" "$r/mnt/work"
 [ "$amd" != 1 ] || mount --bind "$r/srv/rocmlock-amd/opt" "$r/opt"
+[ -z "$opt" ] || mount --bind "$opt" "$r/opt"
 exec chroot "$r" "$@"
 """
 
@@ -91,14 +92,27 @@ def require_mirror(name: str) -> Path:
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, amd_layout: bool = False,
-        work: Path | None = None, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` in the chroot with a clean environment (BASE_ENV plus ``env``), capturing its output."""
+        work: Path | None = None, opt: Path | None = None, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` in the chroot with a clean environment (BASE_ENV plus ``env``), capturing its output.
+
+    ``opt``: a host directory bound on /opt (a layout of the test's own: its symlinks resolve inside the chroot,
+    so ``amd_view(opt)`` makes AMD's view there to change). ``amd_layout`` binds the chroot's own view instead.
+    """
     root = require_chroot()
     full_env = [f"{k}={v}" for k, v in {**BASE_ENV, **(env or {})}.items()]
     cmd = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _MOUNT_AND_CHROOT, "sh",
-           str(root), str(REPO / "tools"), str(work or ""), "1" if amd_layout else "0",
+           str(root), str(REPO / "tools"), str(work or ""), "1" if amd_layout else "0", str(opt or ""),
            "env", "-i", *full_env, *argv]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def amd_view(opt: Path, name: str = f"rocm-{ROCM_VERSION}") -> Path:
+    """A copy of the chroot's AMD-layout view (``/srv/rocmlock-amd/opt/rocm-7.2.4``: symlinks into the chroot's
+    ``/usr`` and a real ``.info/version``) at ``opt/name``, for a test to change; bind ``opt`` on /opt with
+    ``run(..., opt=opt)``. Returns the copy's host path (``/opt/<name>`` inside the chroot)."""
+    view = opt / name
+    shutil.copytree(require_chroot() / f"srv/rocmlock-amd/opt/rocm-{ROCM_VERSION}", view, symlinks=True)
+    return view
 
 
 def build_bitsandbytes(work: Path, mirror: Path, gfx: str) -> subprocess.CompletedProcess[str]:

@@ -159,7 +159,8 @@ def test_source_packages_are_refused_in_one_line(
     ws = _workspace(tmp_path / "ws", channels, index, SOURCE_DEPS, SOURCES)
     assert main(["export", "--manifest-path", str(ws / "pixi.toml")]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("error: ") and "packages that no export can pin (built from source, or without a hash)" in err[0]
+    assert err[0].startswith("error: ") and "packages that no export can pin (built from source, without a hash, " \
+        "or a URL that may hold a secret)" in err[0]
     for name, why in (("rlk-native", "conda, built from source"), ("rlk-local", "pypi, a local path"),
                       ("rlk-delta", "pypi, a git checkout")):
         assert f"{name} ({why})" in err[0]

@@ -276,6 +276,9 @@ def test_activation_points_at_the_distro_rocm_when_unset(meta_prefix: Path) -> N
     out = _activate(meta_prefix, {}, 'echo "HIP_DEVICE_LIB_PATH=${HIP_DEVICE_LIB_PATH:-}"')
     assert "ROCM_PATH=/usr\n" in out.stdout and "HIP_PATH=/usr\n" in out.stdout
     assert "HIP_DEVICE_LIB_PATH=/usr/lib/x86_64-linux-gnu/amdgcn/bitcode\n" in out.stdout
+    # Debian 12's 5.2 has neither .info/version nor rocm-core's header: the version comes from hipconfig --version,
+    # as rocm-build-env.sh and doctor read it (the activation compared nothing here and said nothing).
+    assert "this environment was built for ROCm 7.2, but the ROCm at /usr is 5.2\n" in out.stderr
 
 
 def test_activation_keeps_hip_path_and_follows_it(meta_prefix: Path, tmp_path: Path) -> None:
@@ -291,7 +294,8 @@ def test_activation_keeps_hip_path_and_follows_it(meta_prefix: Path, tmp_path: P
 def test_activation_warns_on_host_version_mismatch(meta_prefix: Path, tmp_path: Path) -> None:
     rocm = _fake_rocm(tmp_path / "rocm-6.4", "6.4.1-120")
     out = _activate(meta_prefix, {"ROCM_PATH": str(rocm)})
-    assert "built for ROCm 7.2" in out.stderr and "6.4.1-120" in out.stderr
+    # The version as the build and doctor read it: AMD's -<build> suffix is not part of it.
+    assert "built for ROCm 7.2, but the ROCm at" in out.stderr and f"{rocm} is 6.4.1\n" in out.stderr
     assert f"HIP_PATH={rocm}\n" in out.stdout
     # 7.20 is not 7.2: the match is on the whole minor version.
     assert (
@@ -377,6 +381,10 @@ def test_build_env_refuses_a_host_rocm_of_another_version_or_none(tmp_path: Path
     out = _build_env(tmp_path, {**base, "HIP_PATH": str(rocm)}, "rocmlock_rocm_env")
     assert out.returncode == 1 and "for ROCm 7.2" in out.stderr and "'6.4.1'" in out.stderr
     out = _build_env(tmp_path, {**base, "ROCM_PATH": str(tmp_path / "none")}, "rocmlock_rocm_env")
+    assert out.returncode == 1 and out.stderr == (f"rocmlock build: ROCM_PATH={tmp_path / 'none'} does not exist; point "
+                                                  "it at a ROCm 7.2 install, or unset it to use /opt/rocm or /usr\n")
+    (tmp_path / "empty").mkdir()
+    out = _build_env(tmp_path, {**base, "ROCM_PATH": str(tmp_path / "empty")}, "rocmlock_rocm_env")
     assert out.returncode == 1 and "no ROCm at" in out.stderr
 
 

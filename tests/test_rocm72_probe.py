@@ -61,3 +61,27 @@ def test_rocm_path_knows_the_amd_layout() -> None:
     path = _probe({"ROCM_PATH": "/opt/rocm-7.2.4"}, amd=True)["rocm.path"]
     assert path["status"] == "ok"
     assert path["evidence"] == "ROCM_PATH=/opt/rocm-7.2.4: ROCm 7.2.4 (.info/version)"
+
+
+def test_a_leftover_opt_rocm_without_rocm_does_not_hide_the_version(tmp_path: Path) -> None:
+    # AMD's ROCm removed, a /opt/rocm directory left behind (no include/hip), Debian's ROCm in /usr: rocm.path
+    # found /usr, but rocm.version read /opt/rocm (any directory), knew no version and skipped the comparison.
+    opt = tmp_path / "opt"
+    (opt / "rocm/share").mkdir(parents=True)
+    argv = ["/venv/bin/python", "/mnt/rocmlock/verify_env.py", "--only", "rocm", "--expect-rocm", "6.4", "--json"]
+    proc = rocm72chroot.run(argv, opt=opt)
+    checks = {c["id"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert "a distribution's ROCm 7.2.4 is in /usr" in checks["rocm.path"]["evidence"]
+    assert checks["rocm.version"]["status"] == "fail"
+    assert checks["rocm.version"]["evidence"] == ("host ROCm 7.2.4 at /usr; the environment is built for ROCm 6.4 "
+                                                  "(--expect-rocm)")
+
+
+def test_rocm_version_reads_the_rocm_path_the_activation_and_build_use() -> None:
+    # HIP_PATH and ROCM_PATH naming two installs is a warning of rocm.path; the version compared is ROCM_PATH's, as
+    # rocm-build-env.sh, the rocm-version activation and doctor take it.
+    argv = ["/venv/bin/python", "/mnt/rocmlock/verify_env.py", "--only", "rocm", "--expect-rocm", "6.4", "--json"]
+    proc = rocm72chroot.run(argv, env={"HIP_PATH": "/opt/rocm-7.2.4", "ROCM_PATH": "/usr"}, amd_layout=True)
+    checks = {c["id"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["rocm.path"]["status"] == "warn"
+    assert checks["rocm.version"]["evidence"].startswith("host ROCm 7.2.4 at /usr;")

@@ -523,13 +523,18 @@ def distro_rocm(ctx: Context) -> Path | None:
 
 
 def host_rocm(ctx: Context) -> tuple[Path, str | None] | None:
-    """(root, version) of the ROCm the environment uses: HIP_PATH, ROCM_PATH, else /opt/rocm, else /usr."""
-    for var in ("HIP_PATH", "ROCM_PATH"):
+    """(root, version) of the ROCm the environment uses: ROCM_PATH, HIP_PATH, else /opt/rocm, else /usr.
+
+    ROCM_PATH first, as the rocm-version activation, rocm-build-env.sh and doctor take them; /opt/rocm only where it
+    holds ROCm (include/hip/hip_runtime.h), as rocm.path decides: a directory left behind by an uninstalled ROCm
+    hid the distribution's in /usr and the version comparison was skipped.
+    """
+    for var in ("ROCM_PATH", "HIP_PATH"):
         if ctx.environ.get(var):
             root = Path(ctx.environ[var])
             return root, (rocm_version(root) or (None, ""))[0]
     default = ctx.path("/opt/rocm")
-    if default.is_dir():
+    if (default / "include/hip/hip_runtime.h").is_file():
         return default, (rocm_version(default) or (None, ""))[0]
     distro = distro_rocm(ctx)
     return (distro, (rocm_version(distro) or (None, ""))[0]) if distro is not None else None

@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from rocmlock.credentials import redact_url
+from rocmlock.credentials import mask_query
 from rocmlock.errors import InputError, OperationError
 from rocmlock.fsutil import write_set_atomic
 from rocmlock.pins import Rule, Source, Table, Upstream, load_table, parse_version
@@ -251,7 +251,7 @@ def resolve_values(
     if project.files(version) is None:
         raise InputError(
             f"bump {up.name}={version}: '{up.pypi}' has no release {version} on "
-            f"{redact_url(client.hosts.index_url)}",
+            f"{mask_query(client.hosts.index_url)}",
             hint=f"the newest is {project.latest}",
         )
     out = {up.version_key: version}
@@ -292,7 +292,7 @@ def _resolve_rev(src: Source, context: dict[str, str], client: Client, log: Log)
             rev = client.github_commit(src.repo, tag)
         elif src.rev_file:
             url = src.rev_file.format(**context)
-            log(f"reading {redact_url(url)}")
+            log(f"reading {mask_query(url)}")
             rev = next(iter(client.text(url).split()), "")
         else:
             rev = ""
@@ -310,7 +310,7 @@ def _resolve_rev(src: Source, context: dict[str, str], client: Client, log: Log)
 
 def _archive_sha256(src: Source, context: dict[str, str], client: Client, log: Log) -> str:
     url = (src.url or "").format(**context)
-    log(f"downloading {redact_url(url)} to hash it")
+    log(f"downloading {mask_query(url)} to hash it")
     try:
         return client.sha256_of(url)
     except Unreachable as exc:
@@ -349,7 +349,7 @@ def _sync_recipe(
     sdist = client.project(up.pypi).sdist(version)
     assert sdist is not None  # resolve_values checked it
     url = sdist.url
-    log(f"downloading {redact_url(url)} for its pyproject.toml")
+    log(f"downloading {mask_query(url)} for its pyproject.toml")
     data = client.download(url, sdist.sha256)
     reqs = conda_requirements(pyproject_dependencies(data, sdist.filename), table, pythons, sdist.filename)
     doc = load(path)

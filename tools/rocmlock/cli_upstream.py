@@ -28,8 +28,11 @@ def _upstream_args(p: argparse.ArgumentParser) -> None:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from rocmlock.upstream import Client, Hosts, HttpOptions
+    from rocmlock.upstream import Client, Hosts, HttpOptions, check_root_url
 
+    for option in ("index_url", "github_url", "github_api_url", "github_raw_url"):
+        if getattr(args, option):
+            check_root_url(getattr(args, option), "--" + option.replace("_", "-"))
     defaults = Hosts()
     hosts = Hosts(args.index_url or defaults.index_url, args.github_url or defaults.github,
                   args.github_api_url or defaults.github_api, args.github_raw_url or defaults.github_raw)

@@ -11,7 +11,10 @@ A channel URL may carry two kinds of secret, and nothing else in it is one:
   ordinary directory and stays.
 
 A query string or fragment is not a place for a secret either: a channel URL with one is refused
-where it is read (:func:`refuse_query`), so none reaches a message to be redacted.
+where it is read (:func:`refuse_query`), so none reaches a message to be redacted; so is one in a
+pixi.lock (rocmlock.lockfile) and in an upstream root URL (``outdated``/``bump --index-url``). A PyPI
+index URL may legitimately have one (uv sends it): it is read, and never written into an export
+(rocmlock.pypi). :func:`mask_query` hides a query kept as data, :func:`mask_queries` those in a message.
 
 :func:`split_url` separates a URL into its clean form and a :class:`ChannelAuth`. rattler only
 ever sees the clean URL (so its repodata cache is keyed by, and stores, no secret), and the
@@ -134,9 +137,41 @@ def redact_text(text: str, secrets: Iterable[str] | None = None) -> str:
     return out
 
 
-def refuse_query(url: str, where: str) -> None:
+def has_query(url: str) -> bool:
+    """Whether ``url`` has a query string or a fragment (to every URL parser, whatever precedes them)."""
+    return "?" in url or "#" in url
+
+
+def mask_query(url: str) -> str:
+    """``url`` without its secrets and with whatever follows its first ``?`` or ``#`` replaced by :data:`MASK`.
+
+    For a URL kept as data (a source package's location) where a query may be legitimate but may equally be a
+    secret (a presigned ``X-Amz-Signature``): what remains still says where it points."""
+    cut = min((i for i in (url.find("?"), url.find("#")) if i >= 0), default=-1)
+    if cut < 0:
+        return redact_url(url)
+    if "@" in url[cut:]:  # ``https://bot:pw?x@host``: the part before the '?' may be half a password
+        return url.split("://", 1)[0] + "://" + MASK if "://" in url else MASK
+    return _crude_redact(url[:cut]) + url[cut] + MASK
+
+
+def mask_queries(text: str) -> str:
+    """:func:`redact_text`, and the query and fragment of every URL in ``text`` masked (:func:`mask_query`).
+
+    For a message that quotes what it could not read (py-rattler's lock parser says
+    ``invalid type: string "<value>", expected u64``), never for data: a query may be what makes a URL work."""
+    return _URL_IN_TEXT.sub(lambda m: mask_query(m.group(0)), text)
+
+
+_CHANNEL_HINT = ("give the secret in RATTLER_AUTH_FILE, as user:password@ before the host, or as a first path "
+                 "segment /t/<token>/ (a '?' or '#' in a password is written %3F or %23)")
+
+
+def refuse_query(url: str, where: str, what: str = "conda channel URLs never have", hint: str = _CHANNEL_HINT
+                 ) -> None:
     """An InputError, naming ``where`` (``--channel``, a pixi.toml key), when the channel URL ``url`` has a query
-    string or a fragment; the URL is not shown, since what follows its ``?`` is likely the secret.
+    string or a fragment; the URL is not shown, since what follows its ``?`` is likely the secret. ``what`` and
+    ``hint`` say why such a URL has no query and where its secret goes, for URLs other than a channel's.
 
     A conda channel URL has neither, so refusing costs nothing that ever worked and keeps the secret out of
     every message (redaction only knows userinfo and ``/t/<token>/``):
@@ -154,13 +189,12 @@ def refuse_query(url: str, where: str) -> None:
     A ``?`` or ``#`` inside a password is a query or fragment to every URL parser; written ``%3F``/``%23``
     it is a password again.
     """
-    if "?" in url or "#" in url:
+    if has_query(url):
         raise InputError(
-            f"{where}: the URL has a query string or fragment ('?...' or '#...'), which conda channel URLs never "
-            "have (the URL is not shown: that part may be a secret)",
+            f"{where}: the URL has a query string or fragment ('?...' or '#...'), which {what} "
+            "(the URL is not shown: that part may be a secret)",
             # No example URL with userinfo here: the CLI redacts every URL it prints, examples too.
-            hint="give the secret in RATTLER_AUTH_FILE, as user:password@ before the host, or as a first path "
-                 "segment /t/<token>/ (a '?' or '#' in a password is written %3F or %23)")
+            hint=hint)
 
 
 def _host_path(url: str) -> tuple[str, str]:

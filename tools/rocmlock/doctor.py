@@ -9,6 +9,7 @@ reliable way to learn whether this toolchain can emit code for that GPU.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -191,17 +192,15 @@ def _export_fix(prefix: Path | None, device_libs: Path | None) -> str:
 def check_hip_path(host: Host, build: bool, device_libs: Path | None = None) -> tuple[Check, Path | None]:
     """HIP_PATH / ROCM_PATH set and holding ``include/hip/hip_runtime.h``, or unset with ROCm where tools look."""
     candidate = rocm_host.discover_prefix(host)
-    for var in ("HIP_PATH", "ROCM_PATH"):
+    for var in rocm_host.ROCM_VARS:
         value = host.env.get(var)
         if value and not holds_header(value):
             return Check("hip-path", "fail", f"{var}={value} does not hold {HIP_HEADER} "
                          "(the build stops with 'hip_runtime.h not found')",
                          _export_fix(candidate, device_libs)), candidate
-    set_vars = [v for v in ("HIP_PATH", "ROCM_PATH") if host.env.get(v)]
+    set_vars = rocm_host.set_rocm_vars(host.env)
     if set_vars:
-        path = Path(host.env[set_vars[0]])
-        both = " and ".join(f"{v}={host.env[v]}" for v in set_vars)
-        return Check("hip-path", "ok", f"{both}: {HIP_HEADER} found"), path
+        return _check_set_rocm(host, build, set_vars), Path(host.env[set_vars[0]])
     if candidate == rocm_host.DEFAULT_ROCM:
         return Check("hip-path", "ok", f"HIP_PATH/ROCM_PATH unset; the default {candidate} holds {HIP_HEADER}"), \
             candidate
@@ -214,6 +213,32 @@ def check_hip_path(host: Host, build: bool, device_libs: Path | None = None) -> 
     return Check("hip-path", "fail" if build else "warn",
                  f"HIP_PATH/ROCM_PATH unset and {where}: builds fail with 'hip_runtime.h not found'",
                  _export_fix(candidate, device_libs)), candidate
+
+
+def _check_set_rocm(host: Host, build: bool, set_vars: list[str]) -> Check:
+    """ROCM_PATH (else HIP_PATH) names a ROCm: one hipcc can run from, the only one named, and which it overrides."""
+    status: Status = "fail" if build else "warn"
+    var, value = set_vars[0], host.env[set_vars[0]]
+    if re.search(r"\s", value):
+        # ROCm 7.2's hipcc runs clang through `sh -c` unquoted (tests/test_rocm72_layouts.py).
+        version = rocm_host.find_version(host, Path(value))[0] or "X.Y.Z"
+        first_word = re.split(r"\s", value)[0]
+        return Check("hip-path", status, f"{var}={value} has a space, which hipcc cannot run clang from (every "
+                     f"compile fails with '{first_word}: not found')",
+                     f"link it from a path without one (ln -s '{value}' /opt/rocm-{version}) and point "
+                     "HIP_PATH/ROCM_PATH there")
+    if len(set_vars) == 2 and not rocm_host.same_install(host.env["HIP_PATH"], value):
+        return Check("hip-path", status, f"HIP_PATH={host.env['HIP_PATH']} and ROCM_PATH={value} are different ROCm "
+                     "installs: hipcc takes HIP from HIP_PATH and the rest from ROCM_PATH (rocm-build-env.sh refuses "
+                     "this)", f"export HIP_PATH={value} (or unset HIP_PATH)")
+    both = " and ".join(f"{v}={host.env[v]}" for v in set_vars)
+    default = rocm_host.DEFAULT_ROCM
+    unused = ""
+    if holds_header(default) and not rocm_host.same_install(default, value):
+        real = os.path.realpath(default)
+        named = f"{default} -> {real}" if real != str(default) else str(default)
+        unused = f" ({var} wins: the ROCm at {named} is not used)"
+    return Check("hip-path", "ok", f"{both}: {HIP_HEADER} found{unused}")
 
 
 def check_device_libs(host: Host, compiler: str | None, device_libs: Path | None, how: str, build: bool) -> Check:
@@ -237,7 +262,7 @@ def check_device_libs(host: Host, compiler: str | None, device_libs: Path | None
     if dry is not None:
         # Builds get HIP_DEVICE_LIB_PATH from rocm-build-env.sh; a plain hipcc in this shell does not.
         rocm = host.env.get("ROCM_PATH") or host.env.get("HIP_PATH")
-        why = f" with ROCM_PATH={rocm} (clang looks in {rocm}/amdgcn/bitcode)" if rocm else ""
+        why = f" with ROCM_PATH={rocm} (clang looks in {Path(rocm) / 'amdgcn/bitcode'})" if rocm else ""
         return Check("device-libs", "warn", f"the compiler does not find the device libraries in {device_libs}"
                      f"{why}: {dry.error}",
                      f"export HIP_DEVICE_LIB_PATH={device_libs}" + (" (or unset ROCM_PATH)" if rocm else ""))
@@ -301,7 +326,11 @@ def compiler_verdict(res: CommandResult | None) -> str:
         for line in text.splitlines():
             if "error:" in line or "error :" in line:
                 return line.strip()
-    return res.last_error_line()
+    # hipcc runs clang through the shell: when that cannot start it, the shell's line says why, and hipcc's own
+    # last line ("failed to execute: <command>") does not.
+    shell = [line.strip() for text in (res.stderr, res.stdout) for line in text.splitlines()
+             if line.strip().endswith((": not found", "No such file or directory"))]
+    return shell[0] if shell else res.last_error_line()
 
 
 def check_offload_arch(host: Host, compiler: str | None, env: Mapping[str, str], rocm_version: str | None,
@@ -449,10 +478,11 @@ def run_doctor(
     every package of rocm_components.toml, as warnings."""
     host = host or Host(env=dict(os.environ))
     targets = tuple(targets)
-    prefix = rocm_host.discover_prefix(host)
-    hip_check, rocm = check_hip_path(host, build, rocm_host.find_device_libs(host, prefix)[0])
-    version, source = rocm_host.find_version(host, rocm)
-    device_libs, how = rocm_host.find_device_libs(host, rocm)
+    search = rocm_host.searching(host)
+    prefix = rocm_host.discover_prefix(search)
+    hip_check, rocm = check_hip_path(host, build, rocm_host.find_device_libs(search, prefix)[0])
+    version, source = rocm_host.find_version(search, rocm)
+    device_libs, how = rocm_host.find_device_libs(search, rocm)
     compiler = find_compiler(host, rocm)
     checks = [hip_check, check_rocm_version(version, source, rocm_wanted, build),
               check_device_libs(host, compiler, device_libs, how, build), check_hip_platform(host, build),

@@ -29,6 +29,7 @@ from rocmlock.lockfile import (
     empty_platforms,
     lock_platform,
     read_lockfile,
+    redact_record,
     render_lockfile,
 )
 from rocmlock.outputs import commit, exclusive
@@ -39,7 +40,6 @@ from rocmlock.solve import (
     default_cache_dir,
     make_job,
     merge_jobs,
-    redact_record,
     solve_jobs,
     subset_for,
 )
@@ -248,6 +248,8 @@ def render_outputs(ws: Workspace, locked: LockedWorkspace, envs: Iterable[Enviro
         if lenv is None:
             continue
         plats = [locked.platforms[p.name] for p in env.platforms if p.name in locked.platforms]
+        if any(lenv.pypi.values()):  # the exports write the environment's PyPI indexes: none with a query
+            env.pypi_indexes.refuse_query(env.name)
         # conda reads a relative channel path against the current directory, so exports name it absolutely.
         channels = [channel_base_url(c, ws.root) if is_local_channel(c) else c for c in lenv.channels]
         files.update(render_exports(ws.root / ENVS_DIR, env.name, channels, plats, lenv.records,
@@ -369,7 +371,7 @@ def _source_packages(lock_path: Path, locked: LockedWorkspace, envs: Sequence[En
         if found and not skip_source:
             names = sorted({s.describe() for srcs in found.values() for s in srcs})
             raise InputError(f"{lock_path}: environment '{env.name}' has packages that no export can pin "
-                             f"(built from source, or without a hash): "
+                             f"(built from source, without a hash, or a URL that may hold a secret): "
                              f"{', '.join(names)}",
                              hint="pass --skip-source to export the rest (the exports name what they leave out)")
         warnings += [f"environment '{env.name}' [{plat}]: left out source package(s) "

@@ -3,6 +3,17 @@
 Platforms are written the way pixi writes them (pixi_core/src/lock_file/update.rs): one top-level
 entry per manifest platform used by some environment, named like the manifest platform, with the
 subdir and every declared virtual package (subdir defaults included) as ``__name=version[=build]``.
+
+No secret is read from a lock nor written into one. pixi 0.77 writes a channel's URL as the manifest
+spells it, credentials included (update.rs ``set_channels`` of ``into_base_url(..).to_string()``; rattler's
+``ChannelUrl`` displays the URL as is, rattler_conda_types/src/channel/channel_url.rs), and the package URLs
+the gateway built from it carry them too. So a lock is read with ``user:password@`` and ``/t/<token>/`` taken
+out of every channel and package URL (the clean URL names the same file; the credentials come from the
+manifest's channel URLs or RATTLER_AUTH_FILE), and :func:`build_lockfile` writes none. A query string or
+fragment in a conda channel or package URL is refused on reading, the URL not shown: rattler builds a
+package URL by joining ``<platform>/<file>`` onto the channel URL, which drops both
+(:func:`rocmlock.credentials.refuse_query`), so no tool that locks with rattler writes one, and there is no
+telling a secret in it from the rest.
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ from pathlib import Path
 from rattler import LockChannel, LockFile, LockPlatform, RepoDataRecord, Subdir
 from rattler.exceptions import ParseCondaLockError
 
-from rocmlock.credentials import redact_url
+from rocmlock.credentials import has_query, mask_queries, redact_url
 from rocmlock.errors import InputError
 from rocmlock.pypi import PypiPin, SourcePackage, split_packages
 from rocmlock.workspace import (
@@ -65,6 +76,14 @@ def lock_platform(platform: Platform) -> LockedPlatform:
     return LockedPlatform(platform.name, platform.subdir, vps)
 
 
+def redact_record(record: RepoDataRecord) -> RepoDataRecord:
+    """``record`` with credentials removed from its URL and channel (for anything written)."""
+    url, channel = redact_url(record.url), redact_url(record.channel or "")
+    if url == record.url and channel == (record.channel or ""):
+        return record
+    return RepoDataRecord(record, record.file_name, url, channel)
+
+
 def build_lockfile(locked: LockedWorkspace) -> LockFile:
     """A ``rattler.LockFile`` with ``locked``'s platforms, channels and records (sorted, so output is stable)."""
     platforms = {
@@ -76,7 +95,7 @@ def build_lockfile(locked: LockedWorkspace) -> LockFile:
         lock.set_channels(env_name, [LockChannel(redact_url(c)) for c in env.channels])
         for plat_name, records in sorted(env.records.items()):
             for record in sorted(records, key=lambda r: r.name.normalized):
-                lock.add_conda_package(env_name, platforms[plat_name], record)
+                lock.add_conda_package(env_name, platforms[plat_name], redact_record(record))
     return lock
 
 
@@ -99,27 +118,49 @@ def read_lockfile(path: Path) -> LockedWorkspace | None:
         hint = ("it was written by a newer pixi than this py-rattler reads: upgrade py-rattler, or lock with a pixi "
                 "that writes format 7" if "newer lockfile format" in str(exc) else
                 "restore it (`git checkout pixi.lock`) or write it again with `pixi lock` or `rocmlock lock`")
-        raise InputError(f"{path}: cannot read the lock file: {exc}", hint=hint) from None
-    return _from_lockfile(lock)
+        # The parser quotes what it could not read ('invalid type: string "<value>"'): never a URL's query.
+        raise InputError(f"{path}: cannot read the lock file: {mask_queries(str(exc))}", hint=hint) from None
+    return _from_lockfile(lock, path)
 
 
-def _from_lockfile(lock: LockFile) -> LockedWorkspace:
+def _clean_url(url: str, path: Path, where: str) -> str:
+    """``url`` of the lock without its credentials; an InputError (the URL not shown) when it has a query."""
+    if "://" in url and has_query(url):  # a local channel's path may hold a '?'; a path is never a secret
+        raise InputError(f"{path}: {where}: the URL has a query string or fragment ('?...' or '#...'), which no "
+                         "conda channel or package URL has (the URL is not shown: that part may be a secret)",
+                         hint="remove it from pixi.lock, or delete pixi.lock and lock again; if the lock was "
+                              "shared, revoke the secret (a channel's secret goes in RATTLER_AUTH_FILE)")
+    return redact_url(url)
+
+
+def _clean_records(records: Sequence[RepoDataRecord], path: Path, where: str) -> list[RepoDataRecord]:
+    for record in records:
+        _clean_url(record.url, path, f"{where}, package '{record.name.normalized}'")
+        _clean_url(record.channel or "", path, f"{where}, the channel of package '{record.name.normalized}'")
+    return [redact_record(r) for r in records]
+
+
+def _from_lockfile(lock: LockFile, path: Path) -> LockedWorkspace:
     platforms = {
         p.name: LockedPlatform(p.name, str(p.subdir), tuple(p.virtual_packages)) for p in lock.platforms()
     }
     envs: dict[str, LockedEnvironment] = {}
-    for name, env in lock.environments():
+    # Sorted: py-rattler's order varies from run to run, and the first refused URL must be the same every time.
+    for name, env in sorted(lock.environments(), key=lambda item: item[0]):
+        channels = tuple(_clean_url(str(c), path, f"environment '{name}', channel {i + 1}")
+                         for i, c in enumerate(_channels(env)))
         records: dict[str, list[RepoDataRecord]] = {}
         pypi: dict[str, list[PypiPin]] = {}
         sources: dict[str, list[SourcePackage]] = {}
-        for plat in env.platforms():
-            records[plat.name] = list(env.conda_repodata_records_for_platform(plat) or [])
+        for plat in sorted(env.platforms(), key=lambda p: p.name):
+            records[plat.name] = _clean_records(env.conda_repodata_records_for_platform(plat) or [], path,
+                                                f"environment '{name}' [{plat.name}]")
             pins, srcs = split_packages(env.packages(plat) or [])
             if pins:
                 pypi[plat.name] = pins
             if srcs:
                 sources[plat.name] = srcs
-        envs[name] = LockedEnvironment(tuple(str(c) for c in _channels(env)), records, pypi, sources)
+        envs[name] = LockedEnvironment(channels, records, pypi, sources)
     return LockedWorkspace(platforms, envs)
 
 

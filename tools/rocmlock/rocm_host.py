@@ -20,7 +20,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -69,6 +69,30 @@ class Host:
 
 def holds_header(path: str | Path) -> bool:
     return (Path(path) / HIP_HEADER).is_file()
+
+
+# The order rocm-build-env.sh and the rocm-version activation take them in: ROCM_PATH wins.
+ROCM_VARS = ("ROCM_PATH", "HIP_PATH")
+
+
+def set_rocm_vars(env: Mapping[str, str]) -> list[str]:
+    """Which of ROCM_PATH and HIP_PATH are set (non-empty), ROCM_PATH first."""
+    return [v for v in ROCM_VARS if env.get(v)]
+
+
+def same_install(a: str | Path, b: str | Path) -> bool:
+    """Two names of one directory (/opt/rocm and /opt/rocm-7.2.4, /usr and /usr/)."""
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def searching(host: Host) -> Host:
+    """``host`` without a ROCM_PATH/HIP_PATH that holds no ROCm, for finding where ROCm really is.
+
+    Debian's hipconfig answers ``--hipclangpath`` and ``--path`` from $ROCM_PATH: asked with a ROCM_PATH that names
+    nothing, it names a clang under it, and the device libraries, the version and the fix went missing with it.
+    """
+    bad = [v for v in ROCM_VARS if host.env.get(v) and not holds_header(host.env[v])]
+    return replace(host, env={k: v for k, v in host.env.items() if k not in bad}) if bad else host
 
 
 def is_distro_layout(prefix: Path) -> bool:
@@ -149,20 +173,26 @@ def _clang_of(host: Host, prefix: Path | None) -> str | None:
 
 
 def device_lib_candidates(host: Host, prefix: Path | None) -> list[tuple[Path, str]]:
-    """Where ROCm's device libraries may be, in search order, each with how it was found."""
+    """Where ROCm's device libraries may be, in search order, each with how it was found.
+
+    The clang hipcc drives is asked before the ``lib/llvm/lib/clang/*`` glob: a stale resource directory beside the
+    real one (21 beside 22) would otherwise be found first and break a compile that works without it. Of the glob,
+    the newest first; rocm-build-env.sh and the rocm-version activation search in this order too.
+    """
     found: list[tuple[Path, str]] = []
     if prefix is not None:
         found += [(prefix / "amdgcn/bitcode", "<rocm>/amdgcn/bitcode"),
                   (prefix / "lib/llvm/amdgcn/bitcode", "<rocm>/lib/llvm/amdgcn/bitcode")]
-        found += [(p, "<rocm>/lib/llvm/lib/clang/*/amdgcn/bitcode")
-                  for p in sorted((prefix / "lib/llvm/lib/clang").glob("*/amdgcn/bitcode"))]
-        # Debian 12 / Ubuntu 24.04's ROCm 5.x packages: the multiarch library directory.
-        found += [(p, "<rocm>/lib/<multiarch>/amdgcn/bitcode")
-                  for p in sorted((prefix / "lib").glob("*-linux-gnu/amdgcn/bitcode"))]
     clang = _clang_of(host, prefix)
     resource = host.output([clang, "-print-resource-dir"]) if clang else None
     if resource:
         found.append((Path(resource) / "amdgcn/bitcode", f"{clang} -print-resource-dir"))
+    if prefix is not None:
+        found += [(p, "<rocm>/lib/llvm/lib/clang/*/amdgcn/bitcode")
+                  for p in sorted((prefix / "lib/llvm/lib/clang").glob("*/amdgcn/bitcode"), reverse=True)]
+        # Debian 12 / Ubuntu 24.04's ROCm 5.x packages: the multiarch library directory.
+        found += [(p, "<rocm>/lib/<multiarch>/amdgcn/bitcode")
+                  for p in sorted((prefix / "lib").glob("*-linux-gnu/amdgcn/bitcode"))]
     return found
 
 

@@ -214,12 +214,3 @@ def subset_for(records: Iterable[RepoDataRecord], specs: Iterable[str]) -> list[
         seen.add(name)
         todo.extend(MatchSpec(d).name.normalized for d in by_name[name].depends)
     return [by_name[n] for n in sorted(seen)]
-
-
-def redact_record(record: RepoDataRecord) -> RepoDataRecord:
-    """``record`` with credentials removed from its URL and channel (for anything written)."""
-    url, channel = redact_url(record.url), redact_url(record.channel or "")
-    if url == record.url and channel == (record.channel or ""):
-        return record
-    return RepoDataRecord(record, record.file_name, url, channel)
-

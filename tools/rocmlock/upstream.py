@@ -5,7 +5,8 @@ One ``requests`` Session with retries (urllib3's ``Retry``: connection errors, r
 429/5xx answers, with backoff) and a timeout on every call. Like pip, the session takes proxies
 (HTTP(S)_PROXY, NO_PROXY) and the CA bundle (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE) from the
 environment (``trust_env``); ``PIP_CERT`` is honoured too. Credentials in an index URL never reach a
-message: every URL shown goes through :func:`rocmlock.credentials.redact_url`.
+message: every URL shown goes through :func:`rocmlock.credentials.mask_query`, which also hides a file URL's
+query (a mirror's presigned ``X-Amz-Signature``); a root URL has none (:func:`check_root_url`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from rocmlock.credentials import redact_url
+from rocmlock.credentials import mask_query, refuse_query
 from rocmlock.errors import OperationError
 
 PYPI_URL = "https://pypi.org/pypi"
@@ -56,6 +57,18 @@ class Hosts:
             "github_api": self.github_api.rstrip("/"),
             "github_raw": self.github_raw.rstrip("/"),
         }
+
+
+def check_root_url(url: str, option: str) -> None:
+    """An InputError naming ``option``, the URL not shown, when the root ``url`` (of the index, GitHub, its API or
+    raw files) has a query string or fragment.
+
+    Paths are appended to a root (``<index>/<name>/json``): after a query they land inside it, so such a URL
+    never worked, and its query, maybe a token, was printed in every error (redaction knows userinfo only).
+    requests sends ``user:password@`` from the URL, and reads ``~/.netrc`` for a request without credentials
+    (requests/sessions.py ``prepare_request``, with ``trust_env``)."""
+    refuse_query(url, option, what="a root URL rocmlock appends paths to cannot have",
+                 hint="give the credentials in ~/.netrc (read for every host) or as user:password@ before the host")
 
 
 @dataclass(frozen=True)
@@ -136,7 +149,7 @@ class Client:
     def _get(
         self, url: str, stream: bool = False, headers: dict[str, str] | None = None
     ) -> requests.Response:
-        shown = redact_url(url)
+        shown = mask_query(url)
         try:
             same_host = urlsplit(url).hostname == self._index_host and "@" not in urlsplit(url).netloc
             auth = self._index_auth if same_host else None
@@ -170,7 +183,7 @@ class Client:
                 data = self._get(url).json()
             except ValueError:
                 raise OperationError(
-                    f"{redact_url(url)}: not a PyPI JSON API answer",
+                    f"{mask_query(url)}: not a PyPI JSON API answer",
                     hint="--index-url takes the JSON API root, e.g. https://pypi.org/pypi",
                 ) from None
             self._projects[name] = _project(name, data, url)
@@ -182,7 +195,7 @@ class Client:
         got = hashlib.sha256(data).hexdigest()
         if sha256 is not None and got != sha256:
             raise ChecksumMismatch(
-                f"{redact_url(url)}: sha256 {got}, expected {sha256}",
+                f"{mask_query(url)}: sha256 {got}, expected {sha256}",
                 hint="the download is corrupt or the file changed upstream; do not pin it",
             )
         return data
@@ -222,7 +235,7 @@ def _chunks(response: requests.Response) -> Iterator[bytes]:
     try:
         yield from response.iter_content(_CHUNK)
     except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-        raise Unreachable(f"{redact_url(response.url)}: download interrupted ({_reason(exc)})") from None
+        raise Unreachable(f"{mask_query(response.url)}: download interrupted ({_reason(exc)})") from None
 
 
 def _reason(exc: BaseException) -> str:
