@@ -137,13 +137,18 @@ rocmlock_require_rocm_components() {
     [ -r "${table}" ] || rocmlock_die "no component table at ${table}"
     missing="$(python - "${table}" "$1" "${ROCM_PATH}" <<'PY'
 import pathlib, sys, tomllib
-table = tomllib.loads(pathlib.Path(sys.argv[1]).read_text())
-include = pathlib.Path(sys.argv[3]) / "include"
-missing = [table["components"][key] for key in table["packages"].get(sys.argv[2], [])]
-print("; ".join(f"{c['name']} (include/{c['header']}; Debian/Ubuntu: {c['debian']}, AMD: {c['amd']})"
-                for c in missing if not (include / c["header"]).is_file()))
+# rocmlock plan/build validate this table first (tools/rocmlock/rocm_host.py); a hand-run rattler-build does not,
+# so a malformed table is one line here too, not a traceback.
+try:
+    table = tomllib.loads(pathlib.Path(sys.argv[1]).read_text())
+    include = pathlib.Path(sys.argv[3]) / "include"
+    missing = [table["components"][key] for key in table["packages"].get(sys.argv[2], [])]
+    print("; ".join(f"{c['name']} (include/{c['header']}; Debian/Ubuntu: {c['debian']}, AMD: {c['amd']})"
+                    for c in missing if not (include / c["header"]).is_file()))
+except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    sys.exit(f"{type(exc).__name__}: {exc}")
 PY
-)" || rocmlock_die "cannot read ${table}"
+)" || rocmlock_die "cannot read ${table} (malformed; \`rocmlock plan\` names the key)"
     [ -z "${missing}" ] || rocmlock_die "$1 needs these ROCm components, missing under ${ROCM_PATH}: ${missing}"
     echo "rocmlock build: host ROCm components for $1 found under ${ROCM_PATH}/include" >&2
 }

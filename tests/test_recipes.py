@@ -500,6 +500,28 @@ def test_build_env_names_every_missing_rocm_component(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr  # nothing listed for it
 
 
+
+@pytest.mark.parametrize("table", ["[components\n", "components = 1\n[packages]\nbitsandbytes = ['x']\n",
+                                   "[components]\n[packages]\nbitsandbytes = ['hipcub']\n"])
+def test_build_env_malformed_component_table_is_one_line(tmp_path: Path, table: str) -> None:
+    # A hand-run rattler-build reaches rocmlock_require_rocm_components without rocmlock plan's validation of the
+    # table: a malformed one stops the build with the reason and the file, not a Python traceback.
+    rocm = _fake_rocm_tree(tmp_path / "rocm", "7.2.0")
+    recipe_dir = tmp_path / "checkout/recipes/bitsandbytes-rocm"
+    recipe_dir.mkdir(parents=True)
+    data = tmp_path / "checkout/tools/rocmlock/data"
+    data.mkdir(parents=True)
+    (data / "rocm_components.toml").write_text(table)
+    env = {"ROCM_PATH": str(rocm), "ROCMLOCK_ROCM_VERSION": "7.2", "ROCMLOCK_GPU_TARGET": "gfx942",
+           "RECIPE_DIR": str(recipe_dir), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    out = _build_env(tmp_path, env, "rocmlock_rocm_env\nrocmlock_require_rocm_components bitsandbytes")
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1] == (f"rocmlock build: cannot read {recipe_dir}/../../tools/rocmlock/data/rocm_components.toml "
+                         "(malformed; `rocmlock plan` names the key)")
+    assert lines[-2].split(":")[0] in ("TOMLDecodeError", "TypeError", "KeyError")
+
 def _component_table() -> dict:
     import tomllib
 
