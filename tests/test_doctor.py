@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rocmlock import doctor, rocm_host
+from rocmlock import doctor, doctor_toolchain, rocm_host
 from rocmlock.cli import main
 from rocmlock.doctor import Host, Resources, max_jobs_for, run_doctor
 from rocmlock.targets import get_target
@@ -113,7 +113,7 @@ def test_hip_platform_trap_is_real_and_reported(tmp_path: Path, debian_rocm: Pat
     monkeypatch.delenv("HIP_PLATFORM")
     # The trap itself: Debian's hipcc hands the compile to nvcc when it sees one and HIP_PLATFORM is unset.
     src = tmp_path / "k.hip"
-    src.write_text(doctor.KERNEL)
+    src.write_text(doctor_toolchain.KERNEL)
     proc = subprocess.run([_hipcc(), "--offload-arch=gfx90a", "-c", str(src), "-o", str(tmp_path / "k.o")],
                           capture_output=True, text=True, env=dict(os.environ), check=False)
     assert proc.returncode != 0 and "nvcc" in proc.stderr
