@@ -290,6 +290,25 @@ def test_a_relative_missing_or_empty_key_is_named_with_the_fix(tmp_path: Path, m
     assert empty.message == f"{key} is set but empty: pytorch builds without MAGMA, as when unset"
 
 
+def test_a_refusal_without_a_hint_still_gives_doctor_a_fix(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # Check.fix is a string: `doctor --json` promises one and the text report prints it under a failure. An
+    # InputError's hint is optional, so a refusal raised without one must not put None (JSON null) there.
+    rocm = _rocm(tmp_path / "rocm", 7)
+
+    def refuse(env: object) -> None:
+        raise InputError(f"{magma.KEY}=/x: refused")
+
+    monkeypatch.setattr(magma, "given", refuse)
+    check = doctor.check_magma({magma.KEY: "/x"}, rocm, ("pytorch",))
+    assert check is not None and check.status == "fail" and check.message == f"{magma.KEY}=/x: refused"
+    assert isinstance(check.fix, str)
+    assert check.fix.startswith(f"set {magma.KEY} to the absolute prefix of a MAGMA")
+    report = doctor.DoctorReport((check,), (), 1)
+    assert report.to_dict()["checks"][0]["fix"] == check.fix
+    assert f"fix: {check.fix}" in doctor.render_report(report)
+
+
 def test_build_script_refuses_a_relative_or_missing_key(tmp_path: Path) -> None:
     # Built by hand with rattler-build, nothing in Python checks the key first: rocmlock_magma must.
     rocm = _rocm(tmp_path / "rocm", 7)

@@ -353,6 +353,22 @@ def test_host_rocm_must_match_the_installed_rocm_version_pin(tmp_path: Path,
     assert "the environment is built for ROCm 7.2 (rocm-version package)" in rocm_ver["evidence"]
 
 
+def test_a_conda_meta_record_that_is_no_json_object_is_skipped(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # Valid JSON that is no object (a damaged or hand-edited record) was read with .get(): an AttributeError
+    # traceback before any check ran. It is skipped like unreadable JSON; the real record beside it counts.
+    prefix = tmp_path / "env"
+    write(prefix / "conda-meta" / "rocm-version-7.1-0.json", "[]")  # sorts before the real one
+    conda_meta(prefix, "rocm-version", "7.2", "0")
+    write(prefix / "conda-meta" / "amdgpu-target-1-gfx942.json", '"amdgpu-target"')
+    assert probe.conda_meta_record(prefix, "amdgpu-target") is None
+    assert probe.conda_meta_record(prefix, "rocm-version") == {"name": "rocm-version", "version": "7.2", "build": "0"}
+    env = {"HIP_PATH": "/usr", "PATH": ""}
+    assert probe.main(["--root", str(tmp_path), "--prefix", str(prefix), "--only", "rocm", "--json"], env) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["expected"]["rocm"] == "7.2" and report["expected"]["arch"] is None
+
+
 # ----------------------------------------------------------------------------- torch: the real CPU build
 
 

@@ -78,6 +78,16 @@ def test_prefix_expectations_come_from_its_conda_meta(tmp_path: Path) -> None:
     assert (target.expect_arch, target.expect_rocm, target.peak_tflops) == ("gfx90a", "7.2", 383.0)
 
 
+def test_a_conda_meta_record_that_is_no_json_object_is_skipped(tmp_path: Path) -> None:
+    # Valid JSON that is no object was read with .get() (an AttributeError traceback from `rocmlock verify
+    # --prefix`): it is skipped like unreadable JSON, and the real record beside it counts.
+    prefix = fake_env(tmp_path / "env", {"amdgpu-target": ("1", "gfx90a")})
+    (prefix / "conda-meta" / "amdgpu-target-0-gfx942.json").write_text("[]")  # sorts before the real one
+    (prefix / "conda-meta" / "rocm-version-7.2-0.json").write_text("null")
+    target = resolve_target(Path("pixi.toml"), None, prefix)
+    assert (target.expect_arch, target.expect_rocm) == ("gfx90a", None)
+
+
 def test_active_conda_prefix_is_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             capfd: pytest.CaptureFixture[str]) -> None:
     prefix = fake_env(tmp_path / "env", {"amdgpu-target": ("1", "gfx1100")})

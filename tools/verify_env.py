@@ -236,7 +236,8 @@ def conda_meta_record(prefix: Path, name: str) -> dict[str, Any] | None:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if record.get("name") == name:
+        # A damaged record (valid JSON, not an object) is skipped like unreadable JSON, not a traceback.
+        if isinstance(record, dict) and record.get("name") == name:
             return record
     return None
 
@@ -676,6 +677,14 @@ def _device_or_skip(ctx: Context) -> Outcome | None:
     return None
 
 
+def _device(ctx: Context) -> str:
+    """``ctx.device`` in a check that ``needs`` :func:`_device_or_skip` (which skips the check without one)."""
+    device = ctx.device
+    if device is None:  # a check registered without the precondition: run_check reports it as a probe bug
+        raise RuntimeError("no compute device, and the check does not need _device_or_skip")
+    return device
+
+
 def _where(ctx: Context) -> str:
     if ctx.device == "cpu":
         return "on cpu"
@@ -722,7 +731,7 @@ def _mlp(torch: Any, device: str, dtype: Any) -> tuple[Any, float, list[Any]]:
 @check("compute.bf16", "bf16 forward and backward match fp32", needs=(_device_or_skip,))
 def check_bf16(ctx: Context) -> Outcome:
     torch = ctx.torch
-    _, loss16, grads16 = _mlp(torch, ctx.device, torch.bfloat16)
+    _, loss16, grads16 = _mlp(torch, _device(ctx), torch.bfloat16)
     _, loss32, grads32 = _mlp(torch, "cpu", torch.float32)
     loss_err = abs(loss16 - loss32) / max(abs(loss32), 1e-12)
     grad_err = max(_rel_err(torch, g, r) for g, r in zip(grads16, grads32))
@@ -764,7 +773,7 @@ def _compare_attention(torch: Any, out: Any, inputs: list[Any], ref_fn: Callable
 @check("compute.sdpa", "scaled_dot_product_attention forward and backward", needs=(_device_or_skip,))
 def check_sdpa(ctx: Context) -> Outcome:
     torch = ctx.torch
-    inputs = _attention_inputs(torch, ctx.device, "bhsd")
+    inputs = _attention_inputs(torch, _device(ctx), "bhsd")
     out = torch.nn.functional.scaled_dot_product_attention(*inputs, is_causal=True)
     out_err, grad_err = _compare_attention(torch, out, inputs, lambda q, k, v: _reference_attention(torch, q, k, v))
     if _out_of_bounds((out_err, 0.02), (grad_err, 0.05)):
@@ -839,7 +848,7 @@ def check_flash_attn(ctx: Context) -> Outcome:
 def _peak(ctx: Context) -> tuple[float, str]:
     if ctx.peak_tflops:
         return ctx.peak_tflops, "--peak-tflops"
-    gfx = (_device_targets(ctx.torch) or [ctx.expect_arch])[0] if ctx.is_rocm and ctx.gpu_count else None
+    gfx = next(iter(_device_targets(ctx.torch)), ctx.expect_arch) if ctx.is_rocm and ctx.gpu_count else None
     if gfx and TARGETS.get(gfx, ("", 0.0))[1] > 0:
         return TARGETS[gfx][1], f"{gfx} table"
     return 0.0, ""
@@ -867,8 +876,9 @@ def _time_gemm(torch: Any, device: str, n: int, budget_s: float) -> float:
 @check("bench.gemm", "bf16 GEMM throughput against the target's peak", option="bench",
        needs=(_device_or_skip,))
 def check_bench(ctx: Context) -> Outcome:
-    n = 8192 if ctx.device == "cuda" else 256
-    tflops = _time_gemm(ctx.torch, ctx.device, n, 2.0 if ctx.device == "cuda" else 0.5)
+    device = _device(ctx)
+    n = 8192 if device == "cuda" else 256
+    tflops = _time_gemm(ctx.torch, device, n, 2.0 if device == "cuda" else 0.5)
     peak, source = _peak(ctx)
     if not peak:
         return ok(f"{tflops:.4g} TFLOP/s ({n}x{n} bf16) {_where(ctx)}; peak unknown (--peak-tflops)",
@@ -1257,9 +1267,9 @@ def _zero2_step(ctx: Context, deepspeed: Any) -> tuple[float, float, str]:
     on_gpu = ctx.device == "cuda"
     if not on_gpu:
         # The CPU accelerator would JIT-compile its shared-memory allreduce, which one process never uses.
-        import deepspeed.ops
+        from deepspeed import ops as deepspeed_ops
 
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+        deepspeed_ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo", verbose=False)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 16))

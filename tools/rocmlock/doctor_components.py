@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from rocmlock import magma, rocm_host
-from rocmlock.doctor_report import Check
+from rocmlock.doctor_report import Check, Status
 from rocmlock.errors import InputError
 
 __all__ = ["MAGMA_FIX", "check_magma", "check_rocm_components"]
@@ -50,14 +50,17 @@ def check_magma(env: Mapping[str, str], rocm: Path | None, packages: Iterable[st
         return None
     hip = magma.hip_runtime_of(rocm)
     given = env.get(magma.KEY, "")
-    bad = "fail" if required and given else "warn"
+    bad: Status = "fail" if required and given else "warn"
     if magma.is_empty(env):
         return Check("magma", "warn", f"{magma.KEY} is set but empty: pytorch builds without MAGMA, as when unset",
                      f"unset {magma.KEY}, or set it to the absolute path of a MAGMA built for this ROCm")
     try:
         found = magma.given(env) or magma.discover(env, rocm)
     except InputError as exc:  # relative, missing, not a MAGMA: what rocmlock build and build.sh refuse
-        return Check("magma", bad, str(exc), exc.hint)
+        # Check.fix is a string (doctor --json's "fix"): a refusal without its own hint still says what to do.
+        fix = exc.hint or (f"set {magma.KEY} to the absolute prefix of a MAGMA built for this ROCm, or unset it "
+                           "to build pytorch without MAGMA")
+        return Check("magma", bad, str(exc), fix)
     if found is not None and found.unreadable:
         return Check("magma", bad, f"MAGMA at {found.prefix}: cannot read {found.library} as a shared library "
                      f"({found.unreadable})", f"reinstall that MAGMA, point {magma.KEY} at another, or unset it")

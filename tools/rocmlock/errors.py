@@ -7,7 +7,10 @@ Core code raises these; only the CLI turns them into a message and an exit code
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
+
+_T = TypeVar("_T")
+_U = TypeVar("_U")
 
 
 class RocmlockError(Exception):
@@ -36,8 +39,16 @@ class OperationError(RocmlockError):
     exit_code = 1
 
 
+@overload
+def expect_type(value: object, kind: type[_T], path: Path, key: str, what: str) -> _T: ...
+@overload
+def expect_type(value: object, kind: tuple[type[_T], type[_U]], path: Path, key: str,
+                what: str) -> _T | _U: ...
+
+
 def expect_type(value: Any, kind: type | tuple[type, ...], path: Path, key: str, what: str) -> Any:
-    """``value`` when it is a ``kind``; else an InputError naming the file, the key and what it must be.
+    """``value`` (typed as a ``kind``) when it is one; else an InputError naming the file, the key and what
+    it must be.
 
     A TOML ``true`` is no number: bool passes only when ``kind`` names it (Python's bool is an int).
     """

@@ -53,7 +53,7 @@ _UPSTREAM_EXAMPLES = {"pypi": 'pypi = "torch"', "version_key": 'version_key = "p
                       "source": "a [[upstream.<name>.source]] table"}
 # What each kind of source needs and may have (bump.resolve_values): an sdist's sha256 comes from PyPI, an archive
 # is downloaded from url and hashed (its commit, if it has one, resolved first), a git source is a commit.
-_SOURCE_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+_SOURCE_KINDS: dict[SourceKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "sdist": (("sha256_key",), ()),
     "archive": (("url", "sha256_key"), ("rev_key", "repo", "tag", "rev_file")),
     "git": (("rev_key",), ("repo", "tag", "rev_file")),
@@ -73,7 +73,7 @@ _SOURCE_EXAMPLES = {"name": 'name = "<source name>"', "kind": 'kind = "sdist" (o
                     "url": 'url = "{github}/<owner>/<repo>/archive/refs/tags/v{version}.tar.gz"',
                     "repo": 'repo = "<owner>/<repo>"', "tag": 'tag = "v{version}"',
                     "rev_file": 'rev_file = "<URL template of a file holding the commit>"'}
-_RULE_KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+_RULE_KINDS: dict[RuleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "minor-offset": (("follower_major", "leader_major", "offset"), ()),
     "at-most": (("floor",), ()),
     "series": ((), ("series", "table", "record")),

@@ -311,7 +311,7 @@ class S3Config:
 
 def _s3(dest: Destination, env: Mapping[str, str]) -> tuple[S3Config, object]:
     try:
-        import boto3  # type: ignore[import-untyped]
+        import boto3
     except ImportError:
         raise OperationError("publishing to S3 needs boto3", hint="pip install boto3") from None
     parts = urlsplit(dest.url)

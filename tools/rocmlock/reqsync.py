@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from ruamel.yaml.comments import CommentedSeq
 from ruamel.yaml.tokens import CommentToken
@@ -92,7 +91,9 @@ def conda_requirements(
 def _applies(req: Requirement, pythons: Sequence[str], where: str) -> bool:
     if req.marker is None:
         return True
-    env = {**default_environment(), "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix"}
+    # Overrides only: Marker.evaluate fills every other key from this interpreter's environment (packaging's
+    # docs: "environment is an optional argument to override all or part of the determined environment").
+    env = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix"}
     verdicts = {
         req.marker.evaluate({**env, "python_version": py, "python_full_version": f"{py}.0"}) for py in pythons
     }

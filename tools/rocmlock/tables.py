@@ -14,13 +14,14 @@ import re
 import string
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rocmlock.errors import InputError, expect_type
 from rocmlock.tomlcompat import tomllib
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 Part = str | int
+_Choice = TypeVar("_Choice", bound=str)
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -79,14 +80,16 @@ def expect_match(value: Any, pattern: re.Pattern[str], path: Path, name: str, wh
     return text
 
 
-def expect_choice(value: Any, choices: Iterable[str], path: Path, name: str) -> str:
-    """``value`` when it is one of ``choices``; else an InputError listing them."""
-    choices = list(choices)
-    what = f"one of {', '.join(json.dumps(c) for c in choices)}"
-    text: str = expect_type(value, str, path, name, what)
-    if text not in choices:
-        raise InputError(f"{path}: key '{name}' must be {what}, got {text!r}")
-    return text
+def expect_choice(value: Any, choices: Iterable[_Choice], path: Path, name: str) -> _Choice:
+    """``value`` when it is one of ``choices`` (typed as they are: a ``Literal`` alias stays one); else an
+    InputError listing them."""
+    options = list(choices)
+    what = f"one of {', '.join(json.dumps(c) for c in options)}"
+    text = expect_type(value, str, path, name, what)
+    for option in options:
+        if option == text:
+            return option
+    raise InputError(f"{path}: key '{name}' must be {what}, got {text!r}")
 
 
 def expect_whole(value: Any, path: Path, name: str, minimum: int | None = None) -> int:

@@ -74,10 +74,11 @@ def target_for_environment(manifest: Path, name: str) -> ProbeTarget:
 def _installed(prefix: Path, name: str) -> dict[str, object] | None:
     for path in sorted((prefix / "conda-meta").glob(f"{name}-*.json")):
         try:
-            record: dict[str, object] = json.loads(path.read_text())
+            record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if record.get("name") == name:
+        # A damaged record (valid JSON, not an object) is skipped like unreadable JSON, not a traceback.
+        if isinstance(record, dict) and record.get("name") == name:
             return record
     return None
 
