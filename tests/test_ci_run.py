@@ -43,3 +43,22 @@ def test_the_last_command_is_the_test_command_the_readme_prints() -> None:
     # Nothing may turn a failed or empty (exit 5) pytest run into success.
     assert CI_RUN.startswith("#!/usr/bin/env bash\n") and "set -euo pipefail" in CI_RUN
     assert "|| true" not in CI_RUN and "set +e" not in CI_RUN
+
+
+def test_mypy_and_ruff_run_pinned_before_the_suite_and_fail_ci() -> None:
+    # pyproject.toml's [tool.mypy] strict and [tool.ruff] hold only if something runs them: .ci/run does, with
+    # pinned versions, before the test suite, and a finding fails CI (exit 1 with a line saying which check).
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert "[tool.mypy]\nstrict = true\n" in pyproject and "[tool.ruff]" in pyproject
+    install = _index(r"^\$PIP mypy==[0-9.]+ types-PyYAML==[0-9.]+ ruff==[0-9.]+$")
+    mypy = _index(r"^python -m mypy\b")
+    ruff = _index(r"^python -m ruff check tools tests\b")
+    assert install < mypy < LINES.index("python -m pytest -q tests")
+    assert install < ruff < LINES.index("python -m pytest -q tests")
+    for line in (LINES[mypy], LINES[ruff]):
+        # Nothing turns a finding into success: the only fallback prints why and exits non-zero.
+        assert re.fullmatch(r'python -m (mypy|ruff check tools tests)'
+                            r'( \|\| \{ echo "\.ci/run: [^"]+" >&2; exit 1; \})?', line), line
+    # Arguments left to pyproject.toml: `python -m mypy` checks its `files`, as a developer's run does.
+    assert LINES[mypy].split(" || ")[0] == "python -m mypy"
+    assert 'files = ["tools/rocmlock", "tools/verify_env.py"]' in pyproject
