@@ -153,6 +153,16 @@ def aotriton_covers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable
 _EXIT_STATUS: list[int] = []
 
 
+@pytest.fixture
+def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """cwd and every cache rocmlock or rattler could write to, under ``tmp_path`` (the secrets tests search it all)."""
+    for var, sub in (("RATTLER_CACHE_DIR", "rattler-cache"), ("XDG_CACHE_HOME", "xdg-cache"),
+                     ("ROCMLOCK_CACHE_DIR", "rocmlock-cache")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _EXIT_STATUS.append(int(exitstatus))
 

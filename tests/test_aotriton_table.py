@@ -23,27 +23,11 @@ from rocmlock.errors import InputError
 from rocmlock.targets import all_targets
 from rocmlock.tomlcompat import tomllib
 from shipped import RECIPES, ROOT
+from tomlwrite import write_toml
 
 DATA = ROOT / "tools/rocmlock/data"
 SHIPPED = tomllib.loads((DATA / "aotriton.toml").read_text())
 
-
-def _toml(value: Any) -> str:
-    """``value`` as a TOML value (inline tables for tables): enough to write the table back with one change."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(map(_toml, value)) + "]"
-    return "{ " + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + " }"
-
-
-def _write(path: Path, data: dict[str, Any]) -> Path:
-    path.write_text("".join(f"{key} = {_toml(value)}\n" for key, value in data.items()))
-    return path
 
 
 def _changed(tmp_path: Path, key: tuple[str | int, ...], value: Any) -> Path:
@@ -56,7 +40,7 @@ def _changed(tmp_path: Path, key: tuple[str | int, ...], value: Any) -> Path:
         del parent[key[-1]]
     else:
         parent[key[-1]] = value
-    return _write(tmp_path / "aotriton.toml", data)
+    return write_toml(tmp_path / "aotriton.toml", data)
 
 
 def _refused(path: Path) -> InputError:
@@ -71,7 +55,7 @@ def test_the_shipped_table_and_a_rewritten_copy_load(tmp_path: Path) -> None:
     assert table.version == SHIPPED["version"] and dict(table.runtime) == SHIPPED["runtime"]
     assert [image for image, _ in table.images] == list(SHIPPED["images"])  # aotriton.cmake's order is kept
     assert table.image_for("gfx1151") == "amd-gfx11xx" and table.image_for("gfx908") is None
-    rewritten = aotriton.read_table(_write(tmp_path / "aotriton.toml", SHIPPED))  # the writer the tests use
+    rewritten = aotriton.read_table(write_toml(tmp_path / "aotriton.toml", SHIPPED))  # the writer the tests use
     assert dataclasses.replace(rewritten, path=table.path) == table
 
 
@@ -148,7 +132,7 @@ def test_bad_values_are_named(tmp_path: Path, key: tuple[str | int, ...], value:
     assert str(error).startswith(f"{tmp_path}/aotriton.toml: {message}") and str(error).endswith(end), str(error)
 
 
-def test_unreadable_or_not_toml(tmp_path: Path) -> None:
+def test_unreadable_or_nottoml_value(tmp_path: Path) -> None:
     path = tmp_path / "aotriton.toml"
     assert str(_refused(path)) == f"{path}: not found"
     path.write_text("[targets\n")
@@ -174,7 +158,7 @@ def test_targets_must_agree_with_gpu_targets_and_images(tmp_path: Path) -> None:
     assert str(error).endswith("key 'targets.gfx942' names image 'amd-gfx943', which [images] lacks")
     # The kernels table is an argument: what gpu_targets.toml says decides, not a list kept here.
     no942 = {gfx: t.aotriton and gfx != "gfx942" for gfx, t in all_targets().items()}
-    assert "gfx942" in str(_refused_with(_write(tmp_path / "aotriton.toml", SHIPPED), no942))
+    assert "gfx942" in str(_refused_with(write_toml(tmp_path / "aotriton.toml", SHIPPED), no942))
 
 
 def _refused_with(path: Path, kernels: dict[str, bool]) -> InputError:

@@ -85,15 +85,6 @@ HINTS = {"anaconda": "ANACONDA_API_KEY", "prefix": "PREFIX_API_KEY", "s3://": "A
          "file://": "directory", "?": "RATTLER_AUTH_FILE", "#": "RATTLER_AUTH_FILE"}
 
 
-@pytest.fixture
-def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """cwd and every cache rocmlock or rattler could write to, under ``tmp_path`` (grepped afterwards)."""
-    for var, sub in (("RATTLER_CACHE_DIR", "rattler-cache"), ("XDG_CACHE_HOME", "xdg-cache"),
-                     ("ROCMLOCK_CACHE_DIR", "rocmlock-cache")):
-        monkeypatch.setenv(var, str(tmp_path / sub))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
 
 def _files_with_secret(root: Path) -> list[str]:
     return [str(p) for p in root.rglob("*")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import math
 import os
 import re
 import shutil
@@ -33,31 +32,13 @@ from rocmlock.cli import main
 from rocmlock.errors import InputError
 from rocmlock.recipes import discover_recipes, recipe_packages
 from shipped import RECIPES, ROOT
+from tomlwrite import write_toml
 
 DATA = ROOT / "tools/rocmlock/data"
 GPU, COMPONENTS, UPSTREAMS = "gpu_targets.toml", "rocm_components.toml", "upstreams.toml"
 SHIPPED = {name: tomllib.loads((DATA / name).read_text()) for name in (GPU, COMPONENTS, UPSTREAMS)}
 PACKAGES = {name for recipe in discover_recipes(RECIPES) for name in recipe_packages(recipe)}
 
-
-def _toml(value: Any) -> str:
-    """``value`` as a TOML value (inline tables for tables): enough to write a table back with one change."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return "nan" if math.isnan(value) else repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, datetime.date):
-        return value.isoformat()
-    if isinstance(value, list):
-        return "[" + ", ".join(map(_toml, value)) + "]"
-    return "{ " + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + " }"
-
-
-def _write(path: Path, data: dict[str, Any]) -> Path:
-    path.write_text("".join(f"{json.dumps(key)} = {_toml(value)}\n" for key, value in data.items()))
-    return path
 
 
 def _changed(tmp_path: Path, name: str, key: tuple[str | int, ...], value: Any) -> Path:
@@ -72,7 +53,7 @@ def _changed(tmp_path: Path, name: str, key: tuple[str | int, ...], value: Any) 
     else:
         parent[key[-1]] = value
     shutil.copytree(DATA, tmp_path / "data", dirs_exist_ok=True)
-    return _write(tmp_path / "data" / name, data)
+    return write_toml(tmp_path / "data" / name, data)
 
 
 def _load(path: Path) -> Any:
@@ -111,16 +92,16 @@ def test_the_shipped_tables_validate_and_a_rewritten_copy_loads_the_same(tmp_pat
     # CI catches a bad edit of a shipped table here, and the writer the other tests use changes nothing by itself.
     gpus = targets.read_targets(DATA / GPU)
     assert gpus == targets.all_targets() and list(gpus) == list(SHIPPED[GPU])
-    assert targets.read_targets(_write(tmp_path / GPU, SHIPPED[GPU])) == gpus
+    assert targets.read_targets(write_toml(tmp_path / GPU, SHIPPED[GPU])) == gpus
     components = rocm_host.read_components(DATA / COMPONENTS, PACKAGES)
     assert components == rocm_host.component_table() and set(components) <= PACKAGES
-    assert rocm_host.read_components(_write(tmp_path / COMPONENTS, SHIPPED[COMPONENTS])) == components
+    assert rocm_host.read_components(write_toml(tmp_path / COMPONENTS, SHIPPED[COMPONENTS])) == components
     table = pins.read_table(DATA)
     assert dataclasses.replace(table, path="") == dataclasses.replace(pins.load_table(), path="")
     assert [u.name for u in table.upstreams] == list(SHIPPED[UPSTREAMS]["upstream"])
     assert table.path == str(DATA / UPSTREAMS)
     shutil.copytree(DATA, tmp_path / "data")
-    _write(tmp_path / "data" / UPSTREAMS, SHIPPED[UPSTREAMS])
+    write_toml(tmp_path / "data" / UPSTREAMS, SHIPPED[UPSTREAMS])
     assert dataclasses.replace(pins.read_table(tmp_path / "data"), path="") == dataclasses.replace(table, path="")
     plan.check_tables(discover_recipes(RECIPES))  # the tables the shipped recipes read, and their cross-references
 
@@ -221,14 +202,14 @@ MISSING = [
 
 
 @pytest.mark.parametrize(("name", "key"), MISSING, ids=[f"{n.split('.')[0]}:{_shown(k)}" for n, k in MISSING])
-def test_every_missing_key_is_named_with_what_to_write(tmp_path: Path, name: str, key: tuple[str | int, ...]) -> None:
+def test_every_missing_key_is_named_with_what_towrite_toml(tmp_path: Path, name: str, key: tuple[str | int, ...]) -> None:
     path = _changed(tmp_path, name, key, ...)
     error = _refused(path)
     assert str(error) == f"{path}: key '{_shown(key)}' is missing", str(error)
     assert error.hint and "add " in error.hint, error.hint
 
 
-def test_a_missing_gpu_key_says_what_to_write(tmp_path: Path) -> None:
+def test_a_missing_gpu_key_says_what_towrite_toml(tmp_path: Path) -> None:
     # The hint is the line to add, with the target's own isa (what its gfx name says).
     error = _refused(_changed_text(tmp_path, GPU, 'isa = "9.0.10"\n', ""))
     assert str(error).endswith("key 'gfx90a.isa' is missing")

@@ -53,15 +53,6 @@ def served(channels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
         yield url, ws
 
 
-@pytest.fixture
-def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """cwd and every cache rocmlock or rattler could write to, under ``tmp_path`` (searched afterwards)."""
-    for var, sub in (("RATTLER_CACHE_DIR", "rattler-cache"), ("XDG_CACHE_HOME", "xdg-cache"),
-                     ("ROCMLOCK_CACHE_DIR", "rocmlock-cache")):
-        monkeypatch.setenv(var, str(tmp_path / sub))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
 
 def _host(url: str) -> str:
     """``http://127.0.0.1:N`` of the served channel URL ``http://127.0.0.1:N/private``."""

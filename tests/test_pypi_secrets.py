@@ -42,14 +42,6 @@ WHEEL = Wheel("rlk-alpha", "1.0")
 SHA = "0" * 64
 
 
-@pytest.fixture
-def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for var, sub in (("RATTLER_CACHE_DIR", "rattler-cache"), ("XDG_CACHE_HOME", "xdg-cache"),
-                     ("ROCMLOCK_CACHE_DIR", "rocmlock-cache")):
-        monkeypatch.setenv(var, str(tmp_path / sub))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
 
 def _workspace(root: Path, channels: dict[str, Path], options: str, pypi: list[dict[str, Any]] | None = None,
                indexes: list[str] | None = None, pixi_lock: bool = True) -> Path:
