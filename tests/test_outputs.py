@@ -259,6 +259,25 @@ def test_an_error_while_writing_leaves_the_old_set(sets: dict[str, Path], tmp_pa
     assert not list((root / ".rocmlock" / "txn").iterdir())
 
 
+def test_a_writer_that_cannot_make_the_state_directory_goes_on_unlocked(sets: dict[str, Path], tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # A read-only checkout of a locked workspace has no .rocmlock (it is git-ignored): no lock file, and none can
+    # be made, so no rocmlock ever wrote here. A lock that writes nothing goes on unlocked (it failed with
+    # "cannot write the lock outputs here (No such file or directory)").
+    root = shutil.copytree(sets["b"], tmp_path / "ws", ignore=shutil.ignore_patterns(outputs.STATE_DIR))
+    monkeypatch.setenv("ROCMLOCK_CACHE_DIR", str(tmp_path / "cache"))
+
+    def read_only(path: Path, *rest: object) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    monkeypatch.setattr(outputs, "_mkdir", read_only)
+    assert outputs._open_lock(root, root / outputs.STATE_DIR / outputs.LOCK_NAME, True) == (None, fcntl.LOCK_SH)
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 0
+    assert capsys.readouterr().err.strip() == "up to date, nothing written"
+    assert not (root / outputs.STATE_DIR).exists()
+
+
 def test_check_after_a_comment_only_edit_writes_nothing(sets: dict[str, Path], tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     root = shutil.copytree(sets["b"], tmp_path / "ws")

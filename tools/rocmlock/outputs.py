@@ -219,6 +219,9 @@ def _open_lock(root: Path, lock_path: Path, write: bool) -> tuple[int | None, in
             except OSError as exc:
                 if exc.errno not in oslock.NOT_WRITABLE:
                     raise
+                # No state directory can be made, so no lock file either: lock one that is there, read-only.
+                fd, _ = oslock.open_lock(lock_path, write=False)
+                return fd, fcntl.LOCK_SH if fd is None else fcntl.LOCK_EX
         return oslock.open_lock(lock_path, write)
     except OSError as exc:
         raise OperationError(f"{root}: cannot write the lock outputs here ({exc.strerror})",
