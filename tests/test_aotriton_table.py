@@ -11,7 +11,6 @@ broken, through `rocmlock plan`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -23,24 +22,15 @@ from rocmlock.errors import InputError
 from rocmlock.targets import all_targets
 from rocmlock.tomlcompat import tomllib
 from shipped import RECIPES, ROOT
-from tomlwrite import write_toml
+from tomlwrite import changed, write_toml
 
 DATA = ROOT / "tools/rocmlock/data"
 SHIPPED = tomllib.loads((DATA / "aotriton.toml").read_text())
 
 
-
 def _changed(tmp_path: Path, key: tuple[str | int, ...], value: Any) -> Path:
     """A copy of the shipped table with ``key`` (a path into it) set to ``value``, or deleted when value is ...."""
-    data = json.loads(json.dumps(SHIPPED))
-    parent = data
-    for part in key[:-1]:
-        parent = parent[part]
-    if value is ...:
-        del parent[key[-1]]
-    else:
-        parent[key[-1]] = value
-    return write_toml(tmp_path / "aotriton.toml", data)
+    return write_toml(tmp_path / "aotriton.toml", changed(SHIPPED, key, value))
 
 
 def _refused(path: Path) -> InputError:

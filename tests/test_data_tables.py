@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import os
 import re
 import shutil
@@ -32,7 +31,7 @@ from rocmlock.cli import main
 from rocmlock.errors import InputError
 from rocmlock.recipes import discover_recipes, recipe_packages
 from shipped import RECIPES, ROOT
-from tomlwrite import write_toml
+from tomlwrite import changed, write_toml
 
 DATA = ROOT / "tools/rocmlock/data"
 GPU, COMPONENTS, UPSTREAMS = "gpu_targets.toml", "rocm_components.toml", "upstreams.toml"
@@ -40,20 +39,11 @@ SHIPPED = {name: tomllib.loads((DATA / name).read_text()) for name in (GPU, COMP
 PACKAGES = {name for recipe in discover_recipes(RECIPES) for name in recipe_packages(recipe)}
 
 
-
 def _changed(tmp_path: Path, name: str, key: tuple[str | int, ...], value: Any) -> Path:
     """A copy of the data directory whose ``name`` has ``key`` (a path into it) set to ``value``, or deleted when
     value is ...; the path of that table."""
-    data = json.loads(json.dumps(SHIPPED[name]))
-    parent = data
-    for part in key[:-1]:
-        parent = parent[part]
-    if value is ...:
-        del parent[key[-1]]
-    else:
-        parent[key[-1]] = value
     shutil.copytree(DATA, tmp_path / "data", dirs_exist_ok=True)
-    return write_toml(tmp_path / "data" / name, data)
+    return write_toml(tmp_path / "data" / name, changed(SHIPPED[name], key, value))
 
 
 def _load(path: Path) -> Any:

@@ -28,3 +28,16 @@ def write_toml(path: Path, data: dict[str, Any]) -> Path:
     """``data`` written to ``path`` as one ``key = value`` line per top-level key (JSON strings are TOML strings)."""
     path.write_text("".join(f"{json.dumps(key)} = {toml_value(value)}\n" for key, value in data.items()))
     return path
+
+
+def changed(data: dict[str, Any], key: tuple[str | int, ...], value: Any) -> dict[str, Any]:
+    """A copy of ``data`` with ``key`` (a path into it) set to ``value``, or deleted when value is ...."""
+    out: dict[str, Any] = json.loads(json.dumps(data))
+    parent: Any = out
+    for part in key[:-1]:
+        parent = parent[part]
+    if value is ...:
+        del parent[key[-1]]
+    else:
+        parent[key[-1]] = value
+    return out
