@@ -122,7 +122,7 @@ def test_bad_values_are_named(tmp_path: Path, key: tuple[str | int, ...], value:
     assert str(error).startswith(f"{tmp_path}/aotriton.toml: {message}") and str(error).endswith(end), str(error)
 
 
-def test_unreadable_or_nottoml_value(tmp_path: Path) -> None:
+def test_unreadable_or_not_toml(tmp_path: Path) -> None:
     path = tmp_path / "aotriton.toml"
     assert str(_refused(path)) == f"{path}: not found"
     path.write_text("[targets\n")

@@ -192,14 +192,14 @@ MISSING = [
 
 
 @pytest.mark.parametrize(("name", "key"), MISSING, ids=[f"{n.split('.')[0]}:{_shown(k)}" for n, k in MISSING])
-def test_every_missing_key_is_named_with_what_towrite_toml(tmp_path: Path, name: str, key: tuple[str | int, ...]) -> None:
+def test_every_missing_key_is_named_with_what_to_write(tmp_path: Path, name: str, key: tuple[str | int, ...]) -> None:
     path = _changed(tmp_path, name, key, ...)
     error = _refused(path)
     assert str(error) == f"{path}: key '{_shown(key)}' is missing", str(error)
     assert error.hint and "add " in error.hint, error.hint
 
 
-def test_a_missing_gpu_key_says_what_towrite_toml(tmp_path: Path) -> None:
+def test_a_missing_gpu_key_says_what_to_write(tmp_path: Path) -> None:
     # The hint is the line to add, with the target's own isa (what its gfx name says).
     error = _refused(_changed_text(tmp_path, GPU, 'isa = "9.0.10"\n', ""))
     assert str(error).endswith("key 'gfx90a.isa' is missing")
