@@ -51,13 +51,8 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _shas(source: Path) -> dict[str, str]:
-    return {f"{p.parent.name}/{p.name}": _sha(p) for p in sorted(source.glob("*/*.conda"))}
-
-
-
-
-def _files(channel: Path) -> dict[str, str]:
+def _shas(channel: Path) -> dict[str, str]:
+    """``{subdir/file: sha256}`` of the package files in ``channel`` (a source, or the channel published to)."""
     return {f"{p.parent.name}/{p.name}": _sha(p) for p in sorted(channel.glob("*/*.conda"))}
 
 
@@ -106,7 +101,7 @@ def _waited(results: list[tuple[int, dict[str, list[str]], str]]) -> int:
 
 def _lost(channel: Path, source: Path, result: dict[str, list[str]]) -> list[str]:
     """What a publish reported as uploaded but the channel does not hold, or its repodata does not list, as sent."""
-    sent, files, listed = _shas(source), _files(channel), listed_in_repodata(channel)
+    sent, files, listed = _shas(source), _shas(channel), listed_in_repodata(channel)
     return [f"{key}: file {'ok' if files.get(key) == sent[key] else 'lost'}, "
             f"repodata {'ok' if listed.get(key) == sent[key] else 'lost'}"
             for key in result.get("uploaded", []) if files.get(key) != sent[key] or listed.get(key) != sent[key]]
@@ -142,7 +137,7 @@ def test_simultaneous_publishes_of_one_name_with_other_bytes_one_wins_the_other_
         won = [i for i, (code, _, _) in enumerate(results) if code == 0]
         lost_codes = [(code, err) for code, _, err in results if code != 0]
         if len(won) != 1:
-            files, listed = _files(channel), listed_in_repodata(channel)
+            files, listed = _shas(channel), listed_in_repodata(channel)
             wrong = sorted(k for k in files if listed.get(k) != files[k])
             failures.append(f"round {n}: {len(won)} publishes succeeded, reporting "
                             f"{[len(r[1].get('uploaded', [])) for r in results]} uploads; repodata names other "
@@ -153,7 +148,7 @@ def test_simultaneous_publishes_of_one_name_with_other_bytes_one_wins_the_other_
         winner = (sources["x"], sources["y"])[won[0]]
         assert results[won[0]][1]["uploaded"] == sorted(_shas(winner))
         expected = {**_shas(sources["base"]), **_shas(winner)}
-        if _files(channel) != expected or listed_in_repodata(channel) != expected:
+        if _shas(channel) != expected or listed_in_repodata(channel) != expected:
             failures.append(f"round {n}: the channel does not hold (or list) exactly the winner's bytes")
     assert not failures, f"{len(failures)} of {ROUNDS} rounds replaced silently: {failures}"
     assert waited, "the publishes never overlapped: the test proved nothing"
@@ -231,7 +226,7 @@ def test_a_lock_file_of_another_user(sources: dict[str, Path], tmp_path: Path, l
         error = f"error: cannot publish to {channel}: cannot open its lock file {channel / LOCK}; nothing was uploaded"
         hint = f"hint: make it readable by every user who publishes there (chmod a+r {channel / LOCK})"
         assert proc.returncode == 1 and lines == [error, hint], err
-        assert listed_in_repodata(channel) == _shas(sources["base"]) == _files(channel)
+        assert listed_in_repodata(channel) == _shas(sources["base"]) == _shas(channel)
 
 
 def test_a_channel_this_user_may_not_write_fails_as_before_and_gets_no_lock_file(
@@ -243,7 +238,7 @@ def test_a_channel_this_user_may_not_write_fails_as_before_and_gets_no_lock_file
     proc = _cli("publish", "--from", str(sources["a"]), "--to", str(channel), prefix=NO_OVERRIDE)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "Permission denied" in err and "Traceback" not in err, err
-    assert not (channel / LOCK).exists() and _files(channel) == {}
+    assert not (channel / LOCK).exists() and _shas(channel) == {}
 
 
 def test_a_filesystem_without_locks_publishes_unlocked_and_says_so(sources: dict[str, Path], tmp_path: Path,
@@ -258,4 +253,4 @@ def test_a_filesystem_without_locks_publishes_unlocked_and_says_so(sources: dict
     assert main(["publish", "--from", str(sources["a"]), "--to", str(channel)]) == 0
     err = capsys.readouterr().err
     assert f"cannot lock {channel / LOCK} (No locks available): publishing without the lock" in err
-    assert listed_in_repodata(channel) == _shas(sources["a"]) == _files(channel)
+    assert listed_in_repodata(channel) == _shas(sources["a"]) == _shas(channel)

@@ -71,8 +71,6 @@ def _packages(version: str, text: str = "") -> list[Pkg]:
             Pkg("hip-hello", version, "0", subdir="linux-64")]
 
 
-
-
 def _package_files(channel: Path) -> dict[str, str]:
     """Every file in a subdir that is not the index's own (repodata*, shards/), with its sha256."""
     return {f"{p.parent.name}/{p.name}": _sha(p) for sub in channel.iterdir()
