@@ -109,3 +109,13 @@ def test_a_malformed_aotriton_table_is_refused_naming_file_and_key(
     with pytest.raises(InputError) as exc:
         read_table(_data(tmp_path, old, new))
     assert str(exc.value).startswith("tools/rocmlock/data/aotriton.toml: ") and message in str(exc.value)
+
+
+def test_an_aotriton_table_that_is_not_utf8_is_refused_naming_the_file(tmp_path: Path) -> None:
+    # Read through tables.read_toml as the other tables are: a UnicodeDecodeError traceback from bump/outdated.
+    data = _data(tmp_path, "[targets]", "[targets]")
+    with (data / "aotriton.toml").open("ab") as fh:
+        fh.write(b"# \xff\n")
+    with pytest.raises(InputError) as exc:
+        read_table(data)
+    assert str(exc.value).startswith("tools/rocmlock/data/aotriton.toml: cannot read: ")

@@ -26,7 +26,6 @@ from rocmlock.tables import (
     key,
     read_toml,
 )
-from rocmlock.tomlcompat import tomllib
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; rocmlock keeps 3.10 imports working (tomlcompat)
     from importlib.resources.abc import Traversable
@@ -456,10 +455,7 @@ def _table_series(data_dir: Traversable, name: str, leader: str) -> tuple[str, t
     The table pins one release, so every series it lists pairs with that release.
     """
     where = f"tools/rocmlock/data/{name}"
-    try:
-        data = tomllib.loads(data_dir.joinpath(name).read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{where}: not valid TOML: {exc}", hint="fix the syntax, or restore it from git") from None
+    data = read_toml(Path(str(data_dir.joinpath(name))), shown=where)
     version = data.get("version")
     if not isinstance(version, str):
         raise InputError(f"{where}: key 'version' must be the release it pins (a string)")

@@ -24,16 +24,18 @@ Part = str | int
 _Choice = TypeVar("_Choice", bound=str)
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    """The table at ``path``; an InputError when it is missing, unreadable or not TOML."""
+def read_toml(path: Path, shown: str | None = None) -> dict[str, Any]:
+    """The table at ``path``; an InputError naming it (``shown``, else ``path``) when it is missing, unreadable or
+    not TOML."""
+    where = shown or path
     try:
         return tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise InputError(f"{path}: not found", hint=f"restore tools/rocmlock/data/{path.name} from git") from None
+        raise InputError(f"{where}: not found", hint=f"restore tools/rocmlock/data/{path.name} from git") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from None
+        raise InputError(f"{where}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: not valid TOML: {exc}", hint="fix the syntax, or restore it from git") from None
+        raise InputError(f"{where}: not valid TOML: {exc}", hint="fix the syntax, or restore it from git") from None
 
 
 def key(*parts: Part) -> str:
