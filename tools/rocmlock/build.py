@@ -305,7 +305,7 @@ def check_magma_home(plan: Plan, output: Path, stage: str | None, env: Mapping[s
     if not any(v.stage == "pytorch" for v in pending(plan, output, stage)):
         return []
     if magma.is_empty(env):
-        return [f"{magma.KEY} is set but empty: pytorch builds without MAGMA, as when unset"]
+        return [magma.EMPTY]
     magma.given(env)
     return []
 

@@ -52,7 +52,7 @@ def check_magma(env: Mapping[str, str], rocm: Path | None, packages: Iterable[st
     given = env.get(magma.KEY, "")
     bad: Status = "fail" if required and given else "warn"
     if magma.is_empty(env):
-        return Check("magma", "warn", f"{magma.KEY} is set but empty: pytorch builds without MAGMA, as when unset",
+        return Check("magma", "warn", magma.EMPTY,
                      f"unset {magma.KEY}, or set it to the absolute path of a MAGMA built for this ROCm")
     try:
         found = magma.given(env) or magma.discover(env, rocm)

@@ -28,6 +28,8 @@ from rocmlock.errors import InputError
 
 KEY = "ROCMLOCK_MAGMA_HOME"
 HIP_RUNTIME = "libamdhip64.so"
+# What doctor and `rocmlock build` say (a warning) when the key is set but empty (:func:`is_empty`).
+EMPTY = f"{KEY} is set but empty: pytorch builds without MAGMA, as when unset"
 
 
 @dataclass(frozen=True)
