@@ -26,7 +26,7 @@ from pathlib import Path
 from rattler import LockChannel, LockFile, LockPlatform, RepoDataRecord, Subdir
 from rattler.exceptions import ParseCondaLockError
 
-from rocmlock.credentials import has_query, mask_queries, redact_url
+from rocmlock.credentials import has_query, mask_queries, redact_url, refuse_query
 from rocmlock.errors import InputError
 from rocmlock.pypi import PypiPin, SourcePackage, split_packages
 from rocmlock.workspace import (
@@ -125,18 +125,19 @@ def read_lockfile(path: Path) -> LockedWorkspace | None:
 
 def _clean_url(url: str, path: Path, where: str) -> str:
     """``url`` of the lock without its credentials; an InputError (the URL not shown) when it has a query."""
-    if "://" in url and has_query(url):  # a local channel's path may hold a '?'; a path is never a secret
-        raise InputError(f"{path}: {where}: the URL has a query string or fragment ('?...' or '#...'), which no "
-                         "conda channel or package URL has (the URL is not shown: that part may be a secret)",
-                         hint="remove it from pixi.lock, or delete pixi.lock and lock again; if the lock was "
-                              "shared, revoke the secret (a channel's secret goes in RATTLER_AUTH_FILE)")
+    if "://" in url:  # a local channel's path may hold a '?'; a path is never a secret
+        refuse_query(url, f"{path}: {where}", what="no conda channel or package URL has",
+                     hint="remove it from pixi.lock, or delete pixi.lock and lock again; if the lock was shared, "
+                          "revoke the secret (a channel's secret goes in RATTLER_AUTH_FILE)")
     return redact_url(url)
 
 
 def _clean_records(records: Sequence[RepoDataRecord], path: Path, where: str) -> list[RepoDataRecord]:
     for record in records:
-        _clean_url(record.url, path, f"{where}, package '{record.name.normalized}'")
-        _clean_url(record.channel or "", path, f"{where}, the channel of package '{record.name.normalized}'")
+        if has_query(record.url) or has_query(record.channel or ""):  # the messages only for a record refused
+            name = record.name.normalized
+            _clean_url(record.url, path, f"{where}, package '{name}'")
+            _clean_url(record.channel or "", path, f"{where}, the channel of package '{name}'")
     return [redact_record(r) for r in records]
 
 
