@@ -190,9 +190,11 @@ def run_doctor(
     targets = tuple(targets)
     search = rocm_host.searching(host)
     prefix = rocm_host.discover_prefix(search)
-    hip_check, rocm = check_hip_path(host, build, rocm_host.find_device_libs(search, prefix)[0])
+    found = rocm_host.find_device_libs(search, prefix)
+    hip_check, rocm = check_hip_path(host, build, found[0])
     version, source = rocm_host.find_version(search, rocm)
-    device_libs, how = rocm_host.find_device_libs(search, rocm)
+    # Usually the ROCm discovered is the one used: its search (hipconfig, clang) is not run again.
+    device_libs, how = found if rocm == prefix else rocm_host.find_device_libs(search, rocm)
     compiler = find_compiler(host, rocm)
     checks = [hip_check, check_rocm_version(version, source, rocm_wanted, build),
               check_device_libs(host, compiler, device_libs, how, build), check_hip_platform(host, build),

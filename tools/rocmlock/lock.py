@@ -198,7 +198,7 @@ def _solve(ws: Workspace, envs: list[Environment], jobs: list[SolveJob],
         for job in js:
             recs = solved[key if len(js) > 1 else job.key]
             recs = subset_for(recs, job.specs) if len(js) > 1 else recs
-            out[job.key] = [redact_record(r) for r in recs]
+            out[job.key] = [redact_record(r) for r in recs]  # the one redaction: build_lockfile writes them as given
     return out
 
 

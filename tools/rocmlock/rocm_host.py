@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
@@ -172,28 +172,27 @@ def _clang_of(host: Host, prefix: Path | None) -> str | None:
     return None
 
 
-def device_lib_candidates(host: Host, prefix: Path | None) -> list[tuple[Path, str]]:
+def device_lib_candidates(host: Host, prefix: Path | None) -> Iterator[tuple[Path, str]]:
     """Where ROCm's device libraries may be, in search order, each with how it was found.
 
     The clang hipcc drives is asked before the ``lib/llvm/lib/clang/*`` glob: a stale resource directory beside the
     real one (21 beside 22) would otherwise be found first and break a compile that works without it. Of the glob,
-    the newest first; rocm-build-env.sh and the rocm-version activation search in this order too.
+    the newest first; rocm-build-env.sh and the rocm-version activation search in this order too. Lazy: the clang
+    (and hipconfig) run only when neither ``<rocm>`` directory holds them, as in those scripts.
     """
-    found: list[tuple[Path, str]] = []
     if prefix is not None:
-        found += [(prefix / "amdgcn/bitcode", "<rocm>/amdgcn/bitcode"),
-                  (prefix / "lib/llvm/amdgcn/bitcode", "<rocm>/lib/llvm/amdgcn/bitcode")]
+        yield prefix / "amdgcn/bitcode", "<rocm>/amdgcn/bitcode"
+        yield prefix / "lib/llvm/amdgcn/bitcode", "<rocm>/lib/llvm/amdgcn/bitcode"
     clang = _clang_of(host, prefix)
     resource = host.output([clang, "-print-resource-dir"]) if clang else None
     if resource:
-        found.append((Path(resource) / "amdgcn/bitcode", f"{clang} -print-resource-dir"))
+        yield Path(resource) / "amdgcn/bitcode", f"{clang} -print-resource-dir"
     if prefix is not None:
-        found += [(p, "<rocm>/lib/llvm/lib/clang/*/amdgcn/bitcode")
-                  for p in sorted((prefix / "lib/llvm/lib/clang").glob("*/amdgcn/bitcode"), reverse=True)]
+        for p in sorted((prefix / "lib/llvm/lib/clang").glob("*/amdgcn/bitcode"), reverse=True):
+            yield p, "<rocm>/lib/llvm/lib/clang/*/amdgcn/bitcode"
         # Debian 12 / Ubuntu 24.04's ROCm 5.x packages: the multiarch library directory.
-        found += [(p, "<rocm>/lib/<multiarch>/amdgcn/bitcode")
-                  for p in sorted((prefix / "lib").glob("*-linux-gnu/amdgcn/bitcode"))]
-    return found
+        for p in sorted((prefix / "lib").glob("*-linux-gnu/amdgcn/bitcode")):
+            yield p, "<rocm>/lib/<multiarch>/amdgcn/bitcode"
 
 
 def find_device_libs(host: Host, prefix: Path | None) -> tuple[Path | None, str]:
