@@ -463,6 +463,9 @@ def test_error_unreachable_channel(ws_copy: Path, capsys: pytest.CaptureFixture[
     code, err = _error_case(ws_copy, capsys, ["--check"])
     assert code == 1 and "cannot read the channels" in err and "http://127.0.0.1:9/ch" in err
     assert "pw" not in err
+    # rattler's "Caused by:" chain is folded into the one error line (the first cause and the root cause).
+    assert [line.split(":")[0] for line in err.strip().splitlines()] == ["error", "hint"], err
+    assert "Connection refused" in err
 
 
 def test_error_manifest_that_is_not_utf8(ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:

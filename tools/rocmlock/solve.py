@@ -34,6 +34,7 @@ from rattler.exceptions import GatewayError, InvalidMatchSpecError, SolverError
 from rocmlock.credentials import (
     client_for_urls,
     credentials_hint,
+    one_line,
     redact_text,
     redact_url,
     refused_channel,
@@ -152,11 +153,11 @@ async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
     except GatewayError as exc:
         text = redact_text(str(exc), _secrets(job))
         if (channel := refused_channel(job.channels, text)) is not None:
-            raise OperationError(f"channel {channel} refused the request of {job.describe()}: {text}",
+            raise OperationError(f"channel {channel} refused the request of {job.describe()}: {one_line(text)}",
                                  hint=credentials_hint(channel)) from None
         channels = ", ".join(redact_url(c) for c in job.channels)
         raise OperationError(
-            f"cannot read the channels of {job.describe()} ({channels}): {redact_text(str(exc), _secrets(job))}",
+            f"cannot read the channels of {job.describe()} ({channels}): {one_line(text)}",
             hint="check the channel URL/path in pixi.toml, the network, and RATTLER_AUTH_FILE credentials",
         ) from None
     return sorted(records, key=lambda r: r.name.normalized)
