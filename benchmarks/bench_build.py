@@ -28,8 +28,8 @@ from pathlib import Path
 
 import rattler_build as rb
 from rattler.index import index_fs
-from rocmlock.plan import make_plan
-from rocmlock.workspace import load_workspace
+from rocmlock.build.plan import make_plan
+from rocmlock.workspace.manifest import load_workspace
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_S = 5.0

@@ -4,7 +4,7 @@ Generates (once, under --workdir) a channel of real packages totalling >= 100 MB
 holding ``--mb`` MB of seeded random bytes (incompressible, so the .conda files are that large) plus a few
 small ones, assembled with py-rattler-build and indexed with rattler; a workspace whose default environment
 depends on all of them, locked with ``rocmlock lock``. The channel is served over HTTP on 127.0.0.1 with basic
-auth (``rocmlock.serve``, a separate process; credentials from a RATTLER_AUTH_FILE) while ``python -m rocmlock
+auth (``rocmlock.channel.serve``, a separate process; credentials from a RATTLER_AUTH_FILE) while ``python -m rocmlock
 pack`` runs in a fresh process (interpreter start, lock read, tar headers, every package downloaded into its
 place in the bundle with its sha256 checked).
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import rattler_build as rb
 from rattler.index import index_fs
-from rocmlock.serve import serving
+from rocmlock.channel.serve import serving
 
 TARGET_RATIO = 1.5
 USER, PASSWORD = "bench", "bench-password"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 
 
 def _workspaces(root: Path) -> list[Path]:

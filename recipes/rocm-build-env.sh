@@ -9,7 +9,7 @@ rocmlock_die() {
 
 # Where the build host's ROCm is: ROCM_PATH, else HIP_PATH, else /opt/rocm (AMD's packages), else what
 # `hipconfig --path` says, else /usr (a distribution's packages: Debian's ROCm 7.2.4 lives there).
-# The same search as rocmlock doctor (tools/rocmlock/rocm_host.py).
+# The same search as rocmlock doctor (tools/rocmlock/host/rocm.py).
 rocmlock_find_rocm() {
     local p
     for p in "${ROCM_PATH:-}" "${HIP_PATH:-}"; do
@@ -137,7 +137,7 @@ rocmlock_require_rocm_components() {
     [ -r "${table}" ] || rocmlock_die "no component table at ${table}"
     missing="$(python - "${table}" "$1" "${ROCM_PATH}" <<'PY'
 import pathlib, sys, tomllib
-# rocmlock plan/build validate this table first (tools/rocmlock/rocm_host.py); a hand-run rattler-build does not,
+# rocmlock plan/build validate this table first (tools/rocmlock/host/rocm.py); a hand-run rattler-build does not,
 # so a malformed table is one line here too, not a traceback.
 try:
     table = tomllib.loads(pathlib.Path(sys.argv[1]).read_text())
@@ -157,11 +157,11 @@ PY
 # ROCMLOCK_MAGMA_HOME names it. PyTorch's USE_MAGMA defaults to ON (CMakeLists.txt) and its cmake/Modules/FindMAGMA.cmake
 # looks in $MAGMA_HOME, /usr/local/magma and CMake's system prefixes, so without USE_MAGMA=0 whatever MAGMA the host
 # happens to have (Debian's libmagma-rocm-dev puts libmagma.so in /usr) would be linked without anyone choosing it.
-# The MAGMA must link this ROCm's HIP runtime (tools/rocmlock/magma.py says why; doctor checks the same).
+# The MAGMA must link this ROCm's HIP runtime (tools/rocmlock/host/magma.py says why; doctor checks the same).
 # Call after rocmlock_rocm_env; rocmlock_bundle_magma after the install.
 rocmlock_magma() {
     local home="${ROCMLOCK_MAGMA_HOME:-}" lib="" hip="" f
-    local elf="${RECIPE_DIR}/../../tools/rocmlock/elf.py"
+    local elf="${RECIPE_DIR}/../../tools/rocmlock/gpu/elf.py"
     unset MAGMA_HOME
     if [ -z "${home}" ]; then
         export USE_MAGMA=0
@@ -169,7 +169,7 @@ rocmlock_magma() {
         return 0
     fi
     # This script runs in rattler-build's work directory, not where the key was set: a relative path would name
-    # another directory here (rocmlock build and doctor refuse one too: tools/rocmlock/magma.py).
+    # another directory here (rocmlock build and doctor refuse one too: tools/rocmlock/host/magma.py).
     case "${home}" in
         /*) ;;
         *) rocmlock_die "ROCMLOCK_MAGMA_HOME=${home} is a relative path and build.sh runs in rattler-build's work directory ${PWD}; give the absolute path of the MAGMA install, or unset it to build without MAGMA" ;;
@@ -203,7 +203,7 @@ rocmlock_magma() {
 # ask for (its SONAME), into $PREFIX/lib; the recipe test's `import torch` fails if torch cannot load it from there.
 rocmlock_bundle_magma() {
     [ "${USE_MAGMA:-0}" = 1 ] || return 0
-    local elf="${RECIPE_DIR}/../../tools/rocmlock/elf.py" info name
+    local elf="${RECIPE_DIR}/../../tools/rocmlock/gpu/elf.py" info name
     info="$(python "${elf}" "${ROCMLOCK_MAGMA_LIB}")" || rocmlock_die "cannot read ${ROCMLOCK_MAGMA_LIB} with ${elf}"
     name="$(echo "${info}" | sed -n 's/^soname //p')"
     mkdir -p "${PREFIX}/lib"

@@ -13,7 +13,7 @@ import pytest
 if TYPE_CHECKING:
     from fakeupstream import FakeUpstream
     from quetz_server import QuetzChannel, QuetzServer
-    from rocmlock.recipes import Matrix
+    from rocmlock.build.recipes import Matrix
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -63,7 +63,7 @@ def channels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def matrix() -> Matrix:
     """The shipped variant matrix (recipes/variants.yaml)."""
-    from rocmlock.recipes import load_matrix
+    from rocmlock.build.recipes import load_matrix
     from shipped import RECIPES
 
     return load_matrix(RECIPES)
@@ -127,8 +127,8 @@ def aotriton_covers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable
     aotriton.toml lists those PyTorch series (through the real loader), as if someone had checked them."""
     import tomllib
 
-    from rocmlock import bump, outdated
-    from rocmlock.pins import read_table
+    from rocmlock.upstream import bump, outdated
+    from rocmlock.upstream.pins import read_table
 
     def cover(*series: str) -> None:
         data = tmp_path / "rocmlock-data"
@@ -148,7 +148,7 @@ def aotriton_covers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable
 # py-rattler 0.28's tokio worker threads race the interpreter's finalization (the pyo3-async-runtimes
 # shutdown problem, PyO3/pyo3-async-runtimes#40): a process that indexed or solved crashes with SIGSEGV or
 # SIGABRT at exit in roughly 1 run of 6 here, after everything succeeded. The CLI leaves through
-# `rocmlock.cli.run` (flush, `os._exit`) for the same reason; the test session does the same, so CI sees
+# `rocmlock.cli.main.run` (flush, `os._exit`) for the same reason; the test session does the same, so CI sees
 # pytest's real exit status (5 for "no tests" included) and never a spurious 139.
 _EXIT_STATUS: list[int] = []
 

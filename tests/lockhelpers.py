@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocmlock.cli import main
-from rocmlock.lockfile import read_lockfile
+from rocmlock.cli.main import main
+from rocmlock.lock.lockfile import read_lockfile
 
 PLATFORMS = """platforms = [
     { name = "linux-64-gfx90a", platform = "linux-64", glibc = "2.28", __amdgpu = "0", __amdgpu_arch = "9.0.10" },

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 from rattler import Channel, LockFile, solve
-from rocmlock.lockfile import LockedEnvironment, LockedPlatform, LockedWorkspace, render_lockfile
+from rocmlock.lock.lockfile import LockedEnvironment, LockedPlatform, LockedWorkspace, render_lockfile
 
 FIXED = (2026, 1, 1, 0, 0, 0)
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import rattler_build as rb
-from rocmlock.recipes import Matrix, render_config
+from rocmlock.build.recipes import Matrix, render_config
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 import rattler_build as rb
-from rocmlock.plan import make_plan
-from rocmlock.recipes import Matrix, load_matrix, render_config
-from rocmlock.sources import plan_sources
-from rocmlock.targets import all_targets
-from rocmlock.workspace import load_workspace
+from rocmlock.build.plan import make_plan
+from rocmlock.build.recipes import Matrix, load_matrix, render_config
+from rocmlock.build.sources import plan_sources
+from rocmlock.gpu.targets import all_targets
+from rocmlock.workspace.manifest import load_workspace
 from shipped import MANIFEST, RECIPES
 
 AOT = tomllib.loads(resources.files("rocmlock").joinpath("data/aotriton.toml").read_text())

@@ -1,4 +1,4 @@
-"""tools/rocmlock/data/aotriton.toml validated before the pytorch recipe renders from it (rocmlock.aotriton).
+"""tools/rocmlock/data/aotriton.toml validated before the pytorch recipe renders from it (rocmlock.build.aotriton).
 
 Without it, a wrong type or a bad sha256 there was a render error naming the recipe ("Invalid SHA256 checksum",
 "undefined value"), and a target gpu_targets.toml gives AOTriton kernels but [targets] lacks rendered with no
@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rocmlock import aotriton
-from rocmlock.cli import main
+from rocmlock.build import aotriton
+from rocmlock.cli.main import main
 from rocmlock.errors import InputError
-from rocmlock.targets import all_targets
-from rocmlock.tomlcompat import tomllib
+from rocmlock.gpu.targets import all_targets
+from rocmlock.util.toml import tomllib
 from shipped import RECIPES, ROOT
 from tomlwrite import changed, write_toml
 

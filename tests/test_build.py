@@ -6,11 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
-from rocmlock.build import BuildOptions, BuildReport, blocked_by_doctor, build_plan, rattler_build_variant
-from rocmlock.cli import main
-from rocmlock.plan import make_plan
-from rocmlock.targets import get_target
-from rocmlock.workspace import load_workspace
+from rocmlock.build.builder import (
+    BuildOptions,
+    BuildReport,
+    blocked_by_doctor,
+    build_plan,
+    rattler_build_variant,
+)
+from rocmlock.build.plan import make_plan
+from rocmlock.cli.main import main
+from rocmlock.gpu.targets import get_target
+from rocmlock.workspace.manifest import load_workspace
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes"
@@ -113,7 +119,7 @@ def test_resume_after_a_failure_injected_mid_plan(manifest: Path, tmp_path: Path
         calls.append(variant.id)
         if len(calls) == 2:
             log("simulated compiler crash")
-            raise __import__("rocmlock.build", fromlist=["BuildFailed"]).BuildFailed("simulated failure")
+            raise __import__("rocmlock.build.builder", fromlist=["BuildFailed"]).BuildFailed("simulated failure")
         rattler_build_variant(plan, variant, output, channels, log)
 
     out = tmp_path / "out"
@@ -136,7 +142,7 @@ def test_keep_going_builds_independent_variants(manifest: Path, tmp_path: Path) 
 
     def fails_first(plan, variant, output, channels, log):  # type: ignore[no-untyped-def]
         if variant.id == victim:
-            from rocmlock.build import BuildFailed
+            from rocmlock.build.builder import BuildFailed
             raise BuildFailed("boom")
         rattler_build_variant(plan, variant, output, channels, log)
 
@@ -147,8 +153,8 @@ def test_keep_going_builds_independent_variants(manifest: Path, tmp_path: Path) 
 
 def test_failed_doctor_blocks_gpu_variants_but_builds_metapackages(manifest: Path, tmp_path: Path) -> None:
     # This host's real toolchain (Debian ROCm 5.2) cannot target gfx942: pytorch must never reach the builder.
-    from rocmlock.build import BuildFailed, toolchain_targets
-    from rocmlock.doctor import run_doctor
+    from rocmlock.build.builder import BuildFailed, toolchain_targets
+    from rocmlock.host.doctor import run_doctor
 
     plan = _plan(manifest, ["mi300x-train"])
     out = tmp_path / "out"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rocmlock.cli import build_parser, main
-from rocmlock.targets import all_targets
+from rocmlock.cli.main import build_parser, main
+from rocmlock.gpu.targets import all_targets
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW = REPO / ".github" / "workflows" / "build-variants.yml"
@@ -242,9 +242,9 @@ def test_the_job_simulation_reads_the_conditions() -> None:
 def test_the_workflows_one_channel_value_is_read_by_plan_and_build(tmp_path: Path, channel: str, read: str) -> None:
     # build-variants.yml passes $ROCMLOCK_CHANNEL to `plan --channel`, `build --channel` and `publish --to`:
     # every `--to` form must name the channel those two read (quetz serves it under /get/<channel>).
-    from rocmlock.build import build_channels
-    from rocmlock.plan import channel_read_url
-    from rocmlock.workspace import load_workspace
+    from rocmlock.build.builder import build_channels
+    from rocmlock.build.plan import channel_read_url
+    from rocmlock.workspace.manifest import load_workspace
 
     (tmp_path / "pixi.toml").write_text('[workspace]\nname = "t"\nchannels = ["conda-forge"]\nplatforms = ["linux-64"]\n')
     assert channel_read_url(channel) == read

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from fakeupstream import FakeUpstream, Reply, closed_port_url, network_args, sdist
-from rocmlock.cli import main
-from rocmlock.pins import load_table
-from rocmlock.yamledit import load, values
+from rocmlock.cli.main import main
+from rocmlock.upstream.pins import load_table
+from rocmlock.upstream.yamledit import load, values
 from shipped import MANIFEST, RECIPES, ROOT
 
 # PyPI's Warehouse names sdists <normalized name>-<version>.tar.gz (PEP 625).

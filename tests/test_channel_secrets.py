@@ -11,7 +11,7 @@ Three leaks this guards (a review found them; each test here failed before the f
   ``base_url.join("<platform>/")``, which drops it) nor redacts it, and conda drops it too, so a channel URL
   with a query string or fragment is refused wherever channels are read: plan/build ``--channel``,
   ``publish --to``, pixi.toml channels and a dependency's ``channel`` (so lock, install, pack, sources...).
-  See :func:`rocmlock.credentials.refuse_query` for the upstream sources.
+  See :func:`rocmlock.util.credentials.refuse_query` for the upstream sources.
 - ``plan``/``build --channel`` errors said ``--to``.
 
 Each case runs the CLI (``main``, as the other tests do; one case through ``python -m rocmlock``) with a
@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 from channels import Pkg, build_channel
 from lockhelpers import manifest
-from rocmlock.cli import main
-from rocmlock.publish import parse_destination
+from rocmlock.channel.publish import parse_destination
+from rocmlock.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "Zq7-s3cr3t-4e1b-channel"

@@ -26,10 +26,13 @@ from typing import Any
 
 import pytest
 from fakeupstream import closed_port_url, network_args
-from rocmlock import pins, plan, rocm_host, targets
-from rocmlock.cli import main
+from rocmlock.build import plan
+from rocmlock.build.recipes import discover_recipes, recipe_packages
+from rocmlock.cli.main import main
 from rocmlock.errors import InputError
-from rocmlock.recipes import discover_recipes, recipe_packages
+from rocmlock.gpu import targets
+from rocmlock.host import rocm as rocm_host
+from rocmlock.upstream import pins
 from shipped import RECIPES, ROOT
 from tomlwrite import changed, write_toml
 
@@ -533,7 +536,7 @@ def test_plan_and_build_refuse_a_table_the_recipes_read_in_one_line(tmp_path: Pa
 def test_bump_refuses_a_recipe_key_naming_no_recipe(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # upstreams.toml read from a copy through the real loader, as conftest's aotriton_covers injects it.
-    from rocmlock import bump
+    from rocmlock.upstream import bump
 
     path = _changed_text(tmp_path, UPSTREAMS, 'recipe = "llamafactory"', 'recipe = "llama-factory"')
     table = pins.read_table(path.parent)

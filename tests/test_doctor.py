@@ -9,10 +9,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rocmlock import doctor, doctor_toolchain, rocm_host
-from rocmlock.cli import main
-from rocmlock.doctor import Host, Resources, max_jobs_for, run_doctor
-from rocmlock.targets import get_target
+from rocmlock.cli.main import main
+from rocmlock.gpu.targets import get_target
+from rocmlock.host import doctor, doctor_toolchain
+from rocmlock.host import rocm as rocm_host
+from rocmlock.host.doctor import Resources, max_jobs_for, run_doctor
+from rocmlock.host.rocm import Host
 
 GIB = 1024**3
 PLENTY = Resources(cores=64, memory_bytes=512 * GIB, free_disk_bytes=500 * GIB)
@@ -300,8 +302,8 @@ def test_doctor_names_each_missing_component_of_every_row(tmp_path: Path, packag
 
 
 def test_workspace_packages_are_the_environments_direct_dependencies(tmp_path: Path) -> None:
-    from rocmlock.doctor import workspace_packages
-    from rocmlock.workspace import load_workspace
+    from rocmlock.host.doctor import workspace_packages
+    from rocmlock.workspace.manifest import load_workspace
 
     path = _workspace(tmp_path, "7.2")
     path.write_text(path.read_text().replace("[environments]", '[feature.qlora.dependencies]\nbitsandbytes = "*"\n\n'
@@ -314,8 +316,8 @@ def test_workspace_packages_are_the_environments_direct_dependencies(tmp_path: P
 def test_flash_attn_components_only_where_its_ck_extension_is_built(tmp_path: Path) -> None:
     # flash-attn's CK extension includes torch's HIP headers (hipBLAS, hipBLASLt, hipSPARSE, hipSOLVER from the host
     # ROCm: rocm_components.toml); its Triton backend (gfx1100: flash_attn_ck = false) compiles nothing.
-    from rocmlock.doctor import workspace_packages
-    from rocmlock.workspace import load_workspace
+    from rocmlock.host.doctor import workspace_packages
+    from rocmlock.workspace.manifest import load_workspace
 
     path = _workspace(tmp_path, "7.2")
     path.write_text(path.read_text().replace("[environments]", (

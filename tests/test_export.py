@@ -10,16 +10,16 @@ import yaml
 from lockhelpers import snapshot
 from rattler import MatchSpec
 from rattler.explicit_environment import ExplicitEnvironmentSpec
-from rocmlock.cli import main
-from rocmlock.exports import render_explicit
-from rocmlock.lock import lock_workspace
-from rocmlock.lockfile import (
+from rocmlock.cli.main import main
+from rocmlock.lock.exports import render_explicit
+from rocmlock.lock.lockfile import (
     LockedEnvironment,
     LockedPlatform,
     LockedWorkspace,
     read_lockfile,
     render_lockfile,
 )
+from rocmlock.lock.pipeline import lock_workspace
 
 
 def test_export_regenerates_envs_without_solving(ws_copy: Path, locked_ws: Path) -> None:

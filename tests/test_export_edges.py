@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 from pixilock import Wheel, build_index, pypi_entry, write_pixi_lock
-from rocmlock.cli import main
-from rocmlock.lockfile import LockedPlatform
+from rocmlock.cli.main import main
+from rocmlock.lock.lockfile import LockedPlatform
 
 LINUX = LockedPlatform("linux-64", "linux-64", ("__unix=0=0", "__linux=4.18", "__glibc=2.28"))
 WHEELS = [Wheel("rlk-alpha", "1.0", ("rlk-beta>=2",)), Wheel("rlk-beta", "2.0")]
@@ -50,7 +50,7 @@ def test_lock_and_export_agree_on_a_platform_without_packages(tmp_path: Path, ch
     # So the exports of such a platform exist (an empty environment is one conda can create) whichever command
     # wrote them, and a re-lock does not solve it again.
     from lockhelpers import PLATFORMS
-    from rocmlock.lock import lock_workspace
+    from rocmlock.lock.pipeline import lock_workspace
 
     monkeypatch.setenv("ROCMLOCK_CACHE_DIR", str(tmp_path / "cache"))
     root = tmp_path / "ws"

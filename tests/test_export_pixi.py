@@ -16,8 +16,8 @@ import pytest
 import yaml
 from pixilock import Wheel, build_index, pypi_entry, serve, write_pixi_lock
 from rattler.explicit_environment import ExplicitEnvironmentSpec
-from rocmlock.cli import main
-from rocmlock.lockfile import LockedPlatform, read_lockfile
+from rocmlock.cli.main import main
+from rocmlock.lock.lockfile import LockedPlatform, read_lockfile
 
 WHEELS = [Wheel("rlk-alpha", "1.0", ("rlk-beta>=2",)), Wheel("rlk-beta", "2.0"),
           Wheel("rlk-gamma", "1.0"), Wheel("rlk-gamma", "1.1")]

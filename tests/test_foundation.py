@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from rocmlock import fsutil
-from rocmlock.credentials import redact_text, redact_url
 from rocmlock.errors import InputError
-from rocmlock.targets import all_targets, get_target, target_for_isa
+from rocmlock.gpu.targets import all_targets, get_target, target_for_isa
+from rocmlock.util import fs as fsutil
+from rocmlock.util.credentials import redact_text, redact_url
 
 
 def test_target_table_has_required_targets() -> None:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 
 WORKSPACE = """
 [workspace]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from lockhelpers import PLATFORMS, snapshot
-from rocmlock import exports
-from rocmlock.cli import main
-from rocmlock.exports import HEADER
+from rocmlock.cli.main import main
+from rocmlock.lock import exports
+from rocmlock.lock.exports import HEADER
 
 MI250 = 'mi250 = ["rocm72", "gfx90a", "train"]\n'
 

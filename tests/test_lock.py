@@ -16,12 +16,12 @@ import pytest
 from channels import Pkg, build_channel, py
 from lockhelpers import by_name, make_workspace, manifest, snapshot
 from rattler import LockFile, install
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 from rocmlock.errors import InputError, OperationError
-from rocmlock.lock import lock_workspace
-from rocmlock.lockfile import read_lockfile
-from rocmlock.satisfy import environment_unsat, platform_unsat
-from rocmlock.workspace import load_workspace
+from rocmlock.lock.lockfile import read_lockfile
+from rocmlock.lock.pipeline import lock_workspace
+from rocmlock.lock.satisfy import environment_unsat, platform_unsat
+from rocmlock.workspace.manifest import load_workspace
 
 # ----------------------------------------------------------------------------- what gets locked
 

@@ -10,7 +10,7 @@ A query string or fragment in a conda channel or package URL is no URL pixi or r
 ``<platform>/<file>`` onto the channel URL, which drops both): such a lock is refused in one line, the URL not
 shown, and nothing is written.
 
-Each case locks a workspace over a served channel (``rocmlock.serve``, Basic auth from pixi.toml), hand-edits
+Each case locks a workspace over a served channel (``rocmlock.channel.serve``, Basic auth from pixi.toml), hand-edits
 its pixi.lock, then runs ``lock --check``, ``export``, ``install``, ``pack``, ``lock`` and ``lock --check`` again,
 all with ``--json``, and asserts the exit status, one-line errors, no traceback, and the secret in no output
 and no file under the test's directory (caches included) but pixi.lock as the test wrote it. About 10 s.
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 from lockhelpers import manifest
-from rocmlock.cli import main
-from rocmlock.lockfile import read_lockfile
-from rocmlock.serve import serving
+from rocmlock.channel.serve import serving
+from rocmlock.cli.main import main
+from rocmlock.lock.lockfile import read_lockfile
 
 USER, PASSWORD = "lock-user", "pw-81f0c2-manifest"  # the channel's real credentials, in pixi.toml only
 SECRET = "Kx9-lock-s3cr3t-77ad"  # what the edited lock holds

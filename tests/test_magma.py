@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from rocmlock import doctor, magma
-from rocmlock.elf import ElfError, read_dynamic
 from rocmlock.errors import InputError
+from rocmlock.gpu.elf import ElfError, read_dynamic
+from rocmlock.host import doctor, magma
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes"
@@ -70,7 +70,7 @@ def test_elf_reader_agrees_with_readelf(tmp_path: Path) -> None:
     (tmp_path / "text").write_text("not elf")
     with pytest.raises(ElfError, match="not a 64-bit little-endian ELF"):
         read_dynamic(tmp_path / "text")
-    out = subprocess.run([sys.executable, str(REPO / "tools/rocmlock/elf.py"), str(tmp_path / "text")],
+    out = subprocess.run([sys.executable, str(REPO / "tools/rocmlock/gpu/elf.py"), str(tmp_path / "text")],
                          capture_output=True, text=True, check=False)
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
 
@@ -177,7 +177,7 @@ def test_recipe_passes_the_key_and_marks_the_build(monkeypatch: pytest.MonkeyPat
     # "magma_" in its build string, so it never shares a file name with one without; its test expects
     # torch._C._has_magma to say the same.
     import rattler_build as rb
-    from rocmlock.recipes import load_matrix, render_config
+    from rocmlock.build.recipes import load_matrix, render_config
 
     one = load_matrix(RECIPES).narrowed({"gpu_target": ["gfx942"], "python": ["3.12"]})
 
@@ -218,7 +218,7 @@ def test_damaged_libraries_are_one_line_errors_not_tracebacks(tmp_path: Path) ->
         lib.write_bytes(data)
         with pytest.raises(ElfError, match=f"{lib}: "):
             read_dynamic(lib)
-        out = subprocess.run([sys.executable, str(REPO / "tools/rocmlock/elf.py"), str(lib)],
+        out = subprocess.run([sys.executable, str(REPO / "tools/rocmlock/gpu/elf.py"), str(lib)],
                              capture_output=True, text=True, check=False)
         assert out.returncode == 1 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
     # A libmagma.so that is no ELF file at all (a linker script, a truncated download) in a MAGMA prefix.
@@ -329,10 +329,10 @@ def test_build_script_refuses_a_relative_or_missing_key(tmp_path: Path) -> None:
 
 def test_rocmlock_build_refuses_the_key_before_building(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    from rocmlock import build
-    from rocmlock.cli import main
-    from rocmlock.plan import make_plan
-    from rocmlock.workspace import load_workspace
+    from rocmlock.build import builder as build
+    from rocmlock.build.plan import make_plan
+    from rocmlock.cli.main import main
+    from rocmlock.workspace.manifest import load_workspace
 
     manifest = tmp_path / "ws/pixi.toml"
     manifest.parent.mkdir()

@@ -1,7 +1,7 @@
 """Every key of the workspace model with a value of the wrong type: exit 2 and one line naming file, key and type.
 
 Table-driven: each case replaces one value of a valid manifest (or adds one key) and runs ``rocmlock lock``
-and ``rocmlock export``. The keys are those rocmlock models (rocmlock.workspace, .dependencies, .platforms,
+and ``rocmlock export``. The keys are those rocmlock models (rocmlock.workspace.manifest, .dependencies, .platforms,
 .pypi, .pixi_keys), as pixi 0.77 types them (pixi_manifest/src/toml/{workspace,feature,environment,
 target,channel}.rs: a channel priority is an integer, a solve group a string, ``no-default-feature`` a
 boolean). No solve runs: every case fails while the manifest is read. Cost: about 4 s.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 
 BASE = """[workspace]
 name = "types"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from fakeupstream import FakeUpstream, Reply, closed_port_url, network_args
-from rocmlock.cli import main
-from rocmlock.pins import load_table
-from rocmlock.yamledit import load, values
+from rocmlock.cli.main import main
+from rocmlock.upstream.pins import load_table
+from rocmlock.upstream.yamledit import load, values
 from shipped import RECIPES, ROOT
 
 AOT = tomllib.loads((ROOT / "tools/rocmlock/data/aotriton.toml").read_text())

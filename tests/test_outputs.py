@@ -1,7 +1,7 @@
 """The lock outputs as one set: one writer at a time, and a kill at any instant leaves the old or the new set.
 
 - every filesystem step of a real ``rocmlock lock`` in turn: the writer SIGKILLs itself right after step N
-  (the steps of :mod:`rocmlock.outputs` wrapped in the child), then the next command must see set A or set B;
+  (the steps of :mod:`rocmlock.lock.outputs` wrapped in the child), then the next command must see set A or set B;
 - a random-kill loop: a child commits A, B, A, ... without pause and is killed at a random instant, 50 times;
 - pairs of simultaneous ``rocmlock lock`` on one workspace, and a writer that cannot get the lock in time;
 - errors while writing (a full disk, a read-only directory): exit 1, one line, the old set untouched.
@@ -26,13 +26,13 @@ from pathlib import Path
 
 import pytest
 from lockhelpers import manifest
-from rocmlock import outputs
-from rocmlock.cli import main
+from rocmlock.cli.main import main
+from rocmlock.lock import outputs
 
-# The child: wrap each filesystem step of rocmlock.outputs, SIGKILL itself right after step N, run the CLI.
+# The child: wrap each filesystem step of rocmlock.lock.outputs, SIGKILL itself right after step N, run the CLI.
 KILL_AFTER_STEP = textwrap.dedent("""
     import os, signal, sys
-    from rocmlock import outputs
+    from rocmlock.lock import outputs
     limit, count = int(sys.argv[1]), [0]
     def counted(step):
         def run(*args):
@@ -44,7 +44,7 @@ KILL_AFTER_STEP = textwrap.dedent("""
         return run
     for name in ("_write", "_rename", "_remove", "_mkdir", "_rmdir"):
         setattr(outputs, name, counted(getattr(outputs, name)))
-    from rocmlock.cli import main
+    from rocmlock.cli.main import main
     code = main(sys.argv[2:])
     sys.stdout.flush(); sys.stderr.flush()
     os._exit(code)
@@ -55,7 +55,7 @@ KILL_AFTER_STEP = textwrap.dedent("""
 COMMIT_FOREVER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
-    from rocmlock.outputs import commit, exclusive
+    from rocmlock.lock.outputs import commit, exclusive
     root, sets = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
     lock = root / "pixi.lock"
     i = 1 if lock.is_file() and lock.read_text() == sets[0]["pixi.lock"] else 0  # start with the other set

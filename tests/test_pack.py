@@ -16,9 +16,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from rocmlock.bundle import FIXED_MTIME
-from rocmlock.cli import main
-from rocmlock.lockfile import read_lockfile
+from rocmlock.cli.main import main
+from rocmlock.deploy.bundle import FIXED_MTIME
+from rocmlock.lock.lockfile import read_lockfile
 
 ENV, PLATFORM = "mi300x", "linux-64-gfx942"
 KFD = "sys/class/kfd/kfd/topology/nodes"
@@ -142,7 +142,7 @@ def test_the_bundles_environment_yml_is_for_conda_23_to_26_on_a_node_without_net
 
 
 def test_the_pip_note_is_there_only_when_python_is_locked_without_pip() -> None:
-    from rocmlock.bundle import BundledPackage, render_environment_yml
+    from rocmlock.deploy.bundle import BundledPackage, render_environment_yml
 
     def pkg(name: str) -> BundledPackage:
         return BundledPackage("noarch", f"{name}-1-0.conda", name, "1", "0", "0" * 64, 1)
@@ -352,7 +352,7 @@ def test_unpack_runs_the_environments_probe_and_its_verdict_is_the_exit_code(
 
 
 def test_a_credential_in_the_channel_url_never_reaches_the_bundle(probe_channel: Path, tmp_path: Path) -> None:
-    from rocmlock.serve import serving
+    from rocmlock.channel.serve import serving
 
     # No auth file: the only credentials are the URL's, which lock and pack hand to rattler in memory.
     secret = "s3cr3t-Pa55-" + os.urandom(4).hex()
@@ -431,7 +431,7 @@ def test_with_installer_a_node_without_rocmlock_installs_the_bundle(locked_ws: P
 def test_the_tar_writer_writes_what_tarfile_would(tmp_path: Path) -> None:
     # bundle.write_tar copies files with copy_file_range and leaves holes for the packages that are downloaded
     # into place; the bytes must be tarfile's own for the same members.
-    from rocmlock.bundle import Member, _tarinfo, members_of_tree, sort_members, write_tar
+    from rocmlock.deploy.bundle import Member, _tarinfo, members_of_tree, sort_members, write_tar
 
     payload = os.urandom(70_001)
     tree = tmp_path / "tree"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import rocmlock
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 from test_pack import ENV, fake_node, installed, locked_set, pack, unpack
 
 TOOLS = str(Path(rocmlock.__file__).resolve().parents[1])
@@ -81,14 +81,14 @@ def test_pack_replaces_an_existing_bundle_and_prints_no_blank_line(
 
 KILL_PACK = """
 import os, signal, sys
-import rocmlock.pack as pack
+from rocmlock.deploy import pack
 real = pack._copy
 def copy_half_then_die(src, writer):
     with open(src, "rb") as fh:
         writer.write(fh.read(max(1, writer.expected_size // 2)))
     os.kill(os.getpid(), signal.SIGKILL)
 pack._copy = copy_half_then_die
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 main(sys.argv[1:])
 """
 
@@ -101,7 +101,7 @@ async def install_partly_then_die(records, prefix, **kwargs):
     (Path(prefix) / "conda-meta" / "history").write_text("")
     os.kill(os.getpid(), signal.SIGKILL)
 rattler.install = install_partly_then_die
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 main(sys.argv[1:])
 """
 
@@ -127,7 +127,7 @@ def test_a_pack_killed_mid_write_leaves_no_bundle_and_the_next_pack_removes_its_
 
 
 def test_a_running_packs_scratch_directory_is_left_alone(locked_ws: Path, tmp_path: Path) -> None:
-    from rocmlock.scratch import scratch_dir
+    from rocmlock.util.scratch import scratch_dir
 
     out = tmp_path / "b.tar"
     with scratch_dir(tmp_path, ".rocmlock-pack-") as live:  # another pack, still writing
@@ -233,7 +233,7 @@ def test_an_unpack_into_a_prefix_another_unpack_is_installing_is_refused(
         bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import fcntl
 
-    from rocmlock.unpack import MARKER
+    from rocmlock.deploy.unpack import MARKER
 
     prefix, host = tmp_path / "env", fake_node(tmp_path / "host", [90402])
     (prefix / "conda-meta").mkdir(parents=True)
@@ -285,7 +285,7 @@ def test_metadata_naming_a_path_outside_is_refused(bundle: Path, tmp_path: Path,
 def test_rocmlocks_wheel_in_the_installer_does_not_depend_on_the_umask(tmp_path: Path) -> None:
     # setuptools writes the wheel's files with the umask's mode and keeps the source files' modes (a checkout
     # made under umask 077 has 0600 files), and the zip records them: two packs differed under two umasks.
-    from rocmlock.installer import _build_rocmlock_wheel
+    from rocmlock.deploy.installer import _build_rocmlock_wheel
 
     wheels = []
     for umask in (0o077, 0o022):
@@ -307,7 +307,7 @@ FSIZE = """
 import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as a full disk fails
 resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -316,7 +316,7 @@ import errno, os, sys
 def full(*args):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 os.pwrite = full  # the packages' bytes go to the bundle with pwrite: the disk fills while they are fetched
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

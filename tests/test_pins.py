@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from rocmlock.errors import InputError
-from rocmlock.pins import load_table, read_table
+from rocmlock.upstream.pins import load_table, read_table
 from shipped import ROOT
 
 DATA = ROOT / "tools/rocmlock/data"

@@ -13,12 +13,12 @@ import pytest
 from lockhelpers import by_name
 from pixilock import write_pixi_lock
 from rattler import LockFile, MatchSpec
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 from rocmlock.errors import InputError
-from rocmlock.lock import lock_workspace
-from rocmlock.lockfile import LockedPlatform
-from rocmlock.pypi import PypiIndexes
-from rocmlock.workspace import load_workspace
+from rocmlock.lock.lockfile import LockedPlatform
+from rocmlock.lock.pipeline import lock_workspace
+from rocmlock.workspace.manifest import load_workspace
+from rocmlock.workspace.pypi import PypiIndexes
 
 LINUX = LockedPlatform("linux-64", "linux-64", ("__unix=0=0", "__linux=4.18", "__glibc=2.28"))
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 from pixilock import write_pixi_lock
-from rocmlock.cli import main
-from rocmlock.lockfile import LockedPlatform
-from rocmlock.workspace import load_workspace
+from rocmlock.cli.main import main
+from rocmlock.lock.lockfile import LockedPlatform
+from rocmlock.workspace.manifest import load_workspace
 
 LINUX = LockedPlatform("linux-64", "linux-64", ("__unix=0=0", "__linux=4.18", "__glibc=2.28"))
 

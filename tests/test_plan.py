@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from channels import Pkg, build_channel
-from rocmlock.cli import main
+from rocmlock.build.plan import Plan, make_plan, render_plan
+from rocmlock.build.recipes import recipe_packages
+from rocmlock.cli.main import main
 from rocmlock.errors import InputError
-from rocmlock.plan import Plan, make_plan, render_plan
-from rocmlock.recipes import recipe_packages
-from rocmlock.targets import get_target
-from rocmlock.workspace import load_workspace
+from rocmlock.gpu.targets import get_target
+from rocmlock.workspace.manifest import load_workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("pytorch-rocm", "flash-attn-rocm", "llamafactory", "rocm-version", "amdgpu-target")

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
-from rocmlock.cli import main
+from rocmlock.cli.main import main
+from rocmlock.deploy.preset import CUTOFFS, EFFECTIVE_BATCH, PresetRequest, capabilities, make_preset, sizing
 from rocmlock.errors import InputError
-from rocmlock.preset import CUTOFFS, EFFECTIVE_BATCH, PresetRequest, capabilities, make_preset, sizing
-from rocmlock.targets import all_targets
-from rocmlock.workspace import load_workspace
+from rocmlock.gpu.targets import all_targets
+from rocmlock.workspace.manifest import load_workspace
 from shipped import manifest_with_gfx908
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,7 +143,7 @@ def test_output_is_deterministic_and_written_as_a_pair(tmp_path: Path, monkeypat
     text = first["run.yaml"].decode()
     assert "deepspeed: a/run.ds_z2.json" in text and text.startswith("# LLaMA-Factory qlora preset")
     # A failure while writing leaves neither file changed (fsutil.write_set_atomic).
-    from rocmlock import fsutil
+    from rocmlock.util import fs as fsutil
 
     real = fsutil.os.replace
     calls = []

@@ -72,7 +72,7 @@ def test_probe_imports_only_stdlib_and_optional_ml_packages() -> None:
 
 
 def test_builtin_table_matches_the_gpu_table() -> None:
-    from rocmlock.targets import all_targets
+    from rocmlock.gpu.targets import all_targets
 
     table = {t.gfx: (t.isa, t.peak_bf16_tflops, t.flash_attn_ck) for t in all_targets().values()}
     assert probe.TARGETS == table

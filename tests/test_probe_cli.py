@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from hostpython import python_shim
-from rocmlock.cli import main
-from rocmlock.verify import REPO_PROBE, probe_command, resolve_target, rocm_from_spec
+from rocmlock.cli.main import main
+from rocmlock.deploy.verify import REPO_PROBE, probe_command, resolve_target, rocm_from_spec
 
 REPO = Path(__file__).resolve().parents[1]
 

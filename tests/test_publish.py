@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from channels import Pkg, build_channel
-from rocmlock import publish as publish_mod
-from rocmlock.cli import main
+from rocmlock.channel import publish as publish_mod
+from rocmlock.channel.publish import parse_destination
+from rocmlock.channel.serve import serving
+from rocmlock.cli.main import main
 from rocmlock.errors import InputError
-from rocmlock.publish import parse_destination
-from rocmlock.serve import serving
 
 PASSWORD = "pa55-w0rd-not-printed"
 

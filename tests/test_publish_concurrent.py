@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import rocmlock
 from channels import Pkg, build_channel, listed_in_repodata
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 
 TOOLS = str(Path(rocmlock.__file__).resolve().parents[1])
 LOCK = ".rocmlock-publish.lock"
@@ -35,8 +35,8 @@ ROUNDS = 6
 TOGETHER = """
 import os, sys, time
 from pathlib import Path
-import rattler.index, rocmlock.channel_dir, rocmlock.publish
-from rocmlock.cli import run
+import rattler.index, rocmlock.channel.channel_dir, rocmlock.channel.publish
+from rocmlock.cli.main import run
 barrier, me, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 (barrier / me).touch()
 deadline = time.monotonic() + 60

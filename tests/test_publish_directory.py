@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import rocmlock
 from channels import Pkg, build_channel, listed_in_repodata
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 
 TOOLS = str(Path(rocmlock.__file__).resolve().parents[1])
 SCRATCH = ".rocmlock-publish-"
@@ -31,7 +31,7 @@ def half_then_die(src, dst, *args, **kwargs):
         fh.write(data[: len(data) // 2])
     os.kill(os.getpid(), signal.SIGKILL)
 shutil.copyfile = half_then_die
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 main(sys.argv[1:])
 """
 
@@ -45,7 +45,7 @@ def second_package_dies(src, dst, *args, **kwargs):
         moved.append(dst)
     return real(src, dst, *args, **kwargs)
 os.replace = second_package_dies
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 main(sys.argv[1:])
 """
 
@@ -55,7 +55,7 @@ async def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 # `rattler.index` as an attribute is its submodule rattler/index/index.py; the package is in sys.modules.
 importlib.import_module("rattler.index").index_fs = die
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 main(sys.argv[1:])
 """
 

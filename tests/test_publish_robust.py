@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from channels import Pkg, build_channel
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 
 KEY = "k3y-N0t-Pr1nted-0123456789"
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 from pixilock import Wheel, pypi_entry, write_pixi_lock
-from rocmlock.cli import main
-from rocmlock.lockfile import LockedPlatform
+from rocmlock.cli.main import main
+from rocmlock.lock.lockfile import LockedPlatform
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "Pq4-index-s3cr3t-19be"
@@ -241,7 +241,7 @@ def test_a_file_url_query_from_the_index_is_masked_in_messages(fake: Any) -> Non
     """A mirror's JSON API may answer presigned file URLs (``?X-Amz-Signature=...``): messages show them masked,
     as uv's DisplaySafeUrl masks X-Amz-Signature (crates/uv-redacted/src/lib.rs); the download still sends it."""
     from fakeupstream import Reply
-    from rocmlock.upstream import ChecksumMismatch, Client, Hosts, HttpOptions, NotFound
+    from rocmlock.upstream.client import ChecksumMismatch, Client, Hosts, HttpOptions, NotFound
 
     fake.add("/files/x-1.0.tar.gz", Reply(body=b"sdist"))
     client = Client(Hosts(index_url=f"{fake.url}/pypi"), HttpOptions(timeout=2, retries=0, backoff=0))

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from channels import TARGETS, Pkg, build_channel, forge_packages, private_packages, py
 from lockhelpers import FEATURE_TABLES, by_name, manifest
-from rocmlock.cli import main
-from rocmlock.plan import make_plan
-from rocmlock.recipes import Matrix, render_recipe
-from rocmlock.targets import all_targets, get_target
-from rocmlock.workspace import load_workspace
+from rocmlock.build.plan import make_plan
+from rocmlock.build.recipes import Matrix, render_recipe
+from rocmlock.cli.main import main
+from rocmlock.gpu.targets import all_targets, get_target
+from rocmlock.workspace.manifest import load_workspace
 from shipped import ARCH_BUILD, RECIPES, ROOT, manifest_with_gfx908, script_env
 
 NEW = {"bitsandbytes-rocm": "bitsandbytes", "deepspeed-rocm": "deepspeed"}
@@ -314,8 +314,8 @@ def test_build_gate_checks_the_rocm_components_of_the_packages_it_builds(tmp_pat
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # `rocmlock build` runs doctor first; the packages it is about to build decide which host-ROCm components
     # doctor checks (tools/rocmlock/data/rocm_components.toml: bitsandbytes').
-    from rocmlock import doctor
-    from rocmlock.build import doctor_gate
+    from rocmlock.build.builder import doctor_gate
+    from rocmlock.host import doctor
 
     ws = load_workspace(ROOT / "pixi.toml")
     plan = make_plan(ws, ["mi300x-qlora"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from channels import Pkg, build_channel
 from quetz_server import QuetzChannel, QuetzServer
-from rocmlock.cli import main
+from rocmlock.cli.main import main
 
 PUBLISHED = ["noarch/amdgpu-target-1-gfx942.conda", "noarch/rocm-version-7.2-0.conda"]
 
@@ -133,8 +133,8 @@ def test_publish_with_the_key_then_skip_then_refuse(quetz_channel: QuetzChannel,
 
 def test_plan_sees_what_the_server_holds(quetz_channel: QuetzChannel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    from rocmlock.plan import make_plan
-    from rocmlock.workspace import load_workspace
+    from rocmlock.build.plan import make_plan
+    from rocmlock.workspace.manifest import load_workspace
     from test_plan import mirror, workspace
 
     mirror(tmp_path)
@@ -229,7 +229,7 @@ def test_force_on_quetz_says_how_to_replace(quetz_channel: QuetzChannel, tmp_pat
 @pytest.fixture(scope="module")
 def quetz_private(quetz: QuetzServer, channels: dict[str, Path]) -> QuetzChannel:
     """A quetz channel holding the session's private ROCm channel, published with `rocmlock publish`."""
-    from rocmlock.publish import publish
+    from rocmlock.channel.publish import publish
 
     channel = quetz.private_channel()
     result = publish(channels["private"], channel.publish_to, env={"QUETZ_API_KEY": channel.api_key})

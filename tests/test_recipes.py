@@ -18,9 +18,9 @@ import rattler_build as rb
 from channels import solve_on_gpu_host
 from rattler import install
 from rattler.index import index_fs
+from rocmlock.build.recipes import Matrix, load_matrix, render_recipe, spec_name
 from rocmlock.errors import InputError
-from rocmlock.recipes import Matrix, load_matrix, render_recipe, spec_name
-from rocmlock.targets import get_target
+from rocmlock.gpu.targets import get_target
 from shipped import ARCH_BUILD, RECIPES, script_env, variant_grid
 
 ARCH_RECIPES = ("pytorch-rocm", "flash-attn-rocm")
@@ -33,7 +33,7 @@ def rendered(matrix: Matrix) -> dict[str, list]:
 
 
 def expected_skip(recipe: str, rocm: str, gfx: str) -> bool:
-    """The skip rule straight from rocmlock.targets, to hold the recipes' own skip_reason to."""
+    """The skip rule straight from rocmlock.gpu.targets, to hold the recipes' own skip_reason to."""
     target = get_target(gfx)
     if not target.supports_rocm(rocm):
         return True
@@ -146,7 +146,7 @@ def test_llamafactory_is_noarch_with_upstream_bounds(rendered: dict) -> None:
 
 
 def test_sources_pinned_by_url_and_sha256(matrix: Matrix) -> None:
-    from rocmlock.recipes import render_config
+    from rocmlock.build.recipes import render_config
 
     one = matrix.narrowed({"gpu_target": ["gfx942"], "python": ["3.12"]})
     versions = dict(one.values)
@@ -207,7 +207,7 @@ def test_build_and_activation_scripts_pass_shellcheck() -> None:
 @pytest.fixture(scope="module")
 def meta_channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """rocm-version 7.2 and amdgpu-target gfx942/gfx90a built by rattler-build from the recipes, indexed."""
-    from rocmlock.recipes import render_config
+    from rocmlock.build.recipes import render_config
 
     channel = tmp_path_factory.mktemp("meta-channel")
     one = load_matrix(RECIPES).narrowed({"rocm_version": ["7.2"], "gpu_target": ["gfx942", "gfx90a"]})
@@ -418,7 +418,7 @@ def test_flash_attn_triton_activation_sets_the_import_switch() -> None:
 
 
 def _rendered(matrix: Matrix, recipe: str, gfx: str = "gfx942") -> dict:  # type: ignore[type-arg]
-    from rocmlock.recipes import render_config
+    from rocmlock.build.recipes import render_config
 
     one = matrix.narrowed({"gpu_target": [gfx], "python": ["3.12"]})
     (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / recipe / "recipe.yaml")).render(

@@ -1,4 +1,4 @@
-"""rocmlock.satisfy against pixi 0.77.0's own rules: which lock `pixi install --locked` accepts, and what
+"""rocmlock.lock.satisfy against pixi 0.77.0's own rules: which lock `pixi install --locked` accepts, and what
 rocmlock refuses to write because pixi would not accept it."""
 
 from __future__ import annotations
@@ -9,11 +9,13 @@ import pytest
 from channels import Pkg, build_channel
 from lockhelpers import make_workspace
 from rattler import BuildString, PackageRecord, RepoDataRecord
-from rocmlock.cli import main
-from rocmlock.pixi_compat import pixi_virtual_packages
-from rocmlock.satisfy import records_unsat
-from rocmlock.solve import virtual_packages_for
-from rocmlock.workspace import Environment, Platform, load_workspace
+from rocmlock.cli.main import main
+from rocmlock.lock.satisfy import records_unsat
+from rocmlock.lock.solve import virtual_packages_for
+from rocmlock.workspace.manifest import load_workspace
+from rocmlock.workspace.model import Environment
+from rocmlock.workspace.pixi_compat import pixi_virtual_packages
+from rocmlock.workspace.platforms import Platform
 
 GPU = '[workspace]\nname = "t"\nchannels = ["c"]\nplatforms = [{ name = "gpu", platform = "linux-64", ' \
       '__amdgpu = "0", __amdgpu_arch = "9.4.2" }]\n'

@@ -1,7 +1,7 @@
 """Secrets in channel URLs: only real secrets are redacted, and none reaches a file, a log line or a message.
 
 The end-to-end test runs every command that reads a private channel (lock, relock on a warm cache, export,
-install, pack, plan --channel, publish) against ``rocmlock.serve`` requiring both Basic credentials and an
+install, pack, plan --channel, publish) against ``rocmlock.channel.serve`` requiring both Basic credentials and an
 anaconda.org-style ``/t/<token>/`` path, then greps every file under the test's directory (the user's
 pixi.toml and auth file excepted) and all output for each secret. Cost: about 5 s.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from channels import Pkg, build_channel
 from lockhelpers import manifest
-from rocmlock.cli import main
-from rocmlock.credentials import ChannelAuth, redact_text, redact_url, split_url
-from rocmlock.lockfile import read_lockfile
-from rocmlock.serve import serving
+from rocmlock.channel.serve import serving
+from rocmlock.cli.main import main
+from rocmlock.lock.lockfile import read_lockfile
+from rocmlock.util.credentials import ChannelAuth, redact_text, redact_url, split_url
 
 ROOT = Path(__file__).resolve().parents[1]
 USER, PASSWORD, TOKEN = "alice-user", "pw-9c1e55-secret", "tok-4b7d02"
@@ -184,7 +184,7 @@ def test_channel_server_answers_revalidation_with_its_validator(tmp_path: Path) 
     import urllib.error
     import urllib.request
 
-    from rocmlock.serve import make_server
+    from rocmlock.channel.serve import make_server
 
     root = tmp_path / "chan"
     (root / "noarch").mkdir(parents=True)

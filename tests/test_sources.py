@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rocmlock import sourcefetch
-from rocmlock.cli import main
+from rocmlock.build import sourcefetch
+from rocmlock.cli.main import main
 
 SECRET = "s3cret-token-4711"
 WORKSPACE = """

@@ -16,11 +16,11 @@ import pytest
 import rattler_build as rb
 from channels import Pkg, build_channel, py, solve_on_gpu_host
 from rattler import Version, VersionSpec
-from rocmlock.pins import load_table
-from rocmlock.plan import make_plan
-from rocmlock.recipes import Matrix, RenderedVariant, render_config, render_recipe, spec_name
-from rocmlock.targets import get_target
-from rocmlock.workspace import load_workspace
+from rocmlock.build.plan import make_plan
+from rocmlock.build.recipes import Matrix, RenderedVariant, render_config, render_recipe, spec_name
+from rocmlock.gpu.targets import get_target
+from rocmlock.upstream.pins import load_table
+from rocmlock.workspace.manifest import load_workspace
 from shipped import ARCH_BUILD, RECIPES, ROOT, script_env, variant_grid
 
 # recipe directory -> package, for the per-target extensions built against one pytorch build

@@ -12,8 +12,8 @@ import time
 import pytest
 from fakeupstream import FakeUpstream, Reply, closed_port_url
 from rocmlock.errors import OperationError
-from rocmlock.outdated import newest_release
-from rocmlock.upstream import ChecksumMismatch, Client, Hosts, HttpOptions, NotFound, Unreachable
+from rocmlock.upstream.client import ChecksumMismatch, Client, Hosts, HttpOptions, NotFound, Unreachable
+from rocmlock.upstream.outdated import newest_release
 
 FAST = HttpOptions(timeout=0.3, retries=2, backoff=0.0)
 

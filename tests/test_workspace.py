@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from rattler import MatchSpec
 from rocmlock.errors import InputError
-from rocmlock.workspace import channel_base_url, load_workspace
+from rocmlock.workspace.manifest import load_workspace
+from rocmlock.workspace.pixi_compat import channel_base_url
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,7 @@
 """The whole rocmlock pipeline on the offline example, end to end, with real processes.
 
 build (rocmlock build) -> publish to a directory channel (rocmlock publish) -> serve that directory on
-127.0.0.1 behind basic auth (rocmlock.serve, a separate process) -> lock a copy of the example workspace
+127.0.0.1 behind basic auth (rocmlock.channel.serve, a separate process) -> lock a copy of the example workspace
 against the served channel (rocmlock lock, credentials from a RATTLER_AUTH_FILE in the work directory)
 -> export (rocmlock export --check) -> install an environment from the lock (rocmlock install)
 -> run the installed probe (rocm-env-check) inside it.
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import rattler_build as rb
-from rocmlock.serve import serving
+from rocmlock.channel.serve import serving
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -98,7 +98,7 @@ SERVE_SCRIPT = """#!/bin/sh
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROCMLOCK_SERVE_PASSWORD=$("{python}" -c 'import json, sys; print(json.load(open(sys.argv[1]))["127.0.0.1"]["BasicHTTP"]["password"])' "$HERE/auth/credentials.json")
 export ROCMLOCK_SERVE_PASSWORD
-PYTHONPATH="{tools}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{python}" -m rocmlock.serve "$HERE/channel" --channel {channel} \\
+PYTHONPATH="{tools}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{python}" -m rocmlock.channel.serve "$HERE/channel" --channel {channel} \\
     --user quickstart --password-env ROCMLOCK_SERVE_PASSWORD --port {port}
 """
 
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     code = main()
-    # Skip interpreter finalization: py-rattler's background threads can crash it (see rocmlock.cli.run).
+    # Skip interpreter finalization: py-rattler's background threads can crash it (see rocmlock.cli.main.run).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

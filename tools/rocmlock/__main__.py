@@ -1,3 +1,3 @@
-from rocmlock.cli import run
+from rocmlock.cli.main import run
 
 run()

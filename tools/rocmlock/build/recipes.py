@@ -1,0 +1,212 @@
+"""The recipes under ``recipes/``: discovery, the shipped variant matrix, offline rendering.
+
+Rendering goes through py-rattler-build (``Stage0Recipe.from_file(...).render(VariantConfig)``),
+never through a hand-written Jinja evaluator, so what ``rocmlock plan`` shows is what
+``rattler-build build`` would build. The recipes read GPU facts from
+``tools/rocmlock/data/gpu_targets.toml`` with ``load_from_file`` (a rattler-build experimental
+feature, hence ``experimental=True``), and state why a variant cannot be built in their
+``context.skip_reason`` (``build.skip`` uses the same value), so one place decides a skip and
+its reason. py-rattler-build's ``render`` does not apply ``build.skip`` itself; the rendered
+``skip_reason`` is how we see it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import rattler_build as rb
+from rattler_build.tool_config import PlatformConfig
+
+from rocmlock.errors import InputError
+from rocmlock.gpu.targets import get_target
+
+VARIANTS_FILE = "variants.yaml"
+RECIPE_FILE = "recipe.yaml"
+# The variant keys an environment decides; every other key of variants.yaml is taken as written.
+ENV_KEYS = ("rocm_version", "gpu_target", "python")
+REQUIREMENT_SECTIONS = ("build", "host", "run")
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A variant configuration: key -> values, plus groups of keys that vary together."""
+
+    values: tuple[tuple[str, tuple[str, ...]], ...]
+    zip_keys: tuple[tuple[str, ...], ...] = ()
+
+    def get(self, key: str) -> tuple[str, ...]:
+        return dict(self.values).get(key, ())
+
+    def narrowed(self, overrides: Mapping[str, Iterable[str]]) -> Matrix:
+        """This matrix with ``overrides`` replacing some keys' values (zipped siblings follow)."""
+        values = {k: list(v) for k, v in self.values}
+        for key, new in overrides.items():
+            new = list(dict.fromkeys(new))
+            group = next((g for g in self.zip_keys if key in g), None)
+            if group is None:
+                values[key] = new
+                continue
+            keep = [i for i, v in enumerate(values[key]) if v in new]
+            if not keep:
+                raise InputError(
+                    f"recipes/{VARIANTS_FILE}: {key} {new} is not in the zipped values {values[key]}",
+                    hint=f"add it to {key} (and its zip_keys siblings {list(group)})",
+                )
+            for sibling in group:
+                values[sibling] = [values[sibling][i] for i in keep]
+        return Matrix(tuple((k, tuple(v)) for k, v in sorted(values.items())), self.zip_keys)
+
+    def to_variant_config(self) -> rb.VariantConfig:
+        return rb.VariantConfig(
+            {k: list(v) for k, v in self.values}, zip_keys=[list(g) for g in self.zip_keys]
+        )
+
+
+@dataclass(frozen=True)
+class RenderedVariant:
+    """One variant of one recipe, rendered."""
+
+    recipe: Path
+    package: str
+    version: str
+    build_string: str
+    subdir: str
+    variant: tuple[tuple[str, str], ...]
+    requirements: tuple[tuple[str, tuple[str, ...]], ...]
+    run_constraints: tuple[str, ...]
+    skip_reason: str
+
+    @property
+    def skipped(self) -> bool:
+        return bool(self.skip_reason)
+
+    def specs(self, section: str) -> tuple[str, ...]:
+        return dict(self.requirements).get(section, ())
+
+    def requirement_names(self) -> frozenset[str]:
+        """Package names this variant needs to build or run (build, host and run)."""
+        return frozenset(spec_name(s) for section in REQUIREMENT_SECTIONS for s in self.specs(section))
+
+    def variant_value(self, key: str) -> str | None:
+        return dict(self.variant).get(key)
+
+
+def spec_name(spec: str) -> str:
+    """``"pytorch ==2.12.1 rocm72_*"`` -> ``"pytorch"``."""
+    return spec.split()[0].split("::")[-1].split("[")[0]
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+def discover_recipes(recipes_dir: Path) -> list[Path]:
+    """Every ``<recipes_dir>/<name>/recipe.yaml``, sorted by directory name."""
+    if not recipes_dir.is_dir():
+        raise InputError(
+            f"{recipes_dir}: no recipes directory",
+            hint="pass --recipes-dir, or run from the rocmlock checkout (it has recipes/)",
+        )
+    found = sorted(p for p in recipes_dir.glob(f"*/{RECIPE_FILE}") if p.is_file())
+    if not found:
+        raise InputError(
+            f"{recipes_dir}: no */{RECIPE_FILE} found", hint="each recipe lives in its own directory"
+        )
+    return found
+
+
+def recipe_packages(recipe: Path) -> tuple[str, ...]:
+    """The package names ``recipe`` builds (``package.name``, and each output's), as written there."""
+    try:
+        data = rb.Stage0Recipe.from_file(str(recipe)).to_dict()
+    except Exception as exc:  # noqa: BLE001 - parse errors become one InputError naming the recipe
+        raise InputError(f"{recipe}: cannot read: {_first_line(exc)}", hint="check the recipe's YAML") from None
+    outputs = [data, *data.get("outputs", [])]
+    return tuple(str(o["package"]["name"]) for o in outputs if isinstance(o.get("package"), dict) and
+                 "name" in o["package"])
+
+
+def load_matrix(recipes_dir: Path) -> Matrix:
+    """Read ``<recipes_dir>/variants.yaml`` through rattler-build and validate its gpu targets."""
+    path = recipes_dir / VARIANTS_FILE
+    if not path.is_file():
+        raise InputError(f"{path}: no variant configuration", hint="restore recipes/variants.yaml from git")
+    try:
+        config = rb.VariantConfig.from_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - py-rattler-build raises its own hierarchy; one message is enough
+        raise InputError(f"{path}: cannot read variant configuration: {_first_line(exc)}") from None
+    values = tuple((k, tuple(str(v) for v in vals)) for k, vals in sorted(config.to_dict().items()))
+    matrix = Matrix(values, tuple(tuple(g) for g in (config.zip_keys or ())))
+    for key in ENV_KEYS:
+        if not matrix.get(key):
+            raise InputError(f"{path}: key '{key}' is missing or empty", hint=f"list at least one {key}")
+    for gfx in matrix.get("gpu_target"):
+        get_target(gfx, f"{path}: key 'gpu_target'")
+    return matrix
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def render_config(target_platform: str = "linux-64") -> rb.RenderConfig:
+    """Offline render settings: ``experimental`` because the recipes use ``load_from_file``."""
+    return rb.RenderConfig(platform=PlatformConfig(target_platform=target_platform, experimental=True))
+
+
+def render_recipe(recipe: Path, matrix: Matrix, target_platform: str = "linux-64") -> list[RenderedVariant]:
+    """Render ``recipe`` for every combination of ``matrix`` (no network, no solve)."""
+    try:
+        stage0 = rb.Stage0Recipe.from_file(str(recipe))
+        rendered = stage0.render(matrix.to_variant_config(), render_config(target_platform))
+    except Exception as exc:  # noqa: BLE001 - parse and render errors become one InputError naming the recipe
+        raise InputError(
+            f"{recipe}: cannot render: {_first_line(exc)}",
+            hint="check the recipe's Jinja and that recipes/variants.yaml defines its keys",
+        ) from None
+    out = [_rendered(recipe, rv, target_platform) for rv in rendered]
+    return sorted(out, key=lambda v: (v.package, v.version, v.build_string))
+
+
+def render_exact(recipe: Path, values: Mapping[str, str], subdir: str, build_string: str) -> Any | None:
+    """py-rattler-build's rendered variant of ``recipe`` for exactly ``values``, or ``None`` when no
+    variant with ``build_string`` renders any more (the recipe or variants.yaml changed since the plan)."""
+    stage0 = rb.Stage0Recipe.from_file(str(recipe))
+    config = rb.VariantConfig({k: [v] for k, v in values.items()})
+    platform = "linux-64" if subdir == "noarch" else subdir
+    return next((r for r in stage0.render(config, render_config(platform))
+                 if str(r.recipe.build.string) == build_string), None)
+
+
+def _rendered(recipe: Path, rv: Any, target_platform: str) -> RenderedVariant:
+    stage1 = rv.recipe
+    reqs = stage1.requirements.to_dict()
+    requirements = tuple((s, tuple(_spec_text(x) for x in reqs.get(s, []))) for s in REQUIREMENT_SECTIONS)
+    variant = tuple(sorted((k, str(v)) for k, v in rv.variant.items() if k != "target_platform"))
+    noarch = stage1.build.noarch
+    return RenderedVariant(
+        recipe=recipe,
+        package=str(stage1.package.name),
+        version=str(stage1.package.version),
+        build_string=str(stage1.build.string),
+        subdir="noarch" if noarch else target_platform,
+        variant=variant,
+        requirements=requirements,
+        run_constraints=tuple(_spec_text(x) for x in reqs.get("run_constraints", [])),
+        skip_reason=str(stage1.context.get("skip_reason") or "").strip(),
+    )
+
+
+def _spec_text(item: Any) -> str:
+    # Pins (pin_subpackage / pin_compatible) render as small tables; their name is what matters here.
+    if isinstance(item, dict):
+        for value in item.values():
+            if isinstance(value, dict) and "name" in value:
+                return str(value["name"])
+    return str(item)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]

@@ -1,0 +1,225 @@
+"""The build-side commands: ``plan``, ``doctor``, ``build``, ``sources`` and ``publish``, and the build's progress."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rocmlock.cli.common import env_arg, err, manifest_arg, print_json, print_report, recipes_arg, stage_arg
+
+if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
+    from rocmlock.build.plan import Plan
+    from rocmlock.workspace.model import Workspace
+
+
+def _load_plan(args: argparse.Namespace, channel: str | None = None) -> tuple[Workspace, Plan]:
+    """The workspace of ``--manifest-path`` and the plan of its ``-e`` environments and ``--recipes-dir``."""
+    from rocmlock.build.plan import make_plan
+    from rocmlock.workspace.manifest import load_workspace
+
+    ws = load_workspace(args.manifest_path)
+    return ws, make_plan(ws, args.environments or None, channel=channel, recipes_dir=args.recipes_dir)
+
+
+def add_plan(p: argparse.ArgumentParser) -> None:
+    manifest_arg(p)
+    env_arg(p)
+    p.add_argument("--json", action="store_true", help="print the build matrix as JSON on stdout")
+    p.add_argument("--channel", metavar="URL", help="mark the variants this channel (URL or directory) already holds")
+    recipes_arg(p)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from rocmlock.build.plan import render_plan
+
+    _, plan = _load_plan(args, channel=args.channel)
+    print_report(args, plan.to_json(), render_plan(plan))
+    for problem in plan.problems:
+        err(f"warning: {problem}")
+    return 0
+
+
+def add_doctor(p: argparse.ArgumentParser) -> None:
+    manifest_arg(p)
+    env_arg(p)
+    p.add_argument("--build", action="store_true",
+                   help="also check the build toolchain: compiler, a kernel per GPU target, jobs, disk, ccache")
+    p.add_argument("--target", action="append", default=[], dest="targets", metavar="GFX",
+                   help="also check this GPU target (repeatable; works without a pixi.toml)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from rocmlock.host.doctor import doctor_targets, run_doctor, workspace_packages, workspace_rocm_versions
+    from rocmlock.host.doctor_report import render_report
+    from rocmlock.workspace.manifest import load_workspace
+    from rocmlock.workspace.pyproject import find_manifest
+
+    # Outside a workspace (no ./pixi.toml or pyproject.toml with [tool.pixi], nothing named) doctor still checks
+    # the host and --target.
+    in_workspace = (args.environments or find_manifest(args.manifest_path).exists()
+                    or args.manifest_path != Path("pixi.toml"))
+    ws = load_workspace(args.manifest_path) if in_workspace else None
+    targets = doctor_targets(args.targets, ws, args.environments)
+    wanted = workspace_rocm_versions(ws, args.environments) if ws else ()
+    root = ws.root if ws else Path(".")
+    packages = workspace_packages(ws, args.environments) if ws else None
+    report = run_doctor(targets, build=args.build, rocm_wanted=wanted, workdir=root, packages=packages)
+    print_report(args, report.to_dict(), render_report(report))
+    return 0 if report.ok else 1
+
+
+def add_build(p: argparse.ArgumentParser) -> None:
+    manifest_arg(p)
+    env_arg(p)
+    stage_arg(p)
+    p.add_argument("--output", type=Path, metavar="DIR",
+                   help="output channel directory, first channel of later stages (default: output/ beside the manifest)")
+    p.add_argument("--channel", metavar="URL", help="the target channel: variants it holds are not rebuilt")
+    p.add_argument("--keep-going", action="store_true", help="after a failure, still build the independent variants")
+    p.add_argument("--skip-doctor", action="store_true", help="do not run the toolchain checks first")
+    recipes_arg(p)
+    p.add_argument("--sources", type=Path, metavar="DIR", default=None,
+                   help="a source cache filled by `rocmlock sources fetch`: every source must be there, and the "
+                        "build takes them from it instead of the network")
+    p.add_argument("--json", action="store_true", help="print the build report as JSON on stdout")
+
+
+class _BuildProgress:
+    """rich progress on stderr: the current variant with its elapsed time, one line per finished variant."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                 console=self.console, transient=True)
+        self.task: Any = None
+
+    def start(self, variant: Any, index: int, total: int) -> None:
+        self.progress.start()
+        self.task = self.progress.add_task(f"[{index}/{total}] building {variant.id}")
+
+    def finish(self, outcome: Any) -> None:
+        if self.task is not None:
+            self.progress.remove_task(self.task)
+            self.task = None
+        self.progress.console.print(f"{outcome.status:<8} {outcome.id}" + (f"  ({outcome.reason})" if outcome.reason
+                                    else ""), highlight=False, markup=False, soft_wrap=True)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def _build_doctor(ws: Workspace, plan: Plan, args: argparse.Namespace, output: Path) -> dict[str, str]:
+    import os
+
+    from rocmlock.build.builder import doctor_gate
+    from rocmlock.host.doctor_report import render_report
+
+    if args.skip_doctor:
+        return {}
+    report, blocked = doctor_gate(ws, plan, output, args.stage, args.environments or None)
+    if report is None:
+        return {}
+    # The recipes hand MAX_JOBS from this environment to their build scripts (recipe.yaml, env.get).
+    os.environ.setdefault("MAX_JOBS", str(report.max_jobs))
+    if not report.ok:
+        err(render_report(report))
+        err("doctor failed: the GPU variants it concerns are blocked; metapackages and noarch packages still build")
+    return blocked
+
+
+def _build_sources(plan: Plan, args: argparse.Namespace, output: Path) -> None:
+    from rocmlock.build.builder import pending
+    from rocmlock.build.sources import check_cache, install_cache, plan_sources
+
+    entries = check_cache(args.sources, plan_sources(plan, pending(plan, output, args.stage)))
+    target = install_cache(args.sources, entries, output)
+    err(f"sources: {len(entries)} from {args.sources} (in {target})")
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    import os
+
+    from rocmlock.build.builder import (
+        BuildOptions,
+        build_channels,
+        build_plan,
+        check_magma_home,
+        render_summary,
+    )
+
+    ws, plan = _load_plan(args, channel=args.channel)
+    output = (args.output or ws.root / "output").resolve()
+    for warning in check_magma_home(plan, output, args.stage, os.environ):
+        err(f"warning: {warning}")
+    if args.sources is not None:
+        _build_sources(plan, args, output)
+    blocked = _build_doctor(ws, plan, args, output)
+    opts = BuildOptions(output, build_channels(ws, args.channel), args.stage, args.keep_going, blocked)
+    progress = _BuildProgress()
+    try:
+        report = build_plan(plan, opts, events=progress)
+    finally:
+        progress.close()
+    print_report(args, report.to_dict(), render_summary(report))
+    return 0 if report.ok else 1
+
+
+def add_sources(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["fetch", "check"],
+                   help="fetch: fill DIR with every source the plan's variants need (run where there is network); "
+                        "check: verify that DIR holds them all, with their hashes")
+    manifest_arg(p)
+    env_arg(p)
+    stage_arg(p)
+    p.add_argument("--to", type=Path, metavar="DIR", default=None,
+                   help="the source cache directory (default: sources/ beside the manifest); give it to "
+                        "`rocmlock build --sources DIR` on the build host")
+    recipes_arg(p)
+    p.add_argument("--json", action="store_true", help="print what was fetched and found as JSON on stdout")
+
+
+def cmd_sources(args: argparse.Namespace) -> int:
+    from rocmlock.build.builder import pending
+    from rocmlock.build.sources import check_cache, plan_sources
+
+    ws, plan = _load_plan(args)
+    wanted = plan_sources(plan, pending(plan, None, args.stage))
+    cache = (args.to or ws.root / "sources").resolve()
+    if args.action == "check":
+        entries = check_cache(cache, wanted)
+        print_report(args, {"cache": str(cache), "sources": [e.to_json() for e in entries]},
+                     f"{cache}: all {len(entries)} sources present, hashes checked")
+        return 0
+    from rocmlock.build.sourcefetch import fetch_sources
+
+    report = fetch_sources(wanted, cache, log=err)
+    print_report(args, report.to_dict(), f"{cache}: {len(report.fetched)} fetched, {len(report.cached)} already "
+                 f"there ({len(wanted)} sources)")
+    return 0
+
+
+def add_publish(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--to", required=True, metavar="URL",
+                   help="a directory/file:// URL, s3://bucket/prefix, https://prefix.dev/<channel>, "
+                        "quetz+https://host/<channel>, artifactory+https://host/artifactory/<channel>, "
+                        "anaconda://<owner>")
+    p.add_argument("--from", dest="source", type=Path, default=Path("output"), metavar="DIR",
+                   help="the packages to publish: a build output directory (default: ./output)")
+    p.add_argument("--force", action="store_true", help="overwrite a different file of the same name")
+    p.add_argument("--json", action="store_true", help="print what was uploaded and skipped as JSON on stdout")
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from rocmlock.channel.publish import publish
+
+    result = publish(args.source, args.to, force=args.force, log=err)
+    if args.json:
+        print_json(result.to_dict())
+    err(f"published to {result.destination}: {len(result.uploaded)} uploaded, {len(result.skipped)} already there"
+        + (f", {len(result.replaced)} replaced (--force)" if result.replaced else ""))
+    return 0

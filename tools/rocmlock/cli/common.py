@@ -1,0 +1,65 @@
+"""What every command of the CLI shares: its output streams and the options several commands take.
+
+Part of the command line (``cli.py`` and the ``cli_*.py`` modules), the only code that prints; the core
+modules take data, return data and raise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rocmlock.util.credentials import redact_text
+
+
+def err(message: str) -> None:
+    """A line for people on stderr, with any credential in it redacted."""
+    print(redact_text(message), file=sys.stderr)
+
+
+def print_json(data: Any) -> None:
+    """Machine output on stdout: sorted, indented JSON."""
+    print(json.dumps(data, indent=2, sort_keys=True))
+
+
+def print_report(args: argparse.Namespace, data: Any, text: str) -> None:
+    """With ``--json`` the data on stdout, else the text for people."""
+    if args.json:
+        print_json(data)
+    else:
+        print(text)
+
+
+def manifest_arg(parser: argparse.ArgumentParser) -> None:
+    """``--manifest-path``: the workspace's pixi.toml."""
+    parser.add_argument("--manifest-path", type=Path, default=Path("pixi.toml"),
+                        help="the workspace's pixi.toml (default: ./pixi.toml)")
+
+
+def env_arg(parser: argparse.ArgumentParser, multiple: bool = True) -> None:
+    """``-e/--environment``: repeatable into ``args.environments``, or one into ``args.environment``."""
+    if multiple:
+        parser.add_argument("-e", "--environment", action="append", default=[], dest="environments",
+                            metavar="ENV", help="only this environment (repeatable; default: all)")
+    else:
+        parser.add_argument("-e", "--environment", dest="environment", metavar="ENV", help="the environment")
+
+
+def platform_arg(parser: argparse.ArgumentParser) -> None:
+    """``-p/--platform``: the one lock platform of a command that acts on one environment."""
+    parser.add_argument("-p", "--platform", dest="platform", metavar="PLATFORM",
+                        help="the lock platform (default: the environment's only one)")
+
+
+def recipes_arg(parser: argparse.ArgumentParser, what: str = "the recipes") -> None:
+    """``--recipes-dir``: where the recipes are, recipes/ beside the manifest unless given."""
+    parser.add_argument("--recipes-dir", type=Path, default=None,
+                        help=f"{what} (default: recipes/ beside the manifest)")
+
+
+def stage_arg(parser: argparse.ArgumentParser) -> None:
+    """``--stage``: only one package's variants of the plan."""
+    parser.add_argument("--stage", metavar="NAME", help="only the variants of this package (e.g. pytorch)")

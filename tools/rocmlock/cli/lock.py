@@ -1,0 +1,74 @@
+"""The ``lock`` and ``export`` commands: pixi.lock and the envs/ exports, and how their changes are reported."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from rocmlock.cli.common import env_arg, err, manifest_arg, print_json
+
+if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
+    from rocmlock.lock.pipeline import LockResult
+
+
+def add_lock(p: argparse.ArgumentParser) -> None:
+    manifest_arg(p)
+    env_arg(p)
+    p.add_argument("-p", "--platform", action="append", default=[], dest="platforms", metavar="PLATFORM",
+                   help="only this platform (repeatable; default: all)")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 and list each stale output if anything would change")
+    p.add_argument("--update", nargs="*", metavar="PKG", default=None,
+                   help="let these packages (all when none are named) move to newer versions")
+    p.add_argument("--json", action="store_true", help="print the changes as JSON on stdout")
+
+
+def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int:
+    data = result.to_json()
+    if args.json:
+        print_json(data)
+    for warning in result.warnings:
+        err(f"warning: {warning}")
+    for line in result.change_lines():
+        err(line)
+    if result.not_locked:
+        missing = ", ".join(f"{env} [{plat}]" for env, plat in result.not_locked)
+        err(f"warning: pixi.lock does not hold {missing}; `pixi install --locked` refuses a lock without every "
+            "environment: run `rocmlock lock` without -e/-p")
+    gone = set(data["no_longer_generated"])
+    if args.check:
+        for path in data["stale"]:
+            err(f"stale: {path} (no longer generated)" if path in gone else f"stale: {path}")
+        err("up to date" if result.up_to_date else f"{len(data['stale'])} output(s) would change; run `rocmlock {verb}`")
+        return 0 if result.up_to_date else 1
+    written = len(data["stale"]) - len(gone)
+    removed = f", removed {len(gone)} no longer generated" if gone else ""
+    err(f"wrote {written} file(s){removed}" if result.written else "up to date, nothing written")
+    return 0
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    from rocmlock.lock.pipeline import lock_workspace
+
+    result = lock_workspace(args.manifest_path, environments=args.environments or None,
+                            platforms=args.platforms or None, update=args.update, check=args.check,
+                            on_wait=err)
+    return _report_lock(result, args, "lock")
+
+
+def add_export(p: argparse.ArgumentParser) -> None:
+    manifest_arg(p)
+    env_arg(p)
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if an export is stale")
+    p.add_argument("--skip-source", action="store_true",
+                   help="leave out source packages (pixi-build, git/path PyPI dependencies) with a warning "
+                        "instead of refusing")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from rocmlock.lock.pipeline import export_workspace
+
+    result = export_workspace(args.manifest_path, environments=args.environments or None, check=args.check,
+                              skip_source=args.skip_source, on_wait=err)
+    return _report_lock(result, args, "export")

@@ -1,0 +1,166 @@
+"""``rocmlock install``: create a conda prefix from pixi.lock with rattler (no solve, exactly the locked files).
+
+This is what ``pixi install -e ENV --locked`` does, for machines and CI jobs without pixi: the records of
+one environment and platform are read from the lock and handed to ``rattler.install``. Private channels are
+reached with the credentials of the manifest's channel URLs, held in memory
+(:func:`rocmlock.util.credentials.rattler_client`), or rattler's auth file (``RATTLER_AUTH_FILE``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rattler import RepoDataRecord
+
+from rocmlock.errors import InputError, OperationError
+from rocmlock.lock.lockfile import (
+    LockedPlatform,
+    LockedWorkspace,
+    align_platforms,
+    empty_platforms,
+    read_lockfile,
+)
+from rocmlock.lock.outputs import settle
+from rocmlock.util.credentials import (
+    client_for_urls,
+    credentials_hint,
+    redact_text,
+    refused_channel,
+    split_url,
+)
+from rocmlock.util.scratch import remove_tree
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    prefix: Path
+    environment: str
+    platform: str
+    packages: tuple[str, ...]
+    # PyPI and source packages of the lock that rattler does not install (see :func:`left_out`).
+    left_out: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"prefix": str(self.prefix), "environment": self.environment, "platform": self.platform,
+                "packages": list(self.packages), "left_out": list(self.left_out)}
+
+
+def read_named(lock_path: Path) -> LockedWorkspace | None:
+    """The lock with its platforms named as the manifest beside it names them: pixi 0.77 writes rich platforms
+    as ``p1``, ``p2``, ... (pixi_core/src/lock_file/platform_rename.rs) and reads them back by identity."""
+    from rocmlock.workspace.manifest import load_workspace
+    from rocmlock.workspace.pyproject import find_manifest
+
+    locked = read_lockfile(lock_path)
+    manifest = find_manifest(lock_path.parent)
+    if locked is None or not manifest.is_file():  # a lock alone (a node without the checkout): its own names
+        return locked
+    ws = load_workspace(manifest)
+    # Platforms without packages are absent from pixi.lock; pixi installs them as an empty prefix.
+    return empty_platforms(align_platforms(locked, ws.platforms), ws.environments())
+
+
+def left_out(lock_path: Path, environment: str, platform: str) -> tuple[str, ...]:
+    """The packages of ``environment`` on ``platform`` that are not conda binaries (PyPI and source packages
+    of a pixi-written lock): rattler installs conda packages only, so install and pack leave them out."""
+    locked = read_named(lock_path)
+    env = locked.environments.get(environment) if locked else None
+    if env is None:
+        return ()
+    pins = [f"{p.name}=={p.version} (pypi)" for p in env.pypi.get(platform, [])]
+    return tuple(pins + [s.describe() for s in env.sources.get(platform, [])])
+
+
+def left_out_warning(names: Sequence[str], environment: str, platform: str, where: str) -> str:
+    """One line that says what was left out and how to install the PyPI part."""
+    return (f"{len(names)} package(s) of pixi.lock are not conda packages and are not {where}: {', '.join(names)}; "
+            f"`rocmlock export` writes envs/{environment}/requirements-{platform}.txt for "
+            "`python -m pip install --require-hashes -r`")
+
+
+def select_records(lock_path: Path, environment: str, platform: str | None = None
+                   ) -> tuple[LockedPlatform, list[RepoDataRecord]]:
+    """The lock platform (``environment``'s only one when ``platform`` is None) and its records."""
+    settle(lock_path.parent)  # a write of the lock outputs that was interrupted is finished first
+    locked = read_named(lock_path)
+    if locked is None:
+        raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first")
+    env = locked.environments.get(environment)
+    if env is None:
+        known = ", ".join(sorted(locked.environments)) or "none"
+        raise InputError(f"{lock_path}: no environment '{environment}'", hint=f"locked environments: {known}")
+    platforms = sorted(env.records)
+    if platform is None:
+        if len(platforms) != 1:
+            raise InputError(f"{lock_path}: environment '{environment}' is locked for {', '.join(platforms)}",
+                             hint="pick one with -p/--platform")
+        platform = platforms[0]
+    records = env.records.get(platform)
+    if records is None:
+        raise InputError(f"{lock_path}: environment '{environment}' has no platform '{platform}'",
+                         hint=f"locked platforms: {', '.join(platforms)}")
+    subdir = records[0].subdir if records else "noarch"
+    return locked.platforms.get(platform) or LockedPlatform(platform, subdir, ()), records
+
+
+def check_prefix(prefix: Path) -> None:
+    """``prefix`` must be a new or empty directory or a conda environment (``rocmlock unpack``'s rule): never a
+    checkout or a home directory, which would get ``conda-meta/``, ``bin/`` and a ``CACHEDIR.TAG`` that makes
+    backup tools skip it (``--prefix ''`` is the current directory)."""
+    if prefix.exists() and not prefix.is_dir():
+        raise InputError(f"{prefix}: --prefix exists and is not a directory", hint="choose a new directory (it is created)")
+    if prefix.is_dir() and not (prefix / "conda-meta").is_dir() and any(prefix.iterdir()):
+        raise InputError(f"{prefix}: --prefix is a non-empty directory and not a conda environment",
+                         hint="choose a new directory (it is created), or an existing environment to update")
+
+
+def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform: str | None = None,
+                      cache_dir: Path | None = None, channels: Sequence[str] = ()) -> InstallResult:
+    """Install ``environment``'s locked records for ``platform`` (its only one when omitted) into ``prefix``.
+
+    ``channels`` are the manifest's channel URLs as written, credentials included: the lock records clean
+    URLs only, and the credentials go to rattler in memory.
+    """
+    from rattler import install
+
+    locked_platform, records = select_records(lock_path, environment, platform)
+    check_prefix(prefix)
+    _, client = client_for_urls(channels)
+    created = not prefix.exists()
+    try:
+        asyncio.run(install(records, prefix, cache_dir=cache_dir, show_progress=False, client=client))
+    except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
+        secrets = [s for c in channels for s in split_url(c).secrets]
+        if created:  # a half-made environment is worse than none: it imports, then fails at run time
+            remove_tree(prefix, settle=True)  # rattler's extraction tasks outlive the failed call
+        left = "nothing was left there" if created else "it existed before and may be partly changed"
+        text = redact_text(str(exc), secrets)
+        raise _install_error(f"installing '{environment}' into {prefix} failed ({left})", text,
+                             [*channels, *(r.channel or "" for r in records)]) from None
+    names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
+    return InstallResult(prefix, environment, locked_platform.name, names,
+                         left_out(lock_path, environment, locked_platform.name))
+
+
+def _install_error(what: str, text: str, channels: Sequence[str]) -> OperationError:
+    """One line when a channel refused a download (its 401/403 and how to give credentials), else rattler's text."""
+    channel = refused_channel(channels, text)
+    if channel is None:
+        return OperationError(f"{what}: {text}",
+                              hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials")
+    why = text.strip().splitlines()[-1].removeprefix("Caused by: ")
+    return OperationError(f"{what}: channel {channel} refused a download: {why}", hint=credentials_hint(channel))
+
+
+def manifest_channels(manifest: Path) -> list[str]:
+    """Every channel URL of ``manifest`` (credentials included), or none when there is no manifest."""
+    from rocmlock.workspace.manifest import load_workspace
+
+    if not manifest.is_file():
+        return []
+    ws = load_workspace(manifest)
+    written = [c for c, _ in ws.channels] + [c for f in ws.features.values() for c, _ in f.channels or ()]
+    return [ws.channel_url(c) for c in dict.fromkeys(written)]

@@ -1,0 +1,118 @@
+"""``rocmlock pack --with-installer``: what a node without rocmlock needs to run ``rocmlock unpack``.
+
+``installer/wheels/`` holds a wheel of rocmlock (built from this checkout), py-rattler's wheel for the
+bundle's platform (``pip download``: py-rattler is an abi3 wheel with no dependencies, one file for every
+CPython >= 3.10) and tomli's (pure Python; ``tomllib`` on a 3.10, see :mod:`rocmlock.util.toml`); ``unpack``
+imports nothing else. ``installer/install.sh`` makes a temporary venv with the node's python3 (>= 3.10:
+Ubuntu 22.04's, a ROCm 7.2 platform; rocmlock itself asks for 3.11, so on 3.10 pip is told to install it
+anyway, for ``unpack`` alone), installs the wheels with ``--no-index`` and runs ``rocmlock unpack`` on the
+extracted bundle with the arguments it was given.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from rattler import __version__ as rattler_version
+
+from rocmlock.deploy.bundle import FIXED_MTIME, INSTALLER_DIR, BundleMetadata
+from rocmlock.errors import OperationError
+from rocmlock.util.runner import CommandError, run_command
+
+MANYLINUX = {
+    "linux-64": ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64"),
+    "linux-aarch64": ("manylinux_2_17_aarch64", "manylinux2014_aarch64", "manylinux_2_28_aarch64"),
+}
+
+INSTALL_SH = """#!/bin/sh
+# Install this bundle on a node without rocmlock. Needs python3 >= 3.10 (with venv) and nothing from a network:
+#   mkdir bundle && tar -xf {environment}.tar -C bundle && sh bundle/installer/install.sh --prefix DIR [...]
+# Arguments go to `rocmlock unpack` (--prefix DIR, --force, --no-verify, --json, ...).
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+py=${{PYTHON:-python3}}
+if ! "$py" -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    echo "install.sh: needs Python >= 3.10 with venv (set PYTHON=...); $py is $("$py" -V 2>&1 || echo missing)" >&2
+    exit 2
+fi
+venv=$(mktemp -d "${{TMPDIR:-/tmp}}/rocmlock-installer.XXXXXX")
+trap 'rm -rf "$venv"' EXIT
+"$py" -m venv "$venv"
+# rocmlock asks for Python 3.11; `rocmlock unpack` runs on 3.10 too, with tomli for tomllib.
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \\
+    --ignore-requires-python --find-links "$here/{installer}/wheels" rocmlock py-rattler tomli
+"$venv/bin/python" -m rocmlock unpack "$here" "$@"
+"""
+
+
+def _source_tree() -> Path:
+    import rocmlock
+
+    root = Path(rocmlock.__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").is_file() or not (root / "tools" / "rocmlock").is_dir():
+        raise OperationError("--with-installer builds rocmlock's wheel from its source tree, and this rocmlock "
+                             f"is not installed from one ({root})",
+                             hint="run pack from a checkout of rocmlock (`pip install -e .`)")
+    return root
+
+
+def _build_rocmlock_wheel(dest: Path) -> None:
+    """A wheel of this checkout, built in a copy (nothing is written into the checkout), timestamps fixed."""
+    import importlib.util
+
+    root = _source_tree()
+    if importlib.util.find_spec("setuptools") is None:  # the build backend of pyproject.toml, used in place
+        raise OperationError("--with-installer builds rocmlock's wheel with setuptools, which this Python lacks",
+                             hint=f"{sys.executable} -m pip install setuptools")
+    with tempfile.TemporaryDirectory(prefix="rocmlock-wheel-") as tmp:
+        src = Path(tmp) / "src"
+        shutil.copytree(root / "tools" / "rocmlock", src / "tools" / "rocmlock",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(root / name, src / name)
+        # The zip records each file's mode: the checkout's (its umask) and, for what setuptools writes, ours.
+        for path in src.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        env = {**os.environ, "SOURCE_DATE_EPOCH": str(FIXED_MTIME)}
+        old_umask = os.umask(0o022)
+        try:
+            _pip(["wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dest), str(src)], env)
+        finally:
+            os.umask(old_umask)
+
+
+def _download_wheels(dest: Path, subdir: str) -> None:
+    """py-rattler's wheel for ``subdir`` and tomli's, the versions installed here (one bundle, one set of bytes)."""
+    from importlib.metadata import version
+
+    platforms = MANYLINUX.get(subdir)
+    if platforms is None:
+        raise OperationError(f"--with-installer supports {', '.join(MANYLINUX)}, not {subdir}")
+    tags = [arg for p in platforms for arg in ("--platform", p)]
+    _pip(["download", f"py-rattler=={rattler_version}", "--no-deps", "--only-binary=:all:", "--python-version",
+          "3.10", "--implementation", "cp", *tags, "--dest", str(dest)], dict(os.environ))
+    _pip(["download", f"tomli=={version('tomli')}", "--no-deps", "--only-binary=:all:", "--python-version",
+          "3.10", "--implementation", "cp", "--dest", str(dest)], dict(os.environ))
+
+
+def _pip(args: list[str], env: dict[str, str]) -> None:
+    try:
+        run_command([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], env=env, timeout=900)
+    except CommandError as exc:
+        raise OperationError(f"--with-installer: {exc}", hint="pip needs PyPI (or PIP_FIND_LINKS / PIP_INDEX_URL "
+                             "pointing at a mirror holding py-rattler's wheel)") from None
+
+
+def add_installer(dest: Path, metadata: BundleMetadata) -> None:
+    """Write ``dest/wheels/*.whl`` and ``dest/install.sh`` for ``metadata``'s platform."""
+    wheels = dest / "wheels"
+    wheels.mkdir(parents=True)
+    _download_wheels(wheels, metadata.subdir)
+    _build_rocmlock_wheel(wheels)
+    script = dest / "install.sh"
+    script.write_text(INSTALL_SH.format(environment=metadata.environment, installer=INSTALLER_DIR))
+    script.chmod(0o755)

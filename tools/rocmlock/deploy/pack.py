@@ -1,0 +1,324 @@
+"""``rocmlock pack``: one locked environment as a self-contained, verified bundle for nodes without a channel.
+
+``pack_environment`` reads top to bottom as the pipeline it is: select the environment's records from
+pixi.lock (no solve) -> describe its GPU target and ROCm version -> lay out the bundle's members (each
+subdir's repodata.json from the lock's records, environment.yml, the metadata, and (optionally) the offline
+installer; the packages as holes of the lock's sizes) -> write the tar's headers and small files -> fetch
+every package straight into its place, hashing each byte as it is written and comparing with the lock's
+size and sha256 -> move the finished file into place. The bytes go to disk once; a failure leaves nothing.
+The format is :mod:`rocmlock.deploy.bundle`'s (pixi-pack's layout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from rattler import RepoDataRecord
+
+from rocmlock import __version__
+from rocmlock.deploy.bundle import (
+    CHANNEL_DIR,
+    ENVIRONMENT_FILE,
+    INSTALLER_DIR,
+    PIXI_PACK_METADATA,
+    PROBE,
+    ROCMLOCK_METADATA,
+    BundledPackage,
+    BundleMetadata,
+    Member,
+    members_of_tree,
+    render_environment_yml,
+    render_pixi_pack_json,
+    sort_members,
+    write_tar,
+)
+from rocmlock.deploy.install import select_records
+from rocmlock.errors import InputError, OperationError
+from rocmlock.gpu.targets import all_targets, minor_version
+from rocmlock.lock.lockfile import LockedPlatform
+from rocmlock.util.credentials import redact_text, redact_url
+from rocmlock.util.scratch import scratch_dir
+
+SCRATCH = ".rocmlock-pack-"
+CONCURRENT_DOWNLOADS = 8
+CHUNK = 1 << 20
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """What ``rocmlock pack`` wrote."""
+
+    output: Path
+    metadata: BundleMetadata
+    size: int
+    installer: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        meta = self.metadata
+        return {"output": str(self.output), "environment": meta.environment, "platform": meta.platform,
+                "subdir": meta.subdir, "gpu_target": meta.gpu_target, "gpu_isa": meta.gpu_isa,
+                "rocm_version": meta.rocm_version, "lock_sha256": meta.lock_sha256, "packages": len(meta.packages),
+                "bytes": self.size, "installer": self.installer}
+
+
+def pack_environment(lock_path: Path, environment: str, platform: str | None = None,
+                     output: Path | None = None, with_installer: bool = False, client: Any = None,
+                     progress: Callable[[int, int], Progress] | None = None,
+                     log: Callable[[str], None] | None = None) -> PackResult:
+    """Pack ``environment`` on ``platform`` of the lock file ``lock_path`` into the tar ``output``.
+
+    ``client`` is the ``rattler.Client`` that downloads (default: rattler's authenticated default client,
+    credentials from ``RATTLER_AUTH_FILE``); ``progress(total_bytes, count)`` returns a callback that is
+    given each downloaded chunk's size. Everything is written in a scratch directory beside ``output``
+    (:mod:`rocmlock.util.scratch`: a killed pack's is removed by the next one) and renamed into place at the end.
+    """
+    locked_platform, records = select_records(lock_path, environment, platform)
+    metadata = _describe(environment, locked_platform, records, _sha256_file(lock_path))
+    out = (output or Path(f"{environment}-{locked_platform.name}.tar")).absolute()
+    check_output(out)
+    with scratch_dir(out.parent, SCRATCH, log) as scratch:
+        members = _members(metadata, records)
+        if with_installer:
+            from rocmlock.deploy.installer import add_installer
+
+            add_installer(scratch / INSTALLER_DIR, metadata)
+            members += members_of_tree(scratch / INSTALLER_DIR, INSTALLER_DIR)
+        on_bytes = progress(sum(r.size or 0 for r in records), len(records)) if progress else None
+        size = _write_bundle(out, scratch / "bundle.tar", sort_members(members), records, lock_path.parent,
+                             client, on_bytes)
+    return PackResult(out, metadata, size, with_installer)
+
+
+def check_output(out: Path) -> None:
+    """Refuse, before anything is fetched, an ``-o`` that cannot or must not become the bundle.
+
+    An existing file is replaced only when it is a tar (an earlier bundle): ``-o pixi.lock`` is a typo,
+    and replacing the lock with the bundle would lose it.
+    """
+    if out.is_dir():
+        raise InputError(f"-o {out}: is a directory", hint=f"name the bundle's file, e.g. -o {out / 'env.tar'}")
+    parent = next(p for p in out.parents if p.exists() or p == p.parent)
+    if parent.exists() and not parent.is_dir():
+        raise InputError(f"-o {out}: {parent} is not a directory", hint="choose another -o")
+    if out.exists() and not (out.is_file() and tarfile.is_tarfile(out)):
+        raise InputError(f"-o {out}: exists and is not a bundle; pack replaces only an earlier bundle",
+                         hint="remove it or choose another -o")
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# ----------------------------------------------------------------------------- describe
+
+
+def _gpu_of(platform: LockedPlatform, records: list[RepoDataRecord]) -> tuple[str | None, str | None]:
+    """(gfx, ISA): the ``amdgpu-target`` mutex's build string, and ``__amdgpu_arch`` of the lock platform."""
+    gfx = next((str(r.build) for r in records if r.name.normalized == "amdgpu-target"), None)
+    isa = next((v.split("=")[1] for v in platform.virtual_packages if v.startswith("__amdgpu_arch=")), None)
+    if gfx and isa is None and gfx in all_targets():
+        isa = all_targets()[gfx].isa
+    return gfx, isa
+
+
+def _bundled(record: RepoDataRecord) -> BundledPackage:
+    if record.sha256 is None:
+        raise OperationError(f"{record.file_name}: the lock has no sha256 for it, so it cannot be verified",
+                             hint="lock again with `rocmlock lock` (or `pixi lock`), which records sha256")
+    return BundledPackage(record.subdir, record.file_name, record.name.normalized, str(record.version),
+                          str(record.build), record.sha256.hex(), int(record.size or 0))
+
+
+def _describe(environment: str, platform: LockedPlatform, records: list[RepoDataRecord],
+              lock_sha256: str) -> BundleMetadata:
+    gfx, isa = _gpu_of(platform, records)
+    rocm = next((minor_version(str(r.version)) for r in records if r.name.normalized == "rocm-version"), None)
+    probe = PROBE if any(r.name.normalized == "rocm-env-check" for r in records) else None
+    packages = tuple(sorted((_bundled(r) for r in records), key=lambda p: (p.subdir, p.filename)))
+    subdir = platform.subdir
+    return BundleMetadata(environment, platform.name, subdir, gfx, isa, rocm or None, lock_sha256, __version__,
+                          probe, packages)
+
+
+# ----------------------------------------------------------------------------- fetch
+
+
+class _Overflow(Exception):
+    """More bytes than the lock's size: stop before they reach the next member."""
+
+
+class _HashingWriter:
+    """Writes a package's bytes at its place in the bundle and hashes them (``download_to_writer`` calls ``write``)."""
+
+    def __init__(self, fd: int, offset: int, expected_size: int, on_bytes: Progress | None) -> None:
+        self.fd, self.offset, self.expected_size, self.on_bytes = fd, offset, expected_size, on_bytes
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self.overflow = False
+        self.error: OSError | None = None  # writing the bundle failed (a full disk): not the channel's fault
+
+    def write(self, data: bytes) -> int:
+        if self.size + len(data) > self.expected_size:  # never into the next member
+            self.overflow = True
+            raise _Overflow
+        self.digest.update(data)
+        view, done = memoryview(data), 0
+        try:
+            while done < len(data):
+                done += os.pwrite(self.fd, view[done:], self.offset + self.size + done)
+        except OSError as exc:
+            self.error = exc
+            raise
+        self.size += len(data)
+        if self.on_bytes:
+            self.on_bytes(len(data))
+        return len(data)
+
+
+def _local_path(url: str, base: Path) -> Path | None:
+    """The file a ``file://`` URL or a path (relative to the lock) names; None for a remote URL."""
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return Path(unquote(parts.path))
+    if len(parts.scheme) <= 1:  # no scheme, or a Windows drive letter
+        return base / url
+    return None
+
+
+def _copy(src: Path, writer: _HashingWriter) -> None:
+    with src.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            writer.write(chunk)
+
+
+def _mismatch(record: RepoDataRecord, what: str) -> OperationError:
+    return OperationError(f"{redact_url(record.url)}: {what}", hint="the channel's file changed since the lock "
+                          "was made; lock again (`rocmlock lock --update`) or fix the channel")
+
+
+async def _fetch(record: RepoDataRecord, writer: _HashingWriter, base: Path, client: Any,
+                 limit: asyncio.Semaphore) -> None:
+    from rattler.package_streaming import download_to_writer
+
+    local = _local_path(record.url, base)
+    async with limit:
+        try:
+            if local is not None:
+                await asyncio.to_thread(_copy, local, writer)
+            else:
+                await download_to_writer(client, record.url, writer)
+        except Exception as exc:  # noqa: BLE001 - rattler's and the OS's errors; the message names the file
+            if writer.overflow:  # however rattler wrapped the writer's exception
+                raise _mismatch(record, f"larger than the lock's size {writer.expected_size}") from None
+            if writer.error is not None:  # :func:`_write_bundle` names the bundle
+                raise writer.error from None
+            raise OperationError(f"cannot fetch {redact_url(record.url)}: {redact_text(str(exc))}",
+                                 hint="check the channel is reachable and RATTLER_AUTH_FILE holds its "
+                                      "credentials") from None
+    if writer.size != writer.expected_size:
+        raise _mismatch(record, f"{writer.size} bytes, the lock says {writer.expected_size}")
+    expected = record.sha256.hex() if record.sha256 else ""
+    if writer.digest.hexdigest() != expected:
+        raise _mismatch(record, f"sha256 {writer.digest.hexdigest()} differs from the lock's {expected}")
+
+
+def _fetch_all(records: list[RepoDataRecord], fd: int, offsets: dict[str, int], base: Path, client: Any,
+               on_bytes: Progress | None) -> None:
+    """Every record's bytes into the bundle at its offset, each verified against the lock's size and sha256."""
+    if client is None:
+        from rattler import Client
+
+        client = Client.default_client()
+
+    async def fetch_all() -> None:
+        limit = asyncio.Semaphore(CONCURRENT_DOWNLOADS)
+        writers = [_HashingWriter(fd, offsets[_member_name(r)], int(r.size or 0), on_bytes) for r in records]
+        await asyncio.gather(*(_fetch(r, w, base, client, limit) for r, w in zip(records, writers, strict=True)))
+
+    asyncio.run(fetch_all())
+
+
+# ----------------------------------------------------------------------------- repodata
+
+
+def _repodata_entry(record: RepoDataRecord) -> dict[str, Any]:
+    entry: dict[str, Any] = json.loads(record.to_json())
+    for key in ("fn", "url", "channel"):  # where the lock found it: not part of a channel's own repodata
+        entry.pop(key, None)
+    return entry
+
+
+def _repodata(records: list[RepoDataRecord]) -> dict[str, bytes]:
+    """``repodata.json`` of every subdir (noarch always) from the lock's records, serialized by rattler.
+
+    This is pixi-pack's way (src/pack.rs ``create_repodata_files``), not ``rattler.index``: the lock's records
+    are what was solved, the source channel's repodata patches included, which the indexer would re-derive
+    from each archive's index.json without them; and the indexer reads every archive once more (about
+    40 MB/s here, three times the whole download). Each file's sha256 is checked against these very records.
+    """
+    subdirs: dict[str, dict[str, dict[str, Any]]] = {s: {"packages": {}, "packages.conda": {}}
+                                                      for s in {r.subdir for r in records} | {"noarch"}}
+    for record in records:
+        key = "packages.conda" if record.file_name.endswith(".conda") else "packages"
+        subdirs[record.subdir][key][record.file_name] = _repodata_entry(record)
+    return {subdir: json.dumps({"info": {"subdir": subdir}, **packages, "repodata_version": 1},
+                               sort_keys=True, separators=(",", ":")).encode()
+            for subdir, packages in subdirs.items()}
+
+
+def _member_name(record: RepoDataRecord) -> str:
+    return f"{CHANNEL_DIR}/{record.subdir}/{record.file_name}"
+
+
+def _members(metadata: BundleMetadata, records: list[RepoDataRecord]) -> list[Member]:
+    """Every member of the bundle but the installer's; packages are deferred (filled by the download)."""
+    members = [Member(CHANNEL_DIR, is_dir=True)]
+    for subdir, repodata in _repodata(records).items():
+        members += [Member(f"{CHANNEL_DIR}/{subdir}", is_dir=True),
+                    Member(f"{CHANNEL_DIR}/{subdir}/repodata.json", data=repodata)]
+    for record in records:
+        if record.size is None:
+            raise OperationError(f"{record.file_name}: the lock has no size for it",
+                                 hint="lock again with `rocmlock lock` (or `pixi lock`), which records sizes")
+        members.append(Member(_member_name(record), size=int(record.size)))
+    texts = {ENVIRONMENT_FILE: render_environment_yml(metadata.environment, metadata.packages),
+             PIXI_PACK_METADATA: render_pixi_pack_json(metadata.subdir), ROCMLOCK_METADATA: metadata.render()}
+    return members + [Member(name, data=text.encode()) for name, text in texts.items()]
+
+
+def _write_bundle(out: Path, tmp: Path, members: list[Member], records: list[RepoDataRecord], base: Path,
+                  client: Any, on_bytes: Progress | None) -> int:
+    """The tar at ``out``: headers and small files first, then every package downloaded into its place, all in
+    ``tmp`` (in the scratch directory beside ``out``) that ``os.replace`` puts there only when every package
+    checked out."""
+    # Mode from the umask, like fsutil's temporary files (a bundle is shared).
+    try:
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            offsets = write_tar(members, fd)
+            _fetch_all(records, fd, offsets, base, client, on_bytes)
+            os.fsync(fd)
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        os.replace(tmp, out)
+    except OSError as exc:  # the bundle's side: a full disk, a quota, a file-size limit
+        raise OperationError(f"cannot write the bundle {out}: {exc.strerror or exc}",
+                             hint=f"check that the disk of {out.parent} has room for the bundle "
+                                  f"({sum(m.size for m in members) / 1e6:.0f} MB and more)") from None
+    return size

@@ -1,0 +1,219 @@
+"""The GPU target table (``data/gpu_targets.toml``): gfx name -> ISA, products, first ROCm, flash-attn backends,
+peak, memory.
+
+Read once and validated (:func:`read_targets`): a row a team adds with a typo'd key, a wrong type or an isa that is
+not its gfx name's is one line naming the file and the key. ``rocmlock plan`` also validates the copy each recipe
+loads with ``load_from_file`` (:func:`check_recipes`), before anything renders from it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rocmlock.errors import InputError, expect_type
+from rocmlock.util.tables import check_keys, expect_match, key, loaded_by, read_toml
+
+NAME = "gpu_targets.toml"
+# LLVM's AMDGPU processor names: gfx<major><minor><stepping>, minor and stepping one hex digit each (gfx90a is
+# 9.0.10); __amdgpu_arch (conda/ceps#189) writes the same three numbers in decimal.
+_GFX = re.compile(r"gfx([0-9]+)([0-9a-f])([0-9a-f])")
+ROCM_SERIES = re.compile(r"[0-9]+\.[0-9]+")
+_STRINGS: dict[str, tuple[re.Pattern[str], str]] = {
+    "isa": (re.compile(r"[0-9]+\.[0-9]+\.[0-9]+"), "the __amdgpu_arch version, major.minor.stepping in decimal"),
+    "family": (re.compile(r"[a-z]+[0-9]+(\.[0-9]+)?"), "the architecture family, e.g. cdna3 or rdna3.5"),
+    "first_rocm": (ROCM_SERIES, "the first ROCm (major.minor) that supports the target, e.g. 6.0"),
+    "bnb_first_rocm": (re.compile(r"([0-9]+\.[0-9]+)?"),
+                       'the first ROCm (major.minor) of bitsandbytes\' ROCm build for it, or "" for none'),
+}
+_FLAGS = ("flash_attn_ck", "flash_attn_triton", "aotriton", "bf16")
+KEYS = ("isa", "family", "products", "first_rocm", "flash_attn_ck", "flash_attn_triton", "aotriton", "bf16",
+        "peak_bf16_tflops", "memory_gib", "bnb_first_rocm", "wavefront_size")
+# What to write for a key a row lacks (the comment at the top of gpu_targets.toml says what each means).
+_EXAMPLES = {"family": '"cdna3"', "products": '["MI300X"]', "first_rocm": '"6.0"',
+             "peak_bf16_tflops": "1307.0 (0 = unknown)", "memory_gib": "192",
+             "bnb_first_rocm": '"6.3" ("" = not supported)', "wavefront_size": "64 (CDNA) or 32 (RDNA)",
+             **dict.fromkeys(_FLAGS, "true or false")}
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """One LLVM AMDGPU target (``gfx942``) and what the stack knows about it."""
+
+    gfx: str
+    isa: str
+    family: str
+    products: tuple[str, ...]
+    first_rocm: str
+    flash_attn_ck: bool
+    flash_attn_triton: bool
+    aotriton: bool
+    bf16: bool
+    peak_bf16_tflops: float
+    memory_gib: int
+    # First ROCm whose upstream bitsandbytes ROCm build includes the target ("" = none).
+    bnb_first_rocm: str = ""
+    wavefront_size: int = 64
+
+    @property
+    def is_rdna(self) -> bool:
+        return self.family.startswith("rdna")
+
+    def supports_rocm(self, rocm_version: str) -> bool:
+        """True when ROCm ``rocm_version`` (``"7.2"``) can target this GPU."""
+        return version_tuple(rocm_version) >= version_tuple(self.first_rocm)
+
+    def supports_bitsandbytes(self, rocm_version: str) -> bool:
+        """True when bitsandbytes' ROCm backend builds for this GPU with ROCm ``rocm_version``."""
+        return bool(self.bnb_first_rocm) and version_tuple(rocm_version) >= version_tuple(self.bnb_first_rocm)
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"6.3.1"`` -> ``(6, 3, 1)``; non-numeric parts end the tuple."""
+    out: list[int] = []
+    for part in version.split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def minor_version(spec: str) -> str:
+    """The ``major.minor`` a version or spec starts with (``"7.2.*"``, ``">=7.2.1"`` -> ``"7.2"``); ``""`` if none."""
+    return ".".join(str(p) for p in version_tuple(spec.lstrip("=<>~!"))[:2])
+
+
+@cache
+def all_targets() -> dict[str, GpuTarget]:
+    """Every known target (rocmlock's own gpu_targets.toml, validated), keyed by gfx name, in table order."""
+    return read_targets(Path(str(resources.files("rocmlock").joinpath(f"data/{NAME}"))))
+
+
+def isa_of(gfx: str) -> str | None:
+    """The __amdgpu_arch version a gfx name stands for (``gfx90a`` -> ``9.0.10``); None for no gfx name."""
+    match = _GFX.fullmatch(gfx)
+    if match is None:
+        return None
+    major, minor, stepping = match.groups()
+    return f"{int(major)}.{int(minor, 16)}.{int(stepping, 16)}"
+
+
+def read_targets(path: Path) -> dict[str, GpuTarget]:
+    """The GPU target table at ``path``, validated: an InputError naming the file and the key otherwise.
+
+    Every row has every key: the recipes read the table with ``load_from_file``, which has no defaults.
+    """
+    data = read_toml(path)
+    if not data:
+        raise InputError(f"{path}: no GPU targets", hint="add a [gfxNNN] table per target, with the keys the comment "
+                                                       "at the top of the file lists")
+    return {gfx: _target(path, gfx, row) for gfx, row in data.items()}
+
+
+def _target(path: Path, gfx: str, row: Any) -> GpuTarget:
+    isa = isa_of(gfx)
+    if isa is None:
+        raise InputError(f"{path}: key '{key(gfx)}' is not a GPU target name: gfx, then the major version and one hex "
+                         "digit each for minor and stepping (gfx942, gfx90a, gfx1100)",
+                         hint="name the table after the LLVM target, in lower case: [gfx942]")
+    row = expect_type(row, dict, path, key(gfx), f"a table of the target's facts ([{gfx}], then its keys)")
+    examples = {"isa": f'"{isa}"', **_EXAMPLES}
+    check_keys(row, path, (gfx,), KEYS, KEYS, "a GPU target row",
+               lambda name: f"add {name} = {examples[name]} under [{gfx}] (the comment at the top of the file says "
+                            "what it means)")
+    text = {name: expect_match(row[name], pattern, path, key(gfx, name), what)
+            for name, (pattern, what) in _STRINGS.items()}
+    if text["isa"] != isa:
+        raise InputError(f"{path}: key '{key(gfx, 'isa')}' must be \"{isa}\" for {gfx} (major.minor.stepping in "
+                         f"decimal), got {text['isa']!r}",
+                         hint=f"write isa = \"{isa}\", or rename the table if {text['isa']} is the target's ISA")
+    flags = {name: expect_type(row[name], bool, path, key(gfx, name), "true or false") for name in _FLAGS}
+    return GpuTarget(
+        gfx=gfx, isa=isa, family=text["family"], products=_products(path, gfx, row["products"]),
+        first_rocm=text["first_rocm"], peak_bf16_tflops=_peak(path, gfx, row["peak_bf16_tflops"]),
+        memory_gib=_memory(path, gfx, row["memory_gib"]), bnb_first_rocm=text["bnb_first_rocm"],
+        wavefront_size=_wavefront(path, gfx, row["wavefront_size"]), **flags)
+
+
+def _products(path: Path, gfx: str, value: Any) -> tuple[str, ...]:
+    what = 'a non-empty list of the product names with this target, e.g. ["MI300X"]'
+    items = expect_type(value, list, path, key(gfx, "products"), what)
+    if not items:
+        raise InputError(f"{path}: key '{key(gfx, 'products')}' must be {what}, got an empty list")
+    for i, item in enumerate(items):
+        name = key(gfx, "products", i)
+        if not expect_type(item, str, path, name, "a product name").strip():
+            raise InputError(f"{path}: key '{name}' must be a product name, got {item!r}")
+        if item in items[:i]:
+            raise InputError(f"{path}: key '{name}': {item!r} is listed twice", hint="remove the duplicate")
+    return tuple(items)
+
+
+def _peak(path: Path, gfx: str, value: Any) -> float:
+    what = "the dense bf16 peak in TFLOP/s (a number, 0 = unknown)"
+    peak = float(expect_type(value, (int, float), path, key(gfx, "peak_bf16_tflops"), what))
+    if not math.isfinite(peak) or peak < 0:
+        raise InputError(f"{path}: key '{key(gfx, 'peak_bf16_tflops')}' must be {what}, got {value!r}")
+    return peak
+
+
+def _memory(path: Path, gfx: str, value: Any) -> int:
+    what = "the device memory in GiB (a whole number above 0)"
+    gib: int = expect_type(value, int, path, key(gfx, "memory_gib"), what)
+    if gib <= 0:
+        raise InputError(f"{path}: key '{key(gfx, 'memory_gib')}' must be {what}, got {gib}")
+    return gib
+
+
+def _wavefront(path: Path, gfx: str, value: Any) -> int:
+    what = "the wavefront size, 64 (CDNA) or 32 (RDNA)"
+    size: int = expect_type(value, int, path, key(gfx, "wavefront_size"), what)
+    if size not in (32, 64):
+        raise InputError(f"{path}: key '{key(gfx, 'wavefront_size')}' must be {what}, got {size}")
+    return size
+
+
+def check_recipes(recipes: Iterable[Path]) -> None:
+    """Validate every gpu_targets.toml ``recipes`` render from (``load_from_file``); raises the first problem."""
+    for path in loaded_by(recipes, NAME):
+        read_targets(path)
+
+
+def _suggest(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.0)
+    return close[0] if close else choices[0]
+
+
+def get_target(gfx: str, where: str = "") -> GpuTarget:
+    """Look up ``gfx`` (``gfx942`` or ``gfx942:sramecc+:xnack-``); unknown names suggest the nearest one."""
+    targets = all_targets()
+    key = gfx.split(":", 1)[0].strip().lower()
+    if key in targets:
+        return targets[key]
+    suggestion = _suggest(key, list(targets))
+    prefix = f"{where}: " if where else ""
+    raise InputError(
+        f"{prefix}unknown GPU target '{gfx}'; did you mean '{suggestion}'?",
+        hint=f"known targets: {', '.join(targets)}",
+    )
+
+
+def target_for_isa(isa: str, where: str = "") -> GpuTarget:
+    """Look up a target by its ``__amdgpu_arch`` ISA version (``9.4.2``)."""
+    for target in all_targets().values():
+        if target.isa == isa:
+            return target
+    isas = {t.isa: t.gfx for t in all_targets().values()}
+    suggestion = _suggest(isa, list(isas))
+    prefix = f"{where}: " if where else ""
+    raise InputError(
+        f"{prefix}unknown __amdgpu_arch '{isa}'; did you mean '{suggestion}' ({isas[suggestion]})?",
+        hint="__amdgpu_arch is the ISA version (gfx942 -> 9.4.2, gfx90a -> 9.0.10)",
+    )

@@ -1,0 +1,19 @@
+"""Locking: ``rocmlock lock``/``export`` as one pipeline (``pipeline``: select, stamp, read, solve, assemble,
+render, write), the solve (``solve``), pixi.lock v7 read and written (``lockfile``), pixi's satisfiability rules
+(``satisfy``), the manifest stamp (``stamp``), conda exports (``exports``) and the atomic output set
+(``outputs``).
+
+May import: rocmlock.errors, rocmlock.util, rocmlock.gpu, rocmlock.workspace.
+"""
+
+# The Python API (README "Python API"), loaded on first use: importing one module of this package (say
+# rocmlock.lock.lockfile) does not load the rest.
+__all__ = ["LockResult", "export_workspace", "lock_workspace"]
+
+
+def __getattr__(name: str) -> object:
+    if name in __all__:
+        import importlib
+
+        return getattr(importlib.import_module("rocmlock.lock.pipeline"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

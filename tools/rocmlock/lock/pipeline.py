@@ -1,0 +1,412 @@
+"""The lock engine: pixi.toml in; pixi.lock and envs/<env>/ exports out, as one atomic set.
+
+``lock_workspace`` keeps every locked environment x platform that still satisfies the manifest
+(pixi's rules, see :mod:`rocmlock.lock.satisfy`) and solves the rest, passing the previous lock's
+records to the solver so nothing moves unless it must. ``export_workspace`` renders the exports
+of an existing pixi.lock without solving. Both return a :class:`LockResult`; with ``check=True``
+nothing is written and ``LockResult.stale`` lists what would change.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rattler import RepoDataRecord
+
+from rocmlock.errors import InputError, OperationError
+from rocmlock.lock import stamp
+from rocmlock.lock.exports import generated_files, render_exports
+from rocmlock.lock.lockfile import (
+    LockedEnvironment,
+    LockedPlatform,
+    LockedWorkspace,
+    align_platforms,
+    empty_platforms,
+    lock_platform,
+    read_lockfile,
+    redact_record,
+    render_lockfile,
+)
+from rocmlock.lock.outputs import commit, exclusive
+from rocmlock.lock.satisfy import environment_unsat, platform_unsat, records_unsat
+from rocmlock.lock.solve import (
+    SolveJob,
+    SolveKey,
+    default_cache_dir,
+    make_job,
+    merge_jobs,
+    solve_jobs,
+    subset_for,
+)
+from rocmlock.util import fs as fsutil
+from rocmlock.util.credentials import redact_url
+from rocmlock.workspace.manifest import load_workspace
+from rocmlock.workspace.model import Environment, Workspace
+from rocmlock.workspace.pixi_compat import channel_base_url, is_local_channel
+
+LOCK_NAME = "pixi.lock"
+ENVS_DIR = "envs"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One package change of one environment on one platform (``+`` added, ``-`` removed, ``~`` changed)."""
+
+    environment: str
+    platform: str
+    kind: str
+    name: str
+    old: str | None = None
+    new: str | None = None
+
+    def line(self) -> str:
+        if self.kind == "~":
+            return f"~ {self.name} {self.old} -> {self.new}"
+        return f"{self.kind} {self.name} {self.new if self.kind == '+' else self.old}"
+
+
+@dataclass(frozen=True)
+class LockResult:
+    """What a lock/export did or (with ``check``) would do."""
+
+    manifest: Path
+    files: dict[Path, str] = field(hash=False)
+    stale: tuple[Path, ...]
+    changes: tuple[Change, ...]
+    solved: tuple[SolveKey, ...]
+    written: bool
+    reasons: dict[SolveKey, str] = field(default_factory=dict, hash=False)
+    # Environment x platform pairs of the manifest that the lock does not hold (a run limited by -e/-p
+    # on a workspace never locked in full): pixi's --locked refuses such a lock as a whole.
+    not_locked: tuple[SolveKey, ...] = ()
+    warnings: tuple[str, ...] = ()
+    # Exports (also in ``stale``) of environments or platforms that are gone: removed in the same commit.
+    removed: tuple[Path, ...] = ()
+
+    @property
+    def up_to_date(self) -> bool:
+        return not self.stale
+
+    def change_lines(self) -> list[str]:
+        """The changes for people: an ``env [platform]`` line, then one indented line per change."""
+        grouped: dict[tuple[str, str], list[Change]] = defaultdict(list)
+        for c in self.changes:
+            grouped[(c.environment, c.platform)].append(c)
+        lines = []
+        for (env, plat), changes in sorted(grouped.items()):
+            lines += [f"{env} [{plat}]", *(f"  {c.line()}" for c in changes)]
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as plain data (``--json``): changes per environment and platform, stale files."""
+        envs: dict[str, dict[str, list[dict[str, str | None]]]] = defaultdict(lambda: defaultdict(list))
+        for c in self.changes:
+            envs[c.environment][c.platform].append({"kind": c.kind, "name": c.name, "old": c.old, "new": c.new})
+        root = self.manifest.parent
+        return {
+            "manifest": str(self.manifest),
+            "up_to_date": self.up_to_date,
+            "written": self.written,
+            "stale": [fsutil.relative_path(p, root) for p in self.stale],
+            "no_longer_generated": [fsutil.relative_path(p, root) for p in self.removed],
+            "solved": [{"environment": e, "platform": p, "reason": self.reasons.get((e, p))}
+                       for e, p in self.solved],
+            "changes": {e: dict(p) for e, p in envs.items()},
+            "not_locked": [{"environment": e, "platform": p} for e, p in self.not_locked],
+            "warnings": list(self.warnings),
+        }
+
+
+def _pin(record: RepoDataRecord) -> str:
+    return f"{record.version} {record.build}"
+
+
+def diff_records(env: str, platform: str, old: Sequence[RepoDataRecord] | None,
+                 new: Sequence[RepoDataRecord] | None) -> list[Change]:
+    """The changes from ``old`` to ``new`` records, sorted by package name."""
+    before = {r.name.normalized: _pin(r) for r in old or []}
+    after = {r.name.normalized: _pin(r) for r in new or []}
+    out: list[Change] = []
+    for name in sorted(before.keys() | after.keys()):
+        a, b = before.get(name), after.get(name)
+        if a is None:
+            out.append(Change(env, platform, "+", name, None, b))
+        elif b is None:
+            out.append(Change(env, platform, "-", name, a, None))
+        elif a != b:
+            out.append(Change(env, platform, "~", name, a, b))
+    return out
+
+
+def _select(ws: Workspace, environments: Sequence[str] | None, platforms: Sequence[str] | None
+            ) -> tuple[list[Environment], set[str], set[str]]:
+    envs = ws.environments()  # resolves (and so validates) every environment
+    names = set(environments or [e.name for e in envs])
+    for name in sorted(names - {e.name for e in envs}):
+        ws.environment(name)  # an unknown name: the InputError listing the known ones
+    known = {p.name for p in ws.platforms}
+    plats = set(platforms or known)
+    unknown = sorted(plats - known)
+    if unknown:
+        raise InputError(f"{ws.path}: unknown platform '{unknown[0]}'",
+                         hint=f"known platforms: {', '.join(sorted(known))}")
+    return envs, names, plats
+
+
+def _plan(ws: Workspace, envs: list[Environment], names: set[str], plats: set[str],
+          old: LockedWorkspace | None, update: Sequence[str] | None
+          ) -> tuple[dict[SolveKey, list[RepoDataRecord]], list[SolveJob], dict[SolveKey, str]]:
+    """Split env x platform into kept (still satisfied) records and solve jobs."""
+    kept: dict[SolveKey, list[RepoDataRecord]] = {}
+    jobs: list[SolveJob] = []
+    reasons: dict[SolveKey, str] = {}
+    movable = set(update or [])
+    for env in envs:
+        env_reason = environment_unsat(ws, env, old) if old else "no lock yet"
+        for plat in env.platforms:
+            key = (env.name, plat.name)
+            previous = old.records(env.name, plat.name) if old else None
+            selected = env.name in names and plat.name in plats
+            reason = env_reason or (platform_unsat(env, plat, old) if old else None)
+            if previous is not None and reason is None and (update is None or not selected):
+                kept[key] = previous
+                continue
+            if not selected:  # outside -e/-p: left as locked, or left out when never locked
+                if previous is not None:
+                    kept[key] = previous
+                continue
+            reasons[key] = reason or ("--update" if not movable else f"--update {' '.join(sorted(movable))}")
+            prefs = [] if update is not None and not movable else [
+                r for r in previous or [] if r.name.normalized not in movable]
+            jobs.append(make_job(ws, env, plat, prefs))
+    return kept, jobs, reasons
+
+
+def _solve(ws: Workspace, envs: list[Environment], jobs: list[SolveJob],
+           cache_dir: Path) -> dict[SolveKey, list[RepoDataRecord]]:
+    """Solve ``jobs``; environments of one solve-group share one solve per platform (pixi's rule)."""
+    group_of = {e.name: e.solve_group for e in envs}
+    grouped: dict[SolveKey, list[SolveJob]] = defaultdict(list)
+    for job in jobs:
+        group = group_of[job.key[0]]
+        grouped[(f"solve-group {group}", job.key[1]) if group else job.key].append(job)
+    merged = [merge_jobs(key, js) if len(js) > 1 else js[0] for key, js in grouped.items()]
+    solved = solve_jobs(merged, cache_dir)
+    out: dict[SolveKey, list[RepoDataRecord]] = {}
+    for key, js in grouped.items():
+        for job in js:
+            recs = solved[key if len(js) > 1 else job.key]
+            recs = subset_for(recs, job.specs) if len(js) > 1 else recs
+            out[job.key] = [redact_record(r) for r in recs]  # the one redaction: build_lockfile writes them as given
+    return out
+
+
+def _check_solved(envs: list[Environment], solved: dict[SolveKey, list[RepoDataRecord]]) -> None:
+    """Every fresh solve must pass pixi's own check, or pixi would refuse the lock we write."""
+    by_name = {e.name: e for e in envs}
+    for (env_name, plat_name), records in sorted(solved.items()):
+        env = by_name[env_name]
+        reason = records_unsat(env, env.platform(plat_name), records)
+        if reason is not None:
+            raise OperationError(
+                f"the solve of environment '{env_name}' on platform '{plat_name}' is one pixi would reject: {reason}",
+                hint="a package that depends on __amdgpu/__amdgpu_arch cannot be installed by pixi (it does not "
+                     "detect them); depend on the amdgpu-target mutex instead")
+
+
+def _lock_channel(ws: Workspace, channel: str) -> str:
+    # Paths stay relative to the manifest (pixi resolves both sides against the workspace root),
+    # so the lock does not embed the checkout's location; the rest become base URLs like pixi writes.
+    return channel if is_local_channel(channel) else redact_url(ws.channel_url(channel))
+
+
+def _assemble(ws: Workspace, envs: list[Environment],
+              records: dict[SolveKey, list[RepoDataRecord]]) -> LockedWorkspace:
+    platforms: dict[str, LockedPlatform] = {}
+    locked_envs: dict[str, LockedEnvironment] = {}
+    for env in envs:
+        if not env.platforms:  # no platform at all: pixi still lists the environment, with its channels
+            locked_envs[env.name] = LockedEnvironment(tuple(_lock_channel(ws, c) for c in env.channels), {})
+            continue
+        if not any((env.name, p.name) in records for p in env.platforms):
+            continue
+        for plat in env.platforms:
+            platforms.setdefault(plat.name, lock_platform(plat))
+        locked_envs[env.name] = LockedEnvironment(
+            tuple(_lock_channel(ws, c) for c in env.channels),
+            {p.name: records[(env.name, p.name)] for p in env.platforms if (env.name, p.name) in records},
+        )
+    return LockedWorkspace(platforms, locked_envs)
+
+
+def render_outputs(ws: Workspace, locked: LockedWorkspace, envs: Iterable[Environment]) -> dict[Path, str]:
+    """pixi.lock plus every environment's exports, as path -> text."""
+    files = {ws.root / LOCK_NAME: render_lockfile(locked)}
+    for env in envs:
+        lenv = locked.environments.get(env.name)
+        if lenv is None:
+            continue
+        plats = [locked.platforms[p.name] for p in env.platforms if p.name in locked.platforms]
+        if any(lenv.pypi.values()):  # the exports write the environment's PyPI indexes: none with a query
+            env.pypi_indexes.refuse_query(env.name)
+        # conda reads a relative channel path against the current directory, so exports name it absolutely.
+        channels = [channel_base_url(c, ws.root) if is_local_channel(c) else c for c in lenv.channels]
+        files.update(render_exports(ws.root / ENVS_DIR, env.name, channels, plats, lenv.records,
+                                    lenv.pypi, env.pypi_indexes, lenv.sources))
+    return files
+
+
+def _stale(files: dict[Path, str]) -> tuple[Path, ...]:
+    def differs(path: Path, text: str) -> bool:
+        try:
+            return path.read_text() != text
+        except OSError:
+            return True
+
+    return tuple(sorted(p for p, t in files.items() if differs(p, t)))
+
+
+def leftovers(root: Path, files: Iterable[Path], scope: Iterable[str] | None = None) -> tuple[Path, ...]:
+    """Exports rocmlock wrote under ``root``/envs/ (in the ``scope`` environments' directories, every one when
+    None) that ``files`` no longer holds: envs/ mirrors the lock, so they go."""
+    wanted = set(files)
+    return tuple(p for p in generated_files(root / ENVS_DIR, scope) if p not in wanted)
+
+
+def _finish(ws: Workspace, files: dict[Path, str], changes: list[Change], solved: Sequence[SolveKey],
+            reasons: dict[SolveKey, str], check: bool, warnings: Sequence[str] = (),
+            scope: Iterable[str] | None = None) -> LockResult:
+    changed, removed = _stale(files), leftovers(ws.root, files, scope)
+    stale = tuple(sorted(changed + removed))
+    if stale and not check:
+        commit(ws.root, {p: files[p] for p in changed}, removed)
+    return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons,
+                      warnings=tuple(warnings), removed=removed)
+
+
+def _check_update_names(ws: Workspace, old: LockedWorkspace | None, update: Sequence[str] | None) -> None:
+    if not update or old is None:
+        return
+    locked = {r.name.normalized for env in old.environments.values() for recs in env.records.values() for r in recs}
+    unknown = sorted(set(update) - locked)
+    if unknown:
+        raise InputError(f"{ws.root / LOCK_NAME}: --update names '{unknown[0]}', which no environment has locked",
+                         hint="check the package name (`rocmlock lock --json` lists what is locked)")
+
+
+def _read_lock(ws: Workspace) -> LockedWorkspace | None:
+    locked = read_lockfile(ws.root / LOCK_NAME)
+    return None if locked is None else empty_platforms(align_platforms(locked, ws.platforms), ws.environments())
+
+
+def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
+                   platforms: Sequence[str] | None = None, update: Sequence[str] | None = None,
+                   check: bool = False, cache_dir: Path | None = None,
+                   on_wait: Callable[[str], None] | None = None) -> LockResult:
+    """Lock the workspace of ``manifest_path`` (pixi.toml or its directory).
+
+    ``environments``/``platforms`` limit what is re-solved (the rest stays as locked);
+    ``update=None`` keeps locked packages, ``update=[]`` lets every package move and
+    ``update=["pytorch"]`` only those named. ``check=True`` writes nothing. The whole run holds the
+    workspace's writer lock (:mod:`rocmlock.lock.outputs`; ``on_wait`` hears why it waits, if it does).
+    """
+    manifest = _existing_manifest(manifest_path)
+    with exclusive(manifest.parent, write=not check, on_wait=on_wait):
+        return _lock_held(manifest, environments, platforms, update, check, cache_dir)
+
+
+def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Sequence[str] | None,
+               update: Sequence[str] | None, check: bool, cache_dir: Path | None) -> LockResult:
+    cache = cache_dir or default_cache_dir(manifest.parent)
+    ws = load_workspace(manifest)
+    if ws.lock_refusals:
+        raise ws.lock_refusals[0].error(ws.path)
+    envs, names, plats = _select(ws, environments, platforms)
+    # The stamp is only ever recorded by a run over every environment and platform (below), so an
+    # unchanged one means the whole lock is complete and satisfied, whatever this run selects.
+    if update is None and (outputs := stamp.unchanged(cache, manifest)) is not None \
+            and not leftovers(ws.root, outputs):
+        files = {p: p.read_text() for p in outputs}
+        return LockResult(manifest, files, (), (), (), False)
+    old = _read_lock(ws)
+    _check_update_names(ws, old, update)
+    kept, jobs, reasons = _plan(ws, envs, names, plats, old, update)
+    solved = _solve(ws, envs, jobs, cache)
+    _check_solved(envs, solved)
+    locked = _assemble(ws, envs, {**kept, **solved})
+    changes = [c for env in envs for p in env.platforms if (key := (env.name, p.name)) in solved
+               for c in diff_records(env.name, p.name, old.records(*key) if old else None, solved[key])]
+    files = render_outputs(ws, locked, envs)
+    result = _finish(ws, files, changes, [j.key for j in jobs], reasons, check)
+    everything = names == {e.name for e in envs} and plats == {p.name for p in ws.platforms}
+    if everything and not check:
+        stamp.record(cache, manifest, files)
+    missing = tuple((e.name, p.name) for e in envs for p in e.platforms if locked.records(e.name, p.name) is None)
+    return replace(result, not_locked=missing) if missing else result
+
+
+def manifest_file(manifest_path: str | Path) -> Path:
+    """The absolute pixi.toml path for a manifest file or its directory."""
+    from rocmlock.workspace.pyproject import find_manifest
+
+    return find_manifest(Path(manifest_path)).absolute()
+
+
+def _existing_manifest(manifest_path: str | Path) -> Path:
+    """:func:`manifest_file`, which must exist: checked before the writer lock would create ``.rocmlock/`` (and
+    every directory a mistyped path names)."""
+    manifest = manifest_file(manifest_path)
+    if not manifest.is_file():
+        raise InputError(f"{manifest}: no such manifest", hint="pass --manifest-path to a pixi.toml")
+    return manifest
+
+
+def _source_packages(lock_path: Path, locked: LockedWorkspace, envs: Sequence[Environment],
+                     skip_source: bool) -> list[str]:
+    """Refuse the source packages of ``envs`` in one line, or (``skip_source``) return one warning per platform."""
+    warnings: list[str] = []
+    for env in envs:
+        found = locked.environments[env.name].sources
+        if found and not skip_source:
+            names = sorted({s.describe() for srcs in found.values() for s in srcs})
+            raise InputError(f"{lock_path}: environment '{env.name}' has packages that no export can pin "
+                             f"(built from source, without a hash, or a URL that may hold a secret): "
+                             f"{', '.join(names)}",
+                             hint="pass --skip-source to export the rest (the exports name what they leave out)")
+        warnings += [f"environment '{env.name}' [{plat}]: left out source package(s) "
+                     f"{', '.join(s.describe() for s in srcs)}" for plat, srcs in sorted(found.items())]
+    return warnings
+
+
+def export_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
+                     check: bool = False, on_wait: Callable[[str], None] | None = None,
+                     skip_source: bool = False) -> LockResult:
+    """Regenerate ``envs/`` from the existing pixi.lock, without solving (for teams that lock with pixi).
+
+    PyPI packages are exported too; a source package (pixi-build, a git or path dependency) is refused
+    unless ``skip_source``, which leaves it out with a warning.
+    """
+    manifest = _existing_manifest(manifest_path)
+    with exclusive(manifest.parent, write=not check, on_wait=on_wait):
+        return _export_held(manifest, environments, check, skip_source)
+
+
+def _export_held(manifest: Path, environments: Sequence[str] | None, check: bool, skip_source: bool) -> LockResult:
+    ws = load_workspace(manifest)
+    envs, names, _ = _select(ws, environments, None)
+    locked = _read_lock(ws)
+    if locked is None:
+        raise InputError(f"{ws.root / LOCK_NAME}: no lock file", hint="run `rocmlock lock` (or `pixi lock`) first")
+    missing = sorted(n for n in names if n not in locked.environments)
+    if missing:
+        raise InputError(f"{ws.root / LOCK_NAME}: environment '{missing[0]}' is not locked",
+                         hint="run `rocmlock lock` (or `pixi lock`) first")
+    selected = [e for e in envs if e.name in names]
+    warnings = _source_packages(ws.root / LOCK_NAME, locked, selected, skip_source)
+    files = render_outputs(ws, locked, selected)
+    files.pop(ws.root / LOCK_NAME)
+    return _finish(ws, files, [], [], {}, check, warnings, scope=environments)

@@ -1,0 +1,218 @@
+"""Solving: every environment (or solve group) x platform with ``rattler.solve``, concurrently.
+
+The solve sees the virtual packages pixi solves with (the rattler-modelled ones a platform declares,
+subdir defaults included) and, for an environment with a GPU target, ``__amdgpu=0`` and
+``__amdgpu_arch=<ISA>``, so a locking machine needs no GPU and a package built for another target
+cannot enter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
+
+from rattler import (
+    BuildString,
+    Channel,
+    ChannelPriority,
+    Gateway,
+    GenericVirtualPackage,
+    MatchSpec,
+    PackageName,
+    RepoDataRecord,
+    Subdir,
+    Version,
+    solve,
+)
+from rattler.exceptions import GatewayError, InvalidMatchSpecError, SolverError
+
+from rocmlock.errors import InputError, OperationError
+from rocmlock.gpu.targets import GpuTarget
+from rocmlock.util.credentials import (
+    client_for_urls,
+    credentials_hint,
+    one_line,
+    redact_text,
+    redact_url,
+    refused_channel,
+    split_url,
+)
+from rocmlock.util.fs import private_dir
+from rocmlock.workspace.model import Environment, Workspace
+from rocmlock.workspace.pixi_compat import VirtualPackage, pixi_virtual_packages
+from rocmlock.workspace.platforms import Platform
+
+_PRIORITY = {"strict": ChannelPriority.Strict, "flexible": ChannelPriority.Flexible,
+             "disabled": ChannelPriority.Disabled}
+# Key of one solve: (environment name, platform name).
+SolveKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class SolveJob:
+    """One solve: the specs of one environment (or solve group) on one platform."""
+
+    key: SolveKey
+    platform: Platform
+    channels: tuple[str, ...]
+    specs: tuple[str, ...]
+    virtual_packages: tuple[VirtualPackage, ...]
+    channel_priority: str
+    target: GpuTarget | None
+    locked: tuple[RepoDataRecord, ...] = ()
+    # [constraints]: specs a package must match if the solve includes it (rattler's `constraints=`).
+    constraints: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        env, plat = self.key
+        target = f", GPU target {self.target.gfx} (__amdgpu_arch {self.target.isa})" if self.target else ""
+        return f"environment '{env}' on platform '{plat}'{target}"
+
+
+def default_cache_dir(workspace_root: Path) -> Path:
+    """The repodata cache: ``$ROCMLOCK_CACHE_DIR``, else ``$XDG_CACHE_HOME/rocmlock``, else ``<workspace>/.rocmlock/cache``."""
+    if env := os.environ.get("ROCMLOCK_CACHE_DIR"):
+        return Path(env)
+    if xdg := os.environ.get("XDG_CACHE_HOME"):
+        return Path(xdg) / "rocmlock"
+    return workspace_root / ".rocmlock" / "cache"
+
+
+def virtual_packages_for(env: Environment, platform: Platform) -> tuple[VirtualPackage, ...]:
+    """The solve's virtual packages: pixi's for the platform, plus ``__amdgpu``/``__amdgpu_arch`` for a GPU.
+
+    pixi solves with the packages rattler models only (pixi_compat.pixi_virtual_packages). The two GPU
+    packages are added as a guard: a package built for another target carries ``run_constraints:
+    __amdgpu_arch ==<its ISA>`` and cannot enter. They only remove candidates, except for a package that
+    *depends* on them, which pixi could never install; lock.py checks every fresh solve by pixi's rules.
+    """
+    vps = pixi_virtual_packages(platform.declared_virtual_packages())
+    if env.gpu_target is not None and platform.subdir.startswith("linux"):
+        vps.append(("__amdgpu", platform.virtual_package("__amdgpu") or "0", ""))
+        vps.append(("__amdgpu_arch", platform.virtual_package("__amdgpu_arch") or env.gpu_target.isa, ""))
+    return tuple(vps)
+
+
+def make_job(ws: Workspace, env: Environment, platform: Platform,
+             locked: Sequence[RepoDataRecord] = ()) -> SolveJob:
+    """The solve of ``env`` on ``platform``; ``locked`` are the previous lock's records (kept when possible)."""
+    return SolveJob(
+        key=(env.name, platform.name),
+        platform=platform,
+        channels=tuple(ws.channel_url(c) for c in env.channels),
+        specs=tuple(d.matchspec() for d in env.dependencies_for(platform)),
+        virtual_packages=virtual_packages_for(env, platform),
+        channel_priority=env.channel_priority,
+        target=env.gpu_target,
+        locked=tuple(locked),
+        constraints=tuple(d.matchspec() for d in env.constraints_for(platform)),
+    )
+
+
+def merge_jobs(key: SolveKey, jobs: Sequence[SolveJob]) -> SolveJob:
+    """One solve for a solve group on one platform: the union of its environments' specs."""
+    first = jobs[0]
+    channels: list[str] = []
+    for job in jobs:
+        channels.extend(c for c in job.channels if c not in channels)
+    specs = sorted({s for job in jobs for s in job.specs})
+    locked = {(r.name.normalized, r.url): r for job in jobs for r in job.locked}
+    constraints = sorted({c for job in jobs for c in job.constraints})
+    return SolveJob(key, first.platform, tuple(channels), tuple(specs), first.virtual_packages,
+                    first.channel_priority, first.target, tuple(locked.values()), tuple(constraints))
+
+
+def _vp(vp: VirtualPackage) -> GenericVirtualPackage:
+    name, version, build = vp
+    return GenericVirtualPackage(PackageName(name), Version(version), BuildString(build or "0"))
+
+
+async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
+    try:
+        specs = [MatchSpec(s) for s in job.specs]
+        constraints = [MatchSpec(c) for c in job.constraints]
+    except InvalidMatchSpecError as exc:
+        raise InputError(f"{job.describe()}: invalid dependency spec: {exc}",
+                         hint="fix the version/build of that dependency in pixi.toml") from None
+    try:
+        records = await solve(
+            [Channel(redact_url(c)) for c in job.channels], specs, gateway=gateway,
+            platforms=[Subdir(job.platform.subdir), Subdir("noarch")], locked_packages=list(job.locked),
+            virtual_packages=[_vp(v) for v in job.virtual_packages],
+            channel_priority=_PRIORITY[job.channel_priority], constraints=constraints or None,
+        )
+    except SolverError as exc:
+        raise OperationError(
+            f"cannot solve {job.describe()}:\n{redact_text(str(exc), _secrets(job))}",
+            hint="relax the dependency versions, or build/publish the missing package for this target",
+        ) from None
+    except GatewayError as exc:
+        text = redact_text(str(exc), _secrets(job))
+        if (channel := refused_channel(job.channels, text)) is not None:
+            raise OperationError(f"channel {channel} refused the request of {job.describe()}: {one_line(text)}",
+                                 hint=credentials_hint(channel)) from None
+        channels = ", ".join(redact_url(c) for c in job.channels)
+        raise OperationError(
+            f"cannot read the channels of {job.describe()} ({channels}): {one_line(text)}",
+            hint="check the channel URL/path in pixi.toml, the network, and RATTLER_AUTH_FILE credentials",
+        ) from None
+    return sorted(records, key=lambda r: r.name.normalized)
+
+
+def _secrets(job: SolveJob) -> list[str]:
+    return [s for c in job.channels for s in split_url(c).secrets]
+
+
+async def _solve_all(jobs: Sequence[SolveJob], cache_dir: Path) -> list[list[RepoDataRecord]]:
+    # One gateway for all jobs: repodata of a channel is fetched once and shared by every solve.
+    # The gateway sees clean channel URLs only (its cache is keyed by them and stores no secret);
+    # the client adds the URLs' credentials in memory, and its AuthenticationMiddleware reads
+    # RATTLER_AUTH_FILE (keyed by host, without port), the keyring and ~/.rattler/credentials.json.
+    _, client = client_for_urls(dict.fromkeys(c for job in jobs for c in job.channels))
+    gateway = Gateway(cache_dir=private_dir(cache_dir), client=client)
+    # return_exceptions: let every solve finish before reporting, so no task outlives the event loop.
+    results = await asyncio.gather(*(_solve_one(job, gateway) for job in jobs), return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        # Solves that waited on another's fetch of the same repodata see only "a coalesced request failed"
+        # (rattler's gateway); report the one that saw why it failed (a 401, say).
+        raise next((e for e in errors if "coalesced request" not in str(e)), errors[0])
+    return [r for r in results if not isinstance(r, BaseException)]
+
+
+def check_local_channels(channels: Iterable[str]) -> None:
+    """A ``file://`` channel that is not a directory is reported by name before any solve starts."""
+    for url in channels:
+        if url.startswith("file://"):
+            path = Path(url2pathname(urlsplit(url).path))
+            if not path.is_dir():
+                raise OperationError(f"channel {url} cannot be reached: {path} is not a directory",
+                                     hint="fix the channel path in pixi.toml (paths are relative to it)")
+
+
+def solve_jobs(jobs: Sequence[SolveJob], cache_dir: Path) -> dict[SolveKey, list[RepoDataRecord]]:
+    """Run ``jobs`` concurrently; raises the first solve's error (they name environment and platform)."""
+    if not jobs:
+        return {}
+    check_local_channels(dict.fromkeys(c for job in jobs for c in job.channels))
+    results = asyncio.run(_solve_all(jobs, cache_dir))
+    return {job.key: recs for job, recs in zip(jobs, results)}
+
+
+def subset_for(records: Iterable[RepoDataRecord], specs: Iterable[str]) -> list[RepoDataRecord]:
+    """The records that ``specs`` pull in (transitively): one environment's share of a solve group."""
+    by_name = {r.name.normalized: r for r in records}
+    todo = [MatchSpec(s).name.normalized for s in specs]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        todo.extend(MatchSpec(d).name.normalized for d in by_name[name].depends)
+    return [by_name[n] for n in sorted(seen)]

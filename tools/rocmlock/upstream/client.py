@@ -1,0 +1,271 @@
+"""Talking to upstream over HTTP: PyPI's JSON API (releases, sdist digests, downloads) and GitHub
+(commits of tags, files at a commit, archives to hash).
+
+One ``requests`` Session with retries (urllib3's ``Retry``: connection errors, read errors and
+429/5xx answers, with backoff) and a timeout on every call. Like pip, the session takes proxies
+(HTTP(S)_PROXY, NO_PROXY) and the CA bundle (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE) from the
+environment (``trust_env``); ``PIP_CERT`` is honoured too. Credentials in an index URL never reach a
+message: every URL shown goes through :func:`rocmlock.util.credentials.mask_query`, which also hides a file URL's
+query (a mirror's presigned ``X-Amz-Signature``); a root URL has none (:func:`check_root_url`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urljoin, urlsplit
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from rocmlock.errors import OperationError
+from rocmlock.util.credentials import mask_query, refuse_query
+
+PYPI_URL = "https://pypi.org/pypi"
+RETRY_STATUS = (429, 500, 502, 503, 504)
+_CHUNK = 1 << 20
+
+
+class Unreachable(OperationError):
+    """The host did not answer (connection refused, DNS, timeout) after the retries."""
+
+
+class NotFound(OperationError):
+    """The host answered 404."""
+
+
+class ChecksumMismatch(OperationError):
+    """A download's sha256 is not the one expected."""
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """Where upstream lives (a mirror or a local test server can stand in for each)."""
+
+    index_url: str = PYPI_URL
+    github: str = "https://github.com"
+    github_api: str = "https://api.github.com"
+    github_raw: str = "https://raw.githubusercontent.com"
+
+    def placeholders(self) -> dict[str, str]:
+        return {
+            "github": self.github.rstrip("/"),
+            "github_api": self.github_api.rstrip("/"),
+            "github_raw": self.github_raw.rstrip("/"),
+        }
+
+
+def check_root_url(url: str, option: str) -> None:
+    """An InputError naming ``option``, the URL not shown, when the root ``url`` (of the index, GitHub, its API or
+    raw files) has a query string or fragment.
+
+    Paths are appended to a root (``<index>/<name>/json``): after a query they land inside it, so such a URL
+    never worked, and its query, maybe a token, was printed in every error (redaction knows userinfo only).
+    requests sends ``user:password@`` from the URL, and reads ``~/.netrc`` for a request without credentials
+    (requests/sessions.py ``prepare_request``, with ``trust_env``)."""
+    refuse_query(url, option, what="a root URL rocmlock appends paths to cannot have",
+                 hint="give the credentials in ~/.netrc (read for every host) or as user:password@ before the host")
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """Timeout (seconds, per connect and per read), retries, and urllib3's backoff factor."""
+
+    timeout: float = 30.0
+    retries: int = 3
+    backoff: float = 0.5
+
+
+@dataclass(frozen=True)
+class File:
+    """One file of a release on PyPI."""
+
+    filename: str
+    url: str
+    sha256: str
+    packagetype: str
+    yanked: bool = False
+
+
+@dataclass(frozen=True)
+class Project:
+    """A project's releases on PyPI (``/pypi/<name>/json``)."""
+
+    name: str
+    latest: str
+    releases: tuple[tuple[str, tuple[File, ...]], ...]
+    requires_dist: tuple[str, ...] = field(default=())
+
+    def files(self, version: str) -> tuple[File, ...] | None:
+        return dict(self.releases).get(version)
+
+    def sdist(self, version: str) -> File | None:
+        """The (not yanked) sdist of ``version``, if PyPI has one."""
+        return next((f for f in self.files(version) or () if f.packagetype == "sdist" and not f.yanked), None)
+
+
+def make_session(options: HttpOptions) -> requests.Session:
+    """A Session that retries connection/read errors and 429/5xx, with the environment's proxies and CA."""
+    session = requests.Session()
+    retry = Retry(
+        total=options.retries,
+        connect=options.retries,
+        read=options.retries,
+        status=options.retries,
+        backoff_factor=options.backoff,
+        status_forcelist=RETRY_STATUS,
+        allowed_methods=("GET", "HEAD"),
+        raise_on_status=False,
+    )
+    adapter = HTTPAdapter(max_retries=retry)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    session.headers["User-Agent"] = "rocmlock (+https://github.com/rocmlock)"
+    if os.environ.get("PIP_CERT"):
+        session.verify = os.environ["PIP_CERT"]
+    return session
+
+
+class Client:
+    """Upstream lookups over one Session; every call raises OperationError subclasses, never requests'."""
+
+    def __init__(self, hosts: Hosts | None = None, options: HttpOptions | None = None) -> None:
+        self.hosts = hosts or Hosts()
+        self.options = options or HttpOptions()
+        self.session = make_session(self.options)
+        self._projects: dict[str, Project] = {}
+        # Like pip, credentials of the index URL also go to files on the index's host (a mirror's sdists),
+        # and to no other host.
+        index = urlsplit(self.hosts.index_url)
+        self._index_host = index.hostname
+        self._index_auth = (
+            (unquote(index.username), unquote(index.password or "")) if index.username else None
+        )
+
+    def _get(
+        self, url: str, stream: bool = False, headers: dict[str, str] | None = None
+    ) -> requests.Response:
+        shown = mask_query(url)
+        try:
+            same_host = urlsplit(url).hostname == self._index_host and "@" not in urlsplit(url).netloc
+            auth = self._index_auth if same_host else None
+            response = self.session.get(
+                url, timeout=self.options.timeout, stream=stream, headers=headers, auth=auth
+            )
+        except requests.exceptions.RetryError as exc:
+            raise OperationError(
+                f"{shown}: failing after {self.options.retries} retries ({_reason(exc)})",
+                hint="the server answers with errors; try again later or use a mirror",
+            ) from None
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+            raise Unreachable(
+                f"{shown}: unreachable ({_reason(exc)})",
+                hint="check the network, the proxy (HTTPS_PROXY) or pass a reachable mirror",
+            ) from None
+        if response.status_code == 404:
+            raise NotFound(f"{shown}: not found (HTTP 404)")
+        if response.status_code >= 400:
+            retried = f" after {self.options.retries} retries" if response.status_code in RETRY_STATUS else ""
+            raise OperationError(
+                f"{shown}: HTTP {response.status_code}{retried}", hint="try again later or use a mirror"
+            )
+        return response
+
+    def project(self, name: str) -> Project:
+        """``name``'s releases from the index's JSON API (cached per Client)."""
+        if name not in self._projects:
+            url = f"{self.hosts.index_url.rstrip('/')}/{name}/json"
+            try:
+                data = self._get(url).json()
+            except ValueError:
+                raise OperationError(
+                    f"{mask_query(url)}: not a PyPI JSON API answer",
+                    hint="--index-url takes the JSON API root, e.g. https://pypi.org/pypi",
+                ) from None
+            self._projects[name] = _project(name, data, url)
+        return self._projects[name]
+
+    def download(self, url: str, sha256: str | None = None) -> bytes:
+        """The bytes at ``url``; with ``sha256``, a ChecksumMismatch unless they hash to it."""
+        data = self._get(url).content
+        got = hashlib.sha256(data).hexdigest()
+        if sha256 is not None and got != sha256:
+            raise ChecksumMismatch(
+                f"{mask_query(url)}: sha256 {got}, expected {sha256}",
+                hint="the download is corrupt or the file changed upstream; do not pin it",
+            )
+        return data
+
+    def sha256_of(self, url: str) -> str:
+        """The sha256 of what ``url`` serves, streamed (archives can be hundreds of MB)."""
+        digest = hashlib.sha256()
+        with self._get(url, stream=True) as response:
+            for chunk in _chunks(response):
+                digest.update(chunk)
+        return digest.hexdigest()
+
+    def reachable(self, url: str) -> bool:
+        """Whether ``url`` answers a HEAD request (following redirects) with a success."""
+        try:
+            response = self.session.head(url, timeout=self.options.timeout, allow_redirects=True)
+        except requests.exceptions.RequestException:
+            return False
+        return response.status_code < 400
+
+    def text(self, url: str) -> str:
+        """The text at ``url``."""
+        return self._get(url).text
+
+    def github_commit(self, repo: str, ref: str) -> str:
+        """The commit ``ref`` (a tag) of ``repo`` points at, from GitHub's REST API.
+
+        ``GET /repos/{owner}/{repo}/commits/{ref}`` with the ``sha`` media type answers the bare commit,
+        annotated tags dereferenced (octokit/plugin-enterprise-rest scripts/update-endpoints/workarounds.js,
+        "Get a single commit with media type format set to sha").
+        """
+        url = f"{self.hosts.github_api.rstrip('/')}/repos/{repo}/commits/{ref}"
+        return self._get(url, headers={"Accept": "application/vnd.github.sha"}).text.strip()
+
+
+def _chunks(response: requests.Response) -> Iterator[bytes]:
+    try:
+        yield from response.iter_content(_CHUNK)
+    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+        raise Unreachable(f"{mask_query(response.url)}: download interrupted ({_reason(exc)})") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a request failed in a few words, without the URL (it may hold credentials)."""
+    # After urllib3's retries, requests wraps the last error: MaxRetryError(reason=ReadTimeoutError(...)).
+    inner = exc.args[0] if exc.args and isinstance(exc.args[0], BaseException) else exc
+    cause = getattr(inner, "reason", None) or inner
+    if isinstance(exc, requests.exceptions.Timeout) or "Timeout" in type(cause).__name__:
+        return "timed out"
+    if isinstance(exc, requests.exceptions.RetryError):
+        return "too many error answers"
+    return f"connection failed: {type(cause).__name__}"
+
+
+def _project(name: str, data: dict[str, Any], json_url: str) -> Project:
+    info = data.get("info") or {}
+    releases = tuple(
+        (version, tuple(_file(f, json_url) for f in files))
+        for version, files in sorted((data.get("releases") or {}).items())
+    )
+    return Project(name, str(info.get("version", "")), releases, tuple(info.get("requires_dist") or ()))
+
+
+def _file(row: dict[str, Any], json_url: str) -> File:
+    # Mirrors may answer file URLs relative to the JSON document ("../../packages/..."; this host's PyPI
+    # proxy does for torch): resolve them here, once.
+    return File(
+        row["filename"],
+        urljoin(json_url, row["url"]),
+        row.get("digests", {}).get("sha256", ""),
+        row.get("packagetype", ""),
+        bool(row.get("yanked", False)),
+    )

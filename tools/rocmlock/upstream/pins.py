@@ -1,0 +1,469 @@
+"""The upstream table (data/upstreams.toml): which upstreams variants.yaml pins, how a release of each is
+pinned, the pairing rules between them, and the PyPI -> conda-forge name table."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from rocmlock.errors import InputError, expect_type
+from rocmlock.util.tables import (
+    Part,
+    check_keys,
+    check_placeholders,
+    did_you_mean,
+    expect_choice,
+    expect_match,
+    expect_unique,
+    expect_whole,
+    key,
+    read_toml,
+)
+
+if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; rocmlock keeps 3.10 imports working (tomlcompat)
+    from importlib.resources.abc import Traversable
+
+SourceKind = Literal["sdist", "archive", "git"]
+RuleKind = Literal["minor-offset", "at-most", "series"]
+Verdict = Literal["ok", "violated", "unknown"]
+NAME = "upstreams.toml"
+TABLE = f"data/{NAME}"
+SERIES = re.compile(r"^[0-9]+\.[0-9]+$")
+_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")  # upstream, source and rule names
+_PYPI = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # a project name (PEP 508)
+_CONDA = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_VARIANT_KEY = re.compile(r"[a-z][a-z0-9_]*")
+_DIR = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_TABLE_FILE = re.compile(r"[a-z0-9_]+\.toml")
+_TEXT = re.compile(r"\S(.*\S)?", re.DOTALL)
+_HOSTS = ("github", "github_api", "github_raw")  # rocmlock's --github-* options (upstream.Hosts.placeholders)
+_TOP = ("upstream", "pairing", "conda_names")
+_TOP_EXAMPLES = {"upstream": "an [upstream.<name>] table per upstream", "pairing": "[[pairing]] rules",
+                 "conda_names": "a [conda_names] table (PyPI name = conda-forge name where they differ)"}
+UPSTREAM_KEYS = ("pypi", "version_key", "recipe", "source")
+_UPSTREAM_EXAMPLES = {"pypi": 'pypi = "torch"', "version_key": 'version_key = "pytorch_version"',
+                      "source": "a [[upstream.<name>.source]] table"}
+# What each kind of source needs and may have (bump.resolve_values): an sdist's sha256 comes from PyPI, an archive
+# is downloaded from url and hashed (its commit, if it has one, resolved first), a git source is a commit.
+_SOURCE_KINDS: dict[SourceKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "sdist": (("sha256_key",), ()),
+    "archive": (("url", "sha256_key"), ("rev_key", "repo", "tag", "rev_file")),
+    "git": (("rev_key",), ("repo", "tag", "rev_file")),
+}
+SOURCE_KEYS = ("name", "kind", "sha256_key", "rev_key", "url", "repo", "tag", "rev_file")
+_TEMPLATE = re.compile(r"(https://|\{github(_api|_raw)?\}/)\S+")
+_SOURCE_STRINGS: dict[str, tuple[re.Pattern[str], str]] = {
+    "sha256_key": (_VARIANT_KEY, "the variants.yaml key of its sha256, e.g. pytorch_sha256"),
+    "rev_key": (_VARIANT_KEY, "the variants.yaml key of its commit, e.g. triton_git_rev"),
+    "url": (_TEMPLATE, "the archive's URL template, https:// or {github}/..., e.g. {github}/o/r/archive/{rev}.tar.gz"),
+    "repo": (re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"), "a GitHub owner/repository, e.g. triton-lang/triton"),
+    "tag": (re.compile(r"\S+"), "the release tag template, e.g. v{version}"),
+    "rev_file": (_TEMPLATE, "the URL template of a file whose first line is the commit"),
+}
+_SOURCE_EXAMPLES = {"name": 'name = "<source name>"', "kind": 'kind = "sdist" (or "archive", "git")',
+                    "sha256_key": 'sha256_key = "<variants.yaml key>"', "rev_key": 'rev_key = "<variants.yaml key>"',
+                    "url": 'url = "{github}/<owner>/<repo>/archive/refs/tags/v{version}.tar.gz"',
+                    "repo": 'repo = "<owner>/<repo>"', "tag": 'tag = "v{version}"',
+                    "rev_file": 'rev_file = "<URL template of a file holding the commit>"'}
+_RULE_KINDS: dict[RuleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "minor-offset": (("follower_major", "leader_major", "offset"), ()),
+    "at-most": (("floor",), ()),
+    "series": ((), ("series", "table", "record")),
+}
+_RULE_COMMON = ("name", "follower", "leader", "kind", "why")
+RULE_KEYS = (*_RULE_COMMON, "follower_major", "leader_major", "offset", "floor", "series", "table", "record")
+_RULE_EXAMPLES = {"name": 'name = "<follower>-<leader>"', "follower": 'follower = "<upstream>"',
+                  "leader": 'leader = "<upstream>"', "kind": 'kind = "series" (or "minor-offset", "at-most")',
+                  "why": 'why = "<where the rule comes from>"', "follower_major": "follower_major = 0",
+                  "leader_major": "leader_major = 2", "offset": "offset = 15", "floor": 'floor = "2.11"',
+                  "series": 'series = { "2.12" = "3.7" }'}
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source of a recipe: its name (for --sha256/--rev), kind and the variants.yaml keys it fills."""
+
+    name: str
+    kind: SourceKind
+    sha256_key: str | None = None
+    rev_key: str | None = None
+    url: str | None = None
+    repo: str | None = None
+    tag: str | None = None
+    rev_file: str | None = None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(k for k in (self.rev_key, self.sha256_key) if k)
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """An upstream project pinned in variants.yaml under its recipe package name."""
+
+    name: str
+    pypi: str
+    version_key: str
+    sources: tuple[Source, ...]
+    recipe: str | None = None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.version_key, *(k for s in self.sources for k in s.keys))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A pairing rule: which ``follower`` versions go with a ``leader`` version, and why."""
+
+    name: str
+    follower: str
+    leader: str
+    kind: RuleKind
+    why: str
+    follower_major: int = 0
+    leader_major: int = 0
+    offset: int = 0
+    floor: str = ""
+    series: tuple[tuple[str, str], ...] = field(default=())
+    # A follower that variants.yaml does not pin (AOTriton): its data table under tools/rocmlock/data/, the
+    # release that table pins, and how to record a new leader series there ({leader}, {series}).
+    table: str = ""
+    pinned: str = ""
+    record: str = ""
+
+    @property
+    def recorded_in(self) -> str:
+        """The file a missing leader series is recorded in."""
+        return f"tools/rocmlock/data/{self.table}" if self.table else f"tools/rocmlock/{TABLE}"
+
+    def record_hint(self, leader: str) -> str:
+        """The fix when ``leader``'s series is not recorded: the rule's ``record``, or add it to the rule."""
+        if self.record:
+            major, minor = _minor(leader)
+            return self.record.format(leader=leader, series=f"{major}.{minor}")
+        return f"find it upstream ({self.why}) and add it to the rule in {self.recorded_in}"
+
+    def check(self, leader: str, follower: str) -> Verdict:
+        """Whether ``follower``'s version goes with ``leader``'s (``unknown``: the table has no answer)."""
+        expected = self.expected_series(leader)
+        if expected is None:
+            return "unknown"
+        got = _minor(follower)
+        if self.kind == "at-most":
+            return "ok" if _minor(self.floor) <= got <= _minor(leader) else "violated"
+        return "ok" if got == _minor(expected) else "violated"
+
+    def expected_series(self, leader: str) -> str | None:
+        """The follower series the rule asks for (``at-most``: the leader's series, the upper bound)."""
+        major, minor = _minor(leader)
+        if self.kind == "minor-offset":
+            return f"{self.follower_major}.{minor + self.offset}" if major == self.leader_major else None
+        if self.kind == "at-most":
+            return f"{major}.{minor}"
+        return dict(self.series).get(f"{major}.{minor}")
+
+    def leader_needs(self, follower: str) -> str:
+        """Which leader versions ``follower``'s version goes with, in words (``pytorch 2.12.*``)."""
+        major, minor = _minor(follower)
+        if self.kind == "minor-offset":
+            ok = major == self.follower_major and minor >= self.offset
+            return f"{self.leader} {self.leader_major}.{minor - self.offset}.*" if ok else f"no {self.leader}"
+        if self.kind == "at-most":
+            return f"{self.leader} >={major}.{minor}"
+        leaders = [f"{lead}.*" for lead, follow in self.series if follow == f"{major}.{minor}"]
+        return (
+            f"{self.leader} {' or '.join(leaders)}"
+            if leaders
+            else f"{self.leader}: not recorded in {self.recorded_in}"
+        )
+
+    def describe(self, leader: str) -> str:
+        """What the rule asks of the follower for ``leader`` in words (``torchvision 0.27.*``)."""
+        expected = self.expected_series(leader)
+        if expected is None:
+            return f"{self.follower} for {self.leader} {leader}: not recorded in {self.recorded_in}"
+        if self.kind == "at-most":
+            return f"{self.follower} >={self.floor},<={expected}.*"
+        return f"{self.follower} {expected}.*"
+
+
+@dataclass(frozen=True)
+class Table:
+    """The whole upstream table."""
+
+    upstreams: tuple[Upstream, ...]
+    rules: tuple[Rule, ...]
+    conda_names: tuple[tuple[str, str], ...]
+    path: str = f"tools/rocmlock/{TABLE}"  # the file it was read from, for errors
+
+    def get(self, name: str, where: str = "NAME") -> Upstream:
+        """The upstream called ``name``, or an InputError listing the known names."""
+        for up in self.upstreams:
+            if up.name == name:
+                return up
+        known = ", ".join(u.name for u in self.upstreams)
+        raise InputError(f"{where}: unknown upstream '{name}'", hint=f"one of: {known}")
+
+    def source(self, name: str, where: str) -> tuple[Upstream, Source]:
+        """The upstream and source called ``name`` (``triton-llvm``), or an InputError listing them."""
+        for up in self.upstreams:
+            for src in up.sources:
+                if src.name == name:
+                    return up, src
+        known = ", ".join(s.name for u in self.upstreams for s in u.sources)
+        raise InputError(f"{where}: unknown source '{name}'", hint=f"one of: {known}")
+
+    def rules_of(self, name: str) -> tuple[Rule, ...]:
+        """The rules ``name`` takes part in, as follower or leader."""
+        return tuple(r for r in self.rules if name in (r.follower, r.leader))
+
+    def table_pins(self) -> dict[str, list[str]]:
+        """The followers pinned by a data table of their own instead of variants.yaml (``aotriton``)."""
+        return {r.follower: [r.pinned] for r in self.rules if r.table}
+
+    def conda_name(self, pypi_name: str) -> str:
+        """The conda-forge package of a PyPI project name."""
+        norm = str(canonicalize_name(pypi_name))
+        return dict(self.conda_names).get(norm, norm)
+
+
+def parse_version(text: str, where: str) -> Version:
+    """``text`` as a PEP 440 version, or an InputError naming ``where``."""
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise InputError(
+            f"{where}: '{text}' is not a version", hint="write it as PyPI does, e.g. 2.13.0"
+        ) from None
+
+
+def _minor(version: str) -> tuple[int, int]:
+    release = Version(version).release
+    return release[0], release[1] if len(release) > 1 else 0
+
+
+@cache
+def load_table() -> Table:
+    """The packaged upstream table (read once)."""
+    return read_table(resources.files("rocmlock").joinpath("data"))
+
+
+def read_table(data_dir: Traversable) -> Table:
+    """The upstream table of ``data_dir`` (upstreams.toml, and the data tables its rules name), validated: an
+    InputError naming the file and the key otherwise."""
+    path = Path(str(data_dir.joinpath(NAME)))
+    data = read_toml(path)
+    check_keys(data, path, (), _TOP, _TOP, NAME, lambda name: f"add {_TOP_EXAMPLES[name]} (the comment at the top "
+                                                              "of the file says what it holds)")
+    ups = _upstreams(path, expect_type(data["upstream"], dict, path, "upstream", "a table of [upstream.<name>]"))
+    rules = _rules(path, data_dir, data["pairing"], {u.name for u in ups})
+    return Table(ups, rules, _conda_names(path, data["conda_names"]), str(path))
+
+
+def _upstreams(path: Path, rows: dict[str, Any]) -> tuple[Upstream, ...]:
+    if not rows:
+        raise InputError(f"{path}: key 'upstream' must list at least one upstream", hint=_TOP_EXAMPLES["upstream"])
+    ups = tuple(_upstream(path, name, row) for name, row in rows.items())
+    pypi: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    variant_keys: dict[str, str] = {}  # each variants.yaml key is filled by one source of one upstream
+    for up in ups:
+        expect_unique(pypi, str(canonicalize_name(up.pypi)), path, key("upstream", up.name, "pypi"), "PyPI project")
+        expect_unique(variant_keys, up.version_key, path, key("upstream", up.name, "version_key"), "variants.yaml key")
+        for i, src in enumerate(up.sources):
+            where = ("upstream", up.name, "source", i)
+            expect_unique(sources, src.name, path, key(*where, "name"), "source name")
+            for field_name in ("rev_key", "sha256_key"):
+                value = getattr(src, field_name)
+                if value:
+                    expect_unique(variant_keys, value, path, key(*where, field_name), "variants.yaml key")
+    return ups
+
+
+def _upstream(path: Path, name: str, row: Any) -> Upstream:
+    where = ("upstream", name)
+    if not _NAME.fullmatch(name):
+        raise InputError(f"{path}: key '{key(*where)}' is not an upstream name (the recipe's package name: lower "
+                         "case letters and digits, - between words)", hint="e.g. [upstream.flash-attn]")
+    row = expect_type(row, dict, path, key(*where), f"a table ([{key(*where)}], then its keys)")
+    check_keys(row, path, where, UPSTREAM_KEYS, ("pypi", "version_key", "source"), "an upstream",
+               lambda k: f"add {_UPSTREAM_EXAMPLES[k]} under [{key(*where)}]")
+    pypi = expect_match(row["pypi"], _PYPI, path, key(*where, "pypi"), "the project's name on PyPI, e.g. torch")
+    version_key = expect_match(row["version_key"], _VARIANT_KEY, path, key(*where, "version_key"),
+                               "the recipes/variants.yaml key of its version, e.g. pytorch_version")
+    recipe = (expect_match(row["recipe"], _DIR, path, key(*where, "recipe"), "a directory of recipes/, e.g. llamafactory")
+              if "recipe" in row else None)
+    what = f"a non-empty list of sources ([[{key(*where, 'source')}]] tables)"
+    items = expect_type(row["source"], list, path, key(*where, "source"), what)
+    if not items:
+        raise InputError(f"{path}: key '{key(*where, 'source')}' must be {what}, got an empty list")
+    sources: list[Source] = []
+    for i, item in enumerate(items):
+        sources.append(_source(path, (*where, "source", i), item, sources))
+    return Upstream(name, pypi, version_key, tuple(sources), recipe)
+
+
+def _source(path: Path, where: tuple[Part, ...], row: Any, earlier: list[Source]) -> Source:
+    row = expect_type(row, dict, path, key(*where), "a table of name, kind and the keys its kind takes")
+    check_keys(row, path, where, SOURCE_KEYS, ("name", "kind"), "a source",
+               lambda k: f"add {_SOURCE_EXAMPLES[k]} to {key(*where)}")
+    name = expect_match(row["name"], _NAME, path, key(*where, "name"),
+                        "the source's name (what --sha256/--rev take), e.g. triton-llvm")
+    kind = expect_choice(row["kind"], _SOURCE_KINDS, path, key(*where, "kind"))
+    required, optional = _SOURCE_KINDS[kind]
+    check_keys(row, path, where, ("name", "kind", *required, *optional), required, f'a kind = "{kind}" source',
+               lambda k: f"add {_SOURCE_EXAMPLES[k]} to {key(*where)}", suggest=False)
+    text = {k: expect_match(row[k], _SOURCE_STRINGS[k][0], path, key(*where, k), _SOURCE_STRINGS[k][1])
+            for k in (*required, *optional) if k in row}
+    if ("repo" in text) != ("tag" in text):
+        missing = "tag" if "repo" in text else "repo"
+        raise InputError(f"{path}: key '{key(*where, missing)}' is missing: repo and tag name the release tag "
+                         "whose commit --rev defaults to, together", hint=f"add {_SOURCE_EXAMPLES[missing]}")
+    if "rev_key" in text and "tag" not in text and "rev_file" not in text:
+        raise InputError(f"{path}: key '{key(*where, 'rev_key')}': nothing says where the commit comes from",
+                         hint=f"add {_SOURCE_EXAMPLES['repo']} and {_SOURCE_EXAMPLES['tag']}, or "
+                              f"{_SOURCE_EXAMPLES['rev_file']}")
+    revs = [f"{s.name.replace('-', '_')}_rev" for s in earlier if s.rev_key]
+    before = ("version", *_HOSTS, *revs)  # what tag and rev_file see: this source's commit is not known yet
+    after = (*before, "rev", f"{name.replace('-', '_')}_rev") if "rev_key" in text else before
+    for k, allowed in (("tag", before), ("rev_file", before), ("url", after)):
+        if k in text:
+            check_placeholders(text[k], allowed, path, key(*where, k))
+    return Source(name=name, kind=kind, **text)
+
+
+def _rules(path: Path, data_dir: Traversable, value: Any, upstreams: set[str]) -> tuple[Rule, ...]:
+    items = expect_type(value, list, path, "pairing", "a list of pairing rules ([[pairing]] tables)")
+    rules = tuple(_rule(path, data_dir, ("pairing", i), row, upstreams) for i, row in enumerate(items))
+    names: dict[str, str] = {}
+    for i, rule in enumerate(rules):
+        expect_unique(names, rule.name, path, key("pairing", i, "name"), "rule name")
+    return rules
+
+
+def _rule(path: Path, data_dir: Traversable, where: tuple[Part, ...], row: Any, upstreams: set[str]) -> Rule:
+    row = expect_type(row, dict, path, key(*where), "a table of name, follower, leader, kind, why and its kind's keys")
+    check_keys(row, path, where, RULE_KEYS, _RULE_COMMON, "a pairing rule",
+               lambda k: f"add {_RULE_EXAMPLES[k]} to {key(*where)}")
+    kind = expect_choice(row["kind"], _RULE_KINDS, path, key(*where, "kind"))
+    required, optional = _RULE_KINDS[kind]
+    check_keys(row, path, where, (*_RULE_COMMON, *required, *optional), required, f'a kind = "{kind}" rule',
+               lambda k: f"add {_RULE_EXAMPLES[k]} to {key(*where)}", suggest=False)
+    fields: dict[str, Any] = {
+        "name": expect_match(row["name"], _NAME, path, key(*where, "name"), "the rule's name, e.g. triton-pytorch"),
+        "kind": kind,
+        "why": expect_match(row["why"], _TEXT, path, key(*where, "why"), "the reason for the rule, in words"),
+        "leader": _member(path, key(*where, "leader"), row["leader"], upstreams),
+    }
+    fields["follower"] = _follower(path, where, row, upstreams, fields["leader"])
+    for k in ("follower_major", "leader_major", "offset"):
+        if k in row:
+            fields[k] = expect_whole(row[k], path, key(*where, k), minimum=0 if k != "offset" else None)
+    if "floor" in row:
+        fields["floor"] = expect_match(row["floor"], SERIES, path, key(*where, "floor"),
+                                       "the oldest follower series (major.minor), e.g. 2.11")
+    if kind == "series":
+        fields.update(_series_of(path, data_dir, where, row, fields["leader"]))
+    return Rule(**fields)
+
+
+def _member(path: Path, name: str, value: Any, upstreams: set[str]) -> str:
+    text = expect_type(value, str, path, name, "an upstream of [upstream.<name>]")
+    if text not in upstreams:
+        raise InputError(f"{path}: key '{name}': there is no [upstream.{text}]{did_you_mean(text, upstreams)}",
+                         hint=f"one of: {', '.join(sorted(upstreams))}")
+    return text
+
+
+def _follower(path: Path, where: tuple[Part, ...], row: dict[str, Any], upstreams: set[str], leader: str) -> str:
+    name = key(*where, "follower")
+    if "table" not in row:
+        follower = _member(path, name, row["follower"], upstreams)
+    else:  # pinned by a data table of its own, not by variants.yaml
+        follower = expect_match(row["follower"], _NAME, path, name, "the name of what the table pins, e.g. aotriton")
+        if follower in upstreams:
+            raise InputError(f"{path}: key '{name}': {follower} is an [upstream.{follower}], pinned in variants.yaml, "
+                             f"but the rule's table ({key(*where, 'table')}) would pin it too",
+                             hint="remove table (and record) from the rule, or the upstream")
+    if follower == leader:
+        raise InputError(f"{path}: key '{name}': a rule pairs two upstreams; {follower} is its leader too")
+    return follower
+
+
+def _series_of(path: Path, data_dir: Traversable, where: tuple[Part, ...], row: dict[str, Any],
+               leader: str) -> dict[str, Any]:
+    """A ``series`` rule's leader -> follower series: written in the rule, or read from its ``table``."""
+    if "table" not in row:
+        if "record" in row:
+            raise InputError(f"{path}: key '{key(*where, 'record')}' is one only a rule with a table takes",
+                             hint="remove it: a missing leader series of this rule is recorded in its series")
+        if "series" not in row:
+            raise InputError(f"{path}: key '{key(*where, 'series')}' is missing", hint=f"add {_RULE_EXAMPLES['series']}")
+        return {"series": _series_table(path, (*where, "series"), row["series"])}
+    if "series" in row:
+        raise InputError(f"{path}: key '{key(*where, 'series')}': a rule with a table takes its series from the table",
+                         hint="remove series here, and list the leader series in that table")
+    table = expect_match(row["table"], _TABLE_FILE, path, key(*where, "table"),
+                         "a data table under tools/rocmlock/data/, e.g. aotriton.toml")
+    if not data_dir.joinpath(table).is_file():
+        raise InputError(f"{path}: key '{key(*where, 'table')}': {data_dir} has no {table}",
+                         hint="name a table of that directory, or add it there")
+    fields: dict[str, Any] = {"table": table}
+    if "record" in row:
+        fields["record"] = expect_match(row["record"], _TEXT, path, key(*where, "record"), "the hint, in words")
+        check_placeholders(fields["record"], ("leader", "series"), path, key(*where, "record"))
+    fields["pinned"], fields["series"] = _table_series(data_dir, table, leader)
+    return fields
+
+
+def _series_table(path: Path, where: tuple[Part, ...], value: Any) -> tuple[tuple[str, str], ...]:
+    what = 'a table of leader series = follower series (major.minor), e.g. { "2.12" = "3.7" }'
+    table = expect_type(value, dict, path, key(*where), what)
+    if not table:
+        raise InputError(f"{path}: key '{key(*where)}' must be {what}, got an empty table")
+    for lead, follow in table.items():
+        if not SERIES.fullmatch(lead):
+            raise InputError(f"{path}: key '{key(*where, lead)}' is not a leader series (major.minor)",
+                             hint='quote it: "2.12" = "3.7" (a bare 2.12 is a nested key)')
+        expect_match(follow, SERIES, path, key(*where, lead), "the follower series (major.minor), e.g. 3.7")
+    return tuple(sorted(table.items()))
+
+
+def _conda_names(path: Path, value: Any) -> tuple[tuple[str, str], ...]:
+    rows = expect_type(value, dict, path, "conda_names", "a table of PyPI name = conda-forge name")
+    seen: dict[str, str] = {}
+    for pypi, conda in rows.items():
+        name = key("conda_names", pypi)
+        if not _PYPI.fullmatch(pypi):
+            raise InputError(f"{path}: key '{name}' is not a PyPI project name", hint='e.g. torch = "pytorch"')
+        expect_match(conda, _CONDA, path, name, "the conda-forge package name, e.g. pytorch")
+        expect_unique(seen, str(canonicalize_name(pypi)), path, name, "PyPI project (normalized)")
+    return tuple(sorted((str(canonicalize_name(k)), v) for k, v in rows.items()))
+
+
+def _table_series(data_dir: Traversable, name: str, leader: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A follower's data table (aotriton.toml): its ``version``, and the ``<leader>`` series it covers.
+
+    The table pins one release, so every series it lists pairs with that release.
+    """
+    where = f"tools/rocmlock/data/{name}"
+    data = read_toml(Path(str(data_dir.joinpath(name))), shown=where)
+    version = data.get("version")
+    if not isinstance(version, str):
+        raise InputError(f"{where}: key 'version' must be the release it pins (a string)")
+    parse_version(version, f"{where}: key 'version'")
+    series = data.get(leader)
+    if not isinstance(series, list) or not series or not all(SERIES.fullmatch(str(s)) for s in series):
+        raise InputError(
+            f"{where}: key '{leader}' must list the {leader} series (major.minor) it was checked for",
+            hint=f'e.g. {leader} = ["2.12"]',
+        )
+    return version, tuple((s, version) for s in sorted(set(series)))

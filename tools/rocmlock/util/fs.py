@@ -1,0 +1,107 @@
+"""Atomic file writes (one file, or a small set of files that land all together or not at all), and paths for display.
+
+The lock outputs (pixi.lock + envs/) have their own journal and writer lock (:mod:`rocmlock.lock.outputs`);
+these helpers serve single files and small sets (presets, stamps, a server's uploads).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def _temp_beside(path: Path, data: bytes, suffix: str = ".tmp") -> Path:
+    """``data`` in a new hidden file beside ``path``, fsynced; its mode comes from the umask (like git's)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{suffix}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace`` (``path`` is never missing)."""
+    target = Path(path)
+    tmp = _temp_beside(target, text.encode() if isinstance(text, str) else text)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_set_atomic(files: Mapping[Path, str | bytes]) -> None:
+    """Write several files so that either all of them change or none does (within this process).
+
+    Every new content is first written to a temporary file beside its target. Only
+    when all of them exist are they moved into place; if a move fails, the files
+    already replaced are restored from backups (names unique to this call).
+    """
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, text in files.items():
+            data = text.encode() if isinstance(text, str) else text
+            staged.append((Path(path), _temp_beside(Path(path), data)))
+    except BaseException:
+        for _, tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    done: list[tuple[Path, Path | None]] = []
+    try:
+        for path, tmp in staged:
+            backup = None
+            if path.exists():  # a second name for the old file: ``path`` itself is never missing
+                backup = path.with_name(f".{path.name}.{secrets.token_hex(4)}.bak")
+                os.link(path, backup)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                if backup is not None:
+                    backup.unlink()
+                raise
+            done.append((path, backup))
+    except BaseException:
+        for path, backup in reversed(done):
+            if backup is not None:
+                os.replace(backup, path)
+            else:
+                path.unlink(missing_ok=True)
+        for _, tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    for _, backup in done:
+        if backup is not None:
+            backup.unlink(missing_ok=True)
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner can enter (created if missing; returned for chaining).
+
+    Caches hold what private channels serve; a directory mode of 0700 keeps them from other
+    users whatever the umask gives the files rattler writes inside.
+    """
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077 and path.stat().st_uid == os.getuid():
+            path.chmod(mode & 0o700)
+    except OSError:
+        pass  # someone else's directory: leave it as it is
+    return path
+
+
+def relative_path(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` when it lies below it, else ``path`` as given."""
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,116 @@
+"""A pixi workspace kept in ``pyproject.toml``, read as pixi 0.77 reads it.
+
+pixi takes the manifest from ``[tool.pixi]`` and adds to it from the standard tables
+(crates/pixi_manifest/src/pyproject.rs, ``into_workspace_manifest``, tag v0.77.0):
+
+- the workspace ``name`` from ``[project] name`` when ``[tool.pixi.workspace]`` has none;
+- a ``python`` run dependency of the default feature from ``requires-python`` (any python without it),
+  unless ``[tool.pixi.dependencies]`` already names python (``version_or_url_to_spec``: a leading ``==``
+  is dropped);
+- ``[project] dependencies`` as PyPI dependencies of the default feature, and each
+  ``[project.optional-dependencies]`` extra and ``[dependency-groups]`` group as a feature of that name
+  holding its PyPI dependencies (an environment still has to list the feature).
+
+A directory's manifest is its ``pixi.toml``, else a ``pyproject.toml`` with a ``[tool.pixi]`` table
+(pixi_manifest/src/discovery.rs). Errors name keys as written: ``tool.pixi.<key>``, ``project.dependencies``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+from rocmlock.errors import InputError, expect_type
+from rocmlock.workspace.pixi_keys import LockRefusal
+
+PYPROJECT = "pyproject.toml"
+_PYPI_REASON = "holds PyPI dependencies; rocmlock lock solves conda packages only"
+
+
+def _has_pixi_table(path: Path) -> bool:
+    import tomli
+
+    try:
+        data = tomli.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, RecursionError, tomli.TOMLDecodeError):
+        return False
+    tool = data.get("tool")
+    return isinstance(tool, dict) and isinstance(tool.get("pixi"), dict)
+
+
+def find_manifest(path: Path) -> Path:
+    """The manifest ``path`` names: a directory's ``pixi.toml``, else its ``pyproject.toml`` with ``[tool.pixi]``;
+    a missing ``pixi.toml`` (the CLI's default) beside such a ``pyproject.toml`` is that file too."""
+    directory = path if path.is_dir() else path.parent if path.name == "pixi.toml" and not path.exists() else None
+    if directory is None:
+        return path
+    pyproject = directory / PYPROJECT
+    if not (directory / "pixi.toml").exists() and pyproject.is_file() and _has_pixi_table(pyproject):
+        return pyproject
+    return directory / "pixi.toml"
+
+
+def _python_spec(project: dict[str, Any], path: Path) -> str:
+    requires = project.get("requires-python")
+    if requires is None:
+        return "*"
+    text = re.sub(r"\s+", "", expect_type(requires, str, path, "project.requires-python", "a version specifier"))
+    return text.removeprefix("==") or "*"
+
+
+def _groups(data: dict[str, Any], project: dict[str, Any], path: Path) -> dict[str, tuple[str, list[Any]]]:
+    """Extra or group name -> (its key as written, its requirements)."""
+    out: dict[str, tuple[str, list[Any]]] = {}
+    for key, table in (("project.optional-dependencies", project.get("optional-dependencies", {})),
+                       ("dependency-groups", data.get("dependency-groups", {}))):
+        for name, reqs in expect_type(table, dict, path, key, "a table of requirement lists").items():
+            out[name] = (f"{key}.{name}", expect_type(reqs, list, path, f"{key}.{name}", "a list of requirements"))
+    return out
+
+
+def pixi_manifest(data: dict[str, Any], path: Path) -> tuple[dict[str, Any], tuple[LockRefusal, ...]]:
+    """The pixi manifest of a parsed ``pyproject.toml`` as a pixi.toml-shaped table, and the lock refusals
+    its standard tables add (their PyPI dependencies)."""
+    tool = data.get("tool")
+    pixi = tool.get("pixi") if isinstance(tool, dict) else None
+    if not isinstance(pixi, dict):
+        raise InputError(f"{path}: no [tool.pixi] table, so pixi does not read this file",
+                         hint="add [tool.pixi.workspace] with channels and platforms, or pass a pixi.toml")
+    table_key = "workspace" if "workspace" in pixi else "project" if "project" in pixi else None
+    if table_key is None:
+        raise InputError(f"{path}: missing [tool.pixi.workspace] table",
+                         hint="add [tool.pixi.workspace] with channels and platforms")
+    manifest = copy.deepcopy(pixi)
+    project = expect_type(data.get("project", {}), dict, path, "project", "a table")
+    ws = expect_type(manifest[table_key], dict, path, f"tool.pixi.{table_key}", "a table")
+    if "name" not in ws and "name" in project:
+        ws["name"] = project["name"]
+    deps = expect_type(manifest.setdefault("dependencies", {}), dict, path, "tool.pixi.dependencies", "a table")
+    if "python" not in deps:
+        deps["python"] = _python_spec(project, path)
+    refusals: list[LockRefusal] = []
+    if expect_type(project.get("dependencies", []), list, path, "project.dependencies", "a list of requirements"):
+        refusals.append(LockRefusal("project.dependencies", _PYPI_REASON))
+    features = expect_type(manifest.setdefault("feature", {}), dict, path, "tool.pixi.feature", "a table")
+    for name, (key, reqs) in _groups(data, project, path).items():
+        features.setdefault(name, {})
+        if reqs:
+            refusals.append(LockRefusal(key, _PYPI_REASON))
+    return manifest, tuple(refusals)
+
+
+_KEY = re.compile(r"key '|\[(workspace|project)\]")
+
+
+def under_tool_pixi(exc: InputError, path: Path) -> InputError:
+    """``exc`` with its keys named as the pyproject.toml spells them (``tool.pixi.``)."""
+    prefix = f"{path}: "
+    body = exc.message.removeprefix(prefix)
+
+    def spell(m: re.Match[str]) -> str:
+        return "key 'tool.pixi." if m.group(0) == "key '" else f"[tool.pixi.{m.group(1)}]"
+
+    hint = _KEY.sub(spell, exc.hint) if exc.hint else exc.hint
+    return InputError(prefix + _KEY.sub(spell, body) if exc.message.startswith(prefix) else exc.message, hint=hint)
