@@ -62,3 +62,30 @@ def test_mypy_and_ruff_run_pinned_before_the_suite_and_fail_ci() -> None:
     # Arguments left to pyproject.toml: `python -m mypy` checks its `files`, as a developer's run does.
     assert LINES[mypy].split(" || ")[0] == "python -m mypy"
     assert 'files = ["tools/rocmlock", "tools/verify_env.py"]' in pyproject
+
+
+def _venv_block() -> str:
+    """The lines of .ci/run from the venv's path to its cleanup trap, with `python -m venv` made a mkdir."""
+    start = CI_RUN.index('VENV="${ROCMLOCK_CI_VENV')
+    end = CI_RUN.index("\nfi\n", CI_RUN.index("trap ")) + 4
+    return CI_RUN[start:end].replace('python -m venv "$VENV"', 'mkdir -p "$VENV"')
+
+
+def test_the_venv_is_removed_when_the_run_ends_unless_kept(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    script = "set -euo pipefail\n" + _venv_block() + 'echo "$VENV"\n'
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCMLOCK_CI_")} | {"TMPDIR": str(tmp_path)}
+    for failing in (False, True):  # the trap runs on a failure too
+        out = subprocess.run(["bash", "-c", script + ("exit 3\n" if failing else "")], env=env, capture_output=True,
+                             text=True, check=False)
+        assert out.returncode == (3 if failing else 0), out.stderr
+        assert not Path(out.stdout.strip()).exists() and list(tmp_path.iterdir()) == []
+    kept = subprocess.run(["bash", "-c", script], env=env | {"ROCMLOCK_CI_KEEP_VENV": "1"}, capture_output=True,
+                          text=True, check=True)
+    assert Path(kept.stdout.strip()).is_dir()
+    named = tmp_path / "mine" / "venv"  # a venv the caller named is the caller's: never removed
+    out = subprocess.run(["bash", "-c", script], env=env | {"ROCMLOCK_CI_VENV": str(named)}, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == str(named) and named.is_dir()
