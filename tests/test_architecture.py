@@ -256,3 +256,16 @@ def test_every_package_path_named_in_the_repository_exists() -> None:
             if not (REPO / ref).is_file():
                 missing.add(f"{name}: {ref}")
     assert missing == set()
+
+
+def test_a_command_loads_only_its_own_stage(tmp_path: Path) -> None:
+    """`rocmlock lock` (issue 26): neither the build nor the upstream stage, nor their CLI modules, is imported."""
+    (tmp_path / "pixi.toml").write_text('[workspace]\nname = "w"\nchannels = []\nplatforms = []\n')
+    code = ("import sys; from rocmlock.cli.main import main; main(['lock', '--manifest-path', sys.argv[1]]); "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('rocmlock'))))")
+    out = _run(sys.executable, "-c", code, str(tmp_path / "pixi.toml"))
+    loaded = set(out.stdout.split())
+    assert "rocmlock.cli.lock" in loaded, out.stderr  # the run reached its command
+    stray = sorted(m for m in loaded if m.split(".")[1:2] in (["build"], ["upstream"], ["deploy"], ["channel"])
+                   or m in {"rocmlock.cli.build", "rocmlock.cli.env", "rocmlock.cli.upstream"})
+    assert stray == []

@@ -2,61 +2,55 @@
 
 Exit codes: 0 ok, 1 an operation failed, 2 bad input.
 This module parses and dispatches; each subcommand is a pair ``add_<name>(parser)`` / ``cmd_<name>(args) -> int``
-in the ``cli_*.py`` module of its group (``cli_build``: plan, doctor, build, sources, publish; ``cli_lock``: lock,
-export; ``cli_env``: install, pack, unpack, verify, preset; ``cli_upstream``: outdated, bump), and
-``cli_common`` holds their shared output helpers and options. Core modules take data, return data and raise
-:class:`rocmlock.errors.RocmlockError`; the handlers import them when they run, so ``rocmlock --help`` stays quick.
+in the module of its group (``rocmlock.cli.build``: plan, doctor, build, sources, publish; ``.lock``: lock,
+export; ``.env``: install, pack, unpack, verify, preset; ``.upstream``: outdated, bump), imported only when one
+of its commands runs, and ``rocmlock.cli.common`` holds their shared output helpers and options. Core modules
+take data, return data and raise :class:`rocmlock.errors.RocmlockError`; the handlers import them when they run,
+so ``rocmlock --help`` stays quick and a command loads only its own stage.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 
 from rocmlock import __version__
-from rocmlock.cli import build as cli_build
-from rocmlock.cli import env as cli_env
-from rocmlock.cli import lock as cli_lock
-from rocmlock.cli import upstream as cli_upstream
 from rocmlock.cli.common import err
 from rocmlock.errors import RocmlockError
 
 Handler = Callable[[argparse.Namespace], int]
 
-_SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Handler]] = [
-    ("plan", "which package variants the environments need, in build order", cli_build.add_plan,
-     cli_build.cmd_plan),
-    ("lock", "solve every environment x platform; write pixi.lock and envs/ exports", cli_lock.add_lock,
-     cli_lock.cmd_lock),
-    ("export", "regenerate envs/<env>/ conda (and PyPI) exports from any pixi.lock without solving",
-     cli_lock.add_export, cli_lock.cmd_export),
-    ("doctor", "check this host's ROCm toolchain before building or running", cli_build.add_doctor,
-     cli_build.cmd_doctor),
-    ("build", "build the plan's variants in dependency order (skips what exists, resumes)", cli_build.add_build,
-     cli_build.cmd_build),
-    ("sources", "fill (fetch) or check a source cache for building on a host without network",
-     cli_build.add_sources, cli_build.cmd_sources),
+# name, one-line help, the module of its group. `rocmlock lock ...` imports rocmlock.cli.lock alone (and, when
+# its handler runs, the lock stage): the other groups' modules, and the stages they import, stay unloaded.
+_SUBCOMMANDS: list[tuple[str, str, str]] = [
+    ("plan", "which package variants the environments need, in build order", "build"),
+    ("lock", "solve every environment x platform; write pixi.lock and envs/ exports", "lock"),
+    ("export", "regenerate envs/<env>/ conda (and PyPI) exports from any pixi.lock without solving", "lock"),
+    ("doctor", "check this host's ROCm toolchain before building or running", "build"),
+    ("build", "build the plan's variants in dependency order (skips what exists, resumes)", "build"),
+    ("sources", "fill (fetch) or check a source cache for building on a host without network", "build"),
     ("publish", "upload built packages to a channel (directory, S3, prefix.dev, quetz, artifactory, anaconda)",
-     cli_build.add_publish, cli_build.cmd_publish),
-    ("install", "create a conda prefix from pixi.lock with rattler (exactly the locked packages)",
-     cli_env.add_install, cli_env.cmd_install),
-    ("pack", "pack one locked environment into a verified bundle for nodes without a channel", cli_env.add_pack,
-     cli_env.cmd_pack),
-    ("unpack", "check a bundle and this node's GPU, install the bundle, run its probe", cli_env.add_unpack,
-     cli_env.cmd_unpack),
-    ("verify", "run the post-install probe with an environment's python", cli_env.add_verify, cli_env.cmd_verify),
-    ("preset", "write a LLaMA-Factory training YAML tuned to an environment's GPU", cli_env.add_preset,
-     cli_env.cmd_preset),
-    ("outdated", "which upstream pins of recipes/variants.yaml are behind PyPI, and their companions",
-     cli_upstream.add_outdated, cli_upstream.cmd_outdated),
-    ("bump", "move upstream pins in recipes/variants.yaml (hashes, companions, llamafactory's bounds)",
-     cli_upstream.add_bump, cli_upstream.cmd_bump),
+     "build"),
+    ("install", "create a conda prefix from pixi.lock with rattler (exactly the locked packages)", "env"),
+    ("pack", "pack one locked environment into a verified bundle for nodes without a channel", "env"),
+    ("unpack", "check a bundle and this node's GPU, install the bundle, run its probe", "env"),
+    ("verify", "run the post-install probe with an environment's python", "env"),
+    ("preset", "write a LLaMA-Factory training YAML tuned to an environment's GPU", "env"),
+    ("outdated", "which upstream pins of recipes/variants.yaml are behind PyPI, and their companions", "upstream"),
+    ("bump", "move upstream pins in recipes/variants.yaml (hashes, companions, llamafactory's bounds)", "upstream"),
 ]
+COMMANDS = tuple(name for name, _, _ in _SUBCOMMANDS)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for ``rocmlock``."""
+def build_parser(full: Container[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser for ``rocmlock``.
+
+    ``full`` names the subcommands whose options are added (every one when None: the docs' reference and the
+    tests); the others are listed by name and help only, which is all ``rocmlock --help`` and an unknown
+    command's error need, so their modules are not imported.
+    """
     parser = argparse.ArgumentParser(
         prog="rocmlock",
         description="Per-GPU-target conda/pixi environments for LLM fine-tuning on AMD GPUs.",
@@ -64,17 +58,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rocmlock {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name, help_text, add, handler in _SUBCOMMANDS:
+    for name, help_text, group in _SUBCOMMANDS:
         p = sub.add_parser(name, help=help_text, description=help_text)
-        add(p)
-        p.set_defaults(handler=handler)
+        if full is None or name in full:
+            module = importlib.import_module(f"rocmlock.cli.{group}")
+            getattr(module, f"add_{name}")(p)
+            p.set_defaults(handler=getattr(module, f"cmd_{name}"))
     return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` runs: its first word that is not an option (only options come before it)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``rocmlock``; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_list = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser({_command(args_list) or ""})
+    args = parser.parse_args(args_list)
     try:
         return int(args.handler(args))
     except RocmlockError as exc:
