@@ -262,8 +262,7 @@ def test_rocm_components_of_the_packages_to_build(tmp_path: Path) -> None:
 
     check = components(("bitsandbytes",))
     assert check.status == "fail"
-    assert check.message == (f"missing under {root}/include: bitsandbytes needs hipCUB (include/hipcub/hipcub.hpp; "
-                             "Debian/Ubuntu: libhipcub-dev, AMD: hipcub-dev)")
+    assert check.message == f"missing under {root}/include: bitsandbytes needs hipCUB"
     assert check.fix == "apt-get install libhipcub-dev (Debian/Ubuntu), or AMD's hipcub-dev"
     # Without a workspace doctor does not know what will be built: a warning.
     assert components(None).status == "warn"
@@ -288,8 +287,7 @@ def test_doctor_names_each_missing_component_of_every_row(tmp_path: Path, packag
     check = checks["rocm-components"]
     assert check.status == "fail"
     assert check.message.startswith(f"missing under {root}/include: {package} needs ")
-    for comp in components:
-        assert f"{comp.name} (include/{comp.header}; Debian/Ubuntu: {comp.debian}, AMD: {comp.amd})" in check.message
+    assert check.message == f"missing under {root}/include: {package} needs {', '.join(c.name for c in components)}"
     assert check.fix == (f"apt-get install {' '.join(sorted({c.debian for c in components}))} (Debian/Ubuntu), "
                          f"or AMD's {' '.join(sorted({c.amd for c in components}))}")
     # All but the last present: only the last is named.
@@ -298,7 +296,7 @@ def test_doctor_names_each_missing_component_of_every_row(tmp_path: Path, packag
         (root / "include" / comp.header).write_text("")
     check = {c.name: c for c in run_doctor([], build=True, host=host, resources=PLENTY, packages=(package,)).checks}[
         "rocm-components"]
-    assert check.message == f"missing under {root}/include: {package} needs {components[-1].describe()}"
+    assert check.message == f"missing under {root}/include: {package} needs {components[-1].name}"
 
 
 def test_workspace_packages_are_the_environments_direct_dependencies(tmp_path: Path) -> None:

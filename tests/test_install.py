@@ -116,3 +116,15 @@ def test_install_refuses_a_prefix_that_is_not_a_new_directory_or_an_environment(
     assert main([*args, str(env)]) == 0
     (tmp_path / "empty").mkdir()
     assert main([*args, str(tmp_path / "empty")]) == 0
+
+
+@pytest.mark.parametrize("command", [["install", "--prefix", "P"], ["pack"]])
+def test_a_missing_environment_lists_the_environments(command: list[str], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 26: `rocmlock pack` without -e did not say which environments there are.
+    (tmp_path / "pixi.toml").write_text('[workspace]\nname = "w"\nchannels = ["c"]\nplatforms = ["linux-64"]\n'
+                                        '[environments]\nmi250 = []\nmi300x = []\n')
+    assert main([*command, "--manifest-path", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"error: rocmlock {command[0]} needs -e/--environment"
+    assert err[1] == "hint: pass -e ENV, one of: default, mi250, mi300x"

@@ -176,6 +176,16 @@ def test_default_output_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert (written["model_name_or_path"], written["template"]) == ("/models/llama-3-8b", "llama3")
 
 
+def test_an_environment_named_after_its_method_is_not_named_twice(tmp_path: Path) -> None:
+    # issue 26: `-e mi300x-qlora --method qlora` wrote presets/mi300x-qlora-qlora.yaml.
+    manifest = tmp_path / "pixi.toml"
+    manifest.write_text((ROOT / "pixi.toml").read_text())
+    base = ["preset", "--manifest-path", str(manifest), "-e", "mi300x-qlora"]
+    assert main([*base, "--method", "qlora"]) == 0
+    assert main([*base, "--method", "lora"]) == 0
+    assert sorted(p.name for p in (tmp_path / "presets").iterdir()) == ["mi300x-qlora-lora.yaml", "mi300x-qlora.yaml"]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["-e", "mi300x-deepspeed", "--method", "qlora"], "has no bitsandbytes"),
     (["-e", "default", "--method", "lora"], "has no GPU target"),

@@ -46,7 +46,11 @@ def test_environment_not_installed_says_pixi_install(workspace: Path, capsys: py
     assert main(["verify", "-e", "mi300x", "--manifest-path", str(workspace)]) == 1
     err = capsys.readouterr().err
     assert f"environment 'mi300x' is not installed: no python at {workspace.parent}/.pixi/envs/mi300x/bin/python" in err
-    assert f"hint: pixi install -e mi300x --manifest-path {workspace}" in err
+    hint = next(line for line in err.splitlines() if line.startswith("hint: "))
+    # Both ways to install it, and how to verify a prefix rocmlock installed (issue 26: only pixi was named).
+    assert f"`pixi install -e mi300x --manifest-path {workspace}`" in hint
+    assert f"`rocmlock install -e mi300x --prefix DIR --manifest-path {workspace}`" in hint
+    assert "`rocmlock verify --prefix DIR`" in hint
 
 
 def test_environment_gets_target_rocm_and_peak_from_the_workspace(workspace: Path) -> None:

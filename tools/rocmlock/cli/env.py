@@ -16,9 +16,22 @@ def _locked_manifest(args: argparse.Namespace, command: str) -> Path:
     from rocmlock.errors import InputError
     from rocmlock.lock.pipeline import manifest_file
 
+    manifest = manifest_file(args.manifest_path).resolve()
     if not args.environment:
-        raise InputError(f"rocmlock {command} needs -e/--environment")
-    return manifest_file(args.manifest_path).resolve()
+        raise InputError(f"rocmlock {command} needs -e/--environment", hint=_environments_hint(manifest))
+    return manifest
+
+
+def _environments_hint(manifest: Path) -> str:
+    """Which environments ``-e`` can name: those of the manifest, or how to see them when it cannot be read."""
+    from rocmlock.errors import InputError
+    from rocmlock.workspace.manifest import load_workspace
+
+    try:
+        names = load_workspace(manifest).environment_names()
+    except InputError:
+        return f"pass -e ENV, one of the environments of {manifest}"
+    return f"pass -e ENV, one of: {', '.join(names)}"
 
 
 def add_install(p: argparse.ArgumentParser) -> None:

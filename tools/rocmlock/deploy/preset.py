@@ -235,7 +235,11 @@ def write_preset(preset: Preset) -> None:
 
 def _output_path(workspace: Workspace, request: PresetRequest, cwd: Path) -> Path:
     if request.output is None:
-        return workspace.root / "presets" / f"{request.environment}-{request.method}.yaml"
+        # mi300x-qlora with --method qlora is presets/mi300x-qlora.yaml, not mi300x-qlora-qlora.yaml.
+        stem = request.environment
+        if not stem.endswith(f"-{request.method}"):
+            stem = f"{stem}-{request.method}"
+        return workspace.root / "presets" / f"{stem}.yaml"
     out = request.output if request.output.is_absolute() else cwd / request.output
     if out.suffix not in (".yaml", ".yml"):
         raise InputError(f"output '{request.output}' must end in .yaml or .yml",

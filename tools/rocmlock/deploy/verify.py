@@ -66,7 +66,9 @@ def target_for_environment(manifest: Path, name: str) -> ProbeTarget:
     if not target.python.exists():
         raise OperationError(
             f"{target.label} is not installed: no python at {target.python}",
-            hint=f"pixi install -e {name} --manifest-path {workspace.path}",
+            hint=f"install it with `pixi install -e {name} --manifest-path {workspace.path}`, or with rocmlock: "
+                 f"`rocmlock install -e {name} --prefix DIR --manifest-path {workspace.path}`, then "
+                 "`rocmlock verify --prefix DIR`",
         )
     return target
 

@@ -28,7 +28,9 @@ def check_rocm_components(rocm: Path | None, packages: Iterable[str], required: 
         return Check("rocm-components", "ok", f"{' and '.join(missing)}: {found} found under {rocm}/include"
                      if len(missing) == 1 else f"{', '.join(missing)}: every component found under {rocm}/include")
     comps = {c for cs in lacking.values() for c in cs}
-    message = "; ".join(f"{pkg} needs {', '.join(c.describe() for c in cs)}" for pkg, cs in lacking.items())
+    # Names only (issue 26: with each header and package name it was one 2,500-character line); the fix below
+    # names the packages to install, rocm_components.toml the header each is found by.
+    message = "; ".join(f"{pkg} needs {', '.join(c.name for c in cs)}" for pkg, cs in lacking.items())
     return Check("rocm-components", "fail" if required else "warn",
                  f"missing under {rocm}/include: {message}",
                  f"apt-get install {' '.join(sorted(c.debian for c in comps))} (Debian/Ubuntu), or AMD's "
