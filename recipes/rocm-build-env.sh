@@ -165,7 +165,7 @@ rocmlock_magma() {
     unset MAGMA_HOME
     if [ -z "${home}" ]; then
         export USE_MAGMA=0
-        echo "rocmlock build: MAGMA off (ROCMLOCK_MAGMA_HOME unset; README: MAGMA)" >&2
+        echo "rocmlock build: MAGMA off (ROCMLOCK_MAGMA_HOME unset; docs/recipes.md, MAGMA)" >&2
         return 0
     fi
     # This script runs in rattler-build's work directory, not where the key was set: a relative path would name

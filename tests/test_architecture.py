@@ -222,7 +222,7 @@ def test_console_script_and_module_entry_point() -> None:
 
 
 def test_python_api_of_the_readme() -> None:
-    # README "Python API": the lock pipeline from rocmlock.lock, loaded lazily.
+    # docs/locking.md "Python API": the lock pipeline from rocmlock.lock, loaded lazily.
     code = ("import sys, rocmlock.lock as L; assert 'rocmlock.lock.pipeline' not in sys.modules; "
             "from rocmlock.lock import lock_workspace, export_workspace, LockResult; "
             "from rocmlock.build.plan import make_plan; "

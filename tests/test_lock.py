@@ -179,7 +179,7 @@ def test_a_local_channel_is_written_as_pixi_writes_it_and_ties_the_lock_to_its_c
     # conda resolves a path channel against the current directory (conda 26.7.1, conda/common/url.py
     # path_to_url), not against environment.yml: the exports name the channel by its file:// URL.
     assert f"  - {(root / 'channel').as_uri()}\n" in (root / "envs" / "mi300x" / "environment.yml").read_text()
-    # So a lock made from a directory channel belongs to its checkout (README, "What pixi checks"): a copy
+    # So a lock made from a directory channel belongs to its checkout (docs/locking.md, "What pixi checks"): a copy
     # elsewhere still names the first checkout's files, and its exports are stale there.
     other = tmp_path / "other"
     shutil.copytree(root, other)

@@ -1,6 +1,6 @@
 """build-variants.yml is least-privilege, checked from the YAML so a regression fails without zizmor too.
 
-zizmor (`.ci/run`) audits the same file; these tests pin the properties the README's trust model states:
+zizmor (`.ci/run`) audits the same file; these tests pin the properties the trust model of docs/building-publishing.md states:
 per-job permissions (write only in `pull-request`), actions pinned by commit, checkouts that do not persist
 the token, matrix/output values reaching scripts only through `env:`, secrets only in jobs bound to a
 deployment environment, and rattler's auth file outside the workspace and removed in an `always()` step.

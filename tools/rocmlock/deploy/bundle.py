@@ -110,7 +110,7 @@ def render_pixi_pack_json(subdir: str) -> str:
 # `create` (conda/cli/install.py), which fetches `nodefaults` as a channel and fails, with network or without;
 # before 26.7 the .condarc channels come in instead, unreachable on an air-gapped node, and `--offline` (in
 # `env create` since 23.11 at least) skips every channel that is not file:// (conda/gateways/repodata/
-# __init__.py). Checked by hand with conda 23.11.0, 24.11.3 and 26.7.1 (README "Air-gapped nodes").
+# __init__.py). Checked by hand with conda 23.11.0, 24.11.3 and 26.7.1 (docs/air-gapped.md).
 _YML_NOTES = (
     "# From this directory (the extracted bundle), with no network needed (conda 23.11-26.7):",
     "#   conda env create -p ./env -f environment.yml --offline",

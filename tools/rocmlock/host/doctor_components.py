@@ -76,6 +76,6 @@ def check_magma(env: Mapping[str, str], rocm: Path | None, packages: Iterable[st
     if not given:
         return Check("magma", "warn", f"MAGMA at {found.prefix} ({found.library.name}, links {hip}) is not used: "
                      f"pytorch builds with MAGMA only when {magma.KEY} names it",
-                     f"export {magma.KEY}={found.prefix} (the pytorch package then carries libmagma: README)")
+                     f"export {magma.KEY}={found.prefix} (the pytorch package then carries libmagma: docs/recipes.md, MAGMA)")
     return Check("magma", "ok", f"MAGMA at {found.prefix} ({found.library}, links {hip}): pytorch builds with it "
                  "and carries libmagma")

@@ -6,7 +6,7 @@ render, write), the solve (``solve``), pixi.lock v7 read and written (``lockfile
 May import: rocmlock.errors, rocmlock.util, rocmlock.gpu, rocmlock.workspace.
 """
 
-# The Python API (README "Python API"), loaded on first use: importing one module of this package (say
+# The Python API (docs/locking.md, "Python API"), loaded on first use: importing one module of this package (say
 # rocmlock.lock.lockfile) does not load the rest.
 __all__ = ["LockResult", "export_workspace", "lock_workspace"]
 
