@@ -129,7 +129,9 @@ def test_an_unreachable_channel_is_one_line_like_lock_and_pack(channels: dict[st
     assert main(["lock", "--manifest-path", str(manifest)]) == 0
     lock = manifest.parent / "pixi.lock"
     # The private channel moved to a host that refuses connections (port 9, discard: nothing listens).
-    lock.write_text(lock.read_text().replace(f"{channels['private']}/", "http://127.0.0.1:9/private/"))
+    moved = "http://127.0.0.1:9/private/"
+    lock.write_text(lock.read_text().replace(f"{channels['private'].as_uri()}/", moved)
+                    .replace(f"{channels['private']}/", moved))
     monkeypatch.setenv("RATTLER_CACHE_DIR", str(tmp_path / "pkgs"))  # a cold cache: it must download
     capsys.readouterr()
     assert main(["install", "--manifest-path", str(manifest), "-e", "mi300x", "--prefix", str(tmp_path / "e")]) == 1
