@@ -293,7 +293,7 @@ def _resolve_rev(src: Source, context: dict[str, str], client: Client, log: Log)
         elif src.rev_file:
             url = src.rev_file.format(**context)
             log(f"reading {mask_query(url)}")
-            rev = next(iter(client.text(url).split()), "")
+            rev = client.commit_in(url, f"source '{src.name}'")
         else:
             rev = ""
     except Unreachable as exc:
@@ -303,7 +303,7 @@ def _resolve_rev(src: Source, context: dict[str, str], client: Client, log: Log)
         ) from None
     if not COMMIT.fullmatch(rev):
         raise OperationError(
-            f"source '{src.name}': '{rev[:60]}' is not a commit", hint=f"pass --rev {src.name}=COMMIT"
+            f"source '{src.name}': {rev[:60]!a} is not a commit", hint=f"pass --rev {src.name}=COMMIT"
         )
     return rev
 
@@ -351,7 +351,8 @@ def _sync_recipe(
     url = sdist.url
     log(f"downloading {mask_query(url)} for its pyproject.toml")
     data = client.download(url, sdist.sha256)
-    reqs = conda_requirements(pyproject_dependencies(data, sdist.filename), table, pythons, sdist.filename)
+    deps = pyproject_dependencies(data, f"{sdist.filename} from {mask_query(url)}")
+    reqs = conda_requirements(deps, table, pythons, sdist.filename)
     doc = load(path)
     notes = sync_run(
         doc, reqs, keep=("python",)
