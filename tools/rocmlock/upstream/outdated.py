@@ -73,7 +73,11 @@ class Report:
 
 def outdated(recipes_dir: Path, client: Client, table: Table | None = None) -> Report:
     """Look up every upstream of ``recipes_dir``'s variants.yaml on PyPI (and GitHub where reachable)."""
+    from rocmlock.upstream.bump import RECIPES, journal_root
+    from rocmlock.util import journal
+
     table = table or load_table()
+    journal.settle(journal_root(recipes_dir), RECIPES)  # an interrupted bump: finished before it is read
     doc = load(recipes_dir / VARIANTS_FILE)
     tracked = [u for u in table.upstreams if u.version_key in doc.data]
     claimed = {k for u in table.upstreams for k in u.keys}
