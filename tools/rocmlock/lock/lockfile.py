@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import yaml
 from rattler import LockChannel, LockFile, LockPlatform, RepoDataRecord, Subdir
 from rattler.exceptions import ParseCondaLockError
 
@@ -161,6 +160,10 @@ def unreadable_lock(path: Path, parser_error: str) -> InputError:
 def _yaml_problem(text: str) -> str | None:
     """A YAML syntax error of ``text`` as "line L, column C: problem", None when it parses (rattler's own message
     then says what does not fit the lock format). The parser quotes none of the value, so no URL's query."""
+    try:  # here, not at the top: `pack --with-installer`'s node-side rocmlock has py-rattler and tomli only
+        import yaml
+    except ImportError:
+        return None
     try:
         yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.MarkedYAMLError as exc:
