@@ -146,15 +146,16 @@ def serve() -> Iterator[FakeUpstream]:
         server.server_close()
 
 
-def sdist(name: str, version: str, pyproject: str) -> bytes:
-    """A gzipped sdist ``<name>-<version>.tar.gz`` with ``pyproject`` as its pyproject.toml."""
+def sdist(name: str, version: str, pyproject: str | bytes) -> bytes:
+    """A gzipped sdist ``<name>-<version>.tar.gz`` with ``pyproject`` (text, or bytes as they are) as its
+    pyproject.toml."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for member, text in (
             ("pyproject.toml", pyproject),
             ("PKG-INFO", f"Name: {name}\nVersion: {version}\n"),
         ):
-            data = text.encode()
+            data = text if isinstance(text, bytes) else text.encode()
             info = tarfile.TarInfo(f"{name}-{version}/{member}")
             info.size = len(data)
             info.mtime = 0

@@ -141,3 +141,26 @@ def test_install_and_pack_name_pixis_aliased_platforms_as_pixi_toml_does(
     assert main(["install", "--manifest-path", str(ws_copy), "-e", "mi300x", "--prefix", str(tmp_path / "p2"),
                  "--json"]) == 0
     assert '"platform": "linux-64-gfx942"' in capsys.readouterr().out
+
+
+def test_environment_yml_says_what_conda_does_with_pip(locked_ws: Path) -> None:
+    """conda 26.7.1 appends `pip` to every python record's depends (conda/core/subdir_data.py:695-699) while
+    add_pip_as_python_dependency is on, its default (conda/base/context.py:221); the lock holds no pip. The header
+    gives the command that creates exactly the lock (run with a real conda by the conda tests)."""
+    from rocmlock.lock.exports import PIP_NOTES, render_environment_yml
+    from rocmlock.workspace.pypi import PypiPin
+
+    text = (locked_ws / "envs" / "mi300x" / "environment.yml").read_text()
+    header = text.split("\nname: ", 1)[0].splitlines()
+    assert "#   CONDA_ADD_PIP_AS_PYTHON_DEPENDENCY=false conda env create -f environment.yml" in header
+    assert "add_pip_as_python_dependency, on by default" in "\n".join(header)
+    locked = read_lockfile(locked_ws / "pixi.lock")
+    assert locked is not None
+    platform = locked.platforms["linux-64-gfx942"]
+    records = locked.environments["mi300x"].records["linux-64-gfx942"]
+    assert any(r.name.normalized == "python" for r in records)
+    without_python = [r for r in records if r.name.normalized != "python"]
+    assert not set(PIP_NOTES) & set(render_environment_yml("e", [], platform, without_python).splitlines())
+    # A pip: section needs pip whatever the setting (conda/env/env.py adds it): its own comment says so instead.
+    with_pins = render_environment_yml("e", [], platform, records, pins=[PypiPin("rlk", "1.0", "0" * 64)])
+    assert not set(PIP_NOTES) & set(with_pins.splitlines()) and "no conda `pip` is locked" in with_pins

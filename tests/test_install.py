@@ -128,3 +128,27 @@ def test_a_missing_environment_lists_the_environments(command: list[str], tmp_pa
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"error: rocmlock {command[0]} needs -e/--environment"
     assert err[1] == "hint: pass -e ENV, one of: default, mi250, mi300x"
+
+
+
+def test_an_unreachable_channel_is_one_line_like_lock_and_pack(channels: dict[str, Path], tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """rattler's install error is a 7-line "Caused by:" chain (fetch, cache layer, retries, request, connect,
+    tcp, os error): folded by rocmlock.util.credentials.one_line into the first and last link, plus the URL."""
+    manifest = tmp_path / "ws" / "pixi.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(WORKSPACE.format(private=channels["private"].as_uri(), forge=channels["forge"].as_uri()))
+    assert main(["lock", "--manifest-path", str(manifest)]) == 0
+    lock = manifest.parent / "pixi.lock"
+    # The private channel moved to a host that refuses connections (port 9, discard: nothing listens).
+    moved = "http://127.0.0.1:9/private/"
+    lock.write_text(lock.read_text().replace(f"{channels['private'].as_uri()}/", moved)
+                    .replace(f"{channels['private']}/", moved))
+    monkeypatch.setenv("RATTLER_CACHE_DIR", str(tmp_path / "pkgs"))  # a cold cache: it must download
+    capsys.readouterr()
+    assert main(["install", "--manifest-path", str(manifest), "-e", "mi300x", "--prefix", str(tmp_path / "e")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[1].startswith("hint: "), err
+    assert "Caused by" not in err[0] and "failed to fetch " in err[0] and "Connection refused" in err[0], err
+    assert "(from http://127.0.0.1:9/private/" in err[0], err

@@ -1,4 +1,5 @@
 """The lock outputs as one set: one writer at a time, and a kill at any instant leaves the old or the new set.
+The same journal (rocmlock.util.journal) commits the files `bump` changes: the step-by-step kill runs on it too.
 
 - every filesystem step of a real ``rocmlock lock`` in turn: the writer SIGKILLs itself right after step N
   (the steps of :mod:`rocmlock.lock.outputs` wrapped in the child), then the next command must see set A or set B;
@@ -28,11 +29,13 @@ import pytest
 from lockhelpers import manifest
 from rocmlock.cli.main import main
 from rocmlock.lock import outputs
+from rocmlock.util import journal
 
-# The child: wrap each filesystem step of rocmlock.lock.outputs, SIGKILL itself right after step N, run the CLI.
+# The child: wrap each filesystem step of the journal (rocmlock.util.journal, which rocmlock.lock.outputs and
+# `bump` commit with), SIGKILL itself right after step N, run the CLI.
 KILL_AFTER_STEP = textwrap.dedent("""
     import os, signal, sys
-    from rocmlock.lock import outputs
+    from rocmlock.util import journal
     limit, count = int(sys.argv[1]), [0]
     def counted(step):
         def run(*args):
@@ -43,7 +46,7 @@ KILL_AFTER_STEP = textwrap.dedent("""
             return result
         return run
     for name in ("_write", "_rename", "_remove", "_mkdir", "_rmdir"):
-        setattr(outputs, name, counted(getattr(outputs, name)))
+        setattr(journal, name, counted(getattr(journal, name)))
     from rocmlock.cli.main import main
     code = main(sys.argv[2:])
     sys.stdout.flush(); sys.stderr.flush()
@@ -241,7 +244,7 @@ def test_an_error_while_writing_leaves_the_old_set(sets: dict[str, Path], tmp_pa
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     root = shutil.copytree(sets["a"], tmp_path / "ws")
     before = _set(root)
-    real = getattr(outputs, step)
+    real = getattr(journal, step)
     calls = []
 
     def failing(path: Path, *rest: object) -> None:
@@ -250,7 +253,7 @@ def test_an_error_while_writing_leaves_the_old_set(sets: dict[str, Path], tmp_pa
             raise OSError(code, os.strerror(code), str(path))
         real(path, *rest)
 
-    monkeypatch.setattr(outputs, step, failing)
+    monkeypatch.setattr(journal, step, failing)
     assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0].startswith("error: ") and os.strerror(code) in err[0] and len(err) == 2, err
@@ -271,8 +274,9 @@ def test_a_writer_that_cannot_make_the_state_directory_goes_on_unlocked(sets: di
     def read_only(path: Path, *rest: object) -> None:
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
 
-    monkeypatch.setattr(outputs, "_mkdir", read_only)
-    assert outputs._open_lock(root, root / outputs.STATE_DIR / outputs.LOCK_NAME, True) == (None, fcntl.LOCK_SH)
+    monkeypatch.setattr(journal, "_mkdir", read_only)
+    assert journal._open_lock(root, root / outputs.STATE_DIR / outputs.LOCK_NAME, True, outputs.OUTPUTS) == \
+        (None, fcntl.LOCK_SH)
     assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 0
     assert capsys.readouterr().err.strip() == "up to date, nothing written"
     assert not (root / outputs.STATE_DIR).exists()
@@ -340,3 +344,69 @@ def test_a_real_full_disk_or_read_only_mount_leaves_the_old_set(sets: dict[str, 
     assert _set(out / "ws") == _set(sets["a"])
     txn = out / "ws" / ".rocmlock" / "txn"
     assert not txn.exists() or not list(txn.iterdir())
+
+
+# ----------------------------------------------------------------------------- bump: the same journal
+
+
+def _bump_args(root: Path, fake_url: str) -> list[str]:
+    from fakeupstream import network_args
+
+    return ["bump", "llamafactory=9.9.9", "--recipes-dir", str(root / "recipes"),
+            "--manifest-path", str(root / "no-pixi.toml"), *network_args(fake_url)]
+
+
+def _recipes(root: Path) -> dict[str, bytes]:
+    """Every file under recipes/ (stray .bak/.tmp files included, which must not exist)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "recipes").rglob("*")) if p.is_file()}
+
+
+def test_a_kill_after_each_filesystem_step_of_bump_leaves_the_old_or_the_new_pair(
+        fake: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`bump llamafactory=...` changes variants.yaml and recipes/llamafactory/recipe.yaml: killed after any step
+    of the journal, what the next bump reads (after it settles) is the old pair or the new one, nothing else."""
+    from fakeupstream import FakeUpstream, sdist
+    from rocmlock.upstream.bump import RECIPES, journal_root
+    from shipped import RECIPES as SHIPPED
+    from shipped import ROOT
+
+    assert isinstance(fake, FakeUpstream)
+    deps = ["transformers>=4.99.0", "numpy<3", "brand-new>=1"]
+    data = sdist("llamafactory", "9.9.9", '[project]\nname = "llamafactory"\ndynamic = ["version"]\n'
+                                          f"dependencies = {json.dumps(deps)}\n")
+    fake.add_project("llamafactory", {"9.9.9": [fake.file("llamafactory-9.9.9.tar.gz", data)]})
+
+    def checkout(name: str) -> Path:
+        root = tmp_path / name
+        shutil.copytree(SHIPPED, root / "recipes")
+        (root / "tools").symlink_to(ROOT / "tools")
+        return root
+
+    old_root, new_root = checkout("old"), checkout("new")
+    assert main(_bump_args(new_root, fake.url)) == 0
+    old, new = _recipes(old_root), _recipes(new_root)
+    changed = sorted(k for k in new if new[k] != old[k])
+    assert changed == ["recipes/llamafactory/recipe.yaml", "recipes/variants.yaml"] and set(old) == set(new)
+    seen = []
+    for step in range(1, 100):
+        root = checkout(f"k{step}")
+        proc = subprocess.run([sys.executable, "-c", KILL_AFTER_STEP, str(step), *_bump_args(root, fake.url)],
+                              check=False, env=_child_env(tmp_path / "cache"), capture_output=True, text=True,
+                              timeout=120)
+        assert "Traceback" not in proc.stderr
+        killed = proc.returncode == -signal.SIGKILL
+        assert killed or proc.returncode == 0, proc.stderr
+        journal.settle(journal_root(root / "recipes"), RECIPES)  # what the next bump does before it reads
+        now = _recipes(root)
+        assert now in (old, new), f"killed after step {step}: a mixed pair or a leftover file"
+        seen.append("old" if now == old else "new")
+        with journal.exclusive(journal_root(root / "recipes"), RECIPES):  # the next writer cleans what was staged
+            txn = root / ".rocmlock" / "txn"
+            assert not txn.exists() or not list(txn.iterdir())
+        if not killed:
+            break
+        shutil.rmtree(root)
+    assert main(_bump_args(root, fake.url)) == 0 and _recipes(root) == new  # and the next bump ends at the new pair
+    capsys.readouterr()
+    assert step > 2 * len(changed), "fewer filesystem steps than files: does the child wrap them?"
+    assert seen[0] == "old" and seen[-1] == "new" and seen == sorted(seen, reverse=True), seen

@@ -20,6 +20,9 @@ def add_lock(p: argparse.ArgumentParser) -> None:
                    help="write nothing; exit 1 and list each stale output if anything would change")
     p.add_argument("--update", nargs="*", metavar="PKG", default=None,
                    help="let these packages (all when none are named) move to newer versions")
+    p.add_argument("--discard-lock", action="store_true",
+                   help="ignore pixi.lock (unreadable or merge-conflicted too) and re-solve every environment from "
+                        "pixi.toml; says how many pins it drops (with --check: writes nothing)")
     p.add_argument("--json", action="store_true", help="print the changes as JSON on stdout")
 
 
@@ -29,6 +32,10 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
         print_json(data)
     for warning in result.warnings:
         err(f"warning: {warning}")
+    if result.discarded is not None:
+        would = "would drop" if args.check else "dropped"
+        err(f"--discard-lock: {would} the {result.discarded} pin(s) of pixi.lock; every environment re-solved "
+            "from pixi.toml")
     for line in result.change_lines():
         err(line)
     if result.not_locked:
@@ -52,8 +59,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
     result = lock_workspace(args.manifest_path, environments=args.environments or None,
                             platforms=args.platforms or None, update=args.update, check=args.check,
-                            on_wait=err)
-    return _report_lock(result, args, "lock")
+                            on_wait=err, discard_lock=args.discard_lock)
+    return _report_lock(result, args, "lock --discard-lock" if args.discard_lock else "lock")
 
 
 def add_export(p: argparse.ArgumentParser) -> None:

@@ -89,7 +89,7 @@ def cmd_bump(args: argparse.Namespace) -> int:
     root = recipes_dir.resolve().parent
     summary = _rebuild_summary(args, recipes_dir, result.files) if result.files else None  # before writing
     if not args.dry_run:
-        result = write_bump(result)
+        result = write_bump(result, recipes_dir)
     if args.json:
         print_json({**result.to_json(root), "rebuild": summary[0] if summary else []})
     else:

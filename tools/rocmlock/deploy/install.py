@@ -27,7 +27,9 @@ from rocmlock.lock.outputs import settle
 from rocmlock.util.credentials import (
     client_for_urls,
     credentials_hint,
+    one_line,
     redact_text,
+    redact_url,
     refused_channel,
     split_url,
 )
@@ -139,20 +141,25 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
         left = "nothing was left there" if created else "it existed before and may be partly changed"
         text = redact_text(str(exc), secrets)
         raise _install_error(f"installing '{environment}' into {prefix} failed ({left})", text,
-                             [*channels, *(r.channel or "" for r in records)]) from None
+                             [*channels, *(r.channel or "" for r in records)], records) from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
     return InstallResult(prefix, environment, locked_platform.name, names,
                          left_out(lock_path, environment, locked_platform.name))
 
 
-def _install_error(what: str, text: str, channels: Sequence[str]) -> OperationError:
-    """One line when a channel refused a download (its 401/403 and how to give credentials), else rattler's text."""
+def _install_error(what: str, text: str, channels: Sequence[str], records: Sequence[RepoDataRecord]) -> OperationError:
+    """One line (rattler's "Caused by:" chain folded by :func:`one_line`, as lock and pack do): when a channel
+    refused a download, its 401/403 and how to give credentials; else the failure and the file it was fetching."""
     channel = refused_channel(channels, text)
-    if channel is None:
-        return OperationError(f"{what}: {text}",
-                              hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials")
-    why = text.strip().splitlines()[-1].removeprefix("Caused by: ")
-    return OperationError(f"{what}: channel {channel} refused a download: {why}", hint=credentials_hint(channel))
+    if channel is not None:
+        why = text.strip().splitlines()[-1].removeprefix("Caused by: ")
+        return OperationError(f"{what}: channel {channel} refused a download: {why}", hint=credentials_hint(channel))
+    why = one_line(text)
+    # rattler names the file ("failed to fetch x.conda") and the URL only deep in its chain: say where it was.
+    url = next((redact_url(r.url) for r in records if r.file_name and r.file_name in text), None)
+    where = f" (from {url})" if url and url not in why else ""
+    return OperationError(f"{what}: {why}{where}",
+                          hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials")
 
 
 def manifest_channels(manifest: Path) -> list[str]:

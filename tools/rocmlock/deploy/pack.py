@@ -45,7 +45,7 @@ from rocmlock.deploy.install import select_records
 from rocmlock.errors import InputError, OperationError
 from rocmlock.gpu.targets import all_targets, minor_version
 from rocmlock.lock.lockfile import LockedPlatform
-from rocmlock.util.credentials import redact_text, redact_url
+from rocmlock.util.credentials import one_line, redact_text, redact_url
 from rocmlock.util.scratch import scratch_dir
 
 SCRATCH = ".rocmlock-pack-"
@@ -227,7 +227,7 @@ async def _fetch(record: RepoDataRecord, writer: _HashingWriter, base: Path, cli
                 raise _mismatch(record, f"larger than the lock's size {writer.expected_size}") from None
             if writer.error is not None:  # :func:`_write_bundle` names the bundle
                 raise writer.error from None
-            raise OperationError(f"cannot fetch {redact_url(record.url)}: {redact_text(str(exc))}",
+            raise OperationError(f"cannot fetch {redact_url(record.url)}: {one_line(redact_text(str(exc)))}",
                                  hint="check the channel is reachable and RATTLER_AUTH_FILE holds its "
                                       "credentials") from None
     if writer.size != writer.expected_size:

@@ -48,6 +48,24 @@ YML_NOTES = (
 )
 
 
+# conda 26.7.1 gives every python 2.*/3.* record a `pip` dependency when it reads repodata
+# (conda/core/subdir_data.py:695-699; the sharded path too, conda/_private/shards/subset.py:213-216), because
+# `add_pip_as_python_dependency` is on by default (conda/base/context.py:221). A lock never holds that `pip`
+# (rattler and pixi add nothing), so conda needs one the lock does not pin: a channel without it fails the solve
+# (UnsatisfiableError on python), one with it (conda-forge) installs an unpinned pip.
+PIP_NOTES = (
+    "# python without pip: conda adds `pip` to python's dependencies (add_pip_as_python_dependency, on by default),",
+    "# which this lock does not hold. To create exactly the locked packages:",
+    "#   CONDA_ADD_PIP_AS_PYTHON_DEPENDENCY=false conda env create -f environment.yml",
+)
+
+
+def _pip_notes(records: Sequence[RepoDataRecord], pins: Sequence[PypiPin]) -> tuple[str, ...]:
+    names = {r.name.normalized for r in records}
+    # A pip: section needs pip anyway (conda adds it, see _pip_section); its own comment says so.
+    return PIP_NOTES if "python" in names and "pip" not in names and not pins else ()
+
+
 def _skipped_comment(skipped: Sequence[SourcePackage]) -> list[str]:
     if not skipped:
         return []
@@ -79,7 +97,7 @@ def render_environment_yml(env: str, channels: Sequence[str], platform: LockedPl
     if other_platforms:
         lines.append(f"# other platforms: {', '.join(other_platforms)} (see conda-<platform>.lock)")
     lines += _skipped_comment(skipped)
-    lines += [*YML_NOTES, f"name: {env}", "channels:"]
+    lines += [*YML_NOTES, *_pip_notes(records, pins), f"name: {env}", "channels:"]
     lines += [f"  - {redact_url(c).rstrip('/')}" for c in channels]
     # conda 26.7 (conda/env/env.py, dependencies_validation) wants a list: `dependencies:` alone is null.
     lines.append("dependencies:" if records or pins else "dependencies: []")

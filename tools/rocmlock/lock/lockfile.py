@@ -19,6 +19,7 @@ telling a secret in it from the rest.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -115,13 +116,78 @@ def read_lockfile(path: Path) -> LockedWorkspace | None:
     try:
         lock = LockFile.from_path(path)
     except (ParseCondaLockError, OSError, ValueError) as exc:
-        # Never "delete it": a lock with PyPI or source packages can only be made again by pixi.
-        hint = ("it was written by a newer pixi than this py-rattler reads: upgrade py-rattler, or lock with a pixi "
-                "that writes format 7" if "newer lockfile format" in str(exc) else
-                "restore it (`git checkout pixi.lock`) or write it again with `pixi lock` or `rocmlock lock`")
-        # The parser quotes what it could not read ('invalid type: string "<value>"'): never a URL's query.
-        raise InputError(f"{path}: cannot read the lock file: {mask_queries(str(exc))}", hint=hint) from None
+        raise unreadable_lock(path, str(exc)) from None
     return _from_lockfile(lock, path)
+
+
+# What git writes around each side of a conflict (git-merge(1), "HOW CONFLICTS ARE PRESENTED"; diff3 adds |||||||).
+_CONFLICT = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(?: |$)")
+DISCARD_HINT = "`rocmlock lock --discard-lock` re-solves every environment from pixi.toml"
+
+
+def conflict_markers(text: str) -> list[tuple[int, str]]:
+    """The merge-conflict marker lines of ``text``: (1-based line number, marker)."""
+    return [(n, m[1]) for n, line in enumerate(text.splitlines(), 1) if (m := _CONFLICT.match(line))]
+
+
+def unreadable_lock(path: Path, parser_error: str) -> InputError:
+    """One line saying what is wrong with the lock at ``path`` (merge conflict markers, a YAML syntax error's line
+    and column, or what rattler's parser reports) and a hint that works. Never "delete it": a lock with PyPI or
+    source packages can only be made again by pixi, and a lock kept gives ``rocmlock lock`` its pins back."""
+    if "newer lockfile format" in parser_error:
+        return InputError(f"{path}: cannot read the lock file: {mask_queries(parser_error)}",
+                          hint="it was written by a newer pixi than this py-rattler reads: upgrade py-rattler, or lock "
+                               "with a pixi that writes format 7")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        what = exc.strerror if isinstance(exc, OSError) else f"not UTF-8 text (byte {exc.start})"
+        return InputError(f"{path}: cannot read the lock file: {what}",
+                          hint=f"restore it (`git checkout pixi.lock`), then `rocmlock lock`; or {DISCARD_HINT}")
+    markers = conflict_markers(text)
+    if markers:
+        first = ", ".join(f"{m} at line {n}" for n, m in markers[:3])
+        count = sum(m == "<<<<<<<" for _, m in markers)
+        return InputError(
+            f"{path}: cannot read the lock file: {count or 1} unresolved merge conflict(s) ({first})",
+            hint="take one side whole, `git checkout --ours pixi.lock` (or `--theirs`), then `rocmlock lock` re-solves "
+                 f"what pixi.toml changed since; or {DISCARD_HINT} (every pin dropped)")
+    return InputError(f"{path}: cannot read the lock file: {_yaml_problem(text) or mask_queries(parser_error)}",
+                      hint=f"restore it (`git checkout pixi.lock`), then `rocmlock lock`; or {DISCARD_HINT} "
+                           "(every pin dropped)")
+
+
+def _yaml_problem(text: str) -> str | None:
+    """A YAML syntax error of ``text`` as "line L, column C: problem", None when it parses (rattler's own message
+    then says what does not fit the lock format). The parser quotes none of the value, so no URL's query."""
+    try:  # here, not at the top: `pack --with-installer`'s node-side rocmlock has py-rattler and tomli only
+        import yaml
+    except ImportError:
+        return None
+    try:
+        yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        return f"invalid YAML at {where}{exc.problem or exc.context}"
+    except yaml.YAMLError as exc:
+        return f"invalid YAML: {exc}"
+    return None
+
+
+def count_pins(path: Path) -> int:
+    """How many locked packages (conda and PyPI, per environment and platform) ``path`` holds; a lock rattler cannot
+    read is counted from its text (every ``- conda:``/``- pypi:`` line, both sides of a merge conflict)."""
+    try:
+        locked = read_lockfile(path)
+    except InputError:
+        text = path.read_bytes().decode("utf-8", "replace")
+        return len(re.findall(r"^\s+- (?:conda|pypi): ", text, flags=re.MULTILINE))
+    if locked is None:
+        return 0
+    return sum(len(recs) for env in locked.environments.values() for recs in env.records.values()) + \
+        sum(len(pins) for env in locked.environments.values() for pins in env.pypi.values()) + \
+        sum(len(srcs) for env in locked.environments.values() for srcs in env.sources.values())
 
 
 def _clean_url(url: str, path: Path, where: str) -> str:

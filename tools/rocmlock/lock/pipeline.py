@@ -25,6 +25,7 @@ from rocmlock.lock.lockfile import (
     LockedPlatform,
     LockedWorkspace,
     align_platforms,
+    count_pins,
     empty_platforms,
     lock_platform,
     read_lockfile,
@@ -86,6 +87,8 @@ class LockResult:
     warnings: tuple[str, ...] = ()
     # Exports (also in ``stale``) of environments or platforms that are gone: removed in the same commit.
     removed: tuple[Path, ...] = ()
+    # ``--discard-lock``: how many locked packages of the previous pixi.lock were dropped (None: not discarded).
+    discarded: int | None = None
 
     @property
     def up_to_date(self) -> bool:
@@ -118,6 +121,7 @@ class LockResult:
             "changes": {e: dict(p) for e, p in envs.items()},
             "not_locked": [{"environment": e, "platform": p} for e, p in self.not_locked],
             "warnings": list(self.warnings),
+            "discarded_pins": self.discarded,
         }
 
 
@@ -306,21 +310,40 @@ def _read_lock(ws: Workspace) -> LockedWorkspace | None:
 def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None = None,
                    platforms: Sequence[str] | None = None, update: Sequence[str] | None = None,
                    check: bool = False, cache_dir: Path | None = None,
-                   on_wait: Callable[[str], None] | None = None) -> LockResult:
+                   on_wait: Callable[[str], None] | None = None, discard_lock: bool = False) -> LockResult:
     """Lock the workspace of ``manifest_path`` (pixi.toml or its directory).
 
     ``environments``/``platforms`` limit what is re-solved (the rest stays as locked);
     ``update=None`` keeps locked packages, ``update=[]`` lets every package move and
-    ``update=["pytorch"]`` only those named. ``check=True`` writes nothing. The whole run holds the
-    workspace's writer lock (:mod:`rocmlock.lock.outputs`; ``on_wait`` hears why it waits, if it does).
+    ``update=["pytorch"]`` only those named. ``discard_lock`` ignores the previous pixi.lock, readable or not,
+    and re-solves every environment from the manifest (``LockResult.discarded`` counts the pins dropped).
+    ``check=True`` writes nothing. The whole run holds the workspace's writer lock
+    (:mod:`rocmlock.lock.outputs`; ``on_wait`` hears why it waits, if it does).
     """
     manifest = _existing_manifest(manifest_path)
+    if discard_lock and (environments or platforms or update is not None):
+        raise InputError(f"{manifest}: --discard-lock re-solves every environment and platform",
+                         hint="drop -e/-p/--update, or drop --discard-lock to keep the other pins")
     with exclusive(manifest.parent, write=not check, on_wait=on_wait):
-        return _lock_held(manifest, environments, platforms, update, check, cache_dir)
+        return _lock_held(manifest, environments, platforms, update, check, cache_dir, discard_lock)
+
+
+def _previous(ws: Workspace, discard: bool) -> tuple[LockedWorkspace | None, LockedWorkspace | None, int | None]:
+    """The previous lock to keep pins from, the one to report changes against, and the pins ``discard`` drops."""
+    if not discard:
+        old = _read_lock(ws)
+        return old, old, None
+    if not (ws.root / LOCK_NAME).exists():
+        return None, None, 0
+    try:  # a readable lock still tells what moved; an unreadable one is replaced whole
+        before = _read_lock(ws)
+    except InputError:
+        before = None
+    return None, before, count_pins(ws.root / LOCK_NAME)
 
 
 def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Sequence[str] | None,
-               update: Sequence[str] | None, check: bool, cache_dir: Path | None) -> LockResult:
+               update: Sequence[str] | None, check: bool, cache_dir: Path | None, discard: bool) -> LockResult:
     cache = cache_dir or default_cache_dir(manifest.parent)
     ws = load_workspace(manifest)
     if ws.lock_refusals:
@@ -328,25 +351,27 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
     envs, names, plats = _select(ws, environments, platforms)
     # The stamp is only ever recorded by a run over every environment and platform (below), so an
     # unchanged one means the whole lock is complete and satisfied, whatever this run selects.
-    if update is None and (outputs := stamp.unchanged(cache, manifest)) is not None \
+    if update is None and not discard and (outputs := stamp.unchanged(cache, manifest)) is not None \
             and not leftovers(ws.root, outputs):
         files = {p: p.read_text() for p in outputs}
         return LockResult(manifest, files, (), (), (), False)
-    old = _read_lock(ws)
+    old, before, discarded = _previous(ws, discard)
     _check_update_names(ws, old, update)
     kept, jobs, reasons = _plan(ws, envs, names, plats, old, update)
+    if discard:
+        reasons = dict.fromkeys(reasons, "--discard-lock")
     solved = _solve(ws, envs, jobs, cache)
     _check_solved(envs, solved)
     locked = _assemble(ws, envs, {**kept, **solved})
     changes = [c for env in envs for p in env.platforms if (key := (env.name, p.name)) in solved
-               for c in diff_records(env.name, p.name, old.records(*key) if old else None, solved[key])]
+               for c in diff_records(env.name, p.name, before.records(*key) if before else None, solved[key])]
     files = render_outputs(ws, locked, envs)
     result = _finish(ws, files, changes, [j.key for j in jobs], reasons, check)
     everything = names == {e.name for e in envs} and plats == {p.name for p in ws.platforms}
     if everything and not check:
         stamp.record(cache, manifest, files)
     missing = tuple((e.name, p.name) for e in envs for p in e.platforms if locked.records(e.name, p.name) is None)
-    return replace(result, not_locked=missing) if missing else result
+    return replace(result, not_locked=missing, discarded=discarded)
 
 
 def manifest_file(manifest_path: str | Path) -> Path:

@@ -25,6 +25,7 @@ from rattler import (
     MatchSpec,
     PackageName,
     RepoDataRecord,
+    SourceConfig,
     Subdir,
     Version,
     solve,
@@ -153,6 +154,10 @@ async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
         ) from None
     except GatewayError as exc:
         text = redact_text(str(exc), _secrets(job))
+        if BARE_304 in text:
+            raise NotRevalidated(f"{job.describe()}: {one_line(text)}",
+                                 hint="the channel's server answers a revalidation with a 304 that names no "
+                                      "Last-Modified/ETag; have it send them (nginx, S3 and quetz do)") from None
         if (channel := refused_channel(job.channels, text)) is not None:
             raise OperationError(f"channel {channel} refused the request of {job.describe()}: {one_line(text)}",
                                  hint=credentials_hint(channel)) from None
@@ -168,15 +173,38 @@ def _secrets(job: SolveJob) -> list[str]:
     return [s for c in job.channels for s in split_url(c).secrets]
 
 
+# rattler (py-rattler 0.28, conda/rattler main: crates/rattler_repodata_gateway/src/gateway/sharded_subdir/tokio/index.rs, fetch_index) revalidates
+# a stale cached shard index with If-Modified-Since, and takes the 304 as "not modified" only when it repeats the
+# cached Last-Modified/ETag (http-cache-semantics' after_response); a bare 304 (Python's http.server, some proxies;
+# RFC 9110 15.4.5 does not require Last-Modified) goes down the "modified" path, which fails on its status:
+# "received unexpected status code (304 Not Modified) when fetching .../repodata_shards.msgpack.zst".
+# conda/rattler#2719 was closed as the server's fault. When the cached index goes stale is timing, not a race:
+# without Cache-Control it stays fresh for 10% of (Date - Last-Modified) (RFC 9111 4.2.2 heuristic freshness),
+# so a warm re-solve passes right after the first and fails once that window is over (a loaded machine, a
+# channel indexed moments before). Like uv (astral-sh/uv#2218), such a solve is run again with fresh requests.
+BARE_304 = "(304 Not Modified)"
+
+
+class NotRevalidated(OperationError):
+    """A channel answered a revalidation with a 304 that rattler cannot match to its cache."""
+
+
+async def _gather(jobs: Sequence[SolveJob], gateway: Gateway) -> list[list[RepoDataRecord] | BaseException]:
+    # return_exceptions: let every solve finish before reporting, so no task outlives the event loop.
+    return await asyncio.gather(*(_solve_one(job, gateway) for job in jobs), return_exceptions=True)
+
+
 async def _solve_all(jobs: Sequence[SolveJob], cache_dir: Path) -> list[list[RepoDataRecord]]:
     # One gateway for all jobs: repodata of a channel is fetched once and shared by every solve.
     # The gateway sees clean channel URLs only (its cache is keyed by them and stores no secret);
     # the client adds the URLs' credentials in memory, and its AuthenticationMiddleware reads
     # RATTLER_AUTH_FILE (keyed by host, without port), the keyring and ~/.rattler/credentials.json.
     _, client = client_for_urls(dict.fromkeys(c for job in jobs for c in job.channels))
-    gateway = Gateway(cache_dir=private_dir(cache_dir), client=client)
-    # return_exceptions: let every solve finish before reporting, so no task outlives the event loop.
-    results = await asyncio.gather(*(_solve_one(job, gateway) for job in jobs), return_exceptions=True)
+    cache = private_dir(cache_dir)
+    results = await _gather(jobs, Gateway(cache_dir=cache, client=client))
+    if any(isinstance(r, NotRevalidated) for r in results):  # see BARE_304: no conditional request this time
+        results = await _gather(jobs, Gateway(cache_dir=cache, client=client,
+                                              default_config=SourceConfig(cache_action="no-cache")))
     errors = [r for r in results if isinstance(r, BaseException)]
     if errors:
         # Solves that waited on another's fetch of the same repodata see only "a coalesced request failed"

@@ -3,7 +3,8 @@
 The pipeline: validate the request -> load variants.yaml round-trip -> check the pairing rules on the
 pins as they would be -> resolve each new version's values (PyPI sdist digests, commits and archive
 hashes given or computed) -> fill the zip positions -> rewrite a recipe's run requirements from the
-new sdist (llamafactory) -> diff; then (``write_bump``) every changed file written together, or none.
+new sdist (llamafactory) -> diff; then (``write_bump``) every changed file committed as one set through the
+journal the lock outputs use (:mod:`rocmlock.util.journal`), or none.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ from rocmlock.errors import InputError, OperationError
 from rocmlock.upstream.client import Client, Unreachable
 from rocmlock.upstream.pins import Rule, Source, Table, Upstream, load_table, parse_version
 from rocmlock.upstream.yamledit import Document, load, set_value, values, zip_group
+from rocmlock.util import journal
 from rocmlock.util.credentials import mask_query
-from rocmlock.util.fs import write_set_atomic
 
 Log = Callable[[str], None]
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# bump's files (variants.yaml and a recipe) go through the journal the lock outputs use (rocmlock.util.journal):
+# a kill at any step leaves the old pair or the new one, and the next bump (or outdated) finishes the write.
+RECIPES = journal.Subject("the recipes", "`rocmlock bump`")
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ def bump(
     Nothing is written: :func:`write_bump` does that, so a caller can show the diff (and plan) first.
     """
     table = table or load_table()
+    journal.settle(journal_root(recipes_dir), RECIPES)  # an interrupted bump is finished before anything is read
     ups = _validate(request, table)
     for up, _ in ups:
         _check_recipe(table, up, recipes_dir)
@@ -122,11 +127,26 @@ def bump(
     return BumpResult(files, tuple(changes), tuple(notes))
 
 
-def write_bump(result: BumpResult) -> BumpResult:
-    """Write every changed file of ``result`` together (all or none); the result marked written."""
+def journal_root(recipes_dir: Path) -> Path:
+    """Where bump's writer lock and journal live (``.rocmlock/`` of the checkout: the recipes directory's parent,
+    beside pixi.toml's, so a bump and a lock of one checkout take turns)."""
+    return recipes_dir.resolve().parent
+
+
+def write_bump(result: BumpResult, recipes_dir: Path) -> BumpResult:
+    """Write every changed file of ``result`` as one set (:mod:`rocmlock.util.journal`); the result marked written.
+
+    The files are compared with what :func:`bump` read, under the writer lock: one that changed meanwhile (an
+    editor, another bump) stops the write before anything is changed."""
     if not result.files:
         return result
-    write_set_atomic({path: new for path, _, new in result.files})
+    root = journal_root(recipes_dir)
+    with journal.exclusive(root, RECIPES):
+        for path, old, _ in result.files:
+            if path.read_text() != old:
+                raise OperationError(f"{path} changed while bump ran; nothing was written",
+                                     hint="run the bump again")
+        journal.commit(root, RECIPES, {path.resolve(): new for path, _, new in result.files})
     return replace(result, written=True)
 
 
@@ -293,7 +313,7 @@ def _resolve_rev(src: Source, context: dict[str, str], client: Client, log: Log)
         elif src.rev_file:
             url = src.rev_file.format(**context)
             log(f"reading {mask_query(url)}")
-            rev = next(iter(client.text(url).split()), "")
+            rev = client.commit_in(url, f"source '{src.name}'")
         else:
             rev = ""
     except Unreachable as exc:
@@ -303,7 +323,7 @@ def _resolve_rev(src: Source, context: dict[str, str], client: Client, log: Log)
         ) from None
     if not COMMIT.fullmatch(rev):
         raise OperationError(
-            f"source '{src.name}': '{rev[:60]}' is not a commit", hint=f"pass --rev {src.name}=COMMIT"
+            f"source '{src.name}': {rev[:60]!a} is not a commit", hint=f"pass --rev {src.name}=COMMIT"
         )
     return rev
 
@@ -351,7 +371,8 @@ def _sync_recipe(
     url = sdist.url
     log(f"downloading {mask_query(url)} for its pyproject.toml")
     data = client.download(url, sdist.sha256)
-    reqs = conda_requirements(pyproject_dependencies(data, sdist.filename), table, pythons, sdist.filename)
+    deps = pyproject_dependencies(data, f"{sdist.filename} from {mask_query(url)}")
+    reqs = conda_requirements(deps, table, pythons, sdist.filename)
     doc = load(path)
     notes = sync_run(
         doc, reqs, keep=("python",)

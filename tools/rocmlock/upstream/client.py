@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import unquote, urljoin, urlsplit
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from rocmlock.errors import OperationError
+from rocmlock.upstream.pypijson import BadAnswer, Project, kind, parse_project
 from rocmlock.util.credentials import mask_query, refuse_query
 
 PYPI_URL = "https://pypi.org/pypi"
@@ -78,34 +79,6 @@ class HttpOptions:
     timeout: float = 30.0
     retries: int = 3
     backoff: float = 0.5
-
-
-@dataclass(frozen=True)
-class File:
-    """One file of a release on PyPI."""
-
-    filename: str
-    url: str
-    sha256: str
-    packagetype: str
-    yanked: bool = False
-
-
-@dataclass(frozen=True)
-class Project:
-    """A project's releases on PyPI (``/pypi/<name>/json``)."""
-
-    name: str
-    latest: str
-    releases: tuple[tuple[str, tuple[File, ...]], ...]
-    requires_dist: tuple[str, ...] = field(default=())
-
-    def files(self, version: str) -> tuple[File, ...] | None:
-        return dict(self.releases).get(version)
-
-    def sdist(self, version: str) -> File | None:
-        """The (not yanked) sdist of ``version``, if PyPI has one."""
-        return next((f for f in self.files(version) or () if f.packagetype == "sdist" and not f.yanked), None)
 
 
 def make_session(options: HttpOptions) -> requests.Session:
@@ -186,7 +159,7 @@ class Client:
                     f"{mask_query(url)}: not a PyPI JSON API answer",
                     hint="--index-url takes the JSON API root, e.g. https://pypi.org/pypi",
                 ) from None
-            self._projects[name] = _project(name, data, url)
+            self._projects[name] = parse_project(name, data, url)
         return self._projects[name]
 
     def download(self, url: str, sha256: str | None = None) -> bytes:
@@ -228,7 +201,24 @@ class Client:
         "Get a single commit with media type format set to sha").
         """
         url = f"{self.hosts.github_api.rstrip('/')}/repos/{repo}/commits/{ref}"
-        return self._get(url, headers={"Accept": "application/vnd.github.sha"}).text.strip()
+        answer = self._get(url, headers={"Accept": "application/vnd.github.sha"}).text.strip()
+        return _commit(answer, url, f"tag {ref} of {repo}")
+
+    def commit_in(self, url: str, what: str) -> str:
+        """The commit a text file at ``url`` names first (a ``.ci_commit`` pin file), for ``what``."""
+        return _commit(next(iter(self.text(url).split()), ""), url, what)
+
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _commit(text: str, url: str, what: str) -> str:
+    """``text`` when it is a full commit hash, else a BadAnswer (the answer reaches variants.yaml and reports)."""
+    if not _COMMIT.fullmatch(text):
+        raise BadAnswer(f"{mask_query(url)} answered {kind(text) if text else 'nothing'} for the commit of {what}",
+                        hint="a full 40-hex commit was expected; check the URL (a login page? a proxy?) or pass "
+                             "--rev NAME=COMMIT")
+    return text
 
 
 def _chunks(response: requests.Response) -> Iterator[bytes]:
@@ -248,24 +238,3 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, requests.exceptions.RetryError):
         return "too many error answers"
     return f"connection failed: {type(cause).__name__}"
-
-
-def _project(name: str, data: dict[str, Any], json_url: str) -> Project:
-    info = data.get("info") or {}
-    releases = tuple(
-        (version, tuple(_file(f, json_url) for f in files))
-        for version, files in sorted((data.get("releases") or {}).items())
-    )
-    return Project(name, str(info.get("version", "")), releases, tuple(info.get("requires_dist") or ()))
-
-
-def _file(row: dict[str, Any], json_url: str) -> File:
-    # Mirrors may answer file URLs relative to the JSON document ("../../packages/..."; this host's PyPI
-    # proxy does for torch): resolve them here, once.
-    return File(
-        row["filename"],
-        urljoin(json_url, row["url"]),
-        row.get("digests", {}).get("sha256", ""),
-        row.get("packagetype", ""),
-        bool(row.get("yanked", False)),
-    )

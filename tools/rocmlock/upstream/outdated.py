@@ -18,8 +18,9 @@ from packaging.version import Version
 
 from rocmlock.build.recipes import ENV_KEYS, VARIANTS_FILE
 from rocmlock.errors import OperationError
-from rocmlock.upstream.client import Client, Project, Unreachable
+from rocmlock.upstream.client import Client, Unreachable
 from rocmlock.upstream.pins import Rule, Source, Table, Upstream, load_table
+from rocmlock.upstream.pypijson import Project
 from rocmlock.upstream.yamledit import load, values
 from rocmlock.util.text import format_table
 
@@ -72,7 +73,11 @@ class Report:
 
 def outdated(recipes_dir: Path, client: Client, table: Table | None = None) -> Report:
     """Look up every upstream of ``recipes_dir``'s variants.yaml on PyPI (and GitHub where reachable)."""
+    from rocmlock.upstream.bump import RECIPES, journal_root
+    from rocmlock.util import journal
+
     table = table or load_table()
+    journal.settle(journal_root(recipes_dir), RECIPES)  # an interrupted bump: finished before it is read
     doc = load(recipes_dir / VARIANTS_FILE)
     tracked = [u for u in table.upstreams if u.version_key in doc.data]
     claimed = {k for u in table.upstreams for k in u.keys}
@@ -105,9 +110,13 @@ def _final(version: str) -> bool:
 
 def _row(up: Upstream, pinned: tuple[str, ...], client: Client, table: Table) -> Row:
     try:
-        newest = newest_release(client.project(up.pypi))
-    except OperationError as exc:
+        return _checked_row(up, pinned, client, table)
+    except OperationError as exc:  # unreachable, or an answer that is not what the API promises: this row only
         return Row(up.name, up.pypi, pinned, None, error=str(exc))
+
+
+def _checked_row(up: Upstream, pinned: tuple[str, ...], client: Client, table: Table) -> Row:
+    newest = newest_release(client.project(up.pypi))
     if newest is None:
         return Row(up.name, up.pypi, pinned, None, error=f"no final release of '{up.pypi}' on the index")
     sources = tuple(_sources(up, newest, client))
@@ -153,7 +162,7 @@ def _rev(src: Source, context: dict[str, str], client: Client) -> str:
         if src.tag and src.repo:
             return client.github_commit(src.repo, src.tag.format(**context))
         if src.rev_file:
-            return next(iter(client.text(src.rev_file.format(**context)).split()), UNREACHABLE)
+            return client.commit_in(src.rev_file.format(**context), f"source '{src.name}'")
     except KeyError as exc:  # the rev_file names an earlier source's commit, which is not known either
         return f"unknown (needs the {exc.args[0].removesuffix('_rev').replace('_', '-')} commit)"
     except Unreachable:

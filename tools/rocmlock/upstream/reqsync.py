@@ -59,13 +59,47 @@ def pyproject_dependencies(sdist: bytes, where: str) -> list[str]:
             raw = tar.extractfile(member).read()  # type: ignore[union-attr]
     except tarfile.TarError as exc:
         raise OperationError(f"{where}: not a readable sdist ({exc})") from None
-    project = tomllib.loads(raw.decode()).get("project", {})
-    if "dependencies" in project.get("dynamic", ()) or "dependencies" not in project:
+    return _static_dependencies(raw, where)
+
+
+def _static_dependencies(raw: bytes, where: str) -> list[str]:
+    """``[project] dependencies`` of a pyproject.toml's bytes, each value checked (PEP 621: ``project`` a table,
+    ``dynamic`` and ``dependencies`` arrays of strings); an OperationError naming what the sdist holds instead."""
+    problem = f"{where}: the sdist's pyproject.toml"
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise OperationError(f"{problem} is not UTF-8 text (byte {exc.start})",
+                             hint="edit the recipe's run requirements by hand") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise OperationError(f"{problem} is not valid TOML ({exc})",
+                             hint="edit the recipe's run requirements by hand") from None
+    project = data.get("project", {})
+    if not isinstance(project, dict):
+        raise OperationError(f"{problem} has 'project' as {_toml_kind(project)}, not a table",
+                             hint="edit the recipe's run requirements by hand")
+    dynamic = _strings(project, "dynamic", problem)
+    if "dependencies" in dynamic or "dependencies" not in project:
         raise OperationError(
             f"{where}: pyproject.toml has no static [project] dependencies",
             hint="edit the recipe's run requirements by hand",
         )
-    return [str(d) for d in project["dependencies"]]
+    return _strings(project, "dependencies", problem)
+
+
+def _strings(project: dict[str, Any], key: str, problem: str) -> list[str]:
+    value = project.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        got = _toml_kind(value) if not isinstance(value, list) else "an array with a value that is not a string"
+        raise OperationError(f"{problem} has 'project.{key}' as {got}; PEP 621 makes it an array of strings",
+                             hint="edit the recipe's run requirements by hand")
+    return value
+
+
+def _toml_kind(value: object) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array",
+             dict: "a table"}
+    return names.get(type(value), "a date or time")
 
 
 def conda_requirements(
