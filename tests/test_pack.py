@@ -209,7 +209,8 @@ def test_a_damaged_repodata_is_named_inside_the_bundle(bundle: Path, tmp_path: P
             tar.add(path, str(path.relative_to(x)), recursive=False)
     assert unpack(bad, tmp_path / "env", fake_node(tmp_path / "host", [90402])) == 2
     err = capsys.readouterr().err
-    assert f"error: {bad}: channel/noarch/repodata.json: cannot read it" in err, err
+    # Every member's sha256 is in the metadata: the damage is found before the file is parsed.
+    assert f"error: {bad}: channel/noarch/repodata.json: sha256 " in err and "differs from the bundle's" in err, err
     assert ".rocmlock-unpack-" not in err and not (tmp_path / "env").exists()
 
 
@@ -232,7 +233,7 @@ def test_a_package_added_to_the_extracted_bundle_is_refused(bundle: Path, tmp_pa
     shutil.unpack_archive(bundle, x, format="tar")
     shutil.copy(x / "channel/noarch/peft-0.18.0-pyhd8ed1ab_0.conda", x / "channel/noarch/evil-1-0.conda")
     assert unpack(x, tmp_path / "env", fake_node(tmp_path / "host", [90402])) == 2
-    assert "channel/noarch/evil-1-0.conda: not in the bundle's metadata" in capsys.readouterr().err
+    assert "member 'channel/noarch/evil-1-0.conda' is not in the bundle's metadata" in capsys.readouterr().err
 
 
 def test_a_gfx942_bundle_is_refused_on_a_gfx90a_node_and_force_overrides(

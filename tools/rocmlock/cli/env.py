@@ -53,6 +53,9 @@ def add_pack(p: argparse.ArgumentParser) -> None:
                    help="the bundle to write (default: ./<env>-<platform>.tar)")
     p.add_argument("--with-installer", action="store_true",
                    help="also add the wheels and install.sh that run `rocmlock unpack` on a node without rocmlock")
+    p.add_argument("--sign", type=Path, metavar="KEY",
+                   help="sign the bundle's metadata (every member's sha256) with this OpenSSH private key "
+                        "(ssh-keygen -Y sign, namespace rocmlock-bundle)")
     p.add_argument("--json", action="store_true", help="print what was packed as JSON on stdout")
 
 
@@ -91,7 +94,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
     progress = _DownloadProgress()
     try:
         result = pack_environment(manifest.parent / LOCK_NAME, args.environment, args.platform, args.output,
-                                  with_installer=args.with_installer, client=client, progress=progress, log=err)
+                                  with_installer=args.with_installer, client=client, sign=args.sign,
+                                  progress=progress, log=err)
     finally:
         progress.close()
     meta = result.metadata
@@ -117,6 +121,9 @@ def add_unpack(p: argparse.ArgumentParser) -> None:
                         "(default: a temporary directory)")
     p.add_argument("--host-root", type=Path, default=Path("/"), metavar="DIR",
                    help="read the node's GPUs and ROCm below DIR instead of / (a container with the host mounted)")
+    p.add_argument("--trusted-signers", type=Path, metavar="FILE",
+                   help="install only a bundle whose metadata is signed by a key of this OpenSSH allowed_signers "
+                        "file (ssh-keygen -Y verify); --force never skips this")
     p.add_argument("--json", action="store_true", help="print what was installed and the probe's verdict as JSON")
 
 
@@ -124,7 +131,8 @@ def cmd_unpack(args: argparse.Namespace) -> int:
     from rocmlock.deploy.unpack import unpack_bundle
 
     result = unpack_bundle(args.bundle, args.prefix, force=args.force, verify=not args.no_verify,
-                           root=args.host_root, extract_dir=args.extract_dir, log=err)
+                           root=args.host_root, extract_dir=args.extract_dir,
+                           trusted_signers=args.trusted_signers, log=err)
     if args.json:
         print_json(result.to_dict())
     if result.explicit is not None:

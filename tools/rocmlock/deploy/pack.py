@@ -17,7 +17,7 @@ import json
 import os
 import tarfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -32,10 +32,12 @@ from rocmlock.deploy.bundle import (
     PIXI_PACK_METADATA,
     PROBE,
     ROCMLOCK_METADATA,
+    SIGNATURE,
     BundledPackage,
     BundleMetadata,
     Member,
     members_of_tree,
+    package_file_problem,
     render_environment_yml,
     render_pixi_pack_json,
     sort_members,
@@ -47,6 +49,7 @@ from rocmlock.gpu.targets import all_targets, minor_version
 from rocmlock.lock.lockfile import LockedPlatform
 from rocmlock.util.credentials import redact_text, redact_url
 from rocmlock.util.scratch import scratch_dir
+from rocmlock.util.text import escape
 
 SCRATCH = ".rocmlock-pack-"
 CONCURRENT_DOWNLOADS = 8
@@ -63,24 +66,27 @@ class PackResult:
     metadata: BundleMetadata
     size: int
     installer: bool
+    signed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         meta = self.metadata
         return {"output": str(self.output), "environment": meta.environment, "platform": meta.platform,
                 "subdir": meta.subdir, "gpu_target": meta.gpu_target, "gpu_isa": meta.gpu_isa,
                 "rocm_version": meta.rocm_version, "lock_sha256": meta.lock_sha256, "packages": len(meta.packages),
-                "bytes": self.size, "installer": self.installer}
+                "bytes": self.size, "installer": self.installer, "signed": self.signed}
 
 
 def pack_environment(lock_path: Path, environment: str, platform: str | None = None,
                      output: Path | None = None, with_installer: bool = False, client: Any = None,
+                     sign: Path | None = None,
                      progress: Callable[[int, int], Progress] | None = None,
                      log: Callable[[str], None] | None = None) -> PackResult:
     """Pack ``environment`` on ``platform`` of the lock file ``lock_path`` into the tar ``output``.
 
     ``client`` is the ``rattler.Client`` that downloads (default: rattler's authenticated default client,
     credentials from ``RATTLER_AUTH_FILE``); ``progress(total_bytes, count)`` returns a callback that is
-    given each downloaded chunk's size. Everything is written in a scratch directory beside ``output``
+    given each downloaded chunk's size; ``sign`` an OpenSSH private key that signs the metadata
+    (:mod:`rocmlock.deploy.signing`). Everything is written in a scratch directory beside ``output``
     (:mod:`rocmlock.util.scratch`: a killed pack's is removed by the next one) and renamed into place at the end.
     """
     locked_platform, records = select_records(lock_path, environment, platform)
@@ -94,10 +100,30 @@ def pack_environment(lock_path: Path, environment: str, platform: str | None = N
 
             add_installer(scratch / INSTALLER_DIR, metadata)
             members += members_of_tree(scratch / INSTALLER_DIR, INSTALLER_DIR)
+        metadata = replace(metadata, files={m.name: _member_sha256(m) for m in members if not m.is_dir
+                                            and not m.deferred})
+        members += _metadata_members(metadata, sign, scratch)
         on_bytes = progress(sum(r.size or 0 for r in records), len(records)) if progress else None
         size = _write_bundle(out, scratch / "bundle.tar", sort_members(members), records, lock_path.parent,
                              client, on_bytes)
-    return PackResult(out, metadata, size, with_installer)
+    return PackResult(out, metadata, size, with_installer, sign is not None)
+
+
+def _member_sha256(member: Member) -> str:
+    if member.path is not None:
+        return _sha256_file(member.path)
+    return hashlib.sha256(member.data or b"").hexdigest()
+
+
+def _metadata_members(metadata: BundleMetadata, sign: Path | None, scratch: Path) -> list[Member]:
+    """rocmlock-pack.json, which holds every other member's sha256, and (``sign``) its OpenSSH signature."""
+    raw = metadata.render().encode()
+    members = [Member(ROCMLOCK_METADATA, data=raw)]
+    if sign is not None:
+        from rocmlock.deploy.signing import sign_bytes
+
+        members.append(Member(SIGNATURE, data=sign_bytes(raw, sign, scratch)))
+    return members
 
 
 def check_output(out: Path) -> None:
@@ -137,6 +163,11 @@ def _gpu_of(platform: LockedPlatform, records: list[RepoDataRecord]) -> tuple[st
 
 
 def _bundled(record: RepoDataRecord) -> BundledPackage:
+    problem = package_file_problem(record.name.normalized, str(record.version), str(record.build),
+                                   record.file_name)
+    if problem:
+        raise InputError(f"pixi.lock: package '{escape(record.name.normalized)}': {problem}",
+                         hint="a lock from an untrusted channel; lock again from channels you trust")
     if record.sha256 is None:
         raise OperationError(f"{record.file_name}: the lock has no sha256 for it, so it cannot be verified",
                              hint="lock again with `rocmlock lock` (or `pixi lock`), which records sha256")
@@ -297,7 +328,7 @@ def _members(metadata: BundleMetadata, records: list[RepoDataRecord]) -> list[Me
                                  hint="lock again with `rocmlock lock` (or `pixi lock`), which records sizes")
         members.append(Member(_member_name(record), size=int(record.size)))
     texts = {ENVIRONMENT_FILE: render_environment_yml(metadata.environment, metadata.packages),
-             PIXI_PACK_METADATA: render_pixi_pack_json(metadata.subdir), ROCMLOCK_METADATA: metadata.render()}
+             PIXI_PACK_METADATA: render_pixi_pack_json(metadata.subdir)}
     return members + [Member(name, data=text.encode()) for name, text in texts.items()]
 
 
