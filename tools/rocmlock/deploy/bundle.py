@@ -244,21 +244,21 @@ def parse_metadata(raw: bytes, label: str) -> BundleMetadata:
         raise InputError(f"{label}: cannot read it: {exc}", hint="pack the environment again") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise _bad(label, "format", f"must be {FORMAT} (made by another rocmlock version?)")
-    gpu = _field(data, "gpu", dict, label, optional=True) or {}
+    gpu = {f"gpu.{k}": v for k, v in (_field(data, "gpu", dict, label, optional=True) or {}).items()}
     if data.get("probe") not in (None, PROBE):  # unpack runs <prefix>/<probe>: never a path of the host
         raise _bad(label, "probe", f"must be null or {PROBE}")
     subdir = _field(data, "subdir", str, label)
     if subdir not in KNOWN_SUBDIRS:
         raise _bad(label, "subdir", f"'{escape(subdir)}' is not a conda subdir")
-    gfx = _field(gpu, "target", str, label, optional=True)
+    gfx = _field(gpu, "gpu.target", str, label, optional=True)
     if gfx is not None and gfx not in all_targets():
-        raise _bad(label, "gpu", f"'{escape(gfx)}' is not a GPU target rocmlock knows")
+        raise _bad(label, "gpu.target", f"'{escape(gfx)}' is not a GPU target rocmlock knows")
     subdirs = tuple(sorted({subdir, "noarch"}))
     packages = tuple(_package(item, label, subdirs) for item in _field(data, "packages", list, label))
     return BundleMetadata(
         environment=_field(data, "environment", str, label, pattern=ENVIRONMENT_NAME),
         platform=_field(data, "platform", str, label, pattern=_PLATFORM), subdir=subdir,
-        gpu_target=gfx, gpu_isa=_field(gpu, "isa", str, label, True, _ISA),
+        gpu_target=gfx, gpu_isa=_field(gpu, "gpu.isa", str, label, True, _ISA),
         rocm_version=_field(data, "rocm-version", str, label, optional=True, pattern=_ROCM),
         lock_sha256=_field(data, "lock-sha256", str, label, pattern=_SHA256),
         rocmlock_version=_field(data, "rocmlock-version", str, label, pattern=_VERSION),
