@@ -38,6 +38,7 @@ from rocmlock.deploy.bundle import (
     Member,
     members_of_tree,
     package_file_problem,
+    parse_metadata,
     render_environment_yml,
     render_pixi_pack_json,
     sort_members,
@@ -118,6 +119,12 @@ def _member_sha256(member: Member) -> str:
 def _metadata_members(metadata: BundleMetadata, sign: Path | None, scratch: Path) -> list[Member]:
     """rocmlock-pack.json, which holds every other member's sha256, and (``sign``) its OpenSSH signature."""
     raw = metadata.render().encode()
+    try:  # what unpack would refuse is refused here, before anything is fetched
+        parse_metadata(raw, f"environment '{escape(metadata.environment)}' [{escape(metadata.platform)}]")
+    except InputError as exc:
+        raise InputError(f"{exc.message}: `rocmlock unpack` would refuse such a bundle",
+                         hint="rename the environment or platform in pixi.toml (pixi's names: a-z, 0-9, '-') "
+                              "and lock again") from None
     members = [Member(ROCMLOCK_METADATA, data=raw)]
     if sign is not None:
         from rocmlock.deploy.signing import sign_bytes
