@@ -56,7 +56,21 @@ def add_pack(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sign", type=Path, metavar="KEY",
                    help="sign the bundle's metadata (every member's sha256) with this OpenSSH private key "
                         "(ssh-keygen -Y sign, namespace rocmlock-bundle)")
+    p.add_argument("--read-timeout", type=_seconds, default=60.0, metavar="S",
+                   help="give up a download that sends no byte for S seconds (default: 60, conda's)")
+    p.add_argument("--stall-timeout", type=_seconds, default=300.0, metavar="S",
+                   help="give up a download that sends less than 1 MB in S seconds (default: 300)")
     p.add_argument("--json", action="store_true", help="print what was packed as JSON on stdout")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
 
 
 class _DownloadProgress:
@@ -84,6 +98,7 @@ class _DownloadProgress:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
+    from rocmlock.deploy.fetch import Timeouts
     from rocmlock.deploy.install import left_out, left_out_warning, manifest_channels
     from rocmlock.deploy.pack import pack_environment
     from rocmlock.lock.pipeline import LOCK_NAME
@@ -95,6 +110,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
     try:
         result = pack_environment(manifest.parent / LOCK_NAME, args.environment, args.platform, args.output,
                                   with_installer=args.with_installer, client=client, sign=args.sign,
+                                  timeouts=Timeouts(args.read_timeout, args.stall_timeout),
                                   progress=progress, log=err)
     finally:
         progress.close()

@@ -19,13 +19,17 @@ telling a secret in it from the rest.
 
 from __future__ import annotations
 
+import os
+import posixpath
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from rattler import LockChannel, LockFile, LockPlatform, RepoDataRecord, Subdir
-from rattler.exceptions import ParseCondaLockError
+from rattler.exceptions import ConversionError, ParseCondaLockError
+from rattler.lock.package import CondaLockedBinaryPackage
 
 from rocmlock.errors import InputError
 from rocmlock.util.credentials import has_query, mask_queries, redact_url, refuse_query
@@ -194,7 +198,7 @@ def _from_lockfile(lock: LockFile, path: Path) -> LockedWorkspace:
         pypi: dict[str, list[PypiPin]] = {}
         sources: dict[str, list[SourcePackage]] = {}
         for plat in sorted(env.platforms(), key=lambda p: p.name):
-            records[plat.name] = _clean_records(env.conda_repodata_records_for_platform(plat) or [], path,
+            records[plat.name] = _clean_records(_conda_records(env, plat, path), path,
                                                 f"environment '{name}' [{plat.name}]")
             pins, srcs = split_packages(env.packages(plat) or [])
             _check_strings(path, f"environment '{escape(name)}' [{escape(plat.name)}]", records[plat.name], pins)
@@ -204,6 +208,32 @@ def _from_lockfile(lock: LockFile, path: Path) -> LockedWorkspace:
                 sources[plat.name] = srcs
         envs[name] = LockedEnvironment(channels, records, pypi, sources)
     return LockedWorkspace(platforms, envs)
+
+
+def _conda_records(env: Any, plat: LockPlatform, path: Path) -> list[RepoDataRecord]:
+    """The conda binaries of ``env`` on ``plat``. A ``conda:`` location that is a relative path (a local channel
+    pixi wrote relative to the workspace) is taken relative to the lock's directory, as pixi does (it joins
+    the workspace root and the locked path: pixi_core/src/lock_file/resolve/pypi.rs), where py-rattler 0.28
+    raises ``ConversionError`` ("The path is not an absolute path")."""
+    try:
+        return env.conda_repodata_records_for_platform(plat) or []
+    except ConversionError:
+        pass
+    records = []
+    for pkg in env.packages(plat) or []:
+        if not isinstance(pkg, CondaLockedBinaryPackage):
+            continue
+        location = str(pkg.location)
+        if "://" in location or location.startswith("/"):
+            records.append(pkg.repo_data_record())
+            continue
+        file = Path(os.path.normpath(path.absolute().parent / location))
+        record = pkg.package_record
+        if record is None or not location or file.name != posixpath.basename(location):
+            raise InputError(f"{path}: package '{escape(pkg.name)}': conda location '{escape(location)}' "
+                             "names no file", hint="restore the lock or lock again")
+        records.append(RepoDataRecord(record, file.name, file.as_uri(), file.parent.parent.as_uri()))
+    return records
 
 
 def _channels(env: object) -> Sequence[LockChannel]:
