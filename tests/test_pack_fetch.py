@@ -156,3 +156,27 @@ def test_a_lock_replaced_while_pack_reads_it_is_an_error_not_a_mixed_bundle(
     assert pack(ws_copy, out / "b.tar") == 1
     assert f"{ws_copy / 'pixi.lock'}: changed while pack read it" in _one_error(capsys.readouterr().err)
     assert not list(out.iterdir())
+
+
+def test_a_failed_wheel_build_shows_the_builds_own_last_lines(tmp_path: Path) -> None:
+    # pack --with-installer builds rocmlock's wheel as pip does (isolated, the declared setuptools); pip ends a
+    # failed build with "See above for details": the message carries the backend's own last lines instead.
+    import subprocess
+    import sys
+
+    from rocmlock.deploy.installer import build_failure
+
+    project = tmp_path / "broken"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                            'backend-path = ["."]\n')
+    (project / "backend.py").write_text("def build_wheel(*args, **kwargs):\n"
+                                        "    print('compiling the thing')\n"
+                                        "    raise SystemExit('boom: the backend says why')\n")
+    res = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-deps",
+                          "--no-index", "--wheel-dir", str(tmp_path / "w"), str(project)],
+                         capture_output=True, text=True, check=False, timeout=300)
+    assert res.returncode != 0
+    shown = build_failure(res.stdout + res.stderr)
+    assert "boom: the backend says why" in shown and "See above" not in shown, shown
+    assert "\n" not in shown
