@@ -102,7 +102,7 @@ def test_the_bundle_has_exactly_pixi_packs_layout(bundle: Path, locked_ws: Path,
 
     shutil.unpack_archive(bundle, tmp_path / "x", format="tar")
     x = tmp_path / "x"
-    assert json.loads((x / "pixi-pack.json").read_text()) == {"version": "1", "pixi-pack-version": None,
+    assert json.loads((x / "pixi-pack.json").read_text()) == {"version": "1", "pixi-pack-version": "0.7.10",
                                                               "platform": "linux-64"}
     env_yml = [line for line in (x / "environment.yml").read_text().splitlines() if not line.startswith("#")]
     assert env_yml[:3] == ["channels:", "  - ./channel", "dependencies:"]

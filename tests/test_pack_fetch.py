@@ -142,7 +142,7 @@ def test_a_lock_replaced_while_pack_reads_it_is_an_error_not_a_mixed_bundle(
     # `pixi lock` takes no rocmlock lock: pack sees the lock it hashed replaced before its records were read.
     from rocmlock.deploy import pack as pack_module
 
-    real = pack_module.select_records
+    real = pack_module.select_environment
 
     def replaced_meanwhile(lock_path: Path, *args: object) -> object:
         text = lock_path.read_text()
@@ -150,7 +150,7 @@ def test_a_lock_replaced_while_pack_reads_it_is_an_error_not_a_mixed_bundle(
         os.replace(lock_path.parent / "new.lock", lock_path)
         return real(lock_path, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(pack_module, "select_records", replaced_meanwhile)
+    monkeypatch.setattr(pack_module, "select_environment", replaced_meanwhile)
     out = tmp_path / "out"
     out.mkdir()
     assert pack(ws_copy, out / "b.tar") == 1

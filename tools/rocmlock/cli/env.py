@@ -56,6 +56,9 @@ def add_pack(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sign", type=Path, metavar="KEY",
                    help="sign the bundle's metadata (every member's sha256) with this OpenSSH private key "
                         "(ssh-keygen -Y sign, namespace rocmlock-bundle)")
+    p.add_argument("--ignore-pypi-non-wheel", action="store_true",
+                   help="leave out PyPI packages that are not wheels (sdists, git or path dependencies) with a "
+                        "warning instead of refusing the pack (pixi-pack's option)")
     p.add_argument("--read-timeout", type=_seconds, default=60.0, metavar="S",
                    help="give up a download that sends no byte for S seconds (default: 60, conda's)")
     p.add_argument("--stall-timeout", type=_seconds, default=300.0, metavar="S",
@@ -99,7 +102,7 @@ class _DownloadProgress:
 
 def cmd_pack(args: argparse.Namespace) -> int:
     from rocmlock.deploy.fetch import Timeouts
-    from rocmlock.deploy.install import left_out, left_out_warning, manifest_channels
+    from rocmlock.deploy.install import left_out_warning, manifest_channels
     from rocmlock.deploy.pack import pack_environment
     from rocmlock.lock.pipeline import LOCK_NAME
     from rocmlock.util.credentials import client_for_urls
@@ -111,17 +114,19 @@ def cmd_pack(args: argparse.Namespace) -> int:
         result = pack_environment(manifest.parent / LOCK_NAME, args.environment, args.platform, args.output,
                                   with_installer=args.with_installer, client=client, sign=args.sign,
                                   timeouts=Timeouts(args.read_timeout, args.stall_timeout),
+                                  ignore_pypi_non_wheel=args.ignore_pypi_non_wheel,
                                   progress=progress, log=err)
     finally:
         progress.close()
     meta = result.metadata
     if args.json:
         print_json(result.to_dict())
-    missing = left_out(manifest.parent / LOCK_NAME, meta.environment, meta.platform)
-    if missing:
-        err("warning: " + left_out_warning(missing, meta.environment, meta.platform, "in the bundle"))
+    if result.left_out:
+        err("warning: --ignore-pypi-non-wheel: " + left_out_warning(result.left_out, meta.environment, meta.platform,
+                                                                      "in the bundle"))
+    wheels = f" and {result.wheels} PyPI wheel(s)" if result.wheels else ""
     gpu = f"{meta.gpu_target}, ROCm {meta.rocm_version}" if meta.gpu_target else "no GPU target"
-    err(f"packed {len(meta.packages)} package(s) of '{meta.environment}' [{meta.platform}; {gpu}] into "
+    err(f"packed {len(meta.packages)} package(s){wheels} of '{meta.environment}' [{meta.platform}; {gpu}] into "
         f"{result.output} ({result.size / 1e6:.1f} MB)")
     return 0
 

@@ -54,7 +54,7 @@ _PLATFORM = re.compile(r"[A-Za-z]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?")
 _ISA = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}")
 _ROCM = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_WHEEL = re.compile(r"[A-Za-z0-9_.+!]+-[A-Za-z0-9_.+!]+(-[A-Za-z0-9_.+!]+){2,3}\.whl")
+WHEEL_NAME = re.compile(r"[A-Za-z0-9_.+!]+-[A-Za-z0-9_.+!]+(-[A-Za-z0-9_.+!]+){2,3}\.whl")
 REPODATA_KEYS = frozenset({"info", "packages", "packages.conda", "repodata_version"})
 # pixi-pack's DEFAULT_PIXI_PACK_VERSION (src/lib.rs): the only format pixi-unpack accepts.
 PIXI_PACK_FORMAT = "1"
@@ -119,9 +119,11 @@ class BundleMetadata:
 def render_pixi_pack_json(subdir: str) -> str:
     """pixi-pack.json as pixi-unpack reads it (``PixiPackMetadata``, kebab-case keys).
 
-    ``pixi-pack-version`` is null: rocmlock is not pixi-pack, and pixi-unpack only logs a version mismatch.
+    ``pixi-pack-version`` is the pixi-pack release whose format this is: pixi-unpack warns on every run when
+    the field is not its own version (``validate_metadata_file`` in src/unpack.rs compares it with
+    ``Some(CARGO_PKG_VERSION)``), so null made every pixi-unpack warn, and 0.7.10's does not.
     """
-    data = {"version": PIXI_PACK_FORMAT, "pixi-pack-version": None, "platform": subdir}
+    data = {"version": PIXI_PACK_FORMAT, "pixi-pack-version": PIXI_PACK_CHECKED, "platform": subdir}
     return json.dumps(data, indent=2) + "\n"
 
 
@@ -142,13 +144,18 @@ _PIP_NOTE = ("# python without pip: conda adds pip to python's dependencies (add
              "run it with CONDA_ADD_PIP_AS_PYTHON_DEPENDENCY=false")
 
 
-def render_environment_yml(environment: str, packages: tuple[BundledPackage, ...]) -> str:
-    """environment.yml for conda on the node: the bundle's channel (relative to the extracted bundle), exact pins."""
+def render_environment_yml(environment: str, packages: tuple[BundledPackage, ...],
+                           wheels: tuple[tuple[str, str], ...] = ()) -> str:
+    """environment.yml for conda on the node: the bundle's channel (relative to the extracted bundle), exact pins;
+    PyPI ``wheels`` (name, version) in a ``pip:`` section from ``./pypi`` only, as pixi-pack writes it."""
     names = {p.name for p in packages}
-    pip_note = [_PIP_NOTE] if "python" in names and "pip" not in names else []
+    pip_note = [_PIP_NOTE] if "python" in names and "pip" not in names and not wheels else []
     lines = [f"# {environment}, packed by rocmlock.", *_YML_NOTES, *pip_note,
              "channels:", f"  - ./{CHANNEL_DIR}", "dependencies:"]
     lines += [f"  - {p.name}={p.version}={p.build}" for p in sorted(packages, key=lambda p: p.name)]
+    if wheels:
+        lines += ["  - pip:", "    - --no-index", f"    - --find-links ./{PYPI_DIR}"]
+        lines += [f"    - {name}=={version}" for name, version in sorted(wheels)]
     return "\n".join(lines) + "\n"
 
 
@@ -213,7 +220,7 @@ def file_member_problem(member: str, subdirs: tuple[str, ...]) -> str | None:
     if len(parts) == 3 and parts[0] == CHANNEL_DIR and parts[1] in subdirs and parts[2] == "repodata.json":
         return None
     wheel = len(parts) == 3 and parts[:2] == [INSTALLER_DIR, "wheels"] or len(parts) == 2 and parts[0] == PYPI_DIR
-    if wheel and _WHEEL.fullmatch(parts[-1]) and ".." not in parts[-1]:
+    if wheel and WHEEL_NAME.fullmatch(parts[-1]) and ".." not in parts[-1]:
         return None
     return f"'{escape(member)}' is not a member the bundle format defines"
 

@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit
 from rattler import RepoDataRecord
 
 from rocmlock.errors import InputError, OperationError, RocmlockError
-from rocmlock.util.credentials import redact_text, redact_url
+from rocmlock.util.credentials import mask_queries, mask_query, redact_text, redact_url
 from rocmlock.util.text import escape
 
 CONCURRENT_DOWNLOADS = 8
@@ -201,3 +201,62 @@ def fetch_all(records: list[RepoDataRecord], fd: int, offsets: list[int], base: 
     finally:
         for writer in writers:
             writer.abandoned = True
+
+
+@dataclass(frozen=True)
+class FileDownload:
+    """An archive of unknown size (a PyPI wheel: the lock has its sha256 only) fetched into its own file."""
+
+    url: str
+    dest: Path
+    sha256: str
+
+
+MAX_WHEEL = 1 << 40
+
+
+async def _fetch_file(item: FileDownload, client: Any, limit: asyncio.Semaphore, timeouts: Timeouts) -> None:
+    from rattler.package_streaming import download_to_writer
+
+    fd = os.open(item.dest, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+    writer = HashingWriter(fd, 0, MAX_WHEEL, None)
+    shown = redact_url(mask_query(item.url))
+    try:
+        async with limit:
+            writer.last_byte = time.monotonic()
+            try:
+                await _watched(download_to_writer(client, item.url, writer), writer, timeouts, shown)
+            except RocmlockError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - rattler's and the OS's errors; the message names the file
+                if writer.error is not None:
+                    raise writer.error from None
+                raise OperationError(f"cannot fetch {shown}: {redact_text(mask_queries(str(exc)))}",
+                                     hint="check the index is reachable") from None
+    finally:
+        writer.abandoned = True
+        os.close(fd)
+    if writer.digest.hexdigest() != item.sha256:
+        raise OperationError(f"{shown}: sha256 {writer.digest.hexdigest()} differs from the lock's {item.sha256}",
+                             hint="the index's file changed since the lock was made; lock again")
+
+
+def fetch_files(items: list[FileDownload], client: Any, timeouts: Timeouts) -> None:
+    """Every ``item`` into its ``dest`` (created, never replaced), each checked against its sha256."""
+    if not items:
+        return
+    if client is None:
+        from rattler import Client
+
+        client = Client.default_client()
+
+    async def run() -> None:
+        limit = asyncio.Semaphore(CONCURRENT_DOWNLOADS)
+        tasks = [asyncio.ensure_future(_fetch_file(item, client, limit, timeouts)) for item in items]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    asyncio.run(run())

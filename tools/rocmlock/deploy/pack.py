@@ -29,6 +29,7 @@ from rocmlock.deploy.bundle import (
     INSTALLER_DIR,
     PIXI_PACK_METADATA,
     PROBE,
+    PYPI_DIR,
     ROCMLOCK_METADATA,
     SIGNATURE,
     BundledPackage,
@@ -43,7 +44,8 @@ from rocmlock.deploy.bundle import (
     write_tar,
 )
 from rocmlock.deploy.fetch import DEFAULT_TIMEOUTS, Progress, Timeouts, fetch_all, open_regular
-from rocmlock.deploy.install import select_records
+from rocmlock.deploy.install import Selected, select_environment
+from rocmlock.deploy.wheels import fetch_wheels, select_wheels
 from rocmlock.errors import InputError, OperationError
 from rocmlock.gpu.targets import all_targets, minor_version
 from rocmlock.lock.lockfile import LockedPlatform
@@ -63,18 +65,23 @@ class PackResult:
     size: int
     installer: bool
     signed: bool = False
+    wheels: int = 0
+    # PyPI packages of the lock that are not wheels, left out with --ignore-pypi-non-wheel.
+    left_out: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         meta = self.metadata
         return {"output": str(self.output), "environment": meta.environment, "platform": meta.platform,
                 "subdir": meta.subdir, "gpu_target": meta.gpu_target, "gpu_isa": meta.gpu_isa,
                 "rocm_version": meta.rocm_version, "lock_sha256": meta.lock_sha256, "packages": len(meta.packages),
-                "bytes": self.size, "installer": self.installer, "signed": self.signed}
+                "bytes": self.size, "installer": self.installer, "signed": self.signed, "pypi_wheels": self.wheels,
+                "left_out": list(self.left_out)}
 
 
 def pack_environment(lock_path: Path, environment: str, platform: str | None = None,
                      output: Path | None = None, with_installer: bool = False, client: Any = None,
                      sign: Path | None = None, timeouts: Timeouts = DEFAULT_TIMEOUTS,
+                     ignore_pypi_non_wheel: bool = False,
                      progress: Callable[[int, int], Progress] | None = None,
                      log: Callable[[str], None] | None = None) -> PackResult:
     """Pack ``environment`` on ``platform`` of the lock file ``lock_path`` into the tar ``output``.
@@ -86,12 +93,21 @@ def pack_environment(lock_path: Path, environment: str, platform: str | None = N
     (:mod:`rocmlock.deploy.fetch`). Everything is written in a scratch directory beside ``output``
     (:mod:`rocmlock.util.scratch`: a killed pack's is removed by the next one) and renamed into place at the end.
     """
-    locked_platform, records, lock_sha256 = _read_lock(lock_path, environment, platform)
+    selected, lock_sha256 = _read_lock(lock_path, environment, platform)
+    locked_platform, records = selected.platform, selected.records
     metadata = _describe(environment, locked_platform, records, lock_sha256)
+    wheels, left_out = select_wheels(selected.pins, selected.sources, ignore_pypi_non_wheel,
+                                     f"{lock_path}: environment '{environment}' [{locked_platform.name}]")
+    if wheels and not any(p.name == "python" for p in metadata.packages):
+        raise InputError(f"{lock_path}: environment '{environment}' has PyPI wheels and no python to install "
+                         "them into", hint="add python to the environment's dependencies and lock again")
     out = (output or Path(f"{environment}-{locked_platform.name}.tar")).absolute()
     check_output(out)
     with scratch_dir(out.parent, SCRATCH, log) as scratch:
-        members = _members(metadata, records)
+        members = _members(metadata, records, tuple((w.pin.name, w.pin.version) for w in wheels))
+        if wheels:
+            fetch_wheels(wheels, scratch / PYPI_DIR, client, timeouts)
+            members += members_of_tree(scratch / PYPI_DIR, PYPI_DIR)
         if with_installer:
             from rocmlock.deploy.installer import add_installer
 
@@ -103,7 +119,7 @@ def pack_environment(lock_path: Path, environment: str, platform: str | None = N
         on_bytes = progress(sum(r.size or 0 for r in records), len(records)) if progress else None
         size = _write_bundle(out, scratch / "bundle.tar", sort_members(members), records, lock_path.parent,
                              client, on_bytes, timeouts)
-    return PackResult(out, metadata, size, with_installer, sign is not None)
+    return PackResult(out, metadata, size, with_installer, sign is not None, len(wheels), left_out)
 
 
 def _member_sha256(member: Member) -> str:
@@ -145,8 +161,7 @@ def check_output(out: Path) -> None:
                          hint="remove it or choose another -o")
 
 
-def _read_lock(lock_path: Path, environment: str, platform: str | None
-               ) -> tuple[LockedPlatform, list[RepoDataRecord], str]:
+def _read_lock(lock_path: Path, environment: str, platform: str | None) -> tuple[Selected, str]:
     """The environment's records and the sha256 of the very bytes they were read from.
 
     Under the workspace's reader lock (:func:`rocmlock.lock.outputs.exclusive`, shared), so no ``rocmlock lock``
@@ -162,11 +177,11 @@ def _read_lock(lock_path: Path, environment: str, platform: str | None
                 digest = _sha256_of(fh)
         except FileNotFoundError:
             raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first") from None
-        locked_platform, records = select_records(lock_path, environment, platform)
+        selected = select_environment(lock_path, environment, platform)
         if _identity(os.stat(lock_path)) != before:
             raise OperationError(f"{lock_path}: changed while pack read it", hint="run pack again when the lock "
                                  "is written (`pixi lock` or `rocmlock lock` was running)")
-    return locked_platform, records, digest
+    return selected, digest
 
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:
@@ -259,7 +274,8 @@ def _member_name(record: RepoDataRecord) -> str:
     return f"{CHANNEL_DIR}/{record.subdir}/{record.file_name}"
 
 
-def _members(metadata: BundleMetadata, records: list[RepoDataRecord]) -> list[Member]:
+def _members(metadata: BundleMetadata, records: list[RepoDataRecord],
+             wheels: tuple[tuple[str, str], ...]) -> list[Member]:
     """Every member of the bundle but the installer's; packages are deferred (filled by the download)."""
     members = [Member(CHANNEL_DIR, is_dir=True)]
     for subdir, repodata in _repodata(records).items():
@@ -270,7 +286,7 @@ def _members(metadata: BundleMetadata, records: list[RepoDataRecord]) -> list[Me
             raise OperationError(f"{record.file_name}: the lock has no size for it",
                                  hint="lock again with `rocmlock lock` (or `pixi lock`), which records sizes")
         members.append(Member(_member_name(record), size=int(record.size)))
-    texts = {ENVIRONMENT_FILE: render_environment_yml(metadata.environment, metadata.packages),
+    texts = {ENVIRONMENT_FILE: render_environment_yml(metadata.environment, metadata.packages, wheels),
              PIXI_PACK_METADATA: render_pixi_pack_json(metadata.subdir)}
     return members + [Member(name, data=text.encode()) for name, text in texts.items()]
 

@@ -31,7 +31,8 @@ from rocmlock.deploy.bundle import (
     index_mismatch,
 )
 from rocmlock.deploy.pkgcheck import check_packages
-from rocmlock.errors import InputError, OperationError
+from rocmlock.deploy.wheels import bundled_wheels, install_wheels
+from rocmlock.errors import InputError, OperationError, RocmlockError
 from rocmlock.host.node import node_problem, read_node
 from rocmlock.lock.exports import explicit_name, render_explicit
 from rocmlock.lock.lockfile import LockedPlatform
@@ -113,8 +114,11 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
         say(f"bundle ok: {len(meta.packages)} packages of '{meta.environment}' ({meta.platform}), sha256 checked")
         node = _check_node(meta, root, env, force)
         say(node)
-        _install(_records(where, meta), prefix, meta, fresh, scratch / "cache")
-        say(f"installed {len(meta.packages)} packages into {prefix}")
+        wheels = bundled_wheels(meta)
+        _install(_records(where, meta), prefix, meta, fresh, scratch / "cache",
+                 then=(lambda: install_wheels(where, prefix, meta, scratch)) if wheels else None)
+        pypi = f" and {len(wheels)} PyPI wheel(s)" if wheels else ""
+        say(f"installed {len(meta.packages)} packages{pypi} into {prefix}")
         kept = bundle.absolute() if bundle.is_dir() else _keep(where, keep)
     explicit = _write_explicit(kept, meta, say) if kept is not None else None
     probe = _run_probe(prefix, meta, env) if verify and meta.probe else None
@@ -277,8 +281,10 @@ def _check_prefix(prefix: Path, say: Log) -> bool:
     return False
 
 
-def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, fresh: bool, cache: Path) -> None:
-    """Install with rattler from the bundle's channel; a prefix made anew is removed when this fails.
+def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, fresh: bool, cache: Path,
+             then: Callable[[], object] | None = None) -> None:
+    """Install with rattler from the bundle's channel, then (``then``) its PyPI wheels; a prefix made anew is
+    removed when either fails.
 
     A marker in the prefix says, until the install finished, that it is not a finished environment: a
     killed unpack leaves it, and the next one sees it (:func:`_check_prefix`). ``cache`` is rattler's package
@@ -296,6 +302,8 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
         os.write(fd, b"created\n" if fresh else b"updated\n")
         try:
             asyncio.run(install(records, prefix, cache_dir=cache, show_progress=False))
+            if then is not None:
+                then()
         except BaseException as exc:  # rattler's link/extract errors, a pyo3 PanicException (a BaseException)
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise  # the marker stays: the next unpack sees an interrupted one
@@ -305,6 +313,8 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
                 if not existed:
                     with contextlib.suppress(OSError):  # still not empty: the message says where it is
                         prefix.rmdir()
+            if isinstance(exc, RocmlockError):
+                raise
             raise OperationError(f"installing '{meta.environment}' into {prefix} failed: "
                                  f"{one_line(redact_text(str(exc)))}",
                                  hint=f"check that {prefix.parent} is writable and its disk has room") from None
