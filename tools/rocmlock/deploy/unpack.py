@@ -357,6 +357,9 @@ def _write_explicit(where: Path, meta: BundleMetadata, say: Log) -> Path | None:
     except OSError as exc:
         say(f"warning: no @EXPLICIT file: cannot write {path}: {exc.strerror or exc}")
         return None
+    except InputError as exc:  # a URL of the extraction no line of it can hold: the environment is installed
+        say(f"warning: no @EXPLICIT file: {exc}")
+        return None
     return path
 
 
