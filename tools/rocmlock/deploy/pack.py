@@ -1,11 +1,13 @@
 """``rocmlock pack``: one locked environment as a self-contained, verified bundle for nodes without a channel.
 
-``pack_environment`` reads top to bottom as the pipeline it is: select the environment's records from
-pixi.lock (no solve) -> describe its GPU target and ROCm version -> lay out the bundle's members (each
-subdir's repodata.json from the lock's records, environment.yml, the metadata, and (optionally) the offline
-installer; the packages as holes of the lock's sizes) -> write the tar's headers and small files -> fetch
-every package straight into its place, hashing each byte as it is written and comparing with the lock's
-size and sha256 -> move the finished file into place. The bytes go to disk once; a failure leaves nothing.
+``pack_environment`` reads top to bottom as the pipeline it is: select the environment's records and PyPI
+wheels from pixi.lock (no solve; read once, under the workspace's reader lock) -> describe its GPU target and
+ROCm version -> lay out the bundle's members (each subdir's repodata.json from the lock's records,
+environment.yml, the wheels (downloaded and checked first: the lock has no size for them), optionally the
+offline installer, then the metadata with every member's sha256 and, with ``sign``, its signature; the
+packages as holes of the lock's sizes) -> write the tar's headers and small files -> fetch every package
+straight into its place (:mod:`rocmlock.deploy.fetch`), hashing each byte as it is written and comparing with
+the lock's size and sha256 -> move the finished file into place. The bytes go to disk once; a failure leaves nothing.
 The format is :mod:`rocmlock.deploy.bundle`'s (pixi-pack's layout).
 """
 

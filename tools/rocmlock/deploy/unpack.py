@@ -1,10 +1,13 @@
 """``rocmlock unpack``: install a bundle of ``rocmlock pack`` on a node, after checking the bundle and the node.
 
-``unpack_bundle`` reads top to bottom: open the bundle (extract the tar, or use an extracted directory)
--> read its metadata -> check it was made for this machine's platform -> check every package's sha256
-and that the channel holds exactly those packages (never skipped) -> check the node's GPUs and ROCm
-against the bundle's target (``--force`` skips only this) -> install with rattler from the bundle's
-channel (``file://`` URLs, no network) -> write an ``@EXPLICIT`` file with those URLs where the bundle
+``unpack_bundle`` reads top to bottom: admit the bundle (:mod:`rocmlock.deploy.admit`: its member list, the
+metadata's signature with ``--trusted-signers``, the metadata's strings, exactly the members it lists; then
+extract the tar, or use an extracted directory) -> check every member's sha256 -> check it was made for this
+machine's platform -> check that the channel's repodata lists exactly the metadata's packages and redirects
+nowhere, and that no package writes outside the prefix (:mod:`rocmlock.deploy.pkgcheck`) (none of this is
+ever skipped) -> check the node's GPUs and ROCm against the bundle's target (``--force`` skips only this) ->
+install with rattler from the bundle's channel (``file://`` URLs of the checked files, no network), then its
+PyPI wheels (:mod:`rocmlock.deploy.wheels`) -> write an ``@EXPLICIT`` file with those URLs where the bundle
 stays extracted -> run the environment's probe (``rocm-env-check --json``) unless told not to.
 """
 
