@@ -279,23 +279,6 @@ def parse_metadata(raw: bytes, label: str) -> BundleMetadata:
     )
 
 
-def read_metadata(bundle_dir: Path, shown: Path | None = None) -> BundleMetadata:
-    """Read and validate ``rocmlock-pack.json`` of an extracted bundle.
-
-    Messages call the bundle ``shown`` (the .tar the user named; by default ``bundle_dir``).
-    """
-    path = bundle_dir / ROCMLOCK_METADATA
-    label = f"{shown or bundle_dir}: {ROCMLOCK_METADATA}"
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{shown or bundle_dir}: no {ROCMLOCK_METADATA}: not a bundle of `rocmlock pack`",
-                         hint="a plain pixi-pack bundle installs with `pixi-unpack`") from None
-    except OSError as exc:
-        raise InputError(f"{label}: cannot read it: {exc}", hint="pack the environment again") from None
-    return parse_metadata(raw, label)
-
-
 def expected_members(meta: BundleMetadata) -> tuple[dict[str, str], set[str]]:
     """The bundle's file members with their sha256 (all but the metadata and its signature), and its directories."""
     files = {**meta.files, **{p.member: p.sha256 for p in meta.packages}}
