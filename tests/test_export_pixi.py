@@ -5,6 +5,7 @@ Costs about 10 s: one small solve, four `pip install --dry-run` runs against an 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -199,10 +200,44 @@ def test_install_says_what_of_a_pixi_lock_it_leaves_to_pip(
     assert (prefix / "conda-meta").is_dir()
 
 
-def test_pack_says_what_of_a_pixi_lock_the_bundle_lacks(
-        pypi_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pack_bundles_the_locks_wheels_as_pixi_pack_lays_them_out(
+        pypi_ws: Path, index: tuple[str, dict[str, str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # pixi-pack 0.7.10 (src/pack.rs): each wheel under pypi/<file name>, environment.yml's pip section from there
+    # only; pixi-unpack (src/unpack.rs) installs every file of pypi/. tests/test_pack_pypi.py installs them.
+    import tarfile
+
     out = tmp_path / "b.tar"
     assert main(["pack", "--manifest-path", str(pypi_ws / "pixi.toml"), "-e", "default", "-o", str(out)]) == 0
-    err = capsys.readouterr().err
-    assert "warning: 3 package(s) of pixi.lock are not conda packages and are not in the bundle: rlk-alpha==1.0" in err
-    assert out.is_file()
+    assert "packed 1 package(s) and 3 PyPI wheel(s) of 'default'" in capsys.readouterr().err
+    _, hashes = index
+    with tarfile.open(out) as tar:
+        wheels = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.name.startswith("pypi/")  # type: ignore[union-attr]
+                  and m.isfile()}
+        yml = tar.extractfile("environment.yml").read().decode()  # type: ignore[union-attr]
+        meta = json.loads(tar.extractfile("rocmlock-pack.json").read())  # type: ignore[union-attr]
+    expected = {f"pypi/{w.filename}": hashes[w.filename] for w in WHEELS if (w.name, w.version) != ("rlk-gamma", "1.1")}
+    assert {m: hashlib.sha256(b).hexdigest() for m, b in wheels.items()} == expected
+    assert {m: meta["files"][m] for m in expected} == expected
+    assert yml.split("  - pip:\n")[1] == ("    - --no-index\n    - --find-links ./pypi\n    - rlk-alpha==1.0\n"
+                                          "    - rlk-beta==2.0\n    - rlk-gamma==1.0\n")
+
+
+def test_pack_refuses_source_packages_unless_told_to_leave_them_out(
+        tmp_path: Path, channels: dict[str, Path], index: tuple[str, dict[str, str]],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    ws = _workspace(tmp_path / "ws", channels, index, SOURCE_DEPS, SOURCES)
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["pack", "--manifest-path", str(ws / "pixi.toml"), "-e", "default", "-o", str(out / "b.tar")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"error: {ws / 'pixi.lock'}: environment 'default' [linux-64]: package(s) that are not "
+                             "wheels or conda binaries") and len(err) == 2, err
+    for name in ("rlk-native (conda, built from source)", "rlk-local (pypi, a local path)",
+                 "rlk-delta (pypi, a git checkout)"):
+        assert name in err[0]
+    assert "--ignore-pypi-non-wheel" in err[1] and not list(out.iterdir())
+    assert main([*argv, "--ignore-pypi-non-wheel"]) == 0
+    err2 = capsys.readouterr().err
+    assert "warning: --ignore-pypi-non-wheel: 3 package(s) of pixi.lock are not conda packages" in err2
+    assert "rlk-delta (pypi, a git checkout)" in err2 and "and 3 PyPI wheel(s)" in err2

@@ -81,13 +81,12 @@ def test_pack_replaces_an_existing_bundle_and_prints_no_blank_line(
 
 KILL_PACK = """
 import os, signal, sys
-from rocmlock.deploy import pack
-real = pack._copy
+from rocmlock.deploy import fetch
 def copy_half_then_die(src, writer):
     with open(src, "rb") as fh:
         writer.write(fh.read(max(1, writer.expected_size // 2)))
     os.kill(os.getpid(), signal.SIGKILL)
-pack._copy = copy_half_then_die
+fetch._copy = copy_half_then_die
 from rocmlock.cli.main import main
 main(sys.argv[1:])
 """

@@ -66,7 +66,27 @@ def add_pack(p: argparse.ArgumentParser) -> None:
                    help="the bundle to write (default: ./<env>-<platform>.tar)")
     p.add_argument("--with-installer", action="store_true",
                    help="also add the wheels and install.sh that run `rocmlock unpack` on a node without rocmlock")
+    p.add_argument("--sign", type=Path, metavar="KEY",
+                   help="sign the bundle's metadata (every member's sha256) with this OpenSSH private key "
+                        "(ssh-keygen -Y sign, namespace rocmlock-bundle)")
+    p.add_argument("--ignore-pypi-non-wheel", action="store_true",
+                   help="leave out PyPI packages that are not wheels (sdists, git or path dependencies) with a "
+                        "warning instead of refusing the pack (pixi-pack's option)")
+    p.add_argument("--read-timeout", type=_seconds, default=60.0, metavar="S",
+                   help="give up a download that sends no byte for S seconds (default: 60, conda's)")
+    p.add_argument("--stall-timeout", type=_seconds, default=300.0, metavar="S",
+                   help="give up a download that sends less than 1 MB in S seconds (default: 300)")
     p.add_argument("--json", action="store_true", help="print what was packed as JSON on stdout")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
 
 
 class _DownloadProgress:
@@ -94,7 +114,8 @@ class _DownloadProgress:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    from rocmlock.deploy.install import left_out, left_out_warning, manifest_channels
+    from rocmlock.deploy.fetch import Timeouts
+    from rocmlock.deploy.install import left_out_warning, manifest_channels
     from rocmlock.deploy.pack import pack_environment
     from rocmlock.lock.pipeline import LOCK_NAME
     from rocmlock.util.credentials import client_for_urls
@@ -104,17 +125,21 @@ def cmd_pack(args: argparse.Namespace) -> int:
     progress = _DownloadProgress()
     try:
         result = pack_environment(manifest.parent / LOCK_NAME, args.environment, args.platform, args.output,
-                                  with_installer=args.with_installer, client=client, progress=progress, log=err)
+                                  with_installer=args.with_installer, client=client, sign=args.sign,
+                                  timeouts=Timeouts(args.read_timeout, args.stall_timeout),
+                                  ignore_pypi_non_wheel=args.ignore_pypi_non_wheel,
+                                  progress=progress, log=err)
     finally:
         progress.close()
     meta = result.metadata
     if args.json:
         print_json(result.to_dict())
-    missing = left_out(manifest.parent / LOCK_NAME, meta.environment, meta.platform)
-    if missing:
-        err("warning: " + left_out_warning(missing, meta.environment, meta.platform, "in the bundle"))
+    if result.left_out:
+        err("warning: --ignore-pypi-non-wheel: " + left_out_warning(result.left_out, meta.environment, meta.platform,
+                                                                      "in the bundle"))
+    wheels = f" and {result.wheels} PyPI wheel(s)" if result.wheels else ""
     gpu = f"{meta.gpu_target}, ROCm {meta.rocm_version}" if meta.gpu_target else "no GPU target"
-    err(f"packed {len(meta.packages)} package(s) of '{meta.environment}' [{meta.platform}; {gpu}] into "
+    err(f"packed {len(meta.packages)} package(s){wheels} of '{meta.environment}' [{meta.platform}; {gpu}] into "
         f"{result.output} ({result.size / 1e6:.1f} MB)")
     return 0
 
@@ -130,6 +155,9 @@ def add_unpack(p: argparse.ArgumentParser) -> None:
                         "(default: a temporary directory)")
     p.add_argument("--host-root", type=Path, default=Path("/"), metavar="DIR",
                    help="read the node's GPUs and ROCm below DIR instead of / (a container with the host mounted)")
+    p.add_argument("--trusted-signers", type=Path, metavar="FILE",
+                   help="install only a bundle whose metadata is signed by a key of this OpenSSH allowed_signers "
+                        "file (ssh-keygen -Y verify); --force never skips this")
     p.add_argument("--json", action="store_true", help="print what was installed and the probe's verdict as JSON")
 
 
@@ -137,7 +165,8 @@ def cmd_unpack(args: argparse.Namespace) -> int:
     from rocmlock.deploy.unpack import unpack_bundle
 
     result = unpack_bundle(args.bundle, args.prefix, force=args.force, verify=not args.no_verify,
-                           root=args.host_root, extract_dir=args.extract_dir, log=err)
+                           root=args.host_root, extract_dir=args.extract_dir,
+                           trusted_signers=args.trusted_signers, log=err)
     if args.json:
         print_json(result.to_dict())
     if result.explicit is not None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Container, Sequence
 from rocmlock import __version__
 from rocmlock.cli.common import err
 from rocmlock.errors import RocmlockError
+from rocmlock.util.text import escape
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -80,13 +81,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except RocmlockError as exc:
-        err(f"error: {exc}")
+        # A name from a bundle or a lock may hold a newline or an escape sequence: one line, nothing moved.
+        err(f"error: {escape(str(exc))}")
         if exc.hint:
-            err(f"hint: {exc.hint}")
+            err(f"hint: {escape(exc.hint)}")
         return exc.exit_code
     except OSError as exc:  # a file rocmlock had to read or write: one line, never a traceback
         where = f"{exc.filename}: " if exc.filename else ""
-        err(f"error: {where}{exc.strerror or exc}")
+        err(f"error: {escape(where + str(exc.strerror or exc))}")
         err("hint: check that the path exists, is writable and the disk is not full")
         return 1
     except KeyboardInterrupt:

@@ -34,6 +34,7 @@ from rocmlock.util.credentials import (
     split_url,
 )
 from rocmlock.util.scratch import remove_tree
+from rocmlock.workspace.pypi import PypiPin, SourcePackage
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,25 @@ def left_out_warning(names: Sequence[str], environment: str, platform: str, wher
             "`python -m pip install --require-hashes -r`")
 
 
+@dataclass(frozen=True)
+class Selected:
+    """One environment on one platform of a lock: its conda records, PyPI pins and source packages."""
+
+    platform: LockedPlatform
+    records: list[RepoDataRecord]
+    pins: tuple[PypiPin, ...] = ()
+    sources: tuple[SourcePackage, ...] = ()
+
+
 def select_records(lock_path: Path, environment: str, platform: str | None = None
                    ) -> tuple[LockedPlatform, list[RepoDataRecord]]:
     """The lock platform (``environment``'s only one when ``platform`` is None) and its records."""
+    selected = select_environment(lock_path, environment, platform)
+    return selected.platform, selected.records
+
+
+def select_environment(lock_path: Path, environment: str, platform: str | None = None) -> Selected:
+    """What ``environment`` on ``platform`` (its only one when None) of the lock holds."""
     settle(lock_path.parent)  # a write of the lock outputs that was interrupted is finished first
     locked = read_named(lock_path)
     if locked is None:
@@ -105,7 +122,8 @@ def select_records(lock_path: Path, environment: str, platform: str | None = Non
         raise InputError(f"{lock_path}: environment '{environment}' has no platform '{platform}'",
                          hint=f"locked platforms: {', '.join(platforms)}")
     subdir = records[0].subdir if records else "noarch"
-    return locked.platforms.get(platform) or LockedPlatform(platform, subdir, ()), records
+    return Selected(locked.platforms.get(platform) or LockedPlatform(platform, subdir, ()), records,
+                    tuple(env.pypi.get(platform, ())), tuple(env.sources.get(platform, ())))
 
 
 def check_prefix(prefix: Path) -> None:

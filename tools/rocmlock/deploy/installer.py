@@ -22,6 +22,7 @@ from rattler import __version__ as rattler_version
 from rocmlock.deploy.bundle import FIXED_MTIME, INSTALLER_DIR, BundleMetadata
 from rocmlock.errors import OperationError
 from rocmlock.util.runner import CommandError, run_command
+from rocmlock.util.text import escape
 
 MANYLINUX = {
     "linux-64": ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64"),
@@ -61,13 +62,12 @@ def _source_tree() -> Path:
 
 
 def _build_rocmlock_wheel(dest: Path) -> None:
-    """A wheel of this checkout, built in a copy (nothing is written into the checkout), timestamps fixed."""
-    import importlib.util
+    """A wheel of this checkout, built in a copy (nothing is written into the checkout), timestamps fixed.
 
+    Built as pip builds it: PEP 517 in an isolated environment that pip fills with pyproject.toml's declared
+    ``[build-system] requires`` (setuptools>=68), not with whatever setuptools this Python has (a fresh 3.11
+    venv's 65.5 has no ``bdist_wheel``). A failure shows the build's own last lines, not pip's "See above"."""
     root = _source_tree()
-    if importlib.util.find_spec("setuptools") is None:  # the build backend of pyproject.toml, used in place
-        raise OperationError("--with-installer builds rocmlock's wheel with setuptools, which this Python lacks",
-                             hint=f"{sys.executable} -m pip install setuptools")
     with tempfile.TemporaryDirectory(prefix="rocmlock-wheel-") as tmp:
         src = Path(tmp) / "src"
         shutil.copytree(root / "tools" / "rocmlock", src / "tools" / "rocmlock",
@@ -77,12 +77,34 @@ def _build_rocmlock_wheel(dest: Path) -> None:
         # The zip records each file's mode: the checkout's (its umask) and, for what setuptools writes, ours.
         for path in src.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
-        env = {**os.environ, "SOURCE_DATE_EPOCH": str(FIXED_MTIME)}
+        env = {**os.environ, "SOURCE_DATE_EPOCH": str(FIXED_MTIME), "PIP_NO_BUILD_ISOLATION": "0"}
         old_umask = os.umask(0o022)
         try:
-            _pip(["wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dest), str(src)], env)
+            res = run_command([sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-deps",
+                               "--wheel-dir", str(dest), str(src)], env=env, timeout=900, check=False)
+        except CommandError as exc:
+            raise OperationError(f"--with-installer: {exc}") from None
         finally:
             os.umask(old_umask)
+        if not res.ok:
+            raise OperationError(f"--with-installer: building rocmlock's wheel failed: {build_failure(res.stdout + res.stderr)}",
+                                 hint="the build needs setuptools>=68 from PyPI (or PIP_FIND_LINKS / PIP_INDEX_URL "
+                                      "pointing at a mirror holding it)")
+
+
+# pip's own lines around a failed build's output (pip/_internal/exceptions.py, InstallationSubprocessError and
+# its "[N lines of output]" ... "[end of output]" block): what is left is the backend's.
+_PIP_NOISE = ("note:", "hint:", "error: subprocess-exited-with-error", "error: metadata-generation-failed",
+              "ERROR:", "×", "│", "╰─>", "[end of output]", "See above for", "exit code:", "Processing ",
+              "Installing build dependencies", "Getting requirements", "Preparing metadata", "Building wheel",
+              "Building wheels", "Failed to build", "[notice]", "Looking in ", "Collecting ", "Downloading ")
+
+
+def build_failure(output: str, lines: int = 3) -> str:
+    """The last ``lines`` lines of a failed build's own output, in one line (pip's frame taken out)."""
+    kept = [line.strip() for line in output.splitlines()
+            if line.strip() and not line.strip().startswith(_PIP_NOISE) and "lines of output]" not in line]
+    return " | ".join(escape(line) for line in kept[-lines:]) or "no output"
 
 
 def _download_wheels(dest: Path, subdir: str) -> None:

@@ -1,26 +1,26 @@
 """``rocmlock pack``: one locked environment as a self-contained, verified bundle for nodes without a channel.
 
-``pack_environment`` reads top to bottom as the pipeline it is: select the environment's records from
-pixi.lock (no solve) -> describe its GPU target and ROCm version -> lay out the bundle's members (each
-subdir's repodata.json from the lock's records, environment.yml, the metadata, and (optionally) the offline
-installer; the packages as holes of the lock's sizes) -> write the tar's headers and small files -> fetch
-every package straight into its place, hashing each byte as it is written and comparing with the lock's
-size and sha256 -> move the finished file into place. The bytes go to disk once; a failure leaves nothing.
+``pack_environment`` reads top to bottom as the pipeline it is: select the environment's records and PyPI
+wheels from pixi.lock (no solve; read once, under the workspace's reader lock) -> describe its GPU target and
+ROCm version -> lay out the bundle's members (each subdir's repodata.json from the lock's records,
+environment.yml, the wheels (downloaded and checked first: the lock has no size for them), optionally the
+offline installer, then the metadata with every member's sha256 and, with ``sign``, its signature; the
+packages as holes of the lock's sizes) -> write the tar's headers and small files -> fetch every package
+straight into its place (:mod:`rocmlock.deploy.fetch`), hashing each byte as it is written and comparing with
+the lock's size and sha256 -> move the finished file into place. The bytes go to disk once; a failure leaves nothing.
 The format is :mod:`rocmlock.deploy.bundle`'s (pixi-pack's layout).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
 import tarfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
-from urllib.parse import unquote, urlsplit
+from typing import Any, BinaryIO
 
 from rattler import RepoDataRecord
 
@@ -31,28 +31,31 @@ from rocmlock.deploy.bundle import (
     INSTALLER_DIR,
     PIXI_PACK_METADATA,
     PROBE,
+    PYPI_DIR,
     ROCMLOCK_METADATA,
+    SIGNATURE,
     BundledPackage,
     BundleMetadata,
     Member,
     members_of_tree,
+    package_file_problem,
+    parse_metadata,
     render_environment_yml,
     render_pixi_pack_json,
     sort_members,
     write_tar,
 )
-from rocmlock.deploy.install import select_records
+from rocmlock.deploy.fetch import DEFAULT_TIMEOUTS, Progress, Timeouts, fetch_all, open_regular
+from rocmlock.deploy.install import Selected, select_environment
+from rocmlock.deploy.wheels import fetch_wheels, select_wheels
 from rocmlock.errors import InputError, OperationError
 from rocmlock.gpu.targets import all_targets, minor_version
 from rocmlock.lock.lockfile import LockedPlatform
-from rocmlock.util.credentials import one_line, redact_text, redact_url
 from rocmlock.util.scratch import scratch_dir
+from rocmlock.util.text import escape
 
 SCRATCH = ".rocmlock-pack-"
-CONCURRENT_DOWNLOADS = 8
 CHUNK = 1 << 20
-
-Progress = Callable[[int], None]
 
 
 @dataclass(frozen=True)
@@ -63,41 +66,85 @@ class PackResult:
     metadata: BundleMetadata
     size: int
     installer: bool
+    signed: bool = False
+    wheels: int = 0
+    # PyPI packages of the lock that are not wheels, left out with --ignore-pypi-non-wheel.
+    left_out: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         meta = self.metadata
         return {"output": str(self.output), "environment": meta.environment, "platform": meta.platform,
                 "subdir": meta.subdir, "gpu_target": meta.gpu_target, "gpu_isa": meta.gpu_isa,
                 "rocm_version": meta.rocm_version, "lock_sha256": meta.lock_sha256, "packages": len(meta.packages),
-                "bytes": self.size, "installer": self.installer}
+                "bytes": self.size, "installer": self.installer, "signed": self.signed, "pypi_wheels": self.wheels,
+                "left_out": list(self.left_out)}
 
 
 def pack_environment(lock_path: Path, environment: str, platform: str | None = None,
                      output: Path | None = None, with_installer: bool = False, client: Any = None,
+                     sign: Path | None = None, timeouts: Timeouts = DEFAULT_TIMEOUTS,
+                     ignore_pypi_non_wheel: bool = False,
                      progress: Callable[[int, int], Progress] | None = None,
                      log: Callable[[str], None] | None = None) -> PackResult:
     """Pack ``environment`` on ``platform`` of the lock file ``lock_path`` into the tar ``output``.
 
     ``client`` is the ``rattler.Client`` that downloads (default: rattler's authenticated default client,
     credentials from ``RATTLER_AUTH_FILE``); ``progress(total_bytes, count)`` returns a callback that is
-    given each downloaded chunk's size. Everything is written in a scratch directory beside ``output``
+    given each downloaded chunk's size; ``sign`` an OpenSSH private key that signs the metadata
+    (:mod:`rocmlock.deploy.signing`); ``timeouts`` end a download that stops or trickles
+    (:mod:`rocmlock.deploy.fetch`). Everything is written in a scratch directory beside ``output``
     (:mod:`rocmlock.util.scratch`: a killed pack's is removed by the next one) and renamed into place at the end.
     """
-    locked_platform, records = select_records(lock_path, environment, platform)
-    metadata = _describe(environment, locked_platform, records, _sha256_file(lock_path))
+    selected, lock_sha256 = _read_lock(lock_path, environment, platform)
+    locked_platform, records = selected.platform, selected.records
+    metadata = _describe(environment, locked_platform, records, lock_sha256)
+    wheels, left_out = select_wheels(selected.pins, selected.sources, ignore_pypi_non_wheel,
+                                     f"{lock_path}: environment '{environment}' [{locked_platform.name}]")
+    if wheels and not any(p.name == "python" for p in metadata.packages):
+        raise InputError(f"{lock_path}: environment '{environment}' has PyPI wheels and no python to install "
+                         "them into", hint="add python to the environment's dependencies and lock again")
     out = (output or Path(f"{environment}-{locked_platform.name}.tar")).absolute()
     check_output(out)
     with scratch_dir(out.parent, SCRATCH, log) as scratch:
-        members = _members(metadata, records)
+        members = _members(metadata, records, tuple((w.pin.name, w.pin.version) for w in wheels))
+        if wheels:
+            fetch_wheels(wheels, scratch / PYPI_DIR, client, timeouts)
+            members += members_of_tree(scratch / PYPI_DIR, PYPI_DIR)
         if with_installer:
             from rocmlock.deploy.installer import add_installer
 
             add_installer(scratch / INSTALLER_DIR, metadata)
             members += members_of_tree(scratch / INSTALLER_DIR, INSTALLER_DIR)
+        metadata = replace(metadata, files={m.name: _member_sha256(m) for m in members if not m.is_dir
+                                            and not m.deferred})
+        members += _metadata_members(metadata, sign, scratch)
         on_bytes = progress(sum(r.size or 0 for r in records), len(records)) if progress else None
         size = _write_bundle(out, scratch / "bundle.tar", sort_members(members), records, lock_path.parent,
-                             client, on_bytes)
-    return PackResult(out, metadata, size, with_installer)
+                             client, on_bytes, timeouts)
+    return PackResult(out, metadata, size, with_installer, sign is not None, len(wheels), left_out)
+
+
+def _member_sha256(member: Member) -> str:
+    if member.path is not None:
+        return _sha256_file(member.path)
+    return hashlib.sha256(member.data or b"").hexdigest()
+
+
+def _metadata_members(metadata: BundleMetadata, sign: Path | None, scratch: Path) -> list[Member]:
+    """rocmlock-pack.json, which holds every other member's sha256, and (``sign``) its OpenSSH signature."""
+    raw = metadata.render().encode()
+    try:  # what unpack would refuse is refused here, before anything is fetched
+        parse_metadata(raw, f"environment '{escape(metadata.environment)}' [{escape(metadata.platform)}]")
+    except InputError as exc:
+        raise InputError(f"{exc.message}: `rocmlock unpack` would refuse such a bundle",
+                         hint="rename the environment or platform in pixi.toml (pixi's names: a-z, 0-9, '-') "
+                              "and lock again") from None
+    members = [Member(ROCMLOCK_METADATA, data=raw)]
+    if sign is not None:
+        from rocmlock.deploy.signing import sign_bytes
+
+        members.append(Member(SIGNATURE, data=sign_bytes(raw, sign, scratch)))
+    return members
 
 
 def check_output(out: Path) -> None:
@@ -114,6 +161,40 @@ def check_output(out: Path) -> None:
     if out.exists() and not (out.is_file() and tarfile.is_tarfile(out)):
         raise InputError(f"-o {out}: exists and is not a bundle; pack replaces only an earlier bundle",
                          hint="remove it or choose another -o")
+
+
+def _read_lock(lock_path: Path, environment: str, platform: str | None) -> tuple[Selected, str]:
+    """The environment's records and the sha256 of the very bytes they were read from.
+
+    Under the workspace's reader lock (:func:`rocmlock.lock.outputs.exclusive`, shared), so no ``rocmlock lock``
+    replaces pixi.lock meanwhile; a lock replaced anyway (``pixi lock`` takes no such lock) is seen by its
+    identity (inode, size, mtime) before and after, and is an error rather than a bundle whose lock-sha256
+    names another lock than its packages."""
+    from rocmlock.lock.outputs import exclusive
+
+    with exclusive(lock_path.parent, write=False):
+        try:
+            with open_regular(lock_path, "a lock is a file") as fh:
+                before = _identity(os.fstat(fh.fileno()))
+                digest = _sha256_of(fh)
+        except FileNotFoundError:
+            raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first") from None
+        selected = select_environment(lock_path, environment, platform)
+        if _identity(os.stat(lock_path)) != before:
+            raise OperationError(f"{lock_path}: changed while pack read it", hint="run pack again when the lock "
+                                 "is written (`pixi lock` or `rocmlock lock` was running)")
+    return selected, digest
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _sha256_of(fh: BinaryIO) -> str:
+    digest = hashlib.sha256()
+    while chunk := fh.read(CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _sha256_file(path: Path) -> str:
@@ -137,6 +218,11 @@ def _gpu_of(platform: LockedPlatform, records: list[RepoDataRecord]) -> tuple[st
 
 
 def _bundled(record: RepoDataRecord) -> BundledPackage:
+    problem = package_file_problem(record.name.normalized, str(record.version), str(record.build),
+                                   record.file_name)
+    if problem:
+        raise InputError(f"pixi.lock: package '{escape(record.name.normalized)}': {problem}",
+                         hint="a lock from an untrusted channel; lock again from channels you trust")
     if record.sha256 is None:
         raise OperationError(f"{record.file_name}: the lock has no sha256 for it, so it cannot be verified",
                              hint="lock again with `rocmlock lock` (or `pixi lock`), which records sha256")
@@ -156,101 +242,6 @@ def _describe(environment: str, platform: LockedPlatform, records: list[RepoData
 
 
 # ----------------------------------------------------------------------------- fetch
-
-
-class _Overflow(Exception):
-    """More bytes than the lock's size: stop before they reach the next member."""
-
-
-class _HashingWriter:
-    """Writes a package's bytes at its place in the bundle and hashes them (``download_to_writer`` calls ``write``)."""
-
-    def __init__(self, fd: int, offset: int, expected_size: int, on_bytes: Progress | None) -> None:
-        self.fd, self.offset, self.expected_size, self.on_bytes = fd, offset, expected_size, on_bytes
-        self.digest = hashlib.sha256()
-        self.size = 0
-        self.overflow = False
-        self.error: OSError | None = None  # writing the bundle failed (a full disk): not the channel's fault
-
-    def write(self, data: bytes) -> int:
-        if self.size + len(data) > self.expected_size:  # never into the next member
-            self.overflow = True
-            raise _Overflow
-        self.digest.update(data)
-        view, done = memoryview(data), 0
-        try:
-            while done < len(data):
-                done += os.pwrite(self.fd, view[done:], self.offset + self.size + done)
-        except OSError as exc:
-            self.error = exc
-            raise
-        self.size += len(data)
-        if self.on_bytes:
-            self.on_bytes(len(data))
-        return len(data)
-
-
-def _local_path(url: str, base: Path) -> Path | None:
-    """The file a ``file://`` URL or a path (relative to the lock) names; None for a remote URL."""
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        return Path(unquote(parts.path))
-    if len(parts.scheme) <= 1:  # no scheme, or a Windows drive letter
-        return base / url
-    return None
-
-
-def _copy(src: Path, writer: _HashingWriter) -> None:
-    with src.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            writer.write(chunk)
-
-
-def _mismatch(record: RepoDataRecord, what: str) -> OperationError:
-    return OperationError(f"{redact_url(record.url)}: {what}", hint="the channel's file changed since the lock "
-                          "was made; lock again (`rocmlock lock --update`) or fix the channel")
-
-
-async def _fetch(record: RepoDataRecord, writer: _HashingWriter, base: Path, client: Any,
-                 limit: asyncio.Semaphore) -> None:
-    from rattler.package_streaming import download_to_writer
-
-    local = _local_path(record.url, base)
-    async with limit:
-        try:
-            if local is not None:
-                await asyncio.to_thread(_copy, local, writer)
-            else:
-                await download_to_writer(client, record.url, writer)
-        except Exception as exc:  # noqa: BLE001 - rattler's and the OS's errors; the message names the file
-            if writer.overflow:  # however rattler wrapped the writer's exception
-                raise _mismatch(record, f"larger than the lock's size {writer.expected_size}") from None
-            if writer.error is not None:  # :func:`_write_bundle` names the bundle
-                raise writer.error from None
-            raise OperationError(f"cannot fetch {redact_url(record.url)}: {one_line(redact_text(str(exc)))}",
-                                 hint="check the channel is reachable and RATTLER_AUTH_FILE holds its "
-                                      "credentials") from None
-    if writer.size != writer.expected_size:
-        raise _mismatch(record, f"{writer.size} bytes, the lock says {writer.expected_size}")
-    expected = record.sha256.hex() if record.sha256 else ""
-    if writer.digest.hexdigest() != expected:
-        raise _mismatch(record, f"sha256 {writer.digest.hexdigest()} differs from the lock's {expected}")
-
-
-def _fetch_all(records: list[RepoDataRecord], fd: int, offsets: dict[str, int], base: Path, client: Any,
-               on_bytes: Progress | None) -> None:
-    """Every record's bytes into the bundle at its offset, each verified against the lock's size and sha256."""
-    if client is None:
-        from rattler import Client
-
-        client = Client.default_client()
-
-    async def fetch_all() -> None:
-        limit = asyncio.Semaphore(CONCURRENT_DOWNLOADS)
-        writers = [_HashingWriter(fd, offsets[_member_name(r)], int(r.size or 0), on_bytes) for r in records]
-        await asyncio.gather(*(_fetch(r, w, base, client, limit) for r, w in zip(records, writers, strict=True)))
-
-    asyncio.run(fetch_all())
 
 
 # ----------------------------------------------------------------------------- repodata
@@ -285,7 +276,8 @@ def _member_name(record: RepoDataRecord) -> str:
     return f"{CHANNEL_DIR}/{record.subdir}/{record.file_name}"
 
 
-def _members(metadata: BundleMetadata, records: list[RepoDataRecord]) -> list[Member]:
+def _members(metadata: BundleMetadata, records: list[RepoDataRecord],
+             wheels: tuple[tuple[str, str], ...]) -> list[Member]:
     """Every member of the bundle but the installer's; packages are deferred (filled by the download)."""
     members = [Member(CHANNEL_DIR, is_dir=True)]
     for subdir, repodata in _repodata(records).items():
@@ -296,13 +288,13 @@ def _members(metadata: BundleMetadata, records: list[RepoDataRecord]) -> list[Me
             raise OperationError(f"{record.file_name}: the lock has no size for it",
                                  hint="lock again with `rocmlock lock` (or `pixi lock`), which records sizes")
         members.append(Member(_member_name(record), size=int(record.size)))
-    texts = {ENVIRONMENT_FILE: render_environment_yml(metadata.environment, metadata.packages),
-             PIXI_PACK_METADATA: render_pixi_pack_json(metadata.subdir), ROCMLOCK_METADATA: metadata.render()}
+    texts = {ENVIRONMENT_FILE: render_environment_yml(metadata.environment, metadata.packages, wheels),
+             PIXI_PACK_METADATA: render_pixi_pack_json(metadata.subdir)}
     return members + [Member(name, data=text.encode()) for name, text in texts.items()]
 
 
 def _write_bundle(out: Path, tmp: Path, members: list[Member], records: list[RepoDataRecord], base: Path,
-                  client: Any, on_bytes: Progress | None) -> int:
+                  client: Any, on_bytes: Progress | None, timeouts: Timeouts) -> int:
     """The tar at ``out``: headers and small files first, then every package downloaded into its place, all in
     ``tmp`` (in the scratch directory beside ``out``) that ``os.replace`` puts there only when every package
     checked out."""
@@ -311,7 +303,7 @@ def _write_bundle(out: Path, tmp: Path, members: list[Member], records: list[Rep
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             offsets = write_tar(members, fd)
-            _fetch_all(records, fd, offsets, base, client, on_bytes)
+            fetch_all(records, fd, [offsets[_member_name(r)] for r in records], base, client, on_bytes, timeouts)
             os.fsync(fd)
             size = os.fstat(fd).st_size
         finally:

@@ -1,10 +1,13 @@
 """``rocmlock unpack``: install a bundle of ``rocmlock pack`` on a node, after checking the bundle and the node.
 
-``unpack_bundle`` reads top to bottom: open the bundle (extract the tar, or use an extracted directory)
--> read its metadata -> check it was made for this machine's platform -> check every package's sha256
-and that the channel holds exactly those packages (never skipped) -> check the node's GPUs and ROCm
-against the bundle's target (``--force`` skips only this) -> install with rattler from the bundle's
-channel (``file://`` URLs, no network) -> write an ``@EXPLICIT`` file with those URLs where the bundle
+``unpack_bundle`` reads top to bottom: admit the bundle (:mod:`rocmlock.deploy.admit`: its member list, the
+metadata's signature with ``--trusted-signers``, the metadata's strings, exactly the members it lists; then
+extract the tar, or use an extracted directory) -> check every member's sha256 -> check it was made for this
+machine's platform -> check that the channel's repodata lists exactly the metadata's packages and redirects
+nowhere, and that no package writes outside the prefix (:mod:`rocmlock.deploy.pkgcheck`) (none of this is
+ever skipped) -> check the node's GPUs and ROCm against the bundle's target (``--force`` skips only this) ->
+install with rattler from the bundle's channel (``file://`` URLs of the checked files, no network), then its
+PyPI wheels (:mod:`rocmlock.deploy.wheels`) -> write an ``@EXPLICIT`` file with those URLs where the bundle
 stays extracted -> run the environment's probe (``rocm-env-check --json``) unless told not to.
 """
 
@@ -12,26 +15,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
-import tarfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from rattler import RepoDataRecord
 
+from rocmlock.deploy.admit import DAMAGED, admit_directory, check_digests, extract
 from rocmlock.deploy.bundle import (
     CHANNEL_DIR,
     PIXI_PACK_FORMAT,
     PIXI_PACK_METADATA,
     BundleMetadata,
     index_mismatch,
-    read_metadata,
 )
-from rocmlock.errors import InputError, OperationError
+from rocmlock.deploy.pkgcheck import check_packages
+from rocmlock.deploy.wheels import bundled_wheels, install_wheels
+from rocmlock.errors import InputError, OperationError, RocmlockError
 from rocmlock.host.node import node_problem, read_node
 from rocmlock.lock.exports import explicit_name, render_explicit
 from rocmlock.lock.lockfile import LockedPlatform
@@ -39,12 +43,11 @@ from rocmlock.util.credentials import one_line, redact_text
 from rocmlock.util.fs import write_atomic
 from rocmlock.util.runner import CommandError, run_command
 from rocmlock.util.scratch import remove_tree, scratch_dir
+from rocmlock.util.text import escape
 
-CHUNK = 1 << 20
 SCRATCH = ".rocmlock-unpack-"
 MARKER = ".rocmlock-unpack-incomplete"
 PROBE_TIMEOUT_S = 1800.0
-DAMAGED = "the bundle is damaged: copy it again from where it was packed (or pack it again)"
 
 Log = Callable[[str], None]
 
@@ -87,7 +90,7 @@ class UnpackResult:
 
 def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bool = True,
                   root: Path = Path("/"), env: Mapping[str, str] | None = None, extract_dir: Path | None = None,
-                  log: Log | None = None) -> UnpackResult:
+                  trusted_signers: Path | None = None, log: Log | None = None) -> UnpackResult:
     """Check ``bundle`` and this node, install it into ``prefix`` and (``verify``) run its probe.
 
     ``root`` stands for ``/`` when reading the node's GPUs; ``env`` for the environment (ROCm paths, and
@@ -95,6 +98,8 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
     into it; it appears only once the install succeeded) or a temporary directory (removed). Temporary
     data goes to locked scratch directories beside the prefix (:mod:`rocmlock.util.scratch`); a prefix whose
     unpack was killed carries a marker, and the next unpack into it says so and installs it again.
+    ``trusted_signers`` (an OpenSSH allowed_signers file) makes a valid signature of the metadata a condition,
+    checked before anything else of the bundle is read; ``force`` never skips it.
     """
     say = log or (lambda _msg: None)
     env = dict(os.environ if env is None else env)
@@ -102,15 +107,21 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
     keep = None if extract_dir is None else extract_dir.absolute()
     _check_arguments(bundle, prefix, keep, root)
     fresh = _check_prefix(prefix, say)
-    with scratch_dir(prefix.parent, SCRATCH, say) as scratch, _opened(bundle, keep, scratch, say) as where:
-        meta = read_metadata(where, shown=bundle)
+    with scratch_dir(prefix.parent, SCRATCH, say) as scratch, \
+            _opened(bundle, keep, scratch, trusted_signers, say) as (where, meta, raw):
+        if trusted_signers is not None:
+            say(f"signature ok: the metadata is signed by a key of {trusted_signers}")
+        check_digests(where, meta, raw, bundle)
         _check_platform(where, meta, bundle)
         _check_integrity(where, meta, bundle)
         say(f"bundle ok: {len(meta.packages)} packages of '{meta.environment}' ({meta.platform}), sha256 checked")
         node = _check_node(meta, root, env, force)
         say(node)
-        _install(_records(where, meta), prefix, meta, fresh, scratch / "cache")
-        say(f"installed {len(meta.packages)} packages into {prefix}")
+        wheels = bundled_wheels(meta)
+        _install(_records(where, meta), prefix, meta, fresh, scratch / "cache",
+                 then=(lambda: install_wheels(where, prefix, meta, scratch)) if wheels else None)
+        pypi = f" and {len(wheels)} PyPI wheel(s)" if wheels else ""
+        say(f"installed {len(meta.packages)} packages{pypi} into {prefix}")
         kept = bundle.absolute() if bundle.is_dir() else _keep(where, keep)
     explicit = _write_explicit(kept, meta, say) if kept is not None else None
     probe = _run_probe(prefix, meta, env) if verify and meta.probe else None
@@ -160,66 +171,21 @@ def _check_writable(path: Path, flag: str) -> None:
                                   f"directory you can write (under $HOME, say), or get write access to {directory}")
 
 
-def _members(tar: tarfile.TarFile, bundle: Path) -> list[tarfile.TarInfo]:
-    """The bundle's members, each a plain file or directory with a relative name that stays inside."""
-    members = tar.getmembers()
-    for m in members:
-        if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in m.name.split("/"):
-            raise InputError(f"{bundle}: member '{m.name}' is not a plain file or directory inside the bundle",
-                             hint=DAMAGED)
-    return members
-
-
-def _check_complete(bundle: Path, tar: tarfile.TarFile, members: list[tarfile.TarInfo]) -> None:
-    """The end-of-archive blocks follow the last member: a copy cut short is damaged, not another format.
-
-    tarfile ends its member list without an error at a header cut short (``TarFile.next`` takes a truncated
-    header after the first one for the end), so the members after the cut would just be missing.
-    """
-    last = members[-1] if members else None
-    end = 0 if last is None else last.offset_data + (0 if last.isdir() else -(-last.size // tarfile.BLOCKSIZE)
-                                                     * tarfile.BLOCKSIZE)
-    fileobj = tar.fileobj
-    if fileobj is None:  # never for a tar opened from a path
-        return
-    fileobj.seek(end)
-    if fileobj.read(2 * tarfile.BLOCKSIZE) != tarfile.NUL * (2 * tarfile.BLOCKSIZE):
-        raise InputError(f"{bundle}: truncated: it ends inside the archive (after {len(members)} members)",
-                         hint=DAMAGED)
-
-
-def _extract(bundle: Path, dest: Path) -> None:
-    try:
-        with tarfile.open(bundle, mode="r:") as tar:
-            members = _members(tar, bundle)
-            _check_complete(bundle, tar, members)
-            # Python >= 3.11.4 also applies its own "data" filter (permissions, names).
-            extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            tar.extractall(dest, members=members, **extra)  # type: ignore[arg-type]
-    except FileNotFoundError:
-        raise InputError(f"{bundle}: no such file", hint="pass the .tar written by `rocmlock pack`") from None
-    except tarfile.TarError as exc:
-        raise InputError(f"{bundle}: cannot extract it: {exc}", hint=DAMAGED) from None
-    except OSError as exc:  # writing the extraction (a full disk, a quota): the bundle is fine
-        raise OperationError(f"{bundle}: cannot extract it into {dest.parent}: {exc.strerror or exc}",
-                             hint=f"check that the disk of {dest.parent} has room for the bundle's size") from None
-
-
 @contextlib.contextmanager
-def _opened(bundle: Path, keep: Path | None, scratch: Path, say: Log) -> Iterator[Path]:
-    """The extracted bundle: the bundle itself when it is a directory, else extracted into ``scratch``
-    (beside the prefix: a bundle of many GB may not fit in /tmp) or, for ``--extract-dir``, into a scratch
-    directory beside that one, from where :func:`_keep` moves it once the install succeeded."""
+def _opened(bundle: Path, keep: Path | None, scratch: Path, signers: Path | None,
+            say: Log) -> Iterator[tuple[Path, BundleMetadata, bytes]]:
+    """The extracted bundle and its admitted metadata (:mod:`rocmlock.deploy.admit`): the bundle itself when
+    it is a directory, else extracted into ``scratch`` (beside the prefix: a bundle of many GB may not fit in
+    /tmp) or, for ``--extract-dir``, into a scratch directory beside that one, from where :func:`_keep` moves
+    it once the install succeeded."""
     if bundle.is_dir():
-        yield bundle.absolute()
+        yield bundle.absolute(), *admit_directory(bundle.absolute(), signers, scratch)
         return
     if keep is None:
-        _extract(bundle, scratch / "bundle")
-        yield scratch / "bundle"
+        yield scratch / "bundle", *extract(bundle, scratch / "bundle", signers, scratch)
         return
     with scratch_dir(keep.parent, SCRATCH, say) as beside:
-        _extract(bundle, beside / "bundle")
-        yield beside / "bundle"
+        yield beside / "bundle", *extract(bundle, beside / "bundle", signers, scratch)
 
 
 def _keep(where: Path, keep: Path | None) -> Path | None:
@@ -251,36 +217,15 @@ def _check_platform(where: Path, meta: BundleMetadata, shown: Path) -> None:
                              hint=f"pack the environment with -p for a {here} platform")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _check_integrity(where: Path, meta: BundleMetadata, shown: Path) -> None:
-    """Every package's sha256 against the metadata; the channel holds those packages and nothing else.
-
-    Messages name ``shown`` (the bundle the user gave) and the member, not where it was extracted."""
-    channel = where / CHANNEL_DIR
-    wanted = {p.member for p in meta.packages}
-    present = {str(p.relative_to(where)) for p in channel.glob("*/*") if p.name != "repodata.json"}
-    extra = sorted(present - wanted)
-    if extra:
-        raise InputError(f"{shown}: {extra[0]}: not in the bundle's metadata (pixi-unpack would install it)",
-                         hint=DAMAGED)
-    for pkg in meta.packages:
-        path = where / pkg.member
-        if not path.is_file():
-            raise InputError(f"{shown}: {pkg.member}: missing from the bundle", hint=DAMAGED)
-        digest = _sha256(path)
-        if digest != pkg.sha256:
-            raise InputError(f"{shown}: {pkg.member}: sha256 {digest} differs from the bundle's metadata ({pkg.sha256})",
-                             hint=DAMAGED)
-    problem = index_mismatch(channel, meta.packages)
+    """The channel's repodata lists exactly the metadata's packages and sends rattler nowhere else; no
+    package writes outside the prefix. (Every member's sha256 is checked already: :func:`check_digests`.)"""
+    problem = index_mismatch(where / CHANNEL_DIR, meta.packages)
     if problem:
         raise InputError(f"{shown}: {problem}", hint=DAMAGED)
+    check_packages({p.member: where / p.member for p in meta.packages}, shown,
+                   hint="the bundle holds a package that would write outside its environment: do not install "
+                        "it; find out where it came from")
 
 
 def _check_node(meta: BundleMetadata, root: Path, env: Mapping[str, str], force: bool) -> str:
@@ -308,6 +253,13 @@ def _records(where: Path, meta: BundleMetadata) -> list[RepoDataRecord]:
     for subdir in sorted({p.subdir for p in meta.packages}):
         repodata = RepoData.from_path(channel / subdir / "repodata.json")
         records += repodata.into_repo_data(Channel(str(channel)))
+    # Each record's URL must be the very file checked (no base_url, no percent-decoding to another name).
+    wanted = {(where / p.member).resolve() for p in meta.packages}
+    for record in records:
+        url = urlsplit(record.url)
+        if url.scheme != "file" or Path(unquote(url.path)).resolve() not in wanted:
+            raise InputError(f"{where}: the repodata sends rattler to {escape(record.url)}, not a checked file",
+                             hint=DAMAGED)
     return sorted(records, key=lambda r: r.name.normalized)
 
 
@@ -332,8 +284,10 @@ def _check_prefix(prefix: Path, say: Log) -> bool:
     return False
 
 
-def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, fresh: bool, cache: Path) -> None:
-    """Install with rattler from the bundle's channel; a prefix made anew is removed when this fails.
+def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, fresh: bool, cache: Path,
+             then: Callable[[], object] | None = None) -> None:
+    """Install with rattler from the bundle's channel, then (``then``) its PyPI wheels; a prefix made anew is
+    removed when either fails.
 
     A marker in the prefix says, until the install finished, that it is not a finished environment: a
     killed unpack leaves it, and the next one sees it (:func:`_check_prefix`). ``cache`` is rattler's package
@@ -351,13 +305,19 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
         os.write(fd, b"created\n" if fresh else b"updated\n")
         try:
             asyncio.run(install(records, prefix, cache_dir=cache, show_progress=False))
-        except Exception as exc:  # noqa: BLE001 - rattler's link/extract errors; the message names the file
+            if then is not None:
+                then()
+        except BaseException as exc:  # rattler's link/extract errors, a pyo3 PanicException (a BaseException)
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise  # the marker stays: the next unpack sees an interrupted one
             if fresh:
                 marker.unlink()
                 remove_tree(prefix, keep_dir=True, settle=True)
                 if not existed:
                     with contextlib.suppress(OSError):  # still not empty: the message says where it is
                         prefix.rmdir()
+            if isinstance(exc, RocmlockError):
+                raise
             raise OperationError(f"installing '{meta.environment}' into {prefix} failed: "
                                  f"{one_line(redact_text(str(exc)))}",
                                  hint=f"check that {prefix.parent} is writable and its disk has room") from None
@@ -399,6 +359,9 @@ def _write_explicit(where: Path, meta: BundleMetadata, say: Log) -> Path | None:
         write_atomic(path, render_explicit(meta.environment, platform, _records(where, meta)))
     except OSError as exc:
         say(f"warning: no @EXPLICIT file: cannot write {path}: {exc.strerror or exc}")
+        return None
+    except InputError as exc:  # a URL of the extraction no line of it can hold: the environment is installed
+        say(f"warning: no @EXPLICIT file: {exc}")
         return None
     return path
 

@@ -19,17 +19,22 @@ telling a secret in it from the rest.
 
 from __future__ import annotations
 
+import os
+import posixpath
 import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from rattler import LockChannel, LockFile, LockPlatform, RepoDataRecord, Subdir
-from rattler.exceptions import ParseCondaLockError
+from rattler.exceptions import ConversionError, ParseCondaLockError
+from rattler.lock.package import CondaLockedBinaryPackage
 
 from rocmlock.errors import InputError
 from rocmlock.util.credentials import has_query, mask_queries, redact_url, refuse_query
+from rocmlock.util.text import escape, line_problem
 from rocmlock.workspace.model import Environment
 from rocmlock.workspace.pixi_compat import customised_virtual_packages, format_virtual_package
 from rocmlock.workspace.platforms import Platform
@@ -208,6 +213,39 @@ def _clean_records(records: Sequence[RepoDataRecord], path: Path, where: str) ->
     return [redact_record(r) for r in records]
 
 
+def record_problem(record: RepoDataRecord) -> str | None:
+    """Why a string of ``record`` cannot go onto one line of an export (a control character, or a ``#``: a
+    comment in environment.yml, the hash in ``@EXPLICIT``), else None."""
+    name = record.name.normalized
+    for what, value in (("name", name), ("version", str(record.version)), ("build", str(record.build)),
+                        ("file name", record.file_name), ("url", record.url), ("channel", record.channel or "")):
+        problem = line_problem(value)
+        if problem:
+            return f"package '{escape(name)}': its {what} {problem}"
+    return None
+
+
+def pin_problem(pin: PypiPin) -> str | None:
+    """Why a string of the PyPI ``pin`` cannot go onto one line of a requirements file, else None."""
+    for what, value, hash_ok in (("name", pin.name, False), ("version", pin.version, False),
+                                 ("sha256", pin.sha256, False), ("url", pin.url or "", True)):
+        problem = line_problem(value, hash_allowed=hash_ok)
+        if problem:
+            return f"PyPI package '{escape(pin.name)}': its {what} {problem}"
+    return None
+
+
+UNSAFE_HINT = ("a lock holds only what a channel served; lock again from channels you trust "
+               "(`rocmlock lock --update`) or fix the channel's repodata")
+
+
+def _check_strings(path: Path, where: str, records: Sequence[RepoDataRecord], pins: Sequence[PypiPin]) -> None:
+    problem = next((p for p in map(record_problem, records) if p), None) or \
+        next((p for p in map(pin_problem, pins) if p), None)
+    if problem:
+        raise InputError(f"{path}: {where}: {problem}", hint=UNSAFE_HINT)
+
+
 def _from_lockfile(lock: LockFile, path: Path) -> LockedWorkspace:
     platforms = {
         p.name: LockedPlatform(p.name, str(p.subdir), tuple(p.virtual_packages)) for p in lock.platforms()
@@ -215,21 +253,53 @@ def _from_lockfile(lock: LockFile, path: Path) -> LockedWorkspace:
     envs: dict[str, LockedEnvironment] = {}
     # Sorted: py-rattler's order varies from run to run, and the first refused URL must be the same every time.
     for name, env in sorted(lock.environments(), key=lambda item: item[0]):
-        channels = tuple(_clean_url(str(c), path, f"environment '{name}', channel {i + 1}")
+        channels = tuple(_clean_url(str(c), path, f"environment '{escape(name)}', channel {i + 1}")
                          for i, c in enumerate(_channels(env)))
+        for i, text in enumerate((name, *channels)):
+            problem = line_problem(text)
+            if problem:
+                what = f"channel {i}" if i else "its name"
+                raise InputError(f"{path}: environment '{escape(name)}': {what} {problem}", hint=UNSAFE_HINT)
         records: dict[str, list[RepoDataRecord]] = {}
         pypi: dict[str, list[PypiPin]] = {}
         sources: dict[str, list[SourcePackage]] = {}
         for plat in sorted(env.platforms(), key=lambda p: p.name):
-            records[plat.name] = _clean_records(env.conda_repodata_records_for_platform(plat) or [], path,
+            records[plat.name] = _clean_records(_conda_records(env, plat, path), path,
                                                 f"environment '{name}' [{plat.name}]")
             pins, srcs = split_packages(env.packages(plat) or [])
+            _check_strings(path, f"environment '{escape(name)}' [{escape(plat.name)}]", records[plat.name], pins)
             if pins:
                 pypi[plat.name] = pins
             if srcs:
                 sources[plat.name] = srcs
         envs[name] = LockedEnvironment(channels, records, pypi, sources)
     return LockedWorkspace(platforms, envs)
+
+
+def _conda_records(env: Any, plat: LockPlatform, path: Path) -> list[RepoDataRecord]:
+    """The conda binaries of ``env`` on ``plat``. A ``conda:`` location that is a relative path (a local channel
+    pixi wrote relative to the workspace) is taken relative to the lock's directory, as pixi does (it joins
+    the workspace root and the locked path: pixi_core/src/lock_file/resolve/pypi.rs), where py-rattler 0.28
+    raises ``ConversionError`` ("The path is not an absolute path")."""
+    try:
+        return env.conda_repodata_records_for_platform(plat) or []
+    except ConversionError:
+        pass
+    records = []
+    for pkg in env.packages(plat) or []:
+        if not isinstance(pkg, CondaLockedBinaryPackage):
+            continue
+        location = str(pkg.location)
+        if "://" in location or location.startswith("/"):
+            records.append(pkg.repo_data_record())
+            continue
+        file = Path(os.path.normpath(path.absolute().parent / location))
+        record = pkg.package_record
+        if record is None or not location or file.name != posixpath.basename(location):
+            raise InputError(f"{path}: package '{escape(pkg.name)}': conda location '{escape(location)}' "
+                             "names no file", hint="restore the lock or lock again")
+        records.append(RepoDataRecord(record, file.name, file.as_uri(), file.parent.parent.as_uri()))
+    return records
 
 
 def _channels(env: object) -> Sequence[LockChannel]:

@@ -6,6 +6,7 @@ one (or the real one against real tools such as Debian's ``hipcc``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shlex
 import subprocess
@@ -74,8 +75,9 @@ def run_command(
     cwd: Path | None = None,
     timeout: float | None = None,
     check: bool = True,
+    stdin: Path | None = None,
 ) -> CommandResult:
-    """Run ``argv`` (no shell), log ``> cmd``, return its output.
+    """Run ``argv`` (no shell), log ``> cmd``, return its output; ``stdin`` is a file it reads as its input.
 
     A missing executable or a timeout always raises :class:`CommandError`; a non-zero exit raises
     only when ``check`` is true.
@@ -83,10 +85,12 @@ def run_command(
     shown = format_argv(argv)
     log.debug("> %s", shown)
     try:
-        proc = subprocess.run(
-            [str(a) for a in argv], env=dict(env) if env is not None else None, cwd=cwd,
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )
+        with contextlib.ExitStack() as stack:
+            given = stack.enter_context(stdin.open("rb")) if stdin is not None else None
+            proc = subprocess.run(
+                [str(a) for a in argv], env=dict(env) if env is not None else None, cwd=cwd, stdin=given,
+                capture_output=True, text=True, timeout=timeout, check=False,
+            )
     except FileNotFoundError:
         raise CommandError(f"command not found: {argv[0]}", hint=f"install {Path(argv[0]).name} or fix PATH") from None
     except subprocess.TimeoutExpired:

@@ -9,3 +9,20 @@ def format_table(rows: Sequence[Sequence[str]]) -> list[str]:
     """``rows`` (the first one the header) as lines of left-aligned columns, two spaces apart, no trailing blanks."""
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def escape(text: str) -> str:
+    """``text`` with every control character (newline, ESC, DEL, C1) as a Python escape: an untrusted name
+    printed this way stays on its line and moves no cursor."""
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def line_problem(value: str, hash_allowed: bool = False) -> str | None:
+    """Why ``value`` cannot go onto one line of a generated file (a control character; a ``#``, which starts
+    a comment in YAML and requirements files and a hash in ``@EXPLICIT``, unless ``hash_allowed``), else None."""
+    bad = next((c for c in value if not (c.isprintable() or c == " ")), None)
+    if bad is not None:
+        return f"holds the control character {bad.encode('unicode_escape').decode('ascii')}"
+    if not hash_allowed and "#" in value:
+        return "holds a '#'"
+    return None

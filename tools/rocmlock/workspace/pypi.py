@@ -36,6 +36,8 @@ class PypiPin:
     version: str
     sha256: str
     url: str | None = None
+    # Where the archive is (index or direct URL, never written into an export; ``pack`` downloads it from there).
+    location: str = field(default="", compare=False, repr=False)
 
     def requirement(self) -> str:
         """The requirement as pip reads it: ``name==version`` or ``name @ url``."""
@@ -82,7 +84,7 @@ def _pypi(pkg: PypiLockedPackage) -> PypiPin | SourcePackage:
         # X-Amz-Signature, a ?token=): not written. An index wheel is pinned by name, its URL never written.
         return SourcePackage("pypi", pkg.name, shown, "a URL with a query string, not written: it may hold a secret")
     url = redact_url(location.removeprefix(DIRECT_PREFIX)) if direct else None
-    return PypiPin(pkg.name, str(pkg.version), sha, url)
+    return PypiPin(pkg.name, str(pkg.version), sha, url, location.removeprefix(DIRECT_PREFIX))
 
 
 def split_packages(packages: Sequence[LockedPackage]) -> tuple[list[PypiPin], list[SourcePackage]]:

@@ -1,0 +1,111 @@
+"""What a package would write, checked before rattler links it: every path stays inside the prefix.
+
+rattler links what a package's ``info/paths.json`` lists, where it says: a ``../x`` path is linked beside the
+prefix, and an absolute one makes ``rattler.install`` panic (the process aborts, the prefix half written).
+The sha256 of a bundle's package says only that it is the packed file, not that it is harmless, so each
+archive is read (rattler's ``PackageArchive``, no extraction) and refused, before anything is installed, when
+a path of its tar entries, of ``info/paths.json`` (or ``info/files``, which rattler reads without one) or an
+entry point of ``info/link.json`` is absolute, climbs with ``..``, holds a control character, or is a link
+whose target leaves the prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import posixpath
+from pathlib import Path
+from typing import Any
+
+from rocmlock.errors import InputError
+from rocmlock.util.text import escape
+
+CONCURRENT = 4
+_ENTRY_POINT_NAME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def path_problem(path: str) -> str | None:
+    """Why ``path`` (relative to the prefix) could land outside it or garble a line, else None."""
+    if not path or not path.isprintable():
+        return "is empty or holds a control character"
+    if path.startswith("/") or "\\" in path or (len(path) > 1 and path[1] == ":"):
+        return "is absolute"
+    if ".." in path.split("/"):
+        return "climbs out with '..'"
+    return None
+
+
+def link_problem(name: str, target: str) -> str | None:
+    """Why the symbolic link ``name`` -> ``target`` would point outside the prefix, else None."""
+    if not target or target.startswith("/") or not target.isprintable():
+        return f"links to '{escape(target)}', outside the environment"
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
+    if resolved == ".." or resolved.startswith("../"):
+        return f"links to '{escape(target)}', outside the environment"
+    return None
+
+
+def _listed(raw: bytes | None, what: str) -> list[str]:
+    """The paths ``info/paths.json`` (``what`` "paths") or ``info/files`` lists."""
+    if raw is None:
+        return []
+    if what == "files":
+        return raw.decode("utf-8", "replace").splitlines()
+    data = json.loads(raw)
+    return [str(entry.get("_path")) if isinstance(entry, dict) else "" for entry in data.get("paths", [])]
+
+
+def _entry_points(raw: bytes | None) -> list[str]:
+    """The script names ``info/link.json``'s noarch python entry points create in ``bin/``."""
+    if raw is None:
+        return []
+    data: Any = json.loads(raw)
+    points = ((data.get("noarch") or {}).get("entry_points") or []) if isinstance(data, dict) else []
+    return [str(p).split("=")[0].strip() for p in points]
+
+
+async def _problem(archive: Path) -> str | None:
+    from rattler.package_streaming import PackageArchive
+
+    pkg = await PackageArchive.from_path(archive)
+    for section in ("info", "pkg"):
+        async for entry in pkg.stream(section):
+            problem = path_problem(entry.name)
+            if problem is None and entry.is_symlink:
+                problem = link_problem(entry.name, entry.link_target or "")
+            elif problem is None and entry.is_hardlink:
+                problem = path_problem(entry.link_target or "")
+            if problem:
+                return f"its entry '{escape(entry.name)}' {problem}"
+    files = await pkg.read_files(["info/paths.json", "info/files", "info/link.json"])
+    listed = _listed(files.get("info/paths.json"), "paths") or _listed(files.get("info/files"), "files")
+    for path in listed:
+        problem = path_problem(path)
+        if problem:
+            return f"info/paths.json names '{escape(path)}', which {problem}"
+    for name in _entry_points(files.get("info/link.json")):
+        if not name or not set(name) <= _ENTRY_POINT_NAME or name.startswith("."):
+            return f"info/link.json has the entry point '{escape(name)}', not a plain script name"
+    return None
+
+
+def check_packages(archives: dict[str, Path], shown: Path, hint: str) -> None:
+    """Refuse (exit 2) the first of ``archives`` (bundle member -> file) whose paths leave the prefix."""
+
+    async def first_problem() -> tuple[str, str] | None:
+        limit = asyncio.Semaphore(CONCURRENT)
+
+        async def one(member: str, path: Path) -> tuple[str, str] | None:
+            async with limit:
+                try:
+                    problem = await _problem(path)
+                except (OSError, ValueError, RuntimeError, AttributeError, TypeError) as exc:
+                    problem = f"cannot be read as a conda package: {escape(str(exc))}"
+            return None if problem is None else (member, problem)
+
+        found = await asyncio.gather(*(one(m, p) for m, p in sorted(archives.items())))
+        return next((f for f in found if f is not None), None)
+
+    problem = asyncio.run(first_problem())
+    if problem is not None:
+        raise InputError(f"{shown}: {problem[0]}: {problem[1]}; nothing was installed", hint=hint)
