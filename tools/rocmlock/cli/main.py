@@ -46,6 +46,8 @@ _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Ha
     ("unpack", "check a bundle and this node's GPU, install the bundle, run its probe", cli_env.add_unpack,
      cli_env.cmd_unpack),
     ("verify", "run the post-install probe with an environment's python", cli_env.add_verify, cli_env.cmd_verify),
+    ("report", "merge many nodes' probe reports into one table: failures grouped, slow GPUs flagged",
+     cli_env.add_report, cli_env.cmd_report),
     ("preset", "write a LLaMA-Factory training YAML tuned to an environment's GPU", cli_env.add_preset,
      cli_env.cmd_preset),
     ("outdated", "which upstream pins of recipes/variants.yaml are behind PyPI, and their companions",

@@ -9,3 +9,10 @@ def format_table(rows: Sequence[Sequence[str]]) -> list[str]:
     """``rows`` (the first one the header) as lines of left-aligned columns, two spaces apart, no trailing blanks."""
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """``text`` safe for one terminal line: control characters (escape sequences, newlines) as ``?``, at most
+    ``limit`` characters. For strings read from files rocmlock did not write."""
+    shown = "".join(c if c.isprintable() else "?" for c in text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
