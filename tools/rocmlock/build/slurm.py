@@ -19,14 +19,26 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rocmlock.build.builder import BuildReport, Outcome, package_file, pending
+from rocmlock.build.builder import (
+    Builder,
+    BuildOptions,
+    BuildReport,
+    Events,
+    Outcome,
+    build_plan,
+    package_file,
+    pending,
+    rattler_build_variant,
+)
 from rocmlock.build.plan import Plan, Variant
+from rocmlock.channel.channel_dir import publish_lock, publish_to_directory
 from rocmlock.errors import InputError
 from rocmlock.host.doctor import GIB_PER_JOB, Resources, max_jobs_for
 from rocmlock.util import slurm
@@ -261,3 +273,39 @@ def render_never(result: SlurmResult) -> str:
     names = ", ".join(j.variant.id for j in result.never)
     return (f"never ran (their dependency failed; Slurm keeps them PENDING, DependencyNeverSatisfied): {names}\n"
             f"remove them with: scancel {' '.join(j.job_id for j in result.never)}")
+
+
+# ----------------------------------------------------------------------------- inside a job
+
+JOBS_DIR = ".rocmlock-jobs"
+
+
+def build_in_job(plan: Plan, opts: BuildOptions, log: Callable[[str], None],
+                 builder: Builder = rattler_build_variant, events: Events | None = None) -> BuildReport:
+    """Build the plan's one variant as a job does, beside other jobs writing the same output channel.
+
+    rattler-build names its work directory in the output by package and second (``rattler-build_<name>_<epoch>``):
+    two variants of one package whose jobs start together shared it and one failed. So the job builds into its own
+    directory under ``<output>/.rocmlock-jobs/`` (not a subdir: no index reads it), with the output channel first
+    among its channels, then publishes the package into the output under the channel's lock and indexes it.
+    """
+    (variant,) = plan.variants
+    if package_file(opts.output, variant) is not None:
+        return BuildReport(opts.output, (Outcome(variant.id, variant.stage, "skipped",
+                                                 "already built in the output directory"),), 0.0)
+    work = opts.output / JOBS_DIR / variant.id
+    shutil.rmtree(work, ignore_errors=True)
+    inner = replace(opts, output=work, channels=(opts.output.resolve().as_uri(), *opts.channels))
+    report = build_plan(plan, inner, builder, events)
+    (outcome,) = report.outcomes
+    if outcome.log:
+        (opts.output / "logs").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(outcome.log, opts.output / "logs" / f"{variant.id}.log")
+        outcome = replace(outcome, log=str(opts.output / "logs" / f"{variant.id}.log"))
+    built = package_file(work, variant)
+    if outcome.status == "built" and built is not None:
+        key = f"{variant.subdir}/{built.name}"
+        with publish_lock(opts.output, log):
+            publish_to_directory(opts.output, {key: built}, [key], log)
+        shutil.rmtree(work, ignore_errors=True)
+    return BuildReport(opts.output, (outcome,), report.seconds)

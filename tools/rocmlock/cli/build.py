@@ -176,7 +176,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     opts = BuildOptions(output, build_channels(ws, args.channel), args.stage, args.keep_going, blocked)
     progress = _BuildProgress()
     try:
-        report = build_plan(plan, opts, events=progress)
+        if args.variant:  # a job of --slurm, beside the other jobs that write the same output
+            from rocmlock.build.slurm import build_in_job
+
+            report = build_in_job(plan, opts, err, events=progress)
+        else:
+            report = build_plan(plan, opts, events=progress)
     finally:
         progress.close()
     print_report(args, report.to_dict(), render_summary(report))

@@ -39,12 +39,16 @@ class SlurmOptions:
 
 
 def srun_command(probe: Sequence[str], opts: SlurmOptions) -> list[str]:
-    """The ``srun`` argv: one task per node, labeled output, a failing node not stopping the others."""
+    """The ``srun`` argv: one task per node (unless ``srun_args`` set the tasks), labeled output, a failing node not
+    stopping the others."""
     if opts.nodes is not None and opts.nodelist:
         raise InputError("pass --nodes or --nodelist, not both", hint="--nodelist names the nodes (and their count)")
     if opts.nodes is not None and opts.nodes < 1:
         raise InputError(f"--nodes {opts.nodes}: must be at least 1")
-    argv = ["srun", "--job-name=rocmlock-verify", "--ntasks-per-node=1", "--label", "--kill-on-bad-exit=0"]
+    argv = ["srun", "--job-name=rocmlock-verify", "--label", "--kill-on-bad-exit=0"]
+    # One task per node, unless the srun options given say how many tasks.
+    if not any(a.startswith(("-n", "--ntasks")) for a in opts.srun_args):
+        argv.insert(2, "--ntasks-per-node=1")
     argv += [f"--nodes={opts.nodes}"] if opts.nodes is not None else []
     argv += [f"--nodelist={opts.nodelist}"] if opts.nodelist else []
     argv += [f"--partition={opts.partition}"] if opts.partition else []
