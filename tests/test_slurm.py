@@ -300,4 +300,4 @@ def test_without_slurm_on_path_each_command_says_so_in_one_line(
     assert capsys.readouterr().err.splitlines()[:1] == ["error: Slurm is not on PATH: no srun found"]
     # A dry run needs no Slurm: the jobs are sized by this host.
     assert _build(build_ws, "--dry-run") == 0
-    assert "sinfo not found: sizing the jobs by this host" in capsys.readouterr().err
+    assert "Slurm is not on PATH: no sinfo found: sizing the jobs by this host" in capsys.readouterr().err

@@ -189,24 +189,24 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def _slurm_node(args: argparse.Namespace, output: Path) -> tuple[int, int]:
-    """(CPUs, MiB) of the partition's smallest node; a dry run without Slurm sizes the jobs by this host."""
-    import shutil
-
+    """(CPUs, MiB) of the partition's smallest node; a dry run where Slurm does not answer sizes them by this host."""
     from rocmlock.errors import OperationError
     from rocmlock.host.doctor import detect_resources
     from rocmlock.util import slurm
 
-    if not args.dry_run:
-        slurm.require("sbatch", "squeue", "sinfo")
-    elif shutil.which("sinfo") is None:
+    try:
+        slurm.require(*(("sinfo",) if args.dry_run else ("sbatch", "squeue", "sinfo")))
+        node = slurm.node_size(args.partition)
+        if node is None:
+            raise OperationError(f"sinfo lists no node{f' in partition {args.partition}' if args.partition else ''}",
+                                 hint="`sinfo` shows the partitions and their nodes")
+        return node
+    except OperationError as exc:
+        if not args.dry_run:
+            raise
         here = detect_resources(output)
-        err(f"sinfo not found: sizing the jobs by this host ({here.cores} CPUs, {here.memory_bytes >> 30} GiB)")
+        err(f"{exc}: sizing the jobs by this host ({here.cores} CPUs, {here.memory_bytes >> 30} GiB)")
         return here.cores, here.memory_bytes >> 20
-    node = slurm.node_size(args.partition)
-    if node is None:
-        raise OperationError(f"sinfo lists no node{f' in partition {args.partition}' if args.partition else ''}",
-                             hint="`sinfo` shows the partitions and their nodes")
-    return node
 
 
 def _build_slurm(args: argparse.Namespace) -> int:

@@ -183,8 +183,9 @@ def render_fleet(fleet: FleetReport) -> str:
                 lines.append(f"    fix: {first[check].fix}")
     slow = [row for row in fleet.rows if row.outliers]
     if slow:
-        lines += ["", (f"outliers (below {fleet.min_ratio:g}x the fleet median: a throttled or faulty GPU; check "
-                       "`amd-smi metric` for clocks, power and temperature):")]
+        lines += ["", (f"outliers (GEMM below {fleet.min_ratio:g}x the fleet median, or train step above the median "
+                       f"/ {fleet.min_ratio:g}: a throttled or faulty GPU; `amd-smi metric` shows clocks, power and "
+                       "temperature):")]
         for row in slow:
             lines.append(f"  {row.report.node}: {_outlier_text(row, fleet)}")
     if fleet.unreadable:
