@@ -14,5 +14,5 @@ def format_table(rows: Sequence[Sequence[str]]) -> list[str]:
 def printable(text: str, limit: int = 200) -> str:
     """``text`` safe for one terminal line: control characters (escape sequences, newlines) as ``?``, at most
     ``limit`` characters. For strings read from files rocmlock did not write."""
-    shown = "".join(c if c.isprintable() else "?" for c in text)
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+    shown = text if len(text) <= limit else text[: limit - 3] + "..."
+    return shown if shown.isprintable() else "".join(c if c.isprintable() else "?" for c in shown)
