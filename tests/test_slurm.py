@@ -291,13 +291,51 @@ def test_without_slurm_on_path_each_command_says_so_in_one_line(
         build_ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert _build(build_ws) == 1
-    assert capsys.readouterr().err.splitlines()[:1] == ["error: Slurm is not on PATH: no sbatch, squeue, sinfo found"]
-    shutil.copy(REPO / "pixi.toml", tmp_path / "pixi.toml")
-    prefix = tmp_path / ".pixi" / "envs" / "mi300x"
+    assert capsys.readouterr().err.splitlines() == [
+        "error: Slurm is not on PATH: no sbatch, squeue, sinfo found (run this on a Slurm login node, or "
+        + "`module load slurm`)"]
+    verify_ws = tmp_path / "verify"
+    verify_ws.mkdir()
+    shutil.copy(REPO / "pixi.toml", verify_ws / "pixi.toml")
+    prefix = verify_ws / ".pixi" / "envs" / "mi300x"
     (prefix / "bin").mkdir(parents=True)
     _script(prefix / "bin" / "python", "#!/bin/sh\nexit 0\n")
-    assert main(["verify", "-e", "mi300x", "--manifest-path", str(tmp_path / "pixi.toml"), "--slurm"]) == 1
-    assert capsys.readouterr().err.splitlines()[:1] == ["error: Slurm is not on PATH: no srun found"]
+    assert main(["verify", "-e", "mi300x", "--manifest-path", str(verify_ws / "pixi.toml"), "--slurm"]) == 1
+    assert capsys.readouterr().err.splitlines()[0].startswith("error: Slurm is not on PATH: no srun found")
     # A dry run needs no Slurm: the jobs are sized by this host.
     assert _build(build_ws, "--dry-run") == 0
-    assert "Slurm is not on PATH: no sinfo found: sizing the jobs by this host" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "no sinfo found" in err and "the jobs of this dry run are sized by this host" in err
+    assert out.count("#!/bin/bash\n") == 7
+
+
+def test_credentials_in_the_channel_never_reach_a_batch_script(
+        build_ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _build(build_ws, "--dry-run", "--channel", "https://bob:s3cret@conda.example.org/rocm") == 2
+    out, err = capsys.readouterr()
+    assert "its credentials would be written into every batch script" in err
+    assert "s3cret" not in out + err
+
+
+def test_task_reports_are_named_by_a_valid_unique_host_name_else_by_rank(tmp_path: Path) -> None:
+    from rocmlock.deploy.slurm_verify import write_reports
+
+    def task(rank: int, host: str) -> str:
+        body = ["{", '  "checks": [', '    {"data": {', '      "hostname": "nested-trap"', "    }}", "  ],",
+                f'  "hostname": "{host}",', '  "probe": "rocm-env-check"', "}"]
+        return "\n".join(f"{rank}: {line}" for line in body)
+
+    stdout = "\n".join([task(0, "gpu-a"), task(1, "dup"), task(2, "dup"), task(3, "bad\\u001b]0;x"), task(4, "")])
+    stderr = "srun: error: gpu-e: task 4: Exited with exit code 1\n0: PASS: every required check passed\n"
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "stale.json").write_text("{}")  # an earlier run's
+    written = write_reports(stdout, stderr, reports)
+    assert [p.name for p in written] == ["gpu-a.json", "task-1.json", "task-2.json", "task-3.json", "task-4.json"]
+    assert sorted(p.name for p in reports.iterdir()) == sorted(
+        [p.name for p in written] + [p.name.replace(".json", ".log") for p in written])
+    assert json.loads((reports / "gpu-a.json").read_text())["hostname"] == "gpu-a"
+    assert (reports / "gpu-a.log").read_text() == "PASS: every required check passed\n"
+    (reports / "notes.txt").write_text("mine")
+    with pytest.raises(Exception, match="not a report directory"):
+        write_reports(stdout, stderr, reports)

@@ -44,6 +44,7 @@ from rocmlock.host.doctor import GIB_PER_JOB, Resources, max_jobs_for
 from rocmlock.util import slurm
 from rocmlock.util.fs import write_atomic
 from rocmlock.util.runner import Runner, run_command
+from rocmlock.util.text import printable
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 # What an #SBATCH line can hold unquoted (sbatch splits its options at whitespace).
@@ -180,7 +181,8 @@ def _job_report(job: Job, output: Path) -> Outcome | None:
         return None
     if status not in ("built", "skipped", "failed", "blocked"):
         return None
-    return Outcome(job.variant.id, job.variant.stage, status, reason, seconds, log if isinstance(log, str) else None)
+    return Outcome(job.variant.id, job.variant.stage, status, printable(reason), seconds,
+                   printable(log, 4096) if isinstance(log, str) else None)
 
 
 class _Tracker:

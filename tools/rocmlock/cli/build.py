@@ -205,7 +205,8 @@ def _slurm_node(args: argparse.Namespace, output: Path) -> tuple[int, int]:
         if not args.dry_run:
             raise
         here = detect_resources(output)
-        err(f"{exc}: sizing the jobs by this host ({here.cores} CPUs, {here.memory_bytes >> 30} GiB)")
+        err(f"{exc}; the jobs of this dry run are sized by this host ({here.cores} CPUs, "
+            f"{here.memory_bytes >> 30} GiB)")
         return here.cores, here.memory_bytes >> 20
 
 
@@ -215,13 +216,20 @@ def _build_slurm(args: argparse.Namespace) -> int:
     from rocmlock.build.builder import render_summary
     from rocmlock.build.slurm import SlurmBuild, dry_run, plan_jobs, render_never, submit_jobs, wait_jobs
     from rocmlock.errors import InputError
+    from rocmlock.util.credentials import redact_url
 
     if args.variant or args.keep_going:
         raise InputError("--slurm builds every variant of the plan and keeps going (Slurm runs what it can)",
                          hint="drop --variant and --keep-going")
-    ws, plan = _load_plan(args, channel=args.channel)
+    channel = args.channel
+    if channel and redact_url(channel) != channel:
+        raise InputError(f"--channel {redact_url(channel)}: its credentials would be written into every batch script",
+                         hint="give them through RATTLER_AUTH_FILE (keyed by host) instead of the URL")
+    if channel and "://" not in channel:  # a job runs in the workspace's directory, not this one
+        channel = str(Path(channel).expanduser().resolve())
+    ws, plan = _load_plan(args, channel=channel)
     output = (args.output or ws.root / "output").resolve()
-    build = SlurmBuild(plan.manifest.resolve(), plan.recipes_dir, output, args.channel, args.partition, args.time,
+    build = SlurmBuild(plan.manifest.resolve(), plan.recipes_dir, output, channel, args.partition, args.time,
                        args.skip_doctor, args.sources.resolve() if args.sources else None)
     jobs = plan_jobs(plan, output, _slurm_node(args, output), os.environ, args.stage)
     if args.dry_run:

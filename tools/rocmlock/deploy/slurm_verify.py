@@ -23,7 +23,8 @@ from rocmlock.util.fs import write_atomic
 from rocmlock.util.runner import Runner, format_argv, run_command
 
 _LABELED = re.compile(r"^\s*(\d+): ?(.*)$")
-_HOST = re.compile(r'^\s*"hostname":\s*"([^"\\]*)"')
+# The probe's top-level key (json.dumps(indent=2, sort_keys=True)): two spaces in, not a key of a check's data.
+_HOST = re.compile(r'^  "hostname": "([^"\\]*)",?$')
 
 
 @dataclass(frozen=True)

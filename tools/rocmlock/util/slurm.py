@@ -48,8 +48,8 @@ def require(*tools: str) -> None:
     """Raise one line when a Slurm command is not on PATH."""
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        raise OperationError(f"Slurm is not on PATH: no {', '.join(missing)} found",
-                             hint="run this on a Slurm login node (or `module load slurm`)")
+        raise OperationError(f"Slurm is not on PATH: no {', '.join(missing)} found (run this on a Slurm login node, "
+                             "or `module load slurm`)")
 
 
 def parse_job_id(stdout: str) -> str:
