@@ -339,3 +339,19 @@ def test_task_reports_are_named_by_a_valid_unique_host_name_else_by_rank(tmp_pat
     (reports / "notes.txt").write_text("mine")
     with pytest.raises(Exception, match="not a report directory"):
         write_reports(stdout, stderr, reports)
+
+
+@pytest.mark.parametrize(("stdout", "job"), [("123\n", "123"), ("4567;cluster-a\n", "4567"),
+                                             ("note from a submit plugin\n89\n", "89")])
+def test_the_job_id_of_sbatch_parsable(stdout: str, job: str) -> None:
+    from rocmlock.util.slurm import parse_job_id
+
+    assert parse_job_id(stdout) == job
+
+
+def test_an_answer_of_sbatch_that_is_no_job_id_is_one_error() -> None:
+    from rocmlock.errors import OperationError
+    from rocmlock.util.slurm import parse_job_id
+
+    with pytest.raises(OperationError, match="not a job id"):
+        parse_job_id("Submitted batch job\n")

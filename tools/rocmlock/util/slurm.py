@@ -53,8 +53,10 @@ def require(*tools: str) -> None:
 
 
 def parse_job_id(stdout: str) -> str:
-    """The job id of ``sbatch --parsable``'s answer (``1234`` or ``1234;cluster``)."""
-    match = JOB_ID.match(stdout.strip())
+    """The job id of ``sbatch --parsable``'s answer (``1234`` or ``1234;cluster``, on its last line: a job submit
+    plugin may print more before it)."""
+    lines = [line.strip() for line in stdout.splitlines() if line.strip()]
+    match = JOB_ID.match(lines[-1] if lines else "")
     if match is None:
         raise OperationError(f"sbatch --parsable answered {stdout.strip()[:80]!r}, not a job id")
     return match.group(1)
