@@ -355,3 +355,42 @@ def test_an_answer_of_sbatch_that_is_no_job_id_is_one_error() -> None:
 
     with pytest.raises(OperationError, match="not a job id"):
         parse_job_id("Submitted batch job\n")
+
+
+def test_waiting_settles_on_cancelled_and_purged_jobs(build_ws: Path, tmp_path: Path) -> None:
+    """Without a cluster: a cluster with kill_invalid_depend cancels the dependent (CANCELLED, not PENDING), and a job
+    that finished more than MinJobAge ago is gone from squeue; its own report then says what it did."""
+    from rocmlock.build.builder import pending
+    from rocmlock.build.plan import make_plan
+    from rocmlock.build.slurm import Job, SlurmBuild, wait_jobs
+    from rocmlock.util.runner import CommandResult
+    from rocmlock.workspace.manifest import load_workspace
+
+    plan = make_plan(load_workspace(build_ws), ["mi250"], recipes_dir=build_ws.parent / "recipes")
+    output = tmp_path / "output"
+    todo = {v.stage: v for v in pending(plan, output)}
+    jobs = [Job(v, 1, 1024, tuple(d for d in v.depends_on if d in {t.id for t in todo.values()}), str(i))
+            for i, v in enumerate(todo.values(), 1)]
+    ids = {j.variant.stage: j.job_id for j in jobs}
+    logs = output / "logs" / "slurm"
+    logs.mkdir(parents=True)
+    for stage in ("amdgpu-target", "rocm-version", "fleet-smoke"):
+        v = todo[stage]
+        status = "failed" if stage == "fleet-smoke" else "built"
+        (logs / f"{v.id}.json").write_text(json.dumps({"variants": [
+            {"id": v.id, "stage": stage, "status": status, "reason": "\x1b[31mboom" if status == "failed" else "",
+             "seconds": 1.5, "log": None}]}))
+    # squeue knows only the dependent now: the others were purged; kill_invalid_depend cancelled it.
+    answer = f"{ids['fleet-top']}|CANCELLED|DependencyNeverSatisfied\n"
+
+    def runner(argv, **kw):  # type: ignore[no-untyped-def]
+        return CommandResult(tuple(argv), 0, answer, "")
+
+    build = SlurmBuild(build_ws, build_ws.parent / "recipes", output)
+    result = wait_jobs(jobs, plan, build, lambda line: None, runner=runner, sleep=lambda s: None)
+    outcome = {o.stage: (o.status, o.reason) for o in result.report.outcomes}
+    assert outcome["amdgpu-target"] == ("built", f"(Slurm job {ids['amdgpu-target']})")
+    assert outcome["fleet-smoke"] == ("failed", f"?[31mboom (Slurm job {ids['fleet-smoke']})")
+    never = f"never ran: needs {todo['fleet-smoke'].id}, which failed (Slurm job {ids['fleet-top']} CANCELLED)"
+    assert outcome["fleet-top"] == ("blocked", never)
+    assert result.never == ()  # nothing left pending: nothing to scancel
