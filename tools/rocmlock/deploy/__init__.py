@@ -1,5 +1,6 @@
 """Getting an environment onto nodes: install a locked environment (``install``), pack it into a bundle and
-unpack it offline (``pack``, ``unpack``, ``bundle``, ``installer``), verify it with the probe (``verify``) and
+unpack it offline (``pack``, ``unpack``, ``bundle``, ``installer``), verify it with the probe (``verify``, on every
+node of a Slurm allocation: ``slurm_verify``), merge many nodes' probe reports (``report``, ``report_read``) and
 write training presets for it (``preset``).
 
 May import: rocmlock.errors, rocmlock.util, rocmlock.gpu, rocmlock.workspace, rocmlock.lock, rocmlock.host.
