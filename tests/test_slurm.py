@@ -264,6 +264,7 @@ def test_build_slurm_summary_names_the_jobs_left_pending(
     assert "remove them with: scancel " in out
     assert "submitted fleet-smoke-1-gfx90a" in err and "submitted amdgpu-target-1-gfx942" not in err
     assert not (output / "noarch" / "fleet-smoke-1-gfx90a.conda").exists()
+    slurm_env.run("scancel", "--name=rocmlock-fleet-top-1-gfx90a")
 
 
 def test_build_slurm_dry_run_prints_the_scripts_sized_by_the_partition(
@@ -394,3 +395,32 @@ def test_waiting_settles_on_cancelled_and_purged_jobs(build_ws: Path, tmp_path: 
     never = f"never ran: needs {todo['fleet-smoke'].id}, which failed (Slurm job {ids['fleet-top']} CANCELLED)"
     assert outcome["fleet-top"] == ("blocked", never)
     assert result.never == ()  # nothing left pending: nothing to scancel
+
+
+def test_a_refused_submission_cancels_the_jobs_submitted_before_it(
+        slurm_env: Cluster, build_ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The real sbatch, every job held so none runs; Slurm refuses the third (a partition it does not have).
+    from rocmlock.build.builder import pending
+    from rocmlock.build.plan import make_plan
+    from rocmlock.build.slurm import SlurmBuild, plan_jobs, submit_jobs
+    from rocmlock.errors import OperationError
+    from rocmlock.util.runner import run_command
+    from rocmlock.workspace.manifest import load_workspace
+
+    plan = make_plan(load_workspace(build_ws), ["mi250"], recipes_dir=build_ws.parent / "recipes")
+    output = build_ws.parent / "output"
+    jobs = plan_jobs(plan, output, (1, 1024), {})
+    assert len(jobs) == len(pending(plan, output)) == 4
+    calls: list[str] = []
+
+    def runner(argv, **kw):  # type: ignore[no-untyped-def]
+        if argv[0] == "sbatch":
+            calls.append(argv[-1])
+            argv = [*argv[:-1], "--hold", *(["--partition=nosuch"] if len(calls) == 3 else []), argv[-1]]
+        return run_command(argv, **kw)
+
+    build = SlurmBuild(build_ws, build_ws.parent / "recipes", output)
+    with pytest.raises(OperationError, match=r"(?i)invalid partition.*the 2 job\(s\) submitted before it were cancelled"):
+        submit_jobs(jobs, build, {}, lambda line: None, runner=runner)
+    queued = slurm_env.run("squeue", "--noheader", "--states=PENDING,RUNNING", "--format=%j").stdout.split()
+    assert not {f"rocmlock-{j.variant.id}" for j in jobs[:2]} & set(queued)

@@ -39,7 +39,7 @@ from rocmlock.build.builder import (
 )
 from rocmlock.build.plan import Plan, Variant
 from rocmlock.channel.channel_dir import publish_lock, publish_to_directory
-from rocmlock.errors import InputError
+from rocmlock.errors import InputError, OperationError
 from rocmlock.host.doctor import GIB_PER_JOB, Resources, max_jobs_for
 from rocmlock.util import slurm
 from rocmlock.util.fs import write_atomic
@@ -151,7 +151,12 @@ def submit_jobs(jobs: list[Job], build: SlurmBuild, env: Mapping[str, str], log:
         script = logs / f"{job.variant.id}.sbatch"
         (logs / f"{job.variant.id}.json").unlink(missing_ok=True)  # an earlier run's report is not this job's
         write_atomic(script, batch_script(job, build, job_ids, env))
-        job_ids[job.variant.id] = slurm.submit(str(script), runner=runner)
+        try:
+            job_ids[job.variant.id] = slurm.submit(str(script), runner=runner)
+        except OperationError as exc:  # never half a chain in the queue
+            slurm.cancel(list(job_ids.values()), runner)
+            raise OperationError(f"{exc}; the {len(job_ids)} job(s) submitted before it were cancelled",
+                                 hint=exc.hint) from None
         submitted.append(Job(job.variant, job.cpus, job.mem_mb, job.after, job_ids[job.variant.id]))
         log(f"submitted {job.variant.id}: job {job_ids[job.variant.id]} ({job.cpus} CPUs, {job.mem_mb} MiB)"
             + (f" after {', '.join(job.after)}" if job.after else ""))

@@ -92,11 +92,17 @@ def report_files(paths: Sequence[Path]) -> list[Path]:
     return files
 
 
-def fleet_report(paths: Sequence[Path], min_ratio: float = DEFAULT_MIN_RATIO) -> FleetReport:
-    """Read every report under ``paths`` and merge them."""
+def check_ratio(min_ratio: float) -> float:
+    """``--min-gemm-ratio``, when it is in (0, 1]."""
     if not 0 < min_ratio <= 1:
         raise InputError(f"--min-gemm-ratio {min_ratio}: must be above 0 and at most 1",
                          hint="0.8 flags nodes below 80% of the fleet's median GEMM throughput")
+    return min_ratio
+
+
+def fleet_report(paths: Sequence[Path], min_ratio: float = DEFAULT_MIN_RATIO) -> FleetReport:
+    """Read every report under ``paths`` and merge them."""
+    check_ratio(min_ratio)
     read = [read_report(p) for p in report_files(paths)]
     return merge([r for r in read if isinstance(r, NodeReport)], [r for r in read if isinstance(r, Unreadable)],
                  min_ratio)

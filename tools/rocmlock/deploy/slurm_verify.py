@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmlock.deploy.report import FleetReport, fleet_report
+from rocmlock.deploy.report import FleetReport, check_ratio, fleet_report
 from rocmlock.deploy.report_read import HOSTNAME
 from rocmlock.errors import InputError, OperationError
 from rocmlock.util import slurm
@@ -104,8 +104,9 @@ def write_reports(stdout: str, stderr: str, reports: Path) -> list[Path]:
 def verify_fleet(probe: Sequence[str], opts: SlurmOptions, reports: Path, min_ratio: float,
                  log: Callable[[str], None], runner: Runner = run_command) -> FleetReport:
     """Run the probe on the allocation's nodes; write their reports to ``reports``; merge them."""
-    slurm.require("srun")
+    check_ratio(min_ratio)
     argv = srun_command(probe, opts)
+    slurm.require("srun")
     log(f"> {format_argv(argv)}")
     result = runner(argv, check=False)
     tasks, srun_lines = split_labeled(result.stderr)

@@ -71,6 +71,12 @@ def submit(script: str, args: Sequence[str] = (), runner: Runner = run_command) 
     return parse_job_id(result.stdout)
 
 
+def cancel(job_ids: Sequence[str], runner: Runner = run_command) -> None:
+    """``scancel`` the jobs (best effort: a job that already ended is no error)."""
+    if job_ids:
+        runner(["scancel", *job_ids], check=False)
+
+
 def job_states(job_ids: Sequence[str], runner: Runner = run_command) -> dict[str, JobState]:
     """The state of each job Slurm still knows; a job missing from the answer has left the controller."""
     if not job_ids:
