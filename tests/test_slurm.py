@@ -384,11 +384,18 @@ def test_waiting_settles_on_cancelled_and_purged_jobs(build_ws: Path, tmp_path: 
     # squeue knows only the dependent now: the others were purged; kill_invalid_depend cancelled it.
     answer = f"{ids['fleet-top']}|CANCELLED|DependencyNeverSatisfied\n"
 
+    timeouts = ["slurm_load_jobs error: Socket timed out on send/recv operation"] * 2  # a busy controller, twice
+
     def runner(argv, **kw):  # type: ignore[no-untyped-def]
+        if timeouts:
+            return CommandResult(tuple(argv), 1, "", timeouts.pop())
         return CommandResult(tuple(argv), 0, answer, "")
 
     build = SlurmBuild(build_ws, build_ws.parent / "recipes", output)
-    result = wait_jobs(jobs, plan, build, lambda line: None, runner=runner, sleep=lambda s: None)
+    logged: list[str] = []
+    result = wait_jobs(jobs, plan, build, logged.append, runner=runner, sleep=lambda s: None)
+    retry = "squeue failed (1): slurm_load_jobs error: Socket timed out on send/recv operation (trying again)"
+    assert logged == [retry, retry]
     outcome = {o.stage: (o.status, o.reason) for o in result.report.outcomes}
     assert outcome["amdgpu-target"] == ("built", f"(Slurm job {ids['amdgpu-target']})")
     assert outcome["fleet-smoke"] == ("failed", f"?[31mboom (Slurm job {ids['fleet-smoke']})")

@@ -50,6 +50,8 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 # What an #SBATCH line can hold unquoted (sbatch splits its options at whitespace).
 _SBATCH_SAFE = re.compile(r"^[^\s'\"\\#]+$")
 MIB_PER_GIB = 1024
+# squeue failures in a row that waiting survives.
+MAX_MISSES = 5
 
 
 @dataclass(frozen=True)
@@ -217,9 +219,9 @@ class _Tracker:
                 self.outcomes[vid] = self._finished(job, state, broken)
             # Slurm's own word for a failed dependency (it re-checks them every scheduling pass); a dependency that
             # never runs leaves the job waiting with reason "Dependency".
-            elif state.state == "PENDING" and broken is not None and (state.never_runs or broken[1] == "never ran"):
-                why = state.reason or "Dependency"
-                self.never[vid] = f"never ran: needs {broken[0]}, which {broken[1]} (Slurm job {job.job_id}: {why})"
+            elif state.state == "PENDING" and (state.never_runs or (broken is not None and broken[1] == "never ran")):
+                needs = f"needs {broken[0]}, which {broken[1]}" if broken else "a dependency did not end well"
+                self.never[vid] = f"never ran: {needs} (Slurm job {job.job_id}: {state.reason or 'Dependency'})"
         return len(self.outcomes) + len(self.never) == len(self.jobs)
 
     def _finished(self, job: Job, state: slurm.JobState | None, broken: tuple[str, str | None] | None) -> Outcome:
@@ -242,9 +244,20 @@ def wait_jobs(jobs: list[Job], plan: Plan, build: SlurmBuild, log: Callable[[str
               stage: str | None = None) -> SlurmResult:
     """Poll ``squeue`` until every job finished or waits on a failed one; the report covers every variant of the
     plan (those that needed no job as ``rocmlock build`` skips them)."""
-    started, delay = time.monotonic(), 1.0
+    started, delay, misses = time.monotonic(), 1.0, 0
     tracker = _Tracker(jobs, build.output)
-    while not tracker.update(slurm.job_states([j.job_id for j in jobs], runner)):
+    while True:
+        try:
+            states = slurm.job_states([j.job_id for j in jobs], runner)
+            misses = 0
+        except OperationError as exc:  # a busy controller times out now and then: give it a few polls
+            misses += 1
+            if misses > MAX_MISSES:
+                raise
+            log(f"{exc} (trying again)")
+        else:
+            if tracker.update(states):
+                break
         sleep(delay)
         delay = min(delay * 1.5, 30.0)
     by_id = {j.variant.id: j for j in jobs}

@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocmlock.cli.common import env_arg, err, manifest_arg, platform_arg, print_json, print_report
+
+if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
+    from rocmlock.deploy.verify import ProbeTarget
 
 
 def _locked_manifest(args: argparse.Namespace, command: str) -> Path:
@@ -175,7 +178,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from rocmlock.errors import InputError
     from rocmlock.util.runner import format_argv
 
-    if not args.slurm and (args.srun_args or args.nodes or args.nodelist or args.partition or args.time
+    if not args.slurm and (args.srun_args or args.nodes is not None or args.nodelist or args.partition or args.time
                            or args.reports):
         raise InputError("--nodes, --nodelist, --partition, --time, --reports and srun options go with --slurm")
     target = resolve_target(args.manifest_path, args.environment, args.prefix, os.environ.get("CONDA_PREFIX"))
@@ -186,7 +189,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return run_probe(cmd)
 
 
-def _verify_slurm(args: argparse.Namespace, target: Any) -> int:
+def _verify_slurm(args: argparse.Namespace, target: ProbeTarget) -> int:
     from rocmlock.deploy.report import render_fleet
     from rocmlock.deploy.slurm_verify import SlurmOptions, verify_fleet
     from rocmlock.deploy.verify import probe_command
