@@ -184,8 +184,8 @@ def _job_report(job: Job, output: Path) -> Outcome | None:
         entry = next(e for e in data["variants"] if e["id"] == job.variant.id)
         status, reason, seconds = entry["status"], str(entry["reason"]), float(entry["seconds"])
         log = entry.get("log")
-    except (OSError, ValueError, TypeError, KeyError, StopIteration):
-        return None
+    except (OSError, ValueError, TypeError, KeyError, StopIteration, RecursionError):
+        return None  # no report, or not one `rocmlock build --json` wrote: the job's state decides
     if status not in ("built", "skipped", "failed", "blocked"):
         return None
     return Outcome(job.variant.id, job.variant.stage, status, printable(reason), seconds,
