@@ -431,3 +431,19 @@ def test_a_refused_submission_cancels_the_jobs_submitted_before_it(
         submit_jobs(jobs, build, {}, lambda line: None, runner=runner)
     queued = slurm_env.run("squeue", "--noheader", "--states=PENDING,RUNNING", "--format=%j").stdout.split()
     assert not {f"rocmlock-{j.variant.id}" for j in jobs[:2]} & set(queued)
+
+
+def test_job_size_is_the_builds_max_jobs_rule_on_the_partitions_node() -> None:
+    from rocmlock.build.plan import Variant
+    from rocmlock.build.slurm import job_size
+
+    def variant(subdir: str) -> Variant:
+        return Variant("pytorch-2.12.1-x", "pytorch", "recipes/pytorch-rocm/recipe.yaml", "2.12.1", "x", subdir,
+                       (("gpu_target", "gfx942"),))
+
+    node = (64, 256 * 1024)  # 64 CPUs, 256 GiB
+    assert job_size(variant("linux-64"), node, {}) == (51, 51 * 5 * 1024)  # ~5 GiB per compile job
+    assert job_size(variant("linux-64"), node, {"MAX_JOBS": "8"}) == (8, 8 * 5 * 1024)
+    assert job_size(variant("linux-64"), node, {"MAX_JOBS": "128"}) == (64, 256 * 1024)  # never past the node
+    assert job_size(variant("linux-64"), (16, 8 * 1024), {}) == (1, 5 * 1024)
+    assert job_size(variant("noarch"), node, {"MAX_JOBS": "8"}) == (1, 5 * 1024)
