@@ -39,7 +39,8 @@ class Cluster:
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "SLURM_CONF": str(self.conf)}
+        """This environment pointed at the test cluster, without the variables of any job it may run inside."""
+        return {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}, "SLURM_CONF": str(self.conf)}
 
     def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, check=False, timeout=60)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sys
 import textwrap
@@ -36,6 +37,10 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture
 def slurm_env(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Cluster:
+    """The client commands pointed at the test cluster; a developer's own Slurm job (SLURM_JOB_ID, ...) left out."""
+    for name in list(os.environ):
+        if name.startswith("SLURM_"):
+            monkeypatch.delenv(name)
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
     return cluster
 
@@ -44,7 +49,7 @@ def slurm_env(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Cluster:
 
 FAKE_PYTHON = """#!/bin/sh
 # One fake node per srun task: its --root (sysfs, /dev, /etc/hostname, ROCm) and its tools (amd-smi, rocminfo).
-root="{fleet}/node$SLURM_PROCID"
+root={fleet}/node$SLURM_PROCID
 export PATH="$root/bin:$PATH" ROCM_PATH="$root/opt/rocm"
 [ -f "$root/sitecustomize.py" ] && export PYTHONPATH="$root${{PYTHONPATH:+:$PYTHONPATH}}"
 exec {python} "$@" --root "$root" --device cpu --only host --only tools --only rocm --only bench
@@ -90,7 +95,8 @@ def test_verify_slurm_runs_the_probe_on_every_task_and_reports_the_fleet(
     fake_node(fleet / "node2", "gpu-c", "gfx942", 90402, slow=True)
     prefix = tmp_path / ".pixi" / "envs" / "mi300x"
     (prefix / "conda-meta").mkdir(parents=True)
-    _script(prefix / "bin" / "python", FAKE_PYTHON.format(fleet=fleet, python=sys.executable))
+    _script(prefix / "bin" / "python", FAKE_PYTHON.format(fleet=shlex.quote(str(fleet)),
+                                                           python=shlex.quote(sys.executable)))
     reports = tmp_path / "reports"
     # One node here: three tasks on it stand for three nodes (srun options after --; a task count given there
     # replaces the one task per node).
