@@ -453,3 +453,15 @@ def test_job_size_is_the_builds_max_jobs_rule_on_the_partitions_node() -> None:
     assert job_size(variant("linux-64"), node, {"MAX_JOBS": "128"}) == (64, 256 * 1024)  # never past the node
     assert job_size(variant("linux-64"), (16, 8 * 1024), {}) == (1, 5 * 1024)
     assert job_size(variant("noarch"), node, {"MAX_JOBS": "8"}) == (1, 5 * 1024)
+
+
+def test_on_the_nodes_the_environments_own_probe_comes_first(tmp_path: Path) -> None:
+    """Other nodes have the environment (shared or unpacked), not necessarily this checkout."""
+    from rocmlock.deploy.verify import PREFIX_PROBE, REPO_PROBE, ProbeTarget, probe_script
+
+    target = ProbeTarget("prefix", tmp_path, None, None, None)
+    assert probe_script(target, prefer_prefix=True) == REPO_PROBE  # none in the prefix
+    (tmp_path / PREFIX_PROBE).parent.mkdir(parents=True)
+    (tmp_path / PREFIX_PROBE).write_text("")
+    assert probe_script(target, prefer_prefix=True) == tmp_path / PREFIX_PROBE
+    assert probe_script(target) == REPO_PROBE
