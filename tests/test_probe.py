@@ -7,6 +7,7 @@ import ast
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -520,8 +521,10 @@ def test_triton_build_without_its_variable_is_told_to_set_it(
 def test_json_report_schema_and_exit_code() -> None:
     proc = run_probe("--json")
     report = json.loads(proc.stdout)  # stdout holds the JSON and nothing else
-    assert set(report) == {"schema", "probe", "version", "ok", "failed", "python", "prefix", "expected", "checks"}
+    assert set(report) == {"schema", "probe", "version", "ok", "hostname", "rocm", "failed", "python", "prefix",
+                           "expected", "checks"}
     assert (report["schema"], report["probe"], report["version"]) == (1, "rocm-env-check", probe.PROBE_VERSION)
+    assert report["hostname"] == socket.gethostname()  # `rocmlock report` names the node by it
     for c in report["checks"]:
         assert set(c) == {"id", "title", "status", "evidence", "fix", "required", "seconds", "data"}
         assert c["status"] in probe.STATUSES and isinstance(c["required"], bool) and c["evidence"]
@@ -567,3 +570,9 @@ def test_triton_needs_a_c_compiler_at_run_time(tmp_path: Path, monkeypatch: pyte
     assert out.status == "ok" and out.evidence == f"gcc at {tmp_path / 'bin/gcc'}"
     out = probe.check_triton_cc(ctx_for(tmp_path, environ={"PATH": str(tmp_path / "bin"), "CC": "icx"}))
     assert out.status == "warn" and out.evidence.startswith("CC=icx is not an executable on PATH")
+
+
+def test_a_fake_root_names_its_node_by_its_etc_hostname(tmp_path: Path) -> None:
+    write(tmp_path / "etc/hostname", "gpu-node-07\n")
+    assert probe.node_name(ctx_for(tmp_path)) == "gpu-node-07"
+    assert probe.node_name(ctx_for(tmp_path / "nothing")) == socket.gethostname()

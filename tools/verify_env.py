@@ -29,6 +29,7 @@ import math
 import os
 import re
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -1371,10 +1372,21 @@ def run_check(ctx: Context, chk: Check, debug: bool) -> dict[str, Any]:
     }
 
 
+def node_name(ctx: Context) -> str:
+    """The node's name for fleet reports (``rocmlock report``): the kernel's, or ``<root>/etc/hostname`` under a
+    ``--root`` other than / (a container with the host mounted, a test's fake node)."""
+    if not ctx.real_root:
+        name = (read_text(ctx.path("/etc/hostname")) or "").strip()
+        if name:
+            return name
+    return socket.gethostname()
+
+
 def build_report(ctx: Context, results: list[dict[str, Any]]) -> dict[str, Any]:
     failed = [r["id"] for r in results if r["required"] and r["status"] == "fail"]
     return {
         "schema": SCHEMA_VERSION, "probe": "rocm-env-check", "version": PROBE_VERSION, "ok": not failed,
+        "hostname": node_name(ctx), "rocm": (host_rocm(ctx) or (None, None))[1],
         "failed": failed, "python": sys.version.split()[0], "prefix": str(ctx.prefix),
         "expected": {"arch": ctx.expect_arch, "arch_source": ctx.expect_arch_source or None,
                      "rocm": ctx.expect_rocm, "rocm_source": ctx.expect_rocm_source or None},

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
@@ -176,6 +176,16 @@ def pending(plan: Plan, output: Path | None, stage: str | None = None) -> tuple[
     """The variants a build would run: to build, of ``stage`` (all when ``None``), not yet in ``output``."""
     return tuple(v for v in _selected(plan, stage)
                  if v.to_build and (output is None or package_file(output, v) is None))
+
+
+def select_variant(plan: Plan, variant_id: str) -> Plan:
+    """The plan of ``variant_id`` alone (what one job of ``build --slurm`` builds); its dependencies must be built
+    already, in the output directory or the target channel."""
+    chosen = tuple(v for v in plan.variants if v.id == variant_id)
+    if not chosen:
+        raise InputError(f"--variant {variant_id}: no such variant in the plan",
+                         hint="`rocmlock plan` lists the variants (package-version-build)")
+    return replace(plan, variants=chosen)
 
 
 def _selected(plan: Plan, stage: str | None) -> tuple[Variant, ...]:

@@ -83,6 +83,12 @@ def add_build(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sources", type=Path, metavar="DIR", default=None,
                    help="a source cache filled by `rocmlock sources fetch`: every source must be there, and the "
                         "build takes them from it instead of the network")
+    p.add_argument("--variant", metavar="ID", help="only this variant of the plan (what a job of --slurm runs)")
+    p.add_argument("--slurm", action="store_true",
+                   help="submit the variants as Slurm batch jobs chained by --dependency=afterok, then wait for them")
+    p.add_argument("--partition", metavar="P", help="--slurm: the partition to submit to")
+    p.add_argument("--time", metavar="T", help="--slurm: each job's time limit (sbatch --time)")
+    p.add_argument("--dry-run", action="store_true", help="--slurm: print the batch scripts, submit nothing")
     p.add_argument("--json", action="store_true", help="print the build report as JSON on stdout")
 
 
@@ -150,9 +156,17 @@ def cmd_build(args: argparse.Namespace) -> int:
         build_plan,
         check_magma_home,
         render_summary,
+        select_variant,
     )
+    from rocmlock.errors import InputError
 
+    if args.slurm:
+        return _build_slurm(args)
+    if args.dry_run or args.partition or args.time:
+        raise InputError("--dry-run, --partition and --time go with --slurm")
     ws, plan = _load_plan(args, channel=args.channel)
+    if args.variant:
+        plan = select_variant(plan, args.variant)
     output = (args.output or ws.root / "output").resolve()
     for warning in check_magma_home(plan, output, args.stage, os.environ):
         err(f"warning: {warning}")
@@ -162,11 +176,71 @@ def cmd_build(args: argparse.Namespace) -> int:
     opts = BuildOptions(output, build_channels(ws, args.channel), args.stage, args.keep_going, blocked)
     progress = _BuildProgress()
     try:
-        report = build_plan(plan, opts, events=progress)
+        if args.variant:  # a job of --slurm, beside the other jobs that write the same output
+            from rocmlock.build.slurm import build_in_job
+
+            report = build_in_job(plan, opts, err, events=progress)
+        else:
+            report = build_plan(plan, opts, events=progress)
     finally:
         progress.close()
     print_report(args, report.to_dict(), render_summary(report))
     return 0 if report.ok else 1
+
+
+def _slurm_node(args: argparse.Namespace, output: Path) -> tuple[int, int]:
+    """(CPUs, MiB) of the partition's smallest node; a dry run where Slurm does not answer sizes them by this host."""
+    from rocmlock.errors import OperationError
+    from rocmlock.host.doctor import detect_resources
+    from rocmlock.util import slurm
+
+    try:
+        slurm.require(*(("sinfo",) if args.dry_run else ("sbatch", "squeue", "sinfo")))
+        node = slurm.node_size(args.partition)
+        if node is None:
+            raise OperationError(f"sinfo lists no node{f' in partition {args.partition}' if args.partition else ''}",
+                                 hint="`sinfo` shows the partitions and their nodes")
+        return node
+    except OperationError as exc:
+        if not args.dry_run:
+            raise
+        here = detect_resources(output)
+        err(f"{exc}; the jobs of this dry run are sized by this host ({here.cores} CPUs, "
+            f"{here.memory_bytes >> 30} GiB)")
+        return here.cores, here.memory_bytes >> 20
+
+
+def _build_slurm(args: argparse.Namespace) -> int:
+    import os
+
+    from rocmlock.build.builder import render_summary
+    from rocmlock.build.slurm import SlurmBuild, dry_run, plan_jobs, render_never, submit_jobs, wait_jobs
+    from rocmlock.errors import InputError
+    from rocmlock.util.credentials import redact_url
+
+    if args.variant or args.keep_going:
+        raise InputError("--slurm builds every variant of the plan and keeps going (Slurm runs what it can)",
+                         hint="drop --variant and --keep-going")
+    channel = args.channel
+    if channel and redact_url(channel) != channel:
+        raise InputError(f"--channel {redact_url(channel)}: its credentials would be written into every batch script",
+                         hint="give them through RATTLER_AUTH_FILE (keyed by host) instead of the URL")
+    if channel and "://" not in channel:  # a job runs in the workspace's directory, not this one
+        channel = str(Path(channel).expanduser().resolve())
+    ws, plan = _load_plan(args, channel=channel)
+    output = (args.output or ws.root / "output").resolve()
+    build = SlurmBuild(plan.manifest.resolve(), plan.recipes_dir, output, channel, args.partition, args.time,
+                       args.skip_doctor, args.sources.resolve() if args.sources else None)
+    jobs = plan_jobs(plan, output, _slurm_node(args, output), os.environ, args.stage)
+    if args.dry_run:
+        print(dry_run(jobs, build, os.environ))
+        err(f"{len(jobs)} job(s) would be submitted (--dry-run: nothing was)")
+        return 0
+    result = wait_jobs(submit_jobs(jobs, build, os.environ, err), plan, build, err, stage=args.stage)
+    data = result.report.to_dict() | {"jobs": {j.variant.id: j.job_id for j in result.jobs},
+                                      "never_ran": [j.variant.id for j in result.never]}
+    print_report(args, data, "\n".join(t for t in (render_summary(result.report), render_never(result)) if t))
+    return 0 if result.report.ok else 1
 
 
 def add_sources(p: argparse.ArgumentParser) -> None:

@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rocmlock.cli.common import env_arg, err, manifest_arg, platform_arg, print_json
+from rocmlock.cli.common import env_arg, err, manifest_arg, platform_arg, print_json, print_report
+
+if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
+    from rocmlock.deploy.verify import ProbeTarget
 
 
 def _locked_manifest(args: argparse.Namespace, command: str) -> Path:
@@ -190,18 +193,72 @@ def add_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the probe's report as JSON on stdout")
     p.add_argument("--bench", action="store_true", help="also measure bf16 GEMM TFLOP/s against the GPU's peak")
     p.add_argument("--train", action="store_true", help="also run a LoRA smoke training on a tiny local model")
+    slurm = p.add_argument_group("a fleet through Slurm (the environment at the same path on every node)")
+    slurm.add_argument("--slurm", action="store_true", help="run the probe on every node of one srun step, then "
+                       "merge the reports as `rocmlock report` does")
+    nodes = slurm.add_mutually_exclusive_group()
+    nodes.add_argument("--nodes", type=int, metavar="N", help="this many nodes (srun --nodes)")
+    nodes.add_argument("--nodelist", metavar="LIST", help="these nodes (srun --nodelist, e.g. gpu[01-16])")
+    slurm.add_argument("--partition", metavar="P", help="srun --partition")
+    slurm.add_argument("--time", metavar="T", help="srun --time (e.g. 15:00)")
+    slurm.add_argument("--reports", type=Path, metavar="DIR",
+                       help="where the nodes' reports go (default: ./verify-<env>; emptied first)")
+    _min_ratio_arg(slurm)
+    slurm.add_argument("srun_args", nargs="*", metavar="-- SRUN_ARGS", help="more srun options, after --")
+
+
+def _min_ratio_arg(p: argparse._ActionsContainer) -> None:
+    p.add_argument("--min-gemm-ratio", type=float, default=0.8, metavar="R",
+                   help="flag a node below R x the fleet's median GEMM TFLOP/s, or above its median train step "
+                        "time / R (default 0.8)")
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     import os
 
     from rocmlock.deploy.verify import probe_command, resolve_target, run_probe
+    from rocmlock.errors import InputError
     from rocmlock.util.runner import format_argv
 
+    if not args.slurm and (args.srun_args or args.nodes is not None or args.nodelist or args.partition or args.time
+                           or args.reports):
+        raise InputError("--nodes, --nodelist, --partition, --time, --reports and srun options go with --slurm")
     target = resolve_target(args.manifest_path, args.environment, args.prefix, os.environ.get("CONDA_PREFIX"))
+    if args.slurm:
+        return _verify_slurm(args, target)
     cmd = probe_command(target, json_out=args.json, bench=args.bench, train=args.train)
     err(f"> {format_argv(cmd)}")
     return run_probe(cmd)
+
+
+def _verify_slurm(args: argparse.Namespace, target: ProbeTarget) -> int:
+    from rocmlock.deploy.report import render_fleet
+    from rocmlock.deploy.slurm_verify import SlurmOptions, verify_fleet
+    from rocmlock.deploy.verify import probe_command
+
+    opts = SlurmOptions(args.nodes, args.nodelist, args.partition, args.time, tuple(args.srun_args))
+    reports = args.reports or Path(f"verify-{args.environment or target.prefix.name}")
+    cmd = probe_command(target, json_out=True, bench=args.bench, train=args.train, prefer_prefix=True)
+    fleet = verify_fleet(cmd, opts, reports.resolve(), args.min_gemm_ratio, err)
+    print_report(args, fleet.to_dict(), render_fleet(fleet))
+    return 0 if fleet.ok else 1
+
+
+def add_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                   help="probe reports (rocm-env-check --json, one per node) or directories of *.json")
+    p.add_argument("--json", action="store_true", help="print the merged report as JSON on stdout")
+    _min_ratio_arg(p)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from rocmlock.deploy.report import fleet_report, render_fleet
+
+    fleet = fleet_report(args.paths, args.min_gemm_ratio)
+    for bad in fleet.unreadable if args.json else ():  # the table lists them too
+        err(f"warning: {bad.source}: {bad.reason}")
+    print_report(args, fleet.to_dict(), render_fleet(fleet))
+    return 0 if fleet.ok else 1
 
 
 def add_preset(p: argparse.ArgumentParser) -> None:

@@ -38,6 +38,7 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("pack", "pack one locked environment into a verified bundle for nodes without a channel", "env"),
     ("unpack", "check a bundle and this node's GPU, install the bundle, run its probe", "env"),
     ("verify", "run the post-install probe with an environment's python", "env"),
+    ("report", "merge many nodes' probe reports into one table: failures grouped, slow GPUs flagged", "env"),
     ("preset", "write a LLaMA-Factory training YAML tuned to an environment's GPU", "env"),
     ("outdated", "which upstream pins of recipes/variants.yaml are behind PyPI, and their companions", "upstream"),
     ("bump", "move upstream pins in recipes/variants.yaml (hashes, companions, llamafactory's bounds)", "upstream"),

@@ -121,9 +121,11 @@ def resolve_target(manifest: Path, environment: str | None, prefix: Path | None,
     raise InputError("no environment to verify", hint="pass -e ENV (a pixi environment) or --prefix DIR")
 
 
-def probe_script(target: ProbeTarget) -> Path:
-    """The probe file: the repository's copy, else the one rocm-env-check installed into the prefix."""
-    for candidate in (REPO_PROBE, target.prefix / PREFIX_PROBE):
+def probe_script(target: ProbeTarget, prefer_prefix: bool = False) -> Path:
+    """The probe file: the repository's copy, else the one rocm-env-check installed into the prefix (that one first
+    with ``prefer_prefix``: on other nodes the environment is there, this checkout may not be)."""
+    candidates = (REPO_PROBE, target.prefix / PREFIX_PROBE)
+    for candidate in reversed(candidates) if prefer_prefix else candidates:
         if candidate.is_file():
             return candidate
     raise OperationError(f"probe not found at {REPO_PROBE} or {target.prefix / PREFIX_PROBE}",
@@ -131,9 +133,9 @@ def probe_script(target: ProbeTarget) -> Path:
 
 
 def probe_command(target: ProbeTarget, *, json_out: bool = False, bench: bool = False, train: bool = False,
-                  extra: Sequence[str] = ()) -> list[str]:
+                  extra: Sequence[str] = (), prefer_prefix: bool = False) -> list[str]:
     """The argv that runs the probe with the environment's python and the workspace's expectations."""
-    cmd = [str(target.python), str(probe_script(target)), "--prefix", str(target.prefix)]
+    cmd = [str(target.python), str(probe_script(target, prefer_prefix)), "--prefix", str(target.prefix)]
     if target.expect_arch:
         cmd += ["--expect-arch", target.expect_arch]
     if target.expect_rocm:

@@ -26,3 +26,10 @@ def line_problem(value: str, hash_allowed: bool = False) -> str | None:
     if not hash_allowed and "#" in value:
         return "holds a '#'"
     return None
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """``text`` safe for one terminal line: :func:`escape`d, at most ``limit`` characters. For strings read from
+    files rocmlock did not write."""
+    shown = escape(text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
