@@ -3,7 +3,7 @@
 Exit codes: 0 ok, 1 an operation failed, 2 bad input.
 This module parses and dispatches; each subcommand is a pair ``add_<name>(parser)`` / ``cmd_<name>(args) -> int``
 in the ``cli_*.py`` module of its group (``cli_build``: plan, doctor, build, sources, publish; ``cli_lock``: lock,
-export; ``cli_env``: install, pack, unpack, verify, preset; ``cli_upstream``: outdated, bump), and
+export; ``cli_env``: install, pack, unpack, verify, preset, audit; ``cli_upstream``: outdated, bump), and
 ``cli_common`` holds their shared output helpers and options. Core modules take data, return data and raise
 :class:`rocmlock.errors.RocmlockError`; the handlers import them when they run, so ``rocmlock --help`` stays quick.
 """
@@ -45,6 +45,8 @@ _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Ha
      cli_env.cmd_pack),
     ("unpack", "check a bundle and this node's GPU, install the bundle, run its probe", cli_env.add_unpack,
      cli_env.cmd_unpack),
+    ("audit", "which files hold GPU code, for which targets; exit 1 naming those that cannot run on the GPU",
+     cli_env.add_audit, cli_env.cmd_audit),
     ("verify", "run the post-install probe with an environment's python", cli_env.add_verify, cli_env.cmd_verify),
     ("preset", "write a LLaMA-Factory training YAML tuned to an environment's GPU", cli_env.add_preset,
      cli_env.cmd_preset),

@@ -1,0 +1,225 @@
+"""Finding device code: every ELF file with a ``.hip_fatbin`` section and every AMDGPU code object in a directory
+tree or a conda package (``.conda``: a zip holding ``pkg-*.tar.zst``; ``.tar.bz2``), read without installing, and
+which of them can run on a GPU target.
+
+Files are read where they lie (mapped, only their headers and the section touched); a package's ELF members are
+copied one at a time to a private temporary file. A file that cannot be read is reported with the reason and
+counts as one that cannot run: an audit never passes over device code it could not read.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import shutil
+import struct
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from rocmlock.gpu.offload import (
+    OffloadError,
+    TargetId,
+    code_object_target,
+    covers,
+    is_code_object,
+    read_fatbin,
+    runs_on,
+    shown,
+)
+
+SECTION = b".hip_fatbin"
+Kind = Literal["fatbin", "code-object"]
+# A build string's GPU target (``rocm72_gfx942_py312_h1a2b3c4_0``, ``gfx942`` for amdgpu-target itself).
+_BUILD_GFX = re.compile(r"(?:^|_)(gfx[0-9]+[0-9a-f]{2})(?:_|$)")
+
+
+@dataclass(frozen=True)
+class DeviceCode:
+    """One file with device code: its path (relative, as shown), what holds the code, the targets, or why it
+    could not be read (``error``; then ``targets`` is empty)."""
+
+    path: str
+    kind: Kind
+    targets: tuple[TargetId, ...] = ()
+    bundles: int = 0
+    error: str = ""
+
+    def runs_on(self, gpu: TargetId) -> bool:
+        return not self.error and any(runs_on(t, gpu) for t in self.targets)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "bundles": self.bundles,
+                "targets": sorted({str(t) for t in self.targets}), "error": self.error or None}
+
+
+def build_string_target(build: str) -> str | None:
+    """The gfx target a package's build string names (``rocm72_gfx942_py312_h1a2b3c4_0`` -> ``gfx942``)."""
+    match = _BUILD_GFX.search(build)
+    return match.group(1) if match else None
+
+
+# ----------------------------------------------------------------------------- one file
+
+
+def scan_file(path: Path, shown_as: str) -> DeviceCode | None:
+    """The device code of the ELF file at ``path`` (None when it has none; non-ELF files have none)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"\x7fELF":
+                return None
+            size = os.fstat(f.fileno()).st_size
+            if size < 64:
+                return None
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return _scan_elf(data, shown_as)
+    except OSError as exc:
+        return DeviceCode(shown_as, "fatbin", error=f"cannot read it ({exc.strerror or exc})")
+
+
+def _scan_elf(data: mmap.mmap, name: str) -> DeviceCode | None:
+    head = data[:64]
+    if is_code_object(head):
+        try:
+            return DeviceCode(name, "code-object", (code_object_target(head),))
+        except OffloadError as exc:
+            return DeviceCode(name, "code-object", error=str(exc))
+    if head[4:6] != b"\x02\x01":
+        return None  # 32-bit or big-endian: no HIP host library
+    try:
+        section = _section(data, SECTION)
+        if section is None:
+            return None
+        bundles = read_fatbin(data, section[0], section[1])
+    except OffloadError as exc:
+        return DeviceCode(name, "fatbin", error=str(exc))
+    targets = tuple(dict.fromkeys(t for b in bundles for t in b.targets))
+    return DeviceCode(name, "fatbin", targets, len(bundles),
+                      "" if targets else "a .hip_fatbin section with no AMDGPU code in it")
+
+
+def _section(data: mmap.mmap, wanted: bytes) -> tuple[int, int] | None:
+    """``(start, end)`` in the file of the section named ``wanted``; OffloadError for headers that lie."""
+    try:
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+        if shnum == 0 or shentsize < 64 or shstrndx >= shnum or shoff + shnum * shentsize > len(data):
+            return None  # no section headers (stripped of them, or not there): nothing to find
+        headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    except struct.error:
+        raise OffloadError("truncated or damaged ELF file (its headers point past its end)") from None
+    names = headers[shstrndx][4]
+    for name, kind, _flags, _addr, offset, size in headers:
+        if names + name >= len(data) or data[names + name:names + name + len(wanted) + 1] != wanted + b"\0":
+            continue
+        if kind == 8:  # SHT_NOBITS: no bytes in the file
+            return None
+        if offset + size > len(data):
+            raise OffloadError(f"its {wanted.decode()} section claims {size} bytes at offset {offset}, "
+                               f"past the end of the file ({len(data)} bytes)")
+        return offset, offset + size
+    return None
+
+
+# ----------------------------------------------------------------------------- a tree, a package
+
+
+def scan_tree(root: Path) -> list[DeviceCode]:
+    """Every file with device code under ``root`` (symlinks not followed, so each file once), sorted by path."""
+    found: list[DeviceCode] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            code = scan_file(path, path.relative_to(root).as_posix())
+            if code is not None:
+                found.append(code)
+    return sorted(found, key=lambda c: c.path)
+
+
+def scan_package(package: Path | IO[bytes], shown_as: str) -> list[DeviceCode]:
+    """Every file with device code inside a conda package (a path or an open, seekable file), read without
+    installing it; OffloadError for a package that is not one."""
+    try:
+        if shown_as.endswith(".conda"):
+            return list(_scan_conda(package, shown_as))
+        if shown_as.endswith(".tar.bz2"):
+            with (tarfile.open(package, "r:bz2") if isinstance(package, Path)
+                  else tarfile.open(fileobj=package, mode="r:bz2")) as bz2:
+                return list(_scan_tar(bz2))
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
+        raise OffloadError(f"{shown(shown_as)}: not a readable conda package ({exc})") from None
+    raise OffloadError(f"{shown(shown_as)}: not a conda package (.conda or .tar.bz2)")
+
+
+def _scan_conda(package: Path | IO[bytes], shown_as: str) -> Iterator[DeviceCode]:
+    import zstandard
+
+    with zipfile.ZipFile(package) as archive:
+        inner = [n for n in archive.namelist() if n.startswith("pkg-") and n.endswith(".tar.zst")]
+        if len(inner) != 1:
+            raise OffloadError(f"{shown(shown_as)}: a .conda package holds one pkg-*.tar.zst, this holds {len(inner)}")
+        with archive.open(inner[0]) as raw, zstandard.ZstdDecompressor().stream_reader(raw) as stream:
+            try:
+                # _scan_tar closes the tar it is given.
+                yield from _scan_tar(tarfile.open(fileobj=stream, mode="r|"))  # noqa: SIM115
+            except zstandard.ZstdError as exc:
+                raise OffloadError(f"{shown(shown_as)}: its {inner[0]} is damaged ({exc})") from None
+
+
+def _scan_tar(tar: tarfile.TarFile) -> Iterator[DeviceCode]:
+    """The ELF members of a package's tar, each copied to a private temporary file and scanned there."""
+    with tar, tempfile.TemporaryDirectory(prefix="rocmlock-audit-") as tmp:
+        scratch = Path(tmp) / "member"
+        for member in tar:
+            if not member.isfile() or member.size < 64:
+                continue
+            source = tar.extractfile(member)
+            if source is None:
+                continue
+            with source:
+                if source.read(4) != b"\x7fELF":
+                    continue
+                with open(scratch, "wb") as out:
+                    out.write(b"\x7fELF")
+                    shutil.copyfileobj(source, out, 1 << 20)
+            code = scan_file(scratch, shown(member.name))
+            if code is not None:
+                yield code
+        scratch.unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+
+def cannot_run(found: Iterable[DeviceCode], gpu: TargetId) -> list[DeviceCode]:
+    """The files whose device code cannot run on ``gpu`` (unreadable ones included)."""
+    return [code for code in found if not code.runs_on(gpu)]
+
+
+def foreign(code: DeviceCode, gfx: str) -> list[TargetId]:
+    """The targets of ``code`` for another GPU than ``gfx`` (a generic target that covers ``gfx`` is not one)."""
+    return [t for t in code.targets if not covers(t.processor, gfx)]
+
+
+def identity_problems(found: Iterable[DeviceCode], gfx: str) -> list[str]:
+    """Why a package whose build string names ``gfx`` contradicts it: a file that cannot run on ``gfx``, or that
+    holds code for another GPU too (the build string is the package's identity: one target, no fat build)."""
+    problems = []
+    gpu = TargetId(gfx)
+    for code in found:
+        if code.error:
+            problems.append(f"{code.path}: {code.error}")
+        elif not code.runs_on(gpu):
+            problems.append(f"{code.path}: code for {', '.join(sorted({str(t) for t in code.targets}))}, "
+                            f"none for {gfx}")
+        elif other := foreign(code, gfx):
+            problems.append(f"{code.path}: also holds code for {', '.join(sorted({str(t) for t in other}))}")
+    return problems
