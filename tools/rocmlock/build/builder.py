@@ -28,7 +28,7 @@ from rocmlock.channel import channel_dir
 from rocmlock.channel.repodata import PACKAGE_SUFFIXES
 from rocmlock.errors import InputError, OperationError
 from rocmlock.gpu.devicecode import identity_problems, scan_package
-from rocmlock.gpu.offload import OffloadError
+from rocmlock.gpu.offload import OffloadError, sorted_names
 from rocmlock.gpu.targets import GpuTarget, get_target
 from rocmlock.host import magma
 from rocmlock.util.credentials import redact_text
@@ -256,7 +256,7 @@ def check_device_code(output: Path, variant: Variant, log: Callable[[str], None]
         if not found and _compiles(variant):
             problems = ["no device code at all (no HIP library, no code object)"]
     for code in found:
-        log(f"device code: {code.path}: {', '.join(sorted({str(t) for t in code.targets})) or code.error}")
+        log(f"device code: {code.path}: {', '.join(sorted_names(code.targets)) or code.error}")
     if not problems:
         return
     rejected = output / REJECTED / package.name

@@ -21,7 +21,7 @@ from typing import IO, Any
 from rocmlock.deploy.bundle import CHANNEL_DIR, ROCMLOCK_METADATA, BundleMetadata, read_metadata
 from rocmlock.errors import InputError, OperationError
 from rocmlock.gpu.devicecode import DeviceCode, build_string_target, cannot_run, scan_package, scan_tree
-from rocmlock.gpu.offload import OffloadError, TargetId, parse_target_id, shown
+from rocmlock.gpu.offload import OffloadError, TargetId, parse_target_id, shown, sorted_names
 from rocmlock.util.text import format_table
 
 _AMDGPU_TARGET = re.compile(r"amdgpu-target-[^-]+-(gfx[0-9]+[0-9a-f]{2})\.json")
@@ -70,7 +70,7 @@ def _holds(code: DeviceCode) -> str:
     if code.error:
         return f"unreadable: {code.error}"
     where = f"{code.bundles} bundle(s)" if code.kind == "fatbin" else "code object"
-    return f"{', '.join(sorted({str(t) for t in code.targets}))} ({where})"
+    return f"{', '.join(sorted_names(code.targets))} ({where})"
 
 
 def gpu_target(text: str, where: str = "--target") -> TargetId:

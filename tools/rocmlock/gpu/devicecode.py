@@ -31,6 +31,7 @@ from rocmlock.gpu.offload import (
     read_fatbin,
     runs_on,
     shown,
+    sorted_names,
 )
 
 SECTION = b".hip_fatbin"
@@ -55,7 +56,7 @@ class DeviceCode:
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "kind": self.kind, "bundles": self.bundles,
-                "targets": sorted({str(t) for t in self.targets}), "error": self.error or None}
+                "targets": sorted_names(self.targets), "error": self.error or None}
 
 
 def build_string_target(build: str) -> str | None:
@@ -108,8 +109,10 @@ def _section(data: mmap.mmap, wanted: bytes) -> tuple[int, int] | None:
     try:
         shoff, = struct.unpack_from("<Q", data, 0x28)
         shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-        if shnum == 0 or shentsize < 64 or shstrndx >= shnum or shoff + shnum * shentsize > len(data):
-            return None  # no section headers (stripped of them, or not there): nothing to find
+        if shnum == 0:
+            return None  # no section headers: nothing to find
+        if shentsize < 64 or shstrndx >= shnum or shoff + shnum * shentsize > len(data):
+            raise OffloadError("truncated or damaged ELF file (its section headers are not all there)")
         headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
     except struct.error:
         raise OffloadError("truncated or damaged ELF file (its headers point past its end)") from None
@@ -218,8 +221,8 @@ def identity_problems(found: Iterable[DeviceCode], gfx: str) -> list[str]:
         if code.error:
             problems.append(f"{code.path}: {code.error}")
         elif not code.runs_on(gpu):
-            problems.append(f"{code.path}: code for {', '.join(sorted({str(t) for t in code.targets}))}, "
+            problems.append(f"{code.path}: code for {', '.join(sorted_names(code.targets))}, "
                             f"none for {gfx}")
         elif other := foreign(code, gfx):
-            problems.append(f"{code.path}: also holds code for {', '.join(sorted({str(t) for t in other}))}")
+            problems.append(f"{code.path}: also holds code for {', '.join(sorted_names(other))}")
     return problems

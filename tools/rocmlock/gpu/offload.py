@@ -30,7 +30,7 @@ import io
 import re
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Literal, Protocol, cast
 
@@ -96,6 +96,15 @@ class TargetId:
     @property
     def generic(self) -> bool:
         return self.processor.endswith("-generic")
+
+
+def sorted_names(targets: Iterable[TargetId]) -> list[str]:
+    """The targets' names, once each, in ISA order (gfx90a before gfx942 before gfx1100), generic ones after."""
+    def key(name: str) -> tuple[int, ...]:
+        match = re.match(r"gfx([0-9]+)([0-9a-f])([0-9a-f])", name)
+        return (0, int(match.group(1)), int(match.group(2), 16), int(match.group(3), 16)) if match else (1,)
+
+    return sorted({str(t) for t in targets}, key=lambda n: (key(n), n))
 
 
 def parse_target_id(text: str) -> TargetId:
