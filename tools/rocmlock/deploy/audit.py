@@ -10,6 +10,7 @@ renders the report. ``rocmlock unpack`` runs :func:`check_bundle_for_node` as pa
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import re
 import tarfile
 import tempfile
@@ -209,6 +210,11 @@ def check_bundle_for_node(where: Path, meta: BundleMetadata, node_gpus: tuple[st
     gpus = sorted({g for g in node_gpus if g == meta.gpu_target})
     if not gpus:
         return "device code check: no GPU of the bundle's target on this node; nothing to check"
+    if importlib.util.find_spec("zstandard") is None:
+        # The bundle's installer (--with-installer) brings rocmlock and py-rattler only; zstandard's wheels are
+        # per Python version. `rocmlock audit BUNDLE` where rocmlock is installed does the same check.
+        return ("device code check skipped: the zstandard module is not installed (`pip install zstandard`, "
+                "or run `rocmlock audit BUNDLE` where rocmlock is installed)")
     with _opened_bundle(where) as (_meta, open_package):
         files = tuple(_bundle_files(meta, open_package, where))
     report = AuditReport(str(where), gpu_target(gpus[0]), "this node's GPU", files)
