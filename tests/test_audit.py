@@ -158,8 +158,9 @@ def test_publish_refuses_a_fat_package_and_publishes_a_right_one(tmp_path: Path,
     assert "nothing was published" in err and not list(dest.rglob("*.conda"))
     right = _channel_with(tmp_path / "right", {"lib/k.hsaco": kernels["gfx942"]})
     assert main(["publish", "--from", str(right), "--to", str(dest)]) == 0
-    assert "device code of linux-64/bitsandbytes-1.0-rocm72_gfx942_py312_h0_0.conda: matches gfx942" in \
-        capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "device code of linux-64/bitsandbytes-1.0-rocm72_gfx942_py312_h0_0.conda: 1 file(s), all for gfx942" in err
+    assert "device code of noarch/amdgpu-target-1.0-gfx942.conda: none (nothing for gfx942 to contradict)" in err
     assert len(list(dest.rglob("*.conda"))) == 2
 
 
@@ -278,3 +279,11 @@ def test_unpack_refuses_such_a_bundle_on_a_gfx942_node_and_force_installs(
     # The installed environment audits the same way, its target read from its amdgpu-target package.
     code, out, _ = _audit(capsys, "--prefix", str(prefix))
     assert code == 1 and re.search(f"FAIL +{SITE}/torch/lib/kernels.hsaco", out)
+
+
+def test_a_file_name_with_control_characters_reaches_the_terminal_defused(
+        tmp_path: Path, kernels: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = _prefix(tmp_path / "env", "gfx942", {"lib/evil\x1b[2J\x07.hsaco": kernels["gfx90a"]})
+    code, out, _ = _audit(capsys, "--prefix", str(prefix))
+    assert code == 1 and "\x1b" not in out and "\x07" not in out
+    assert "lib/evil?[2J?.hsaco" in out

@@ -705,14 +705,16 @@ def _decompress_start(payload: bytes, method: int, limit: int) -> bytes:
     try:
         from compression import zstd  # type: ignore[import-not-found,unused-ignore]  # Python 3.14+
 
-        reader: Any = zstd.ZstdFile(io.BytesIO(payload))
+        # clang's frames are single-segment: the window is the whole bundle (up to zstd's 2 GiB maximum).
+        reader: Any = zstd.ZstdFile(io.BytesIO(payload), options={zstd.DecompressionParameter.window_log_max: 31})
     except ImportError:
         try:
             import zstandard  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             raise KernelReadError("zstd-compressed bundles, and this python has no zstd module "
                                   "(`pip install zstandard`)") from None
-        reader = zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(io.BytesIO(payload))
+        # clang's frames are single-segment: the window is the whole bundle (up to zstd's 2 GiB maximum).
+        reader = zstandard.ZstdDecompressor(max_window_size=1 << 31).stream_reader(io.BytesIO(payload))
     with reader:
         return bytes(reader.read(limit))
 
@@ -819,7 +821,7 @@ def _gpu_names(ctx: Context) -> list[str]:
 def _scan_prefix(prefix: Path) -> Iterator[tuple[str, list[str] | str]]:
     """(path relative to the prefix, its target IDs or why they cannot be read) for every file with GPU code."""
     for dirpath, dirnames, filenames in os.walk(prefix):
-        dirnames[:] = sorted(d for d in dirnames if d not in ("pkgs", "conda-meta"))
+        dirnames[:] = sorted(d for d in dirnames if Path(dirpath) != prefix or d not in ("pkgs", "conda-meta"))
         for name in sorted(filenames):
             path = Path(dirpath) / name
             if path.is_symlink() or not path.is_file():

@@ -28,12 +28,15 @@ def check_device_code(packages: Iterable[tuple[str, Path]], log: Callable[[str],
         if gfx is None:
             continue
         try:
-            problems = identity_problems(scan_package(path, path.name), gfx)
+            found = scan_package(path, path.name)
         except OffloadError as exc:
-            problems = [str(exc)]
+            found, problems = [], [str(exc)]
+        else:
+            problems = identity_problems(found, gfx)
         if problems:
             more = f" (+{len(problems) - 1} more: `rocmlock audit {path}` lists them)" if problems[1:] else ""
             raise OperationError(f"{key}: its device code contradicts its build string ({gfx}): "
                                  f"{problems[0]}{more}; nothing was published",
                                  hint=f"rebuild it for {gfx} only, or remove it from {path.parent}")
-        log(f"device code of {key}: matches {gfx}")
+        log(f"device code of {key}: {len(found)} file(s), all for {gfx}" if found else
+            f"device code of {key}: none (nothing for {gfx} to contradict)")

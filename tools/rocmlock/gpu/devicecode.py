@@ -28,6 +28,7 @@ from rocmlock.gpu.offload import (
     code_object_target,
     covers,
     is_code_object,
+    printable,
     read_fatbin,
     runs_on,
     shown,
@@ -141,7 +142,7 @@ def scan_tree(root: Path) -> list[DeviceCode]:
             path = Path(dirpath) / name
             if path.is_symlink() or not path.is_file():
                 continue
-            code = scan_file(path, path.relative_to(root).as_posix())
+            code = scan_file(path, printable(path.relative_to(root).as_posix()))
             if code is not None:
                 found.append(code)
     return sorted(found, key=lambda c: c.path)
@@ -193,7 +194,7 @@ def _scan_tar(tar: tarfile.TarFile) -> Iterator[DeviceCode]:
                 with open(scratch, "wb") as out:
                     out.write(b"\x7fELF")
                     shutil.copyfileobj(source, out, 1 << 20)
-            code = scan_file(scratch, shown(member.name))
+            code = scan_file(scratch, printable(member.name))
             if code is not None:
                 yield code
         scratch.unlink(missing_ok=True)

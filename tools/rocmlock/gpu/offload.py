@@ -189,6 +189,11 @@ def entry_target(entry_id: str) -> TargetId | None:
         raise OffloadError(f"bundle entry '{shown(entry_id)}' names no AMDGPU target ID") from None
 
 
+def printable(text: str) -> str:
+    """A name from a file or a directory, safe for a terminal line: control characters become ``?``."""
+    return "".join("?" if ord(c) < 32 or 127 <= ord(c) < 160 else c for c in text)
+
+
 def shown(text: str) -> str:
     """A string from a file, safe for a terminal line: printable ASCII only, at most 80 characters."""
     clean = "".join(c if " " <= c <= "~" else "?" for c in text)
@@ -341,10 +346,12 @@ def _decompress(payload: _Reader, method: int, limit: int, where: str) -> bytes:
             return _inflate(_Stream(payload), limit)
         import zstandard
 
-        # zstd's default decoder window limit (ZSTD_WINDOWLOG_LIMIT_DEFAULT, 128 MiB): a hostile frame cannot ask
-        # for more decoder memory than that.
+        # clang writes single-segment frames, whose window is the whole uncompressed bundle (hundreds of MB for a
+        # large library), so the limit is zstd's own maximum (ZSTD_WINDOWLOG_MAX_64, 2 GiB). The window buffer is
+        # allocated but only the pages the 1 MiB read writes are touched (a 2 GiB-window frame read this way peaks
+        # at 13 MB resident).
         source = cast(IO[bytes], _Stream(payload))
-        reader = zstandard.ZstdDecompressor(max_window_size=1 << 27).stream_reader(source)
+        reader = zstandard.ZstdDecompressor(max_window_size=1 << 31).stream_reader(source)
         return b"".join(_chunks(reader, limit))
     except zlib.error as exc:
         raise OffloadError(f"{where}: cannot decompress it ({exc})") from None
