@@ -288,3 +288,30 @@ def test_a_file_name_with_control_characters_reaches_the_terminal_defused(
     code, out, _ = _audit(capsys, "--prefix", str(prefix))
     assert code == 1 and "\x1b" not in out and "\x07" not in out
     assert "lib/evil?[2J?.hsaco" in out
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    ("cut", "not a readable conda package (File is not a zip file)"),
+    ("inner", "its pkg-mylib-1.0-rocm72_gfx942_py312_h0_0.tar.zst is damaged (zstd decompress error"),
+    ("bz2", "not a readable conda package"),
+])
+def test_a_damaged_package_is_one_line_exit_2(tmp_path: Path, kernels: dict[str, Path], damage: str, message: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import zipfile
+
+    pkg = make_package(tmp_path / "out", "mylib", "rocm72_gfx942_py312_h0_0", {"lib/k.hsaco": kernels["gfx942"]},
+                       bz2=damage == "bz2")
+    bad = tmp_path / "bad" / pkg.name
+    bad.parent.mkdir()
+    if damage == "inner":
+        with zipfile.ZipFile(pkg) as src, zipfile.ZipFile(bad, "w") as out:
+            for name in src.namelist():
+                data = src.read(name)
+                out.writestr(name, data[:20] + bytes(b ^ 0x55 for b in data[20:200]) + data[200:]
+                             if name.startswith("pkg-") else data)
+    else:
+        bad.write_bytes(pkg.read_bytes()[:300])
+    code, out, err = _audit(capsys, str(bad))
+    assert code == 2 and not out and "Traceback" not in err
+    assert err.splitlines()[0].startswith(f"error: {bad}: ") and message in err
+    assert err.splitlines()[1] == "hint: download or build the package again"

@@ -143,7 +143,7 @@ def _audit_package(path: Path, target: str | None) -> AuditReport:
     try:
         files = scan_package(path, path.name)
     except OffloadError as exc:
-        raise InputError(str(exc)) from None
+        raise InputError(f"{path.parent}/{exc}", hint="download or build the package again") from None
     return AuditReport(str(path), gpu_target(target), "the build string" if target == build_string_target(build)
                        else "--target", tuple(files))
 
