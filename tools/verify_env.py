@@ -3,7 +3,8 @@
 
 One standalone file, run by the environment's own python (``pixi run -e mi300x verify``,
 ``rocmlock verify -e mi300x``, or ``rocm-env-check`` inside a conda environment). It uses the
-standard library, plus torch / flash_attn / transformers / peft / llamafactory when they import.
+standard library, plus torch / flash_attn / transformers / peft / llamafactory (and zstandard, for
+zstd-compressed GPU code before Python 3.14) when they import.
 It never imports rocmlock: the expected GPU target and ROCm version come from flags
 (``--expect-arch``, ``--expect-rocm``, ``--peak-tflops``) or from the environment's conda-meta
 (the ``amdgpu-target`` and ``rocm-version`` packages), with a small built-in table as fallback.
