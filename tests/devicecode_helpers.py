@@ -147,3 +147,18 @@ def host_elf(section: bytes, name: bytes = b".hip_fatbin") -> bytes:
     strs = struct.pack("<IIQQQQIIQQ", 1 + len(name) + 1, 3, 0, 0, strtab_off, len(shstrtab), 0, 0, 1, 0)
     body = ehdr + section + shstrtab
     return body + b"\0" * (shoff - len(body)) + null + sec + strs
+
+
+def aks2(kernels: list[tuple[str, bytes]]) -> bytes:
+    """An AOTriton kernel archive as its v2python/aks2.py writes one: ``AKS2``, u32 uncompressed size, u32 kernel
+    count, u32 directory size, then one xz stream of the directory (shared memory, block threads, offset, size,
+    name length, name + NUL: u32s little-endian) and the code objects."""
+    import lzma
+
+    directory, offset = b"", 0
+    for name, blob in kernels:
+        raw = name.encode() + b"\0"
+        directory += struct.pack("<IIIII", 0, 256, offset, len(blob), len(raw)) + raw
+        offset += len(blob)
+    body = directory + b"".join(blob for _, blob in kernels)
+    return b"AKS2" + struct.pack("<III", len(body), len(kernels), len(directory)) + lzma.compress(body)

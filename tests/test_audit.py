@@ -315,3 +315,24 @@ def test_a_damaged_package_is_one_line_exit_2(tmp_path: Path, kernels: dict[str,
     assert code == 2 and not out and "Traceback" not in err
     assert err.splitlines()[0].startswith(f"error: {bad}: ") and message in err
     assert err.splitlines()[1] == "hint: download or build the package again"
+
+
+def test_aotriton_kernel_archives_count_as_device_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from devicecode_helpers import aks2
+
+    objects = code_objects()
+    images = f"{SITE}/torch/lib/aotriton.images"
+    wrong, right = tmp_path / "wrong.aks2", tmp_path / "right.aks2"
+    wrong.write_bytes(aks2([("attn_fwd-Gpu-gfx90a", objects["gfx90a"])]))
+    right.write_bytes(aks2([("attn_fwd-Gpu-gfx942", objects["gfx942"])]))
+    prefix = _prefix(tmp_path / "env", "gfx942", {f"{images}/amd-gfx942/flash/attn_fwd.aks2": right,
+                                                  f"{images}/amd-gfx90a/flash/attn_fwd.aks2": wrong})
+    code, out, _ = _audit(capsys, "--prefix", str(prefix))
+    assert code == 1
+    assert re.search(f"ok +{images}/amd-gfx942/flash/attn_fwd.aks2 +gfx942 \\(AOTriton archive\\)", out)
+    assert re.search(f"FAIL +{images}/amd-gfx90a/flash/attn_fwd.aks2 +gfx90a \\(AOTriton archive\\)", out)
+    # Inside a package too (the tar member is copied out like an ELF one).
+    pkg = make_package(tmp_path / "out", "aotriton", "rocm72_gfx942_h0_0",
+                       {"lib/aotriton.images/amd-gfx90a/attn_fwd.aks2": wrong})
+    code, out, _ = _audit(capsys, str(pkg))
+    assert code == 1 and "lib/aotriton.images/amd-gfx90a/attn_fwd.aks2" in out

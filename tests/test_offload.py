@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from devicecode_helpers import BNB_TARGETS, bnb_library, ccob, host_elf, plain_bundle
+from devicecode_helpers import BNB_TARGETS, aks2, bnb_library, ccob, host_elf, plain_bundle
 from devicecode_helpers import code_objects as bnb_code_objects
 from rocmlock.gpu import offload
 from rocmlock.gpu.devicecode import scan_file
@@ -85,6 +85,27 @@ def test_plain_zlib_v2_and_back_to_back_bundles_read_like_the_real_one(code_obje
     assert [[str(t) for t in b.targets] for b in bundles] == [["gfx942", "gfx90a"], ["gfx1100"], ["gfx1201"]]
     code = scan_file(_fatbin(tmp_path, section), "lib.so")
     assert code is not None and code.bundles == 3 and len(code.targets) == 4
+
+
+def test_an_aotriton_kernel_archive_names_the_target_of_its_code_objects(code_objects: dict[str, bytes],
+                                                                         tmp_path: Path) -> None:
+    path = tmp_path / "FONLY__^bf16@16,128,False,True.aks2"
+    path.write_bytes(aks2([("attn_fwd-Sig-F__^bf16_128-Gpu-gfx942", code_objects["gfx942"]),
+                           ("attn_fwd-Sig-F__^bf16_64-Gpu-gfx942", b""),  # a kernel that did not compile: size 0
+                           ("attn_fwd-Sig-F__^fp16_128-Gpu-gfx942", code_objects["gfx942"])]))
+    code = scan_file(path, path.name)
+    assert code is not None and code.kind == "aks2" and not code.error
+    assert [str(t) for t in code.targets] == ["gfx942"]
+    assert code.runs_on(TargetId("gfx942")) and not code.runs_on(TargetId("gfx90a"))
+    data = path.read_bytes()
+    for damaged, message in [
+        (data[:16] + bytes(b ^ 0x33 for b in data[16:64]) + data[64:], "AKS2 archive: cannot decompress it"),
+        (data[:8] + struct.pack("<I", 1 << 30) + data[12:], "AKS2 header claims 1073741824 kernels"),
+        (aks2([("empty", b"")]), "AKS2 archive: no code object in its first 4 MiB"),
+    ]:
+        path.write_bytes(damaged)
+        code = scan_file(path, path.name)
+        assert code is not None and message in code.error and "\n" not in code.error
 
 
 # ----------------------------------------------------------------------------- which code runs where

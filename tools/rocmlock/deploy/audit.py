@@ -70,7 +70,7 @@ class AuditReport:
 def _holds(code: DeviceCode) -> str:
     if code.error:
         return f"unreadable: {code.error}"
-    where = f"{code.bundles} bundle(s)" if code.kind == "fatbin" else "code object"
+    where = {"fatbin": f"{code.bundles} bundle(s)", "aks2": "AOTriton archive"}.get(code.kind, "code object")
     return f"{', '.join(sorted_names(code.targets))} ({where})"
 
 

@@ -1,6 +1,6 @@
-"""Finding device code: every ELF file with a ``.hip_fatbin`` section and every AMDGPU code object in a directory
-tree or a conda package (``.conda``: a zip holding ``pkg-*.tar.zst``; ``.tar.bz2``), read without installing, and
-which of them can run on a GPU target.
+"""Finding device code: every ELF file with a ``.hip_fatbin`` section, every AMDGPU code object and every AOTriton
+kernel archive (``.aks2``) in a directory tree or a conda package (``.conda``: a zip holding ``pkg-*.tar.zst``;
+``.tar.bz2``), read without installing, and which of them can run on a GPU target.
 
 Files are read where they lie (mapped, only their headers and the section touched); a package's ELF members are
 copied one at a time to a private temporary file. A file that cannot be read is reported with the reason and
@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from rocmlock.gpu.offload import (
+    AKS2_LIMIT,
     OffloadError,
     TargetId,
     code_object_target,
     covers,
     is_code_object,
     printable,
+    read_aks2,
     read_fatbin,
     runs_on,
     shown,
@@ -36,7 +38,7 @@ from rocmlock.gpu.offload import (
 )
 
 SECTION = b".hip_fatbin"
-Kind = Literal["fatbin", "code-object"]
+Kind = Literal["fatbin", "code-object", "aks2"]
 # A build string's GPU target (``rocm72_gfx942_py312_h1a2b3c4_0``, ``gfx942`` for amdgpu-target itself).
 _BUILD_GFX = re.compile(r"(?:^|_)(gfx[0-9]+[0-9a-f]{2})(?:_|$)")
 
@@ -73,7 +75,10 @@ def scan_file(path: Path, shown_as: str) -> DeviceCode | None:
     """The device code of the ELF file at ``path`` (None when it has none; non-ELF files have none)."""
     try:
         with open(path, "rb") as f:
-            if f.read(4) != b"\x7fELF":
+            magic = f.read(4)
+            if magic == b"AKS2":
+                return _scan_aks2(f.read(16 + AKS2_LIMIT), shown_as)
+            if magic != b"\x7fELF":
                 return None
             size = os.fstat(f.fileno()).st_size
             if size < 64:
@@ -82,6 +87,13 @@ def scan_file(path: Path, shown_as: str) -> DeviceCode | None:
                 return _scan_elf(data, shown_as)
     except OSError as exc:
         return DeviceCode(shown_as, "fatbin", error=f"cannot read it ({exc.strerror or exc})")
+
+
+def _scan_aks2(rest: bytes, name: str) -> DeviceCode:
+    try:
+        return DeviceCode(name, "aks2", read_aks2(b"AKS2" + rest))
+    except OffloadError as exc:
+        return DeviceCode(name, "aks2", error=str(exc))
 
 
 def _scan_elf(data: mmap.mmap, name: str) -> DeviceCode | None:
@@ -179,7 +191,7 @@ def _scan_conda(package: Path | IO[bytes], shown_as: str) -> Iterator[DeviceCode
 
 
 def _scan_tar(tar: tarfile.TarFile) -> Iterator[DeviceCode]:
-    """The ELF members of a package's tar, each copied to a private temporary file and scanned there."""
+    """The ELF (and AKS2) members of a package's tar, each copied to a private temporary file and scanned there."""
     with tar, tempfile.TemporaryDirectory(prefix="rocmlock-audit-") as tmp:
         scratch = Path(tmp) / "member"
         for member in tar:
@@ -189,10 +201,11 @@ def _scan_tar(tar: tarfile.TarFile) -> Iterator[DeviceCode]:
             if source is None:
                 continue
             with source:
-                if source.read(4) != b"\x7fELF":
+                magic = source.read(4)
+                if magic not in (b"\x7fELF", b"AKS2"):
                     continue
                 with open(scratch, "wb") as out:
-                    out.write(b"\x7fELF")
+                    out.write(magic)
                     shutil.copyfileobj(source, out, 1 << 20)
             code = scan_file(scratch, printable(member.name))
             if code is not None:

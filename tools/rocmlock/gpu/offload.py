@@ -10,6 +10,11 @@ Two containers hold AMDGPU code (checked against LLVM's source and docs; sizes a
   ``CCOB``, u16 version, u16 method (llvm/Support/Compression.h ``Format``: 0 zlib, 1 zstd), then version 2:
   u32 total size, u32 uncompressed size; version 3: u64 each; then the u64 low word of the MD5 of the
   uncompressed data (llvm/Support/MD5.h) and the compressed data, which is a plain bundle.
+- AOTriton's kernel archives (``aotriton.images/amd-gfx942/**/*.aks2``, AOTriton 0.9 onwards; its
+  ``v2python/aks2.py``): ``AKS2``, u32 uncompressed size, u32 kernel count, u32 directory size, then one xz stream
+  of the directory (per kernel five u32, the last two the image's offset and size, then its NUL-terminated name)
+  followed by the kernels' code objects. Only the directory and the images in the stream's first
+  ``AKS2_LIMIT`` bytes are read (:func:`read_aks2`).
 - A standalone code object (``.hsaco``, ``.co``, a kernel image) is an AMDGPU ELF (``e_machine`` EM_AMDGPU,
   224) whose ``e_flags`` name the processor (``EF_AMDGPU_MACH``, llvm/include/llvm/BinaryFormat/ELF.h) and the
   xnack/sramecc settings it was built for (llvm/docs/AMDGPUUsage.rst, "ELF Header", code object V4 onwards).
@@ -38,6 +43,7 @@ PLAIN_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 COMPRESSED_MAGIC = b"CCOB"
 # At most this much of a compressed bundle is decompressed: its header (entry ids), never its code.
 HEADER_LIMIT = 1 << 20
+AKS2_LIMIT = 4 << 20
 MAX_ENTRIES = 4096
 MAX_ID = 1024
 EM_AMDGPU = 224
@@ -161,6 +167,36 @@ def is_code_object(header: bytes | memoryview) -> bool:
     """True for the start of an AMDGPU ELF file."""
     return (len(header) >= 20 and bytes(header[:4]) == b"\x7fELF" and bytes(header[4:6]) == b"\x02\x01"
             and struct.unpack_from("<H", header, 0x12)[0] == EM_AMDGPU)
+
+
+def read_aks2(data: bytes) -> tuple[TargetId, ...]:
+    """The targets of the code objects an AOTriton AKS2 archive holds in its first ``AKS2_LIMIT`` bytes (the kernels
+    of one archive are built for one target); OffloadError when it is damaged or holds none."""
+    import lzma
+
+    if len(data) < 16 or data[:4] != b"AKS2":
+        raise OffloadError("not an AOTriton kernel archive (AKS2)")
+    total, count, directory = struct.unpack_from("<III", data, 4)
+    if directory > total or count > directory // 21 + 1:
+        raise OffloadError(f"AKS2 header claims {count} kernels in a {directory}-byte directory of {total} bytes")
+    try:
+        head = lzma.LZMADecompressor().decompress(data[16:], min(total, AKS2_LIMIT))
+    except lzma.LZMAError as exc:
+        raise OffloadError(f"AKS2 archive: cannot decompress it ({exc})") from None
+    if len(head) < min(directory, AKS2_LIMIT):
+        raise OffloadError("AKS2 archive: its data ends before its directory does")
+    pos, found = 0, []
+    for _ in range(count):
+        if pos + 20 > min(directory, len(head)):
+            break
+        offset, size, name_len = struct.unpack_from("<III", head, pos + 8)
+        pos += 20 + name_len
+        start = directory + offset
+        if size >= 64 and start + 64 <= len(head):
+            found.append(code_object_target(head[start:start + 64]))
+    if not found:
+        raise OffloadError("AKS2 archive: no code object in its first 4 MiB")
+    return tuple(dict.fromkeys(found))
 
 
 # ----------------------------------------------------------------------------- bundles
