@@ -336,3 +336,35 @@ def test_aotriton_kernel_archives_count_as_device_code(tmp_path: Path, capsys: p
                        {"lib/aotriton.images/amd-gfx90a/attn_fwd.aks2": wrong})
     code, out, _ = _audit(capsys, str(pkg))
     assert code == 1 and "lib/aotriton.images/amd-gfx90a/attn_fwd.aks2" in out
+
+
+def test_code_objects_beside_their_alternatives_pass_where_one_serves_the_gpu(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from devicecode_helpers import aks2
+
+    objects = code_objects()
+    files: dict[str, Path] = {}
+    for gfx in ("gfx90a", "gfx942", "gfx1100"):  # rocBLAS's way: one Tensile code object per target
+        files[f"lib/rocblas/library/TensileLibrary_{gfx}.co"] = tmp_path / f"{gfx}.co"
+        files[f"lib/rocblas/library/TensileLibrary_{gfx}.co"].write_bytes(objects[gfx])
+    for gfx in ("gfx1100", "gfx1201"):  # AOTriton's way: an image of several targets' archives
+        files[f"lib/aotriton.images/amd-gfx11xx/flash/{gfx}.aks2"] = tmp_path / f"{gfx}.aks2"
+        files[f"lib/aotriton.images/amd-gfx11xx/flash/{gfx}.aks2"].write_bytes(aks2([("k", objects[gfx])]))
+    prefix = _prefix(tmp_path / "env", "gfx942", dict(files))
+    code, out, _ = _audit(capsys, "--prefix", str(prefix), "--json")
+    report = json.loads(out)
+    assert code == 1  # rocBLAS serves gfx942; the gfx11xx AOTriton image does not, and both its files are named
+    assert report["cannot_run"] == ["lib/aotriton.images/amd-gfx11xx/flash/gfx1100.aks2",
+                                    "lib/aotriton.images/amd-gfx11xx/flash/gfx1201.aks2"]
+    assert _audit(capsys, "--prefix", str(prefix), "--target", "gfx1100")[0] == 0  # both directories serve it
+    code, out, _ = _audit(capsys, "--prefix", str(prefix), "--target", "gfx1201", "--json")
+    assert code == 1 and json.loads(out)["cannot_run"] == [f"lib/rocblas/library/TensileLibrary_{g}.co"
+                                                           for g in ("gfx1100", "gfx90a", "gfx942")]
+    # A gfx1100 package with that AOTriton image is no fat build: publish takes it.
+    del files["lib/rocblas/library/TensileLibrary_gfx942.co"], files["lib/rocblas/library/TensileLibrary_gfx90a.co"]
+    out_dir = tmp_path / "built"
+    make_package(out_dir / "linux-64", "pytorch", "rocm72_gfx1100_py312_h0_0", dict(files))
+    asyncio.run(index_fs(str(out_dir)))
+    assert main(["publish", "--from", str(out_dir), "--to", str(tmp_path / "channel")]) == 0
+    assert "device code of linux-64/pytorch-1.0-rocm72_gfx1100_py312_h0_0.conda: 3 file(s), all for gfx1100" in \
+        capsys.readouterr().err

@@ -55,7 +55,9 @@ def test_the_probes_reader_agrees_with_rocmlocks(objects: dict[str, bytes], tmp_
     for name, path in files.items():
         ours = scan_file(path, name)
         assert ours is not None
-        assert sorted(set(probe.device_code_ids(path))) == sorted({str(t) for t in ours.targets}), name
+        ids = probe.device_code_ids(path)
+        assert sorted({i.removeprefix("code object ") for i in ids}) == sorted({str(t) for t in ours.targets}), name
+        assert ids[0].startswith("code object ") == (ours.kind == "code-object")
     (tmp_path / "text").write_text("not an ELF")
     assert probe.device_code_ids(tmp_path / "text") is None
 
@@ -88,6 +90,15 @@ def test_kernels_check_names_the_files_without_code_for_the_gpu(objects: dict[st
     assert probe.main(["--only", "kernels", "--json", "--prefix", str(prefix), "--root", str(tmp_path)]) == 0
     (kernels,) = json.loads(capsys.readouterr().out)["checks"]
     assert kernels["status"] == "skipped" and "rocmlock audit --prefix DIR --target GFX" in kernels["evidence"]
+
+
+def test_kernels_check_counts_code_objects_with_their_alternatives(objects: dict[str, bytes], tmp_path: Path) -> None:
+    library = {f"lib/rocblas/library/TensileLibrary_{g}.co": objects[g] for g in ("gfx90a", "gfx1100")}
+    prefix = _prefix(tmp_path, library)
+    assert probe.check_kernels(ctx_for(kfd_root(tmp_path / "mi250", 90010), prefix=prefix)).status == "ok"
+    out = probe.check_kernels(ctx_for(kfd_root(tmp_path / "mi300x", 90402), prefix=prefix))
+    assert out.status == "fail" and "2 without kernels for gfx942" in out.evidence
+    assert "lib/rocblas/library/TensileLibrary_gfx1100.co (gfx1100)" in out.evidence
 
 
 def test_kernels_check_reads_the_xnack_mode_from_torchs_device_name(tmp_path: Path) -> None:

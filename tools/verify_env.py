@@ -768,7 +768,8 @@ def fatbin_target_ids(data: Any, start: int, end: int) -> list[str]:
 
 
 def device_code_ids(path: Path) -> list[str] | None:
-    """The target IDs of the device code in ELF file ``path`` (None: no device code; KernelReadError: unreadable)."""
+    """The target IDs of the device code in ELF file ``path`` (None: no device code; KernelReadError: unreadable).
+    A standalone code object's list has one ID with a ``code object `` prefix."""
     import mmap
 
     with open(path, "rb") as f:
@@ -779,7 +780,7 @@ def device_code_ids(path: Path) -> list[str] | None:
                 return None
             if struct.unpack_from("<H", data, 0x12)[0] == 224:  # EM_AMDGPU: a code object
                 mach = struct.unpack_from("<I", data, 0x30)[0] & 0xFF
-                return [ELF_MACH.get(mach, f"EF_AMDGPU_MACH 0x{mach:x}")]
+                return [f"code object {ELF_MACH.get(mach, f'EF_AMDGPU_MACH 0x{mach:x}')}"]
             shoff, = struct.unpack_from("<Q", data, 0x28)
             shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
             if shnum == 0:
@@ -836,6 +837,19 @@ def _scan_prefix(prefix: Path) -> Iterator[tuple[str, list[str] | str]]:
                 yield str(path.relative_to(prefix)), ids
 
 
+def _without_kernels(files: Mapping[str, list[str]], gpus: list[str]) -> dict[str, list[str]]:
+    """The files without kernels for every GPU. Standalone code objects sit beside their alternatives for other
+    targets (rocBLAS's library/, one per target): those of a directory count together, as `rocmlock audit` counts
+    them."""
+    def serves(ids: list[str], gpu: str) -> bool:
+        return any(code_runs_on(i.removeprefix("code object "), gpu) for i in ids)
+
+    alone = {p for p, ids in files.items() if ids and ids[0].startswith("code object ")}
+    served = {(os.path.dirname(p), g) for p in alone for g in gpus if serves(files[p], g)}
+    return {p: [i.removeprefix("code object ") for i in ids] for p, ids in files.items()
+            if not all((os.path.dirname(p), g) in served if p in alone else serves(ids, g) for g in gpus)}
+
+
 @check("kernels.prefix", "the environment's GPU code has kernels for this GPU")
 def check_kernels(ctx: Context) -> Outcome:
     gpus = _gpu_names(ctx)
@@ -844,9 +858,9 @@ def check_kernels(ctx: Context) -> Outcome:
                     "the environment's GPU code against; `rocmlock audit --prefix DIR --target GFX` checks it anywhere")
     files = dict(_scan_prefix(ctx.prefix))
     unread = {p: why for p, why in files.items() if isinstance(why, str)}
-    missing = {p: ids for p, ids in files.items() if not isinstance(ids, str)
-               and not all(any(code_runs_on(i, g) for i in ids) for g in gpus)}
-    data = {"gpus": gpus, "files": {p: v if isinstance(v, str) else sorted(set(v)) for p, v in files.items()}}
+    missing = _without_kernels({p: ids for p, ids in files.items() if not isinstance(ids, str)}, gpus)
+    data = {"gpus": gpus, "files": {p: v if isinstance(v, str) else sorted({i.removeprefix("code object ")
+                                                                             for i in v}) for p, v in files.items()}}
     seen = f"{len(files)} file(s) with GPU code in {ctx.prefix}"
     if missing:
         shown = "; ".join(f"{p} ({', '.join(sorted(set(ids))) or 'no AMDGPU code'})" for p, ids in

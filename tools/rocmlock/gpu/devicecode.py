@@ -214,11 +214,27 @@ def _scan_tar(tar: tarfile.TarFile) -> Iterator[DeviceCode]:
 
 
 # ----------------------------------------------------------------------------- verdicts
+# A library's device code is the only code it can run: it must serve the GPU. Standalone code objects and AOTriton
+# archives are loaded by name, one per target from a directory of alternatives (rocBLAS's library/, AOTriton's
+# images: amd-gfx11xx holds gfx1100, gfx1101, ... side by side), so a directory of them fails only when none of
+# its files serves the GPU, and then every one of them is named.
+
+
+def _directory(code: DeviceCode) -> str:
+    return code.path.rpartition("/")[0]
+
+
+def _served(found: Iterable[DeviceCode], gpu: TargetId) -> set[str]:
+    """The directories where a standalone code object (or AKS2 archive) serves ``gpu``."""
+    return {_directory(c) for c in found if c.kind != "fatbin" and c.runs_on(gpu)}
 
 
 def cannot_run(found: Iterable[DeviceCode], gpu: TargetId) -> list[DeviceCode]:
-    """The files whose device code cannot run on ``gpu`` (unreadable ones included)."""
-    return [code for code in found if not code.runs_on(gpu)]
+    """The files whose device code cannot run on ``gpu``: unreadable ones, libraries without code for it, and the
+    standalone code objects of a directory where none serves it."""
+    found = list(found)
+    served = _served(found, gpu)
+    return [c for c in found if c.error or not (c.runs_on(gpu) if c.kind == "fatbin" else _directory(c) in served)]
 
 
 def foreign(code: DeviceCode, gfx: str) -> list[TargetId]:
@@ -227,16 +243,18 @@ def foreign(code: DeviceCode, gfx: str) -> list[TargetId]:
 
 
 def identity_problems(found: Iterable[DeviceCode], gfx: str) -> list[str]:
-    """Why a package whose build string names ``gfx`` contradicts it: a file that cannot run on ``gfx``, or that
-    holds code for another GPU too (the build string is the package's identity: one target, no fat build)."""
-    problems = []
+    """Why a package whose build string names ``gfx`` contradicts it: a file that cannot run on ``gfx``, or a
+    library that holds code for another GPU too (the build string is the package's identity: one target, no fat
+    build). Standalone code objects beside their alternatives for other GPUs are not a fat build (see above)."""
+    found = list(found)
     gpu = TargetId(gfx)
+    problems = []
+    failing = {id(c) for c in cannot_run(found, gpu)}
     for code in found:
         if code.error:
             problems.append(f"{code.path}: {code.error}")
-        elif not code.runs_on(gpu):
-            problems.append(f"{code.path}: code for {', '.join(sorted_names(code.targets))}, "
-                            f"none for {gfx}")
-        elif other := foreign(code, gfx):
+        elif id(code) in failing:
+            problems.append(f"{code.path}: code for {', '.join(sorted_names(code.targets))}, none for {gfx}")
+        elif code.kind == "fatbin" and (other := foreign(code, gfx)):
             problems.append(f"{code.path}: also holds code for {', '.join(sorted_names(other))}")
     return problems
