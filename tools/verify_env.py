@@ -1032,10 +1032,9 @@ def _sdpa_timings(torch: Any, device: str) -> tuple[str | None, dict[str, float 
     grad = torch.randn(shape, generator=gen).to(device, torch.bfloat16)
     members = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
                "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
-    choice = getattr(torch, "_fused_sdp_choice", None)
     chosen = None
-    if choice is not None:
-        value = int(choice(*inputs, is_causal=True))
+    with contextlib.suppress(AttributeError, RuntimeError, TypeError):  # a private API: else timing decides
+        value = int(torch._fused_sdp_choice(*inputs, is_causal=True))
         chosen = next((name for name, m in members.items() if int(m.value) == value), f"backend {value}")
     deadline = time.perf_counter() + SDPA_BUDGET_S
     times: dict[str, float | str] = {}
@@ -1051,7 +1050,7 @@ def _sdpa_timings(torch: Any, device: str) -> tuple[str | None, dict[str, float 
                 runs += [_sdpa_run(torch, inputs, grad, members.get(name), device)
                          for _ in range(2) if time.perf_counter() < deadline]
                 times[name] = round(1000 * min(runs), 3)
-            except RuntimeError as exc:
+            except (RuntimeError, NotImplementedError) as exc:  # "No available kernel", out of memory, ...
                 times[name] = f"unavailable: {first_line(str(exc), 80)}"
     return chosen, times
 
