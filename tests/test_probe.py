@@ -17,8 +17,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = REPO / "tools" / "verify_env.py"
+# compression (compression.zstd) is the standard library's from Python 3.14; zstandard reads zstd before that.
 OPTIONAL_IMPORTS = {"torch", "flash_attn", "transformers", "peft", "tokenizers", "llamafactory", "bitsandbytes",
-                    "deepspeed"}
+                    "deepspeed", "compression", "zstandard"}
 
 
 def load_probe() -> ModuleType:
@@ -75,7 +76,7 @@ def test_probe_imports_only_stdlib_and_optional_ml_packages() -> None:
 def test_builtin_table_matches_the_gpu_table() -> None:
     from rocmlock.gpu.targets import all_targets
 
-    table = {t.gfx: (t.isa, t.peak_bf16_tflops, t.flash_attn_ck) for t in all_targets().values()}
+    table = {t.gfx: (t.isa, t.peak_bf16_tflops, t.flash_attn_ck, t.aotriton) for t in all_targets().values()}
     assert probe.TARGETS == table
 
 
@@ -83,7 +84,7 @@ def test_checks_run_in_order_from_hardware_to_training() -> None:
     ids = [c.id for c in probe.CHECKS]
     assert len(ids) == len(set(ids))
     groups = [i.split(".")[0] for i in ids]
-    order = ["host", "tools", "rocm", "torch", "compute", "flash_attn", "bench", "train"]
+    order = ["host", "tools", "rocm", "torch", "kernels", "compute", "flash_attn", "bench", "train"]
     assert [g for g in order if g in groups] == list(dict.fromkeys(groups))[: len(order)]
     assert {c.id: c.option for c in probe.CHECKS if c.option} == {"bench.gemm": "bench", "train.lora": "train"}
 
@@ -434,7 +435,7 @@ def test_compute_checks_run_for_real_on_the_cpu(capsys: pytest.CaptureFixture[st
     assert probe.main(["--device", "cpu", "--only", "compute", "--json"]) == 0
     checks = json.loads(capsys.readouterr().out)["checks"]
     assert [(c["id"], c["status"]) for c in checks] == [
-        ("compute.matmul", "ok"), ("compute.bf16", "ok"), ("compute.sdpa", "ok")]
+        ("compute.matmul", "ok"), ("compute.bf16", "ok"), ("compute.sdpa", "ok"), ("compute.sdpa_kernel", "ok")]
     assert all("on cpu" in c["evidence"] for c in checks)
 
 

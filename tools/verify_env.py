@@ -3,7 +3,8 @@
 
 One standalone file, run by the environment's own python (``pixi run -e mi300x verify``,
 ``rocmlock verify -e mi300x``, or ``rocm-env-check`` inside a conda environment). It uses the
-standard library, plus torch / flash_attn / transformers / peft / llamafactory when they import.
+standard library, plus torch / flash_attn / transformers / peft / llamafactory (and zstandard, for
+zstd-compressed GPU code before Python 3.14) when they import.
 It never imports rocmlock: the expected GPU target and ROCm version come from flags
 (``--expect-arch``, ``--expect-rocm``, ``--peak-tflops``) or from the environment's conda-meta
 (the ``amdgpu-target`` and ``rocm-version`` packages), with a small built-in table as fallback.
@@ -24,6 +25,7 @@ import argparse
 import contextlib
 import functools
 import glob
+import io
 import json
 import math
 import os
@@ -31,6 +33,7 @@ import re
 import shutil
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -44,17 +47,18 @@ PROBE_VERSION = "0.1.0"
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "warn", "fail", "skipped")
 
-# gfx -> (ISA, dense bf16 peak TFLOP/s of the reference product (0 = unknown), flash-attn CK kernels exist).
-# A copy of rocmlock's data/gpu_targets.toml (a test keeps the two equal); flags override it.
-TARGETS: dict[str, tuple[str, float, bool]] = {
-    "gfx908": ("9.0.8", 92.3, False),
-    "gfx90a": ("9.0.10", 383.0, True),
-    "gfx942": ("9.4.2", 1307.0, True),
-    "gfx950": ("9.5.0", 2500.0, True),
-    "gfx1100": ("11.0.0", 122.0, False),
-    "gfx1101": ("11.0.1", 0.0, False),
-    "gfx1151": ("11.5.1", 0.0, False),
-    "gfx1201": ("12.0.1", 0.0, False),
+# gfx -> (ISA, dense bf16 peak TFLOP/s of the reference product (0 = unknown), flash-attn CK kernels exist,
+# PyTorch's fused SDPA kernels (AOTriton) exist). A copy of rocmlock's data/gpu_targets.toml (a test keeps the two
+# equal); flags override it.
+TARGETS: dict[str, tuple[str, float, bool, bool]] = {
+    "gfx908": ("9.0.8", 92.3, False, False),
+    "gfx90a": ("9.0.10", 383.0, True, True),
+    "gfx942": ("9.4.2", 1307.0, True, True),
+    "gfx950": ("9.5.0", 2500.0, True, True),
+    "gfx1100": ("11.0.0", 122.0, False, True),
+    "gfx1101": ("11.0.1", 0.0, False, True),
+    "gfx1151": ("11.5.1", 0.0, False, True),
+    "gfx1201": ("12.0.1", 0.0, False, True),
 }
 
 DRIVER_FIX = ("install and load the amdgpu kernel driver on the host: AMD's `amdgpu-install --usecase=dkms`, "
@@ -667,6 +671,213 @@ def check_torch_arch_list(ctx: Context) -> Outcome:
     return ok(f"torch.cuda.get_arch_list(): {', '.join(built)}", arch_list=built)
 
 
+# ----------------------------------------------------------------------------- kernels
+# The environment's GPU code, read without rocmlock: a HIP library keeps clang offload bundles in its .hip_fatbin
+# section (plain "__CLANG_OFFLOAD_BUNDLE__" or compressed "CCOB" v2/v3, zlib or zstd: clang's
+# lib/Driver/OffloadBundler.cpp), a kernel image is an AMDGPU ELF whose e_flags name the processor. Only bundle
+# headers are read (at most KERNEL_HEADER_LIMIT bytes are decompressed). rocmlock's own reader (`rocmlock audit`)
+# is the full one; tests keep the tables below equal to it.
+
+# AMDGPUUsage "AMDGPU Generic Processors": the processors a generic target's code runs on.
+GENERIC_TARGETS: dict[str, tuple[str, ...]] = {
+    "gfx9-generic": ("gfx900", "gfx902", "gfx904", "gfx906", "gfx909", "gfx90c"),
+    "gfx9-4-generic": ("gfx940", "gfx941", "gfx942", "gfx950"),
+    "gfx10-1-generic": ("gfx1010", "gfx1011", "gfx1012", "gfx1013"),
+    "gfx10-3-generic": ("gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036"),
+    "gfx11-generic": ("gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153"),
+    "gfx12-generic": ("gfx1200", "gfx1201"),
+}
+# EF_AMDGPU_MACH of the table's targets and the generic ones (llvm/include/llvm/BinaryFormat/ELF.h).
+ELF_MACH = {0x30: "gfx908", 0x3F: "gfx90a", 0x4C: "gfx942", 0x4F: "gfx950", 0x41: "gfx1100", 0x46: "gfx1101",
+            0x4A: "gfx1151", 0x4E: "gfx1201", 0x51: "gfx9-generic", 0x52: "gfx10-1-generic",
+            0x53: "gfx10-3-generic", 0x54: "gfx11-generic", 0x59: "gfx12-generic", 0x5F: "gfx9-4-generic"}
+KERNEL_HEADER_LIMIT = 1 << 20
+
+
+class KernelReadError(Exception):
+    """Device code this probe cannot read: damaged, or zstd without a zstd module."""
+
+
+def _decompress_start(payload: bytes, method: int, limit: int) -> bytes:
+    """At most ``limit`` bytes from the start of a CCOB payload (method 0 zlib, 1 zstd)."""
+    import zlib
+
+    if method == 0:
+        return zlib.decompressobj().decompress(payload, limit)
+    try:
+        from compression import zstd  # type: ignore[import-not-found,unused-ignore]  # Python 3.14+
+
+        # clang's frames are single-segment: the window is the whole bundle (up to zstd's 2 GiB maximum).
+        reader: Any = zstd.ZstdFile(io.BytesIO(payload), options={zstd.DecompressionParameter.window_log_max: 31})
+    except ImportError:
+        try:
+            import zstandard  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            raise KernelReadError("zstd-compressed bundles, and this python has no zstd module "
+                                  "(`pip install zstandard`)") from None
+        # clang's frames are single-segment: the window is the whole bundle (up to zstd's 2 GiB maximum).
+        reader = zstandard.ZstdDecompressor(max_window_size=1 << 31).stream_reader(io.BytesIO(payload))
+    with reader:
+        return bytes(reader.read(limit))
+
+
+def _bundle_ids(data: bytes) -> tuple[list[str], int]:
+    """The target IDs (``gfx942:xnack-``) of the plain bundle at the start of ``data``, and the header's end."""
+    count = int.from_bytes(data[24:32], "little")
+    if len(data) < 32 or count > 4096:
+        raise KernelReadError("a damaged offload bundle header")
+    pos, ids = 32, []
+    for _ in range(count):
+        id_len = int.from_bytes(data[pos + 16:pos + 24], "little")
+        entry = data[pos + 24:pos + 24 + id_len].decode("ascii", "replace")
+        if id_len > 1024 or len(entry) != id_len:
+            raise KernelReadError("a damaged offload bundle header")
+        pos += 24 + id_len
+        parts = entry.split("-", 5)
+        if len(parts) == 6 and parts[1] in ("amdgcn", "spirv64"):
+            ids.append(parts[5])
+    return ids, pos
+
+
+def fatbin_target_ids(data: Any, start: int, end: int) -> list[str]:
+    """Every AMDGPU target ID of the bundles in the .hip_fatbin section ``data[start:end]`` (bytes or an mmap;
+    only headers are copied: a header needs no more than KERNEL_HEADER_LIMIT bytes, compressed or not)."""
+    ids: list[str] = []
+    pos, cap = start, KERNEL_HEADER_LIMIT
+    while True:
+        found = [i for i in (data.find(b"__CLANG_OFFLOAD_BUNDLE__", pos, end), data.find(b"CCOB", pos, end)) if i >= 0]
+        if not found:
+            return ids
+        pos = min(found)
+        head = data[pos:min(pos + 32, end)]
+        if head[:4] != b"CCOB":
+            more, size = _bundle_ids(data[pos:min(pos + cap, end)])
+            ids += more
+            pos += max(size, 1)
+            continue
+        version, method = struct.unpack_from("<HH", head, 4) if len(head) >= 8 else (0, 0)
+        sizes = {2: ("<II", 24), 3: ("<QQ", 32)}.get(version)
+        if sizes is None or method not in (0, 1) or len(head) < sizes[1]:
+            raise KernelReadError(f"a compressed bundle (CCOB) of version {version}, method {method}")
+        total, size = struct.unpack_from(sizes[0], head, 8)
+        if total < sizes[1] or pos + total > end:
+            raise KernelReadError("a compressed bundle whose size runs past its section")
+        # cap bytes out need at most cap + a block's worth in (zstd and deflate never grow data much).
+        payload = data[pos + sizes[1]:pos + min(total, sizes[1] + cap + (1 << 17))]
+        ids += _bundle_ids(_decompress_start(payload, method, min(size, cap)))[0]
+        pos += total
+
+
+def device_code_ids(path: Path) -> list[str] | None:
+    """The target IDs of the device code in ELF file ``path`` (None: no device code; KernelReadError: unreadable).
+    A standalone code object's list has one ID with a ``code object `` prefix."""
+    import mmap
+
+    with open(path, "rb") as f:
+        if f.read(4) != b"\x7fELF" or os.fstat(f.fileno()).st_size < 64:
+            return None
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if data[4:6] != b"\x02\x01":
+                return None
+            if struct.unpack_from("<H", data, 0x12)[0] == 224:  # EM_AMDGPU: a code object
+                mach = struct.unpack_from("<I", data, 0x30)[0] & 0xFF
+                return [f"code object {ELF_MACH.get(mach, f'EF_AMDGPU_MACH 0x{mach:x}')}"]
+            shoff, = struct.unpack_from("<Q", data, 0x28)
+            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+            if shnum == 0:
+                return None
+            if shentsize < 64 or shstrndx >= shnum or shoff + shnum * shentsize > len(data):
+                raise KernelReadError("a truncated or damaged ELF file")
+            headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+            names = headers[shstrndx][4]
+            for name, _type, _flags, _addr, offset, size in headers:
+                if data[names + name:names + name + 12] == b".hip_fatbin\0" and offset + size <= len(data):
+                    return fatbin_target_ids(data, offset, offset + size)
+    return None
+
+
+def code_runs_on(target_id: str, gpu: str) -> bool:
+    """AMDGPUUsage: the processor or a generic target listing it; a feature set on/off must match the GPU's mode
+    where the GPU's name states it (``gfx942:sramecc+:xnack-``)."""
+    processor, *features = target_id.split(":")
+    gpu_processor, *gpu_features = gpu.split(":")
+    if processor not in (gpu_processor, "amdgcnspirv") and gpu_processor not in GENERIC_TARGETS.get(processor, ()):
+        return False
+    stated = {f[:-1]: f[-1] for f in gpu_features}
+    return all(f[:-1] not in stated or stated[f[:-1]] == f[-1] for f in features)
+
+
+def _gpu_names(ctx: Context) -> list[str]:
+    """The GPUs' target names: torch's (with their xnack/sramecc mode) on ROCm, else KFD's topology."""
+    torch = ctx.torch
+    if torch is not None and ctx.is_rocm and ctx.gpu_count:
+        return sorted({str(getattr(torch.cuda.get_device_properties(i), "gcnArchName", "") or "").strip()
+                       for i in range(ctx.gpu_count)} - {""})
+    gpus = set()
+    for props in glob.glob(str(ctx.path("/sys/class/kfd/kfd/topology/nodes/*/properties"))):
+        m = re.search(r"^gfx_target_version\s+(\d+)", read_text(Path(props)) or "", re.MULTILINE)
+        if m and int(m.group(1)):
+            gpus.add(gfx_from_kfd_version(int(m.group(1))))
+    return sorted(gpus)
+
+
+def _scan_prefix(prefix: Path) -> Iterator[tuple[str, list[str] | str]]:
+    """(path relative to the prefix, its target IDs or why they cannot be read) for every file with GPU code."""
+    for dirpath, dirnames, filenames in os.walk(prefix):
+        dirnames[:] = sorted(d for d in dirnames if Path(dirpath) != prefix or d not in ("pkgs", "conda-meta"))
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            try:
+                ids = device_code_ids(path)
+            except Exception as exc:  # noqa: BLE001 - damaged data; zlib and zstd raise their own types
+                yield str(path.relative_to(prefix)), first_line(str(exc) or type(exc).__name__)
+                continue
+            if ids is not None:
+                yield str(path.relative_to(prefix)), ids
+
+
+def _without_kernels(files: Mapping[str, list[str]], gpus: list[str]) -> dict[str, list[str]]:
+    """The files without kernels for every GPU. Standalone code objects sit beside their alternatives for other
+    targets (rocBLAS's library/, one per target): those of a directory count together, as `rocmlock audit` counts
+    them."""
+    def serves(ids: list[str], gpu: str) -> bool:
+        return any(code_runs_on(i.removeprefix("code object "), gpu) for i in ids)
+
+    alone = {p for p, ids in files.items() if ids and ids[0].startswith("code object ")}
+    served = {(os.path.dirname(p), g) for p in alone for g in gpus if serves(files[p], g)}
+    return {p: [i.removeprefix("code object ") for i in ids] for p, ids in files.items()
+            if not all((os.path.dirname(p), g) in served if p in alone else serves(ids, g) for g in gpus)}
+
+
+@check("kernels.prefix", "the environment's GPU code has kernels for this GPU")
+def check_kernels(ctx: Context) -> Outcome:
+    gpus = _gpu_names(ctx)
+    if not gpus:
+        return skip("no AMD GPU seen (no ROCm device in torch, no GPU node in /sys/class/kfd): nothing to check "
+                    "the environment's GPU code against; `rocmlock audit --prefix DIR --target GFX` checks it anywhere")
+    files = dict(_scan_prefix(ctx.prefix))
+    unread = {p: why for p, why in files.items() if isinstance(why, str)}
+    missing = _without_kernels({p: ids for p, ids in files.items() if not isinstance(ids, str)}, gpus)
+    data = {"gpus": gpus, "files": {p: v if isinstance(v, str) else sorted({i.removeprefix("code object ")
+                                                                             for i in v}) for p, v in files.items()}}
+    seen = f"{len(files)} file(s) with GPU code in {ctx.prefix}"
+    if missing:
+        shown = "; ".join(f"{p} ({', '.join(sorted(set(ids))) or 'no AMDGPU code'})" for p, ids in
+                          sorted(missing.items())[:5])
+        return fail(f"{seen}; {len(missing)} without kernels for {', '.join(gpus)}: {shown}"
+                    + (" ..." if len(missing) > 5 else ""),
+                    "install the packages built for this GPU (build string rocmXY_<gfx>_...); `rocmlock audit "
+                    "--prefix DIR` lists what each file holds (hipErrorNoBinaryForGpu otherwise)", **data)
+    if unread:
+        path, why = min(unread.items())
+        return warn(f"{seen}; {len(unread)} could not be read: {path}: {why}",
+                    "`rocmlock audit --prefix DIR` reads every form (pip install zstandard for zstd bundles here)",
+                    **data)
+    return ok(f"{seen}, all with kernels for {', '.join(gpus)}", **data)
+
+
 # ----------------------------------------------------------------------------- compute
 
 
@@ -782,6 +993,105 @@ def check_sdpa(ctx: Context) -> Outcome:
                     "the attention kernels (AOTriton) are wrong for this GPU: check torch.arch_list and ROCm")
     return ok(f"bf16 causal, output error {out_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}",
               out_err=out_err, grad_err=grad_err)
+
+
+# The default dispatch against each backend forced with torch.nn.attention.sdpa_kernel, fwd+bwd, within this many
+# seconds. A silent math fallback is the costliest attention bug: measured on an H200 (bf16 causal, 4x32 heads,
+# seq 4096, head 128) the default took 4.1 ms, math 109 ms and 33.7 GiB against 1.7 GiB.
+SDPA_BUDGET_S = 1.5
+SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
+EXPERIMENTAL_AOTRITON = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
+
+
+def _sdpa_run(torch: Any, inputs: list[Any], grad: Any, backend: Any, device: str) -> float:
+    """Seconds of one causal SDPA forward + backward, under ``backend`` (None: the default dispatch)."""
+    from torch.nn.attention import sdpa_kernel
+
+    with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = torch.nn.functional.scaled_dot_product_attention(*inputs, is_causal=True)
+        out.backward(grad)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    for t in inputs:
+        t.grad = None
+    return time.perf_counter() - start
+
+
+def _sdpa_timings(torch: Any, device: str) -> tuple[str | None, dict[str, float | str]]:
+    """(the backend the default dispatch picks, ms per fwd+bwd of the default and of each forced backend, or why
+    it did not run); a warm-up call first, then the best of up to three, all within SDPA_BUDGET_S."""
+    import warnings
+
+    from torch.nn.attention import SDPBackend
+
+    shape = (1, 16, 2048, 128) if device == "cuda" else (1, 4, 256, 64)
+    gen = torch.Generator().manual_seed(4)
+    inputs = [torch.randn(*shape, generator=gen).to(device, torch.bfloat16).requires_grad_(True) for _ in range(3)]
+    grad = torch.randn(shape, generator=gen).to(device, torch.bfloat16)
+    members = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+               "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+    chosen = None
+    with contextlib.suppress(AttributeError, RuntimeError, TypeError):  # a private API: else timing decides
+        value = int(torch._fused_sdp_choice(*inputs, is_causal=True))
+        chosen = next((name for name, m in members.items() if int(m.value) == value), f"backend {value}")
+    deadline = time.perf_counter() + SDPA_BUDGET_S
+    times: dict[str, float | str] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Flash attention was not compiled for ..." per unavailable backend
+        for name in ("default", *SDPA_BACKENDS):
+            if name != "default" and time.perf_counter() > deadline:
+                times[name] = "not timed (time budget spent)"
+                continue
+            try:
+                _sdpa_run(torch, inputs, grad, members.get(name), device)  # warm-up: kernels load on first use
+                runs = [_sdpa_run(torch, inputs, grad, members.get(name), device)]
+                runs += [_sdpa_run(torch, inputs, grad, members.get(name), device)
+                         for _ in range(2) if time.perf_counter() < deadline]
+                times[name] = round(1000 * min(runs), 3)
+            except (RuntimeError, NotImplementedError) as exc:  # "No available kernel", out of memory, ...
+                times[name] = f"unavailable: {first_line(str(exc), 80)}"
+    return chosen, times
+
+
+def _sdpa_fused_expected(ctx: Context, gpu: str) -> tuple[bool, str]:
+    """Whether a fused SDPA kernel should serve this GPU, and why (gpu_targets.toml's aotriton column on ROCm)."""
+    if ctx.is_rocm:
+        row = TARGETS.get(gpu)
+        return (bool(row and row[3]), f"{gpu} has AOTriton kernels (gpu_targets.toml)" if row and row[3]
+                else f"no fused kernel listed for {gpu or 'this GPU'}")
+    return True, "a CUDA GPU has fused kernels"
+
+
+@check("compute.sdpa_kernel", "the default SDPA dispatch runs a fused kernel (bf16 causal, fwd+bwd)",
+       needs=(_device_or_skip,))
+def check_sdpa_kernel(ctx: Context) -> Outcome:
+    torch, device = ctx.torch, _device(ctx)
+    chosen, times = _sdpa_timings(torch, device)
+    timed = {k: v for k, v in times.items() if isinstance(v, float)}
+    if chosen is None and "default" in timed:  # no torch._fused_sdp_choice: the forced backend it runs as fast as
+        rest = {k: v for k, v in timed.items() if k != "default"}
+        chosen = min(rest, key=lambda k: abs(rest[k] - timed["default"])) if rest else None
+    shown = ", ".join(f"{k} {v:.2f} ms" if isinstance(v, float) else f"{k} {v.split(':')[0]}" for k, v in
+                      times.items())
+    evidence = f"default dispatch runs {chosen or 'an unknown kernel'} ({shown}) {_where(ctx)}"
+    data = {"chosen": chosen, "ms": times}
+    if device != "cuda" or chosen != "math":
+        return ok(evidence, **data)
+    gpu = _device_targets(torch)[0] if ctx.is_rocm else ""
+    expected, why = _sdpa_fused_expected(ctx, gpu)
+    fused_ran = [k for k in ("flash", "efficient", "cudnn") if k in timed]
+    if not expected and not fused_ran:
+        return warn(evidence + f": only the math kernel serves this GPU ({why})",
+                    "attention is slow and its memory grows with seq^2: train with shorter sequences", **data)
+    fix = (f"set {EXPERIMENTAL_AOTRITON}=1: AOTriton treats {gpu} as experimental and PyTorch uses it only then"
+           if ctx.is_rocm and gpu.startswith("gfx1") and EXPERIMENTAL_AOTRITON not in ctx.environ else
+           "install the pytorch built with AOTriton for this GPU (USE_FLASH_ATTENTION / USE_MEM_EFF_ATTENTION; "
+           "rocmlock's pytorch recipe does); a forced backend that runs shows the kernels exist")
+    return fail(evidence + f": the math kernel, though {why}" + (f" and {', '.join(fused_ran)} ran when forced"
+                                                                  if fused_ran else ""), fix, **data)
 
 
 # ----------------------------------------------------------------------------- flash-attn
@@ -930,8 +1240,8 @@ def _tiny_llama(torch: Any) -> tuple[Any, Any]:
     return LlamaForCausalLM(config), tok
 
 
-def _train_peft(ctx: Context, workdir: Path) -> list[float]:
-    """LoRA on the tiny Llama with transformers + peft; the loss of each step."""
+def _train_peft(ctx: Context, workdir: Path) -> tuple[list[float], list[float]]:
+    """LoRA on the tiny Llama with transformers + peft; the loss and the gradient norm of each step."""
     from peft import LoraConfig, get_peft_model
 
     torch = ctx.torch
@@ -940,18 +1250,21 @@ def _train_peft(ctx: Context, workdir: Path) -> list[float]:
     model = get_peft_model(model, lora).to(ctx.device)
     batch = tok([f"<s> {t} </s>" for t in TRAIN_TEXTS], padding=True, return_tensors="pt").to(ctx.device)
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-2)
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if ctx.device == "cuda"
                 else contextlib.nullcontext())
-    losses = []
+    losses, norms = [], []
     for _ in range(ctx.train_steps):
         with autocast:
             loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss
         loss.backward()
+        # The norm before the step, as Trainer logs it (max_norm=inf: measured, not clipped).
+        norms.append(float(torch.nn.utils.clip_grad_norm_(params, float("inf"))))
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())
-    return losses
+    return losses, norms
 
 
 def _llamafactory_config(ctx: Context, workdir: Path) -> Path:
@@ -980,8 +1293,9 @@ def _llamafactory_config(ctx: Context, workdir: Path) -> Path:
     return config
 
 
-def _train_llamafactory(ctx: Context, workdir: Path, cli: str) -> list[float]:
-    """``llamafactory-cli train`` on a generated config; the logged losses."""
+def _train_llamafactory(ctx: Context, workdir: Path, cli: str) -> tuple[list[float], list[float]]:
+    """``llamafactory-cli train`` on a generated config; the logged losses and gradient norms (Trainer's
+    ``grad_norm`` in trainer_state.json's log_history; none where it was not written)."""
     config = _llamafactory_config(ctx, workdir)
     env = dict(ctx.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WANDB_DISABLED="true")
     # One device: with several visible, llamafactory-cli would start torchrun on all of them.
@@ -996,7 +1310,12 @@ def _train_llamafactory(ctx: Context, workdir: Path, cli: str) -> list[float]:
         # The last error line names the cause (a missing module, a bad config key); the rest is traceback.
         cause = next((ln for ln in reversed(lines) if re.search(r"Error|error:", ln)), lines[-1] if lines else "")
         raise TrainError(f"llamafactory-cli train {config.name} exited {proc.returncode}: {first_line(cause)}")
-    return [float(x) for x in losses]
+    try:
+        history = json.loads(read_text(workdir / "out" / "trainer_state.json") or "{}").get("log_history", [])
+        norms = [float(h["grad_norm"]) for h in history if isinstance(h, dict) and "grad_norm" in h]
+    except (ValueError, TypeError, AttributeError):
+        norms = []
+    return [float(x) for x in losses], norms
 
 
 class TrainError(Exception):
@@ -1014,7 +1333,28 @@ def _train_backend(ctx: Context) -> tuple[str, str | None]:
     return "peft", None
 
 
-@check("train.lora", "LoRA fine-tuning of a tiny local Llama: the loss falls", option="train",
+# A gradient norm this many times the first steps' is an explosion (bf16 overflow, a broken kernel), even when
+# the loss still falls for a while.
+GRAD_EXPLODE_FACTOR = 100.0
+
+
+def _grad_problem(norms: list[float]) -> str | None:
+    """Why the gradient norms show a broken step (non-finite, or exploding), or None."""
+    if not norms:
+        return None
+    bad = [i for i, n in enumerate(norms) if not math.isfinite(n)]
+    if bad:
+        return f"the gradient norm is {norms[bad[0]]} at step {bad[0] + 1}"
+    start = sum(norms[:3]) / len(norms[:3])
+    worst = max(range(len(norms)), key=lambda i: norms[i])
+    if norms[worst] > GRAD_EXPLODE_FACTOR * max(start, 1e-6):
+        return (f"the gradient norm explodes: {norms[worst]:.3g} at step {worst + 1}, "
+                f"{norms[worst] / max(start, 1e-6):.0f}x the first steps' {start:.3g}")
+    return None
+
+
+@check("train.lora", "LoRA fine-tuning of a tiny local Llama: the loss falls, the gradients stay finite",
+       option="train",
        needs=(_device_or_skip,))
 def check_train(ctx: Context) -> Outcome:
     backend, cli = _train_backend(ctx)
@@ -1027,15 +1367,21 @@ def check_train(ctx: Context) -> Outcome:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rocm-env-check-") as tmp:
         try:
-            losses = _train_llamafactory(ctx, Path(tmp), cli) if cli and backend == "llamafactory" \
+            losses, norms = _train_llamafactory(ctx, Path(tmp), cli) if cli and backend == "llamafactory" \
                 else _train_peft(ctx, Path(tmp))
         except TrainError as exc:
             return fail(str(exc), "LLaMA-Factory itself fails: `llamafactory-cli env` shows its stack; install "
                                   "what it names; `--train-backend peft` checks torch + peft without it")
     took = time.perf_counter() - start
     first, last = sum(losses[:3]) / len(losses[:3]), sum(losses[-3:]) / len(losses[-3:])
-    evidence = (f"{backend}: {len(losses)} steps in {took:.1f} s, loss {first:.3f} -> {last:.3f} {_where(ctx)}")
-    data = {"backend": backend, "losses": [round(x, 4) for x in losses], "seconds": round(took, 2)}
+    grads = f", grad norm {norms[0]:.3g} -> {norms[-1]:.3g} (max {max(norms):.3g})" if norms else ""
+    evidence = (f"{backend}: {len(losses)} steps in {took:.1f} s, loss {first:.3f} -> {last:.3f}{grads} {_where(ctx)}")
+    data = {"backend": backend, "losses": [round(x, 4) for x in losses], "seconds": round(took, 2),
+            "grad_norms": [round(x, 4) if math.isfinite(x) else str(x) for x in norms]}
+    problem = _grad_problem(norms)
+    if problem:
+        return fail(f"{evidence}: {problem}", "a kernel computes wrong gradients or bf16 overflows here: see "
+                    "compute.bf16, compute.sdpa and torch.arch_list (a library without code for this GPU)", **data)
     if not all(math.isfinite(x) for x in losses) or not last < 0.8 * first:
         return fail(evidence + ": the loss did not fall",
                     "gradients do not reach the LoRA weights or are wrong: see compute.bf16 and compute.sdpa",

@@ -6,6 +6,10 @@ stages before it. A variant is skipped when its package file is already in the o
 plan marked it present in the target channel, so a second run after a failure or an interruption
 builds only what is missing. Each variant writes ``<output>/logs/<id>.log``.
 
+After each variant built for a GPU target, its package's device code is checked against its build string
+(:func:`check_device_code`): a fat build, a build for the wrong GPU or one with no device code fails the
+variant before anything can publish it.
+
 Doctor gating: only variants that compile for a GPU (a ``gpu_target`` key and a platform subdir) need
 the ROCm toolchain; when doctor fails, those are blocked and the metapackages / noarch packages still
 build.
@@ -20,8 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from rocmlock.build.plan import Plan, Variant, channel_read_url
+from rocmlock.channel import channel_dir
 from rocmlock.channel.repodata import PACKAGE_SUFFIXES
 from rocmlock.errors import InputError, OperationError
+from rocmlock.gpu.devicecode import identity_problems, scan_package
+from rocmlock.gpu.offload import OffloadError, sorted_names
 from rocmlock.gpu.targets import GpuTarget, get_target
 from rocmlock.host import magma
 from rocmlock.util.credentials import redact_text
@@ -232,10 +239,46 @@ def _run_one(plan: Plan, variant: Variant, opts: BuildOptions, builder: Builder)
         log(f"channels: {', '.join(redact_text(c) for c in channels)}")
         try:
             builder(plan, variant, opts.output, channels, log)
+            check_device_code(opts.output, variant, log)
         except OperationError as exc:
             log(f"FAILED: {exc}")
             return Outcome(variant.id, variant.stage, "failed", str(exc), time.monotonic() - started, str(log_path))
     return Outcome(variant.id, variant.stage, "built", "", time.monotonic() - started, str(log_path))
+
+
+REJECTED = "rejected"
+
+
+def check_device_code(output: Path, variant: Variant, log: Callable[[str], None]) -> None:
+    """A variant built for one GPU must hold device code for that GPU and no other (its build string is its
+    identity): otherwise its package moves to ``<output>/rejected/`` (out of the channel, so neither a later build
+    nor ``publish`` takes it) and the variant fails, naming the files."""
+    gfx = dict(variant.variant).get("gpu_target")
+    package = package_file(output, variant)
+    if gfx is None or not needs_toolchain(variant) or package is None:
+        return
+    try:
+        found = scan_package(package, package.name)
+    except OffloadError as exc:
+        found, problems = [], [str(exc)]
+    else:
+        problems = identity_problems(found, gfx)
+        if not found and _compiles(variant):
+            problems = ["no device code at all (no HIP library, no code object)"]
+    for code in found:
+        log(f"device code: {code.path}: {', '.join(sorted_names(code.targets)) or code.error}")
+    if not problems:
+        return
+    rejected = output / REJECTED / package.name
+    rejected.parent.mkdir(exist_ok=True)
+    package.replace(rejected)
+    channel_dir.index(output)
+    more = f" (+{len(problems) - 1} more in the log)" if len(problems) > 1 else ""
+    for problem in problems:
+        log(f"device code: {problem}")
+    raise BuildFailed(f"{variant.id}: its package contradicts its build string {variant.build_string} "
+                      f"({gfx}): {problems[0]}{more}; moved to {rejected}",
+                      hint=f"build it for {gfx} only (PYTORCH_ROCM_ARCH / GPU_ARCHS / --offload-arch={gfx})")
 
 
 def build_plan(plan: Plan, opts: BuildOptions, builder: Builder = rattler_build_variant,

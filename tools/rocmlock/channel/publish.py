@@ -2,7 +2,8 @@
 
 Before anything is uploaded the destination is read (its repodata, with the same credentials), so that
 packages already there are skipped, a different file under the same name is refused unless ``force``,
-and bad credentials stop the publish before the first file is sent.
+and bad credentials stop the publish before the first file is sent. A package whose device code contradicts its
+build string is refused before that (``devicecheck``).
 
 Credentials come from the environment (``PREFIX_API_KEY``, ``QUETZ_API_KEY``, ``ARTIFACTORY_TOKEN``,
 ``ANACONDA_API_KEY``, ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``) or rattler's auth file
@@ -23,6 +24,7 @@ from typing import Literal
 from urllib.parse import SplitResult, urlsplit
 
 from rocmlock.channel import channel_dir
+from rocmlock.channel.devicecheck import check_device_code
 from rocmlock.channel.repodata import PACKAGE_SUFFIXES, query_channel
 from rocmlock.errors import InputError, OperationError
 from rocmlock.util.credentials import one_line, redact_text, redact_url, refuse_query, split_url
@@ -442,6 +444,7 @@ def publish(source: Path, to: str, *, force: bool = False, env: Mapping[str, str
     env = dict(os.environ) if env is None else env
     dest = parse_destination(to)
     packages = local_packages(source)
+    check_device_code([(p.key, p.path) for p in packages], log)
     with channel_dir.publish_lock(Path(dest.url), log) if dest.kind == "directory" else contextlib.nullcontext():
         return _publish(dest, packages, force, env, log)
 

@@ -1,5 +1,5 @@
 """The commands that put a locked environment on a machine and use it: ``install``, ``pack``, ``unpack``,
-``verify`` and ``preset``."""
+``verify``, ``preset`` and ``audit``."""
 
 from __future__ import annotations
 
@@ -301,3 +301,23 @@ def cmd_preset(args: argparse.Namespace) -> int:
     if args.json:
         print_json(preset.to_json())
     return 0
+
+
+def add_audit(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", nargs="?", type=Path, metavar="BUNDLE",
+                   help="a bundle of `rocmlock pack` (tar or extracted directory) or one package file")
+    p.add_argument("--prefix", type=Path, metavar="DIR", help="an installed environment instead of a bundle")
+    p.add_argument("--target", metavar="GFX", help="the GPU to check against, e.g. gfx942 or gfx942:xnack- "
+                   "(default: the prefix's amdgpu-target package, the bundle's target or the build string's)")
+    p.add_argument("--json", action="store_true", help="print every file with device code and the verdict as JSON")
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from rocmlock.deploy.audit import audit_path, audit_prefix
+    from rocmlock.errors import InputError
+
+    if (args.source is None) == (args.prefix is None):
+        raise InputError("rocmlock audit takes a BUNDLE or --prefix DIR (one of them)")
+    report = audit_prefix(args.prefix, args.target) if args.prefix else audit_path(args.source, args.target)
+    print_report(args, report.to_dict(), report.render())
+    return 0 if report.ok else 1

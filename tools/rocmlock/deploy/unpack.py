@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 from rattler import RepoDataRecord
 
 from rocmlock.deploy.admit import DAMAGED, admit_directory, check_digests, extract
+from rocmlock.deploy.audit import check_bundle_for_node
 from rocmlock.deploy.bundle import (
     CHANNEL_DIR,
     PIXI_PACK_FORMAT,
@@ -117,6 +118,8 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
         say(f"bundle ok: {len(meta.packages)} packages of '{meta.environment}' ({meta.platform}), sha256 checked")
         node = _check_node(meta, root, env, force)
         say(node)
+        # Issue 25: the packages' GPU code against this node's GPUs (deploy/audit.py).
+        say(check_bundle_for_node(where, meta, tuple(g.gfx for g in read_node(root, env).gpus), force))
         wheels = bundled_wheels(meta)
         _install(_records(where, meta), prefix, meta, fresh, scratch / "cache",
                  then=(lambda: install_wheels(where, prefix, meta, scratch)) if wheels else None)

@@ -1,0 +1,96 @@
+"""`rocmlock audit` speed on a prefix-sized tree, and its memory on a decompression bomb.
+
+    python benchmarks/bench_audit.py [--files 20000] [--libs 200] [--runs 3]
+
+The tree: ``--files`` small non-ELF files (Python sources, as an environment is mostly made of) and ``--libs`` hard
+links to PyPI's bitsandbytes 0.50.1 ``libbitsandbytes_rocm72.so`` (25 MB, two zstd bundles; links cost no disk),
+audited against gfx942 in a fresh process each run (interpreter start included). The bomb: a 16 GiB
+single-bundle .hip_fatbin (a hand-made zstd frame of RLE blocks, 512 KiB on disk) audited in a fresh process; its
+peak resident memory is read from ``getrusage``. Figures: benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tools")]
+
+from devicecode_helpers import bnb_library, host_elf, plain_bundle
+
+GFX942 = "hipv4-amdgcn-amd-amdhsa--gfx942"
+
+
+def make_tree(root: Path, files: int, libs: int) -> Path:
+    (root / "conda-meta").mkdir(parents=True)
+    (root / "conda-meta/amdgpu-target-1-gfx942.json").write_text("{}")
+    for i in range(files):
+        path = root / f"lib/python3.12/site-packages/pkg{i // 500}/mod{i}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"x = {i}\n")
+    lib = bnb_library()
+    for i in range(libs):
+        target = root / f"lib/hip{i // 50}/libkernels{i}.so"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.link(lib, target)
+    return root
+
+
+def bomb(path: Path, size: int = 16 << 30) -> Path:
+    block = 1 << 17
+    header = plain_bundle([(GFX942, b"")])[:32] + struct.pack("<QQQ", 4096, size - 4096, len(GFX942)) + GFX942.encode()
+    frame = struct.pack("<I", 0xFD2FB528) + bytes([0xC0, 10 << 3]) + struct.pack("<Q", size)
+    frame += (len(header) << 3).to_bytes(3, "little") + header
+    full, rest = divmod(size - len(header), block)
+    frame += (((block << 3) | 2).to_bytes(3, "little") + b"\0") * full + ((rest << 3) | 3).to_bytes(3, "little") + b"\0"
+    section = b"CCOB" + struct.pack("<HHQQ", 3, 1, 32 + len(frame), size) + b"\0" * 8 + frame
+    (path / "lib").mkdir(parents=True)
+    (path / "lib/libbomb.so").write_bytes(host_elf(section))
+    return path
+
+
+def run_audit(prefix: Path) -> float:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools")}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "rocmlock", "audit", "--prefix", str(prefix), "--json"],
+                          capture_output=True, text=True, env=env, check=False)
+    took = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr
+    return took
+
+
+def bomb_rss(prefix: Path) -> tuple[float, float]:
+    code = ("import resource, sys, time; from pathlib import Path; from rocmlock.gpu.devicecode import scan_tree\n"
+            "t = time.perf_counter(); found = scan_tree(Path(sys.argv[1])); t = time.perf_counter() - t\n"
+            "assert [str(x) for x in found[0].targets] == ['gfx942'], found\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, t)")
+    out = subprocess.run([sys.executable, "-c", code, str(prefix)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO / "tools")}).stdout.split()
+    return float(out[0]), float(out[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--files", type=int, default=20000)
+    parser.add_argument("--libs", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rocmlock-bench-audit-") as tmp:
+        tree = make_tree(Path(tmp) / "env", args.files, args.libs)
+        times = [run_audit(tree) for _ in range(args.runs)]
+        print(f"audit of {args.files} files + {args.libs} HIP libraries (2 zstd bundles each): "
+              f"median {statistics.median(times):.2f} s of {args.runs} runs")
+        rss, took = bomb_rss(bomb(Path(tmp) / "bomb"))
+        print(f"16 GiB zstd bomb: read in {took:.3f} s, peak RSS {rss:.0f} MiB (interpreter included)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Real device code for the audit tests: the ROCm 7.2 library of PyPI's bitsandbytes 0.50.1 wheel, packages made
+from such files, and crafted offload bundles around real code objects.
+
+The wheel is a test requirement (tests/requirements-extra.txt), so its libraries are normally installed; where
+they are not, the wheel is fetched once with `pip download` into ~/.cache/rocmlock-tests and read from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+BNB_VERSION = "0.50.1"
+BNB_LIB = "libbitsandbytes_rocm72.so"
+# What `llvm-objdump --offloading` lists for it (two CCOB v3 zstd bundles, the same 13 targets in each).
+BNB_TARGETS = {"gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151",
+               "gfx1152", "gfx1153", "gfx1200", "gfx1201"}
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))) / "rocmlock-tests"
+FIXED_TIME = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def bnb_library(name: str = BNB_LIB) -> Path:
+    """A ROCm library of bitsandbytes 0.50.1: the installed one, else from the wheel (downloaded once, cached)."""
+    spec = importlib.util.find_spec("bitsandbytes")
+    if spec is not None and spec.origin and importlib.metadata.version("bitsandbytes") == BNB_VERSION:
+        installed = Path(spec.origin).parent / name
+        if installed.is_file():
+            return installed
+    cached = CACHE / f"bitsandbytes-{BNB_VERSION}" / name
+    if not cached.is_file():
+        _download_wheel(cached.parent)
+    return cached
+
+
+def _download_wheel(dest: Path) -> None:
+    wheels = CACHE / "wheels"
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                           "--platform", "manylinux_2_24_x86_64", "--python-version", "3.11", "-d", str(wheels),
+                           f"bitsandbytes=={BNB_VERSION}"], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        reason = f"bitsandbytes {BNB_VERSION} is neither installed nor downloadable: {proc.stderr[-300:]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    wheel = next(wheels.glob(f"bitsandbytes-{BNB_VERSION}-*.whl"))
+    tmp = dest.with_name(dest.name + ".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with zipfile.ZipFile(wheel) as zf:
+        for member in zf.namelist():
+            if member.startswith("bitsandbytes/libbitsandbytes_rocm"):
+                (tmp / Path(member).name).write_bytes(zf.read(member))
+    tmp.replace(dest)
+
+
+def make_package(out_dir: Path, name: str, build: str, files: dict[str, Path | bytes], *, version: str = "1.0",
+                 subdir: str = "linux-64", depends: tuple[str, ...] = (), constrains: tuple[str, ...] = (),
+                 bz2: bool = False) -> Path:
+    """A real conda package (py-rattler-build's assemble_package; .conda, or .tar.bz2) holding ``files`` (path in
+    the package -> source file or bytes)."""
+    import rattler_build as rb
+
+    src = out_dir.parent / f".src-{name}-{version}-{build}"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    for rel, source in files.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes(source if isinstance(source, bytes) else source.read_bytes())
+    kind = rb.ArchiveType.TarBz2 if bz2 else rb.ArchiveType.Conda
+    rb.assemble_package(name=name, version=version, target_platform=subdir, build_string=build,
+                        output_dir=str(out_dir), files_dir=str(src), timestamp=FIXED_TIME, license="MIT",
+                        summary=f"test package {name}", depends=list(depends), constrains=list(constrains),
+                        archive_type=kind, noarch="generic" if subdir == "noarch" else None)
+    found = list(out_dir.glob(f"{name}-{version}-{build}.*"))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def code_objects() -> dict[str, bytes]:
+    """The real code objects of the bitsandbytes library's first bundle, by processor (11 MB decompressed)."""
+    import zstandard
+
+    data = bnb_library().read_bytes()
+    start = data.index(b"CCOB")
+    total, size = struct.unpack_from("<QQ", data, start + 8)
+    bundle = zstandard.ZstdDecompressor().decompress(data[start + 32:start + total], max_output_size=size)
+    count, = struct.unpack_from("<Q", bundle, 24)
+    pos, out = 32, {}
+    for _ in range(count):
+        offset, length, id_len = struct.unpack_from("<QQQ", bundle, pos)
+        entry = bundle[pos + 24:pos + 24 + id_len].decode()
+        pos += 24 + id_len
+        if length:
+            out[entry.rsplit("-", 1)[1]] = bundle[offset:offset + length]
+    return out
+
+
+# ----------------------------------------------------------------------------- crafted bundles
+
+
+def plain_bundle(entries: list[tuple[str, bytes]], align: int = 8) -> bytes:
+    """A plain clang offload bundle (OffloadBundler.cpp's BinaryFileHandler layout) of ``(id, data)`` entries."""
+    header = len(b"__CLANG_OFFLOAD_BUNDLE__") + 8 + sum(24 + len(i) for i, _ in entries)
+    offset, table, body = -(-header // align) * align, b"", b""
+    for entry_id, data in entries:
+        start = offset + len(body)
+        table += struct.pack("<QQQ", start if data else offset, len(data), len(entry_id)) + entry_id.encode()
+        body += data + b"\0" * (-len(data) % align)
+    return b"__CLANG_OFFLOAD_BUNDLE__" + struct.pack("<Q", len(entries)) + table + b"\0" * (offset - header) + body
+
+
+def ccob(plain: bytes, method: int = 1, version: int = 3) -> bytes:
+    """``plain`` compressed as clang-offload-bundler writes it (method 0 zlib, 1 zstd; version 2 or 3)."""
+    if method == 0:
+        import zlib
+        data = zlib.compress(plain)
+    else:
+        import zstandard
+        data = zstandard.ZstdCompressor(level=3).compress(plain)
+    digest = hashlib.md5(plain).digest()[:8]  # the format's checksum (llvm/Support/MD5.h low word)
+    if version == 2:
+        return b"CCOB" + struct.pack("<HHII", 2, method, 24 + len(data), len(plain)) + digest + data
+    return b"CCOB" + struct.pack("<HHQQ", 3, method, 32 + len(data), len(plain)) + digest + data
+
+
+def host_elf(section: bytes, name: bytes = b".hip_fatbin") -> bytes:
+    """A minimal 64-bit little-endian x86-64 shared object whose only data section is ``name`` = ``section``."""
+    shstrtab = b"\0" + name + b"\0.shstrtab\0"
+    data_off = 64
+    strtab_off = data_off + len(section)
+    shoff = -(-(strtab_off + len(shstrtab)) // 8) * 8
+    ehdr = (b"\x7fELF\x02\x01\x01" + b"\0" * 9 + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 56, 0,
+                                                                 64, 3, 2))
+    null = b"\0" * 64
+    sec = struct.pack("<IIQQQQIIQQ", 1, 1, 2, 0, data_off, len(section), 0, 0, 4096, 0)
+    strs = struct.pack("<IIQQQQIIQQ", 1 + len(name) + 1, 3, 0, 0, strtab_off, len(shstrtab), 0, 0, 1, 0)
+    body = ehdr + section + shstrtab
+    return body + b"\0" * (shoff - len(body)) + null + sec + strs
+
+
+def aks2(kernels: list[tuple[str, bytes]]) -> bytes:
+    """An AOTriton kernel archive as its v2python/aks2.py writes one: ``AKS2``, u32 uncompressed size, u32 kernel
+    count, u32 directory size, then one xz stream of the directory (shared memory, block threads, offset, size,
+    name length, name + NUL: u32s little-endian) and the code objects."""
+    import lzma
+
+    directory, offset = b"", 0
+    for name, blob in kernels:
+        raw = name.encode() + b"\0"
+        directory += struct.pack("<IIIII", 0, 256, offset, len(blob), len(raw)) + raw
+        offset += len(blob)
+    body = directory + b"".join(blob for _, blob in kernels)
+    return b"AKS2" + struct.pack("<III", len(body), len(kernels), len(directory)) + lzma.compress(body)

@@ -1,0 +1,260 @@
+"""Finding device code: every ELF file with a ``.hip_fatbin`` section, every AMDGPU code object and every AOTriton
+kernel archive (``.aks2``) in a directory tree or a conda package (``.conda``: a zip holding ``pkg-*.tar.zst``;
+``.tar.bz2``), read without installing, and which of them can run on a GPU target.
+
+Files are read where they lie (mapped, only their headers and the section touched); a package's ELF members are
+copied one at a time to a private temporary file. A file that cannot be read is reported with the reason and
+counts as one that cannot run: an audit never passes over device code it could not read.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import shutil
+import struct
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from rocmlock.gpu.offload import (
+    AKS2_LIMIT,
+    OffloadError,
+    TargetId,
+    code_object_target,
+    covers,
+    is_code_object,
+    printable,
+    read_aks2,
+    read_fatbin,
+    runs_on,
+    shown,
+    sorted_names,
+)
+
+SECTION = b".hip_fatbin"
+Kind = Literal["fatbin", "code-object", "aks2"]
+# A build string's GPU target (``rocm72_gfx942_py312_h1a2b3c4_0``, ``gfx942`` for amdgpu-target itself).
+_BUILD_GFX = re.compile(r"(?:^|_)(gfx[0-9]+[0-9a-f]{2})(?:_|$)")
+
+
+@dataclass(frozen=True)
+class DeviceCode:
+    """One file with device code: its path (relative, as shown), what holds the code, the targets, or why it
+    could not be read (``error``; then ``targets`` is empty)."""
+
+    path: str
+    kind: Kind
+    targets: tuple[TargetId, ...] = ()
+    bundles: int = 0
+    error: str = ""
+
+    def runs_on(self, gpu: TargetId) -> bool:
+        return not self.error and any(runs_on(t, gpu) for t in self.targets)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "bundles": self.bundles,
+                "targets": sorted_names(self.targets), "error": self.error or None}
+
+
+def build_string_target(build: str) -> str | None:
+    """The gfx target a package's build string names (``rocm72_gfx942_py312_h1a2b3c4_0`` -> ``gfx942``)."""
+    match = _BUILD_GFX.search(build)
+    return match.group(1) if match else None
+
+
+# ----------------------------------------------------------------------------- one file
+
+
+def scan_file(path: Path, shown_as: str) -> DeviceCode | None:
+    """The device code of the ELF file at ``path`` (None when it has none; non-ELF files have none)."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+            if magic == b"AKS2":
+                return _scan_aks2(f.read(16 + AKS2_LIMIT), shown_as)
+            if magic != b"\x7fELF":
+                return None
+            size = os.fstat(f.fileno()).st_size
+            if size < 64:
+                return None
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return _scan_elf(data, shown_as)
+    except OSError as exc:
+        return DeviceCode(shown_as, "fatbin", error=f"cannot read it ({exc.strerror or exc})")
+
+
+def _scan_aks2(rest: bytes, name: str) -> DeviceCode:
+    try:
+        return DeviceCode(name, "aks2", read_aks2(b"AKS2" + rest))
+    except OffloadError as exc:
+        return DeviceCode(name, "aks2", error=str(exc))
+
+
+def _scan_elf(data: mmap.mmap, name: str) -> DeviceCode | None:
+    head = data[:64]
+    if is_code_object(head):
+        try:
+            return DeviceCode(name, "code-object", (code_object_target(head),))
+        except OffloadError as exc:
+            return DeviceCode(name, "code-object", error=str(exc))
+    if head[4:6] != b"\x02\x01":
+        return None  # 32-bit or big-endian: no HIP host library
+    try:
+        section = _section(data, SECTION)
+        if section is None:
+            return None
+        bundles = read_fatbin(data, section[0], section[1])
+    except OffloadError as exc:
+        return DeviceCode(name, "fatbin", error=str(exc))
+    targets = tuple(dict.fromkeys(t for b in bundles for t in b.targets))
+    return DeviceCode(name, "fatbin", targets, len(bundles),
+                      "" if targets else "a .hip_fatbin section with no AMDGPU code in it")
+
+
+def _section(data: mmap.mmap, wanted: bytes) -> tuple[int, int] | None:
+    """``(start, end)`` in the file of the section named ``wanted``; OffloadError for headers that lie."""
+    try:
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+        if shnum == 0:
+            return None  # no section headers: nothing to find
+        if shentsize < 64 or shstrndx >= shnum or shoff + shnum * shentsize > len(data):
+            raise OffloadError("truncated or damaged ELF file (its section headers are not all there)")
+        headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    except struct.error:
+        raise OffloadError("truncated or damaged ELF file (its headers point past its end)") from None
+    names = headers[shstrndx][4]
+    for name, kind, _flags, _addr, offset, size in headers:
+        if names + name >= len(data) or data[names + name:names + name + len(wanted) + 1] != wanted + b"\0":
+            continue
+        if kind == 8:  # SHT_NOBITS: no bytes in the file
+            return None
+        if offset + size > len(data):
+            raise OffloadError(f"its {wanted.decode()} section claims {size} bytes at offset {offset}, "
+                               f"past the end of the file ({len(data)} bytes)")
+        return offset, offset + size
+    return None
+
+
+# ----------------------------------------------------------------------------- a tree, a package
+
+
+def scan_tree(root: Path) -> list[DeviceCode]:
+    """Every file with device code under ``root`` (symlinks not followed, so each file once), sorted by path."""
+    found: list[DeviceCode] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            code = scan_file(path, printable(path.relative_to(root).as_posix()))
+            if code is not None:
+                found.append(code)
+    return sorted(found, key=lambda c: c.path)
+
+
+def scan_package(package: Path | IO[bytes], shown_as: str) -> list[DeviceCode]:
+    """Every file with device code inside a conda package (a path or an open, seekable file), read without
+    installing it; OffloadError for a package that is not one."""
+    try:
+        if shown_as.endswith(".conda"):
+            return list(_scan_conda(package, shown_as))
+        if shown_as.endswith(".tar.bz2"):
+            with (tarfile.open(package, "r:bz2") if isinstance(package, Path)
+                  else tarfile.open(fileobj=package, mode="r:bz2")) as bz2:
+                return list(_scan_tar(bz2))
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
+        raise OffloadError(f"{shown(shown_as)}: not a readable conda package ({exc})") from None
+    raise OffloadError(f"{shown(shown_as)}: not a conda package (.conda or .tar.bz2)")
+
+
+def _scan_conda(package: Path | IO[bytes], shown_as: str) -> Iterator[DeviceCode]:
+    import zstandard
+
+    with zipfile.ZipFile(package) as archive:
+        inner = [n for n in archive.namelist() if n.startswith("pkg-") and n.endswith(".tar.zst")]
+        if len(inner) != 1:
+            raise OffloadError(f"{shown(shown_as)}: a .conda package holds one pkg-*.tar.zst, this holds {len(inner)}")
+        with archive.open(inner[0]) as raw, zstandard.ZstdDecompressor().stream_reader(raw) as stream:
+            try:
+                # _scan_tar closes the tar it is given.
+                yield from _scan_tar(tarfile.open(fileobj=stream, mode="r|"))  # noqa: SIM115
+            except zstandard.ZstdError as exc:
+                raise OffloadError(f"{shown(shown_as)}: its {inner[0]} is damaged ({exc})") from None
+
+
+def _scan_tar(tar: tarfile.TarFile) -> Iterator[DeviceCode]:
+    """The ELF (and AKS2) members of a package's tar, each copied to a private temporary file and scanned there."""
+    with tar, tempfile.TemporaryDirectory(prefix="rocmlock-audit-") as tmp:
+        scratch = Path(tmp) / "member"
+        for member in tar:
+            if not member.isfile() or member.size < 64:
+                continue
+            source = tar.extractfile(member)
+            if source is None:
+                continue
+            with source:
+                magic = source.read(4)
+                if magic not in (b"\x7fELF", b"AKS2"):
+                    continue
+                with open(scratch, "wb") as out:
+                    out.write(magic)
+                    shutil.copyfileobj(source, out, 1 << 20)
+            code = scan_file(scratch, printable(member.name))
+            if code is not None:
+                yield code
+        scratch.unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------- verdicts
+# A library's device code is the only code it can run: it must serve the GPU. Standalone code objects and AOTriton
+# archives are loaded by name, one per target from a directory of alternatives (rocBLAS's library/, AOTriton's
+# images: amd-gfx11xx holds gfx1100, gfx1101, ... side by side), so a directory of them fails only when none of
+# its files serves the GPU, and then every one of them is named.
+
+
+def _directory(code: DeviceCode) -> str:
+    return code.path.rpartition("/")[0]
+
+
+def _served(found: Iterable[DeviceCode], gpu: TargetId) -> set[str]:
+    """The directories where a standalone code object (or AKS2 archive) serves ``gpu``."""
+    return {_directory(c) for c in found if c.kind != "fatbin" and c.runs_on(gpu)}
+
+
+def cannot_run(found: Iterable[DeviceCode], gpu: TargetId) -> list[DeviceCode]:
+    """The files whose device code cannot run on ``gpu``: unreadable ones, libraries without code for it, and the
+    standalone code objects of a directory where none serves it."""
+    found = list(found)
+    served = _served(found, gpu)
+    return [c for c in found if c.error or not (c.runs_on(gpu) if c.kind == "fatbin" else _directory(c) in served)]
+
+
+def foreign(code: DeviceCode, gfx: str) -> list[TargetId]:
+    """The targets of ``code`` for another GPU than ``gfx`` (a generic target that covers ``gfx`` is not one)."""
+    return [t for t in code.targets if not covers(t.processor, gfx)]
+
+
+def identity_problems(found: Iterable[DeviceCode], gfx: str) -> list[str]:
+    """Why a package whose build string names ``gfx`` contradicts it: a file that cannot run on ``gfx``, or a
+    library that holds code for another GPU too (the build string is the package's identity: one target, no fat
+    build). Standalone code objects beside their alternatives for other GPUs are not a fat build (see above)."""
+    found = list(found)
+    gpu = TargetId(gfx)
+    problems = []
+    failing = {id(c) for c in cannot_run(found, gpu)}
+    for code in found:
+        if code.error:
+            problems.append(f"{code.path}: {code.error}")
+        elif id(code) in failing:
+            problems.append(f"{code.path}: code for {', '.join(sorted_names(code.targets))}, none for {gfx}")
+        elif code.kind == "fatbin" and (other := foreign(code, gfx)):
+            problems.append(f"{code.path}: also holds code for {', '.join(sorted_names(other))}")
+    return problems
