@@ -40,6 +40,35 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_variants(p: argparse.ArgumentParser) -> None:
+    manifest_arg(p)
+    recipes_arg(p)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the generated keys of recipes/variants.yaml")
+    mode.add_argument("--check", action="store_true", help="exit 1 when they differ from the tables (writes nothing)")
+
+
+def cmd_variants(args: argparse.Namespace) -> int:
+    from rocmlock.build.variantkeys import regenerate
+    from rocmlock.util.fs import write_atomic
+
+    recipes_dir = args.recipes_dir or args.manifest_path.parent / "recipes"
+    path, old, new = regenerate(recipes_dir)
+    if args.check:
+        if old != new:
+            err(f"error: {path}: the generated GPU keys differ from the tables")
+            err("hint: run `rocmlock variants --write`")
+            return 1
+        return 0
+    if args.write:
+        if old != new:
+            write_atomic(path, new)
+        err(f"{path}: generated keys {'rewritten' if old != new else 'already current'}")
+        return 0
+    print(new, end="")
+    return 0
+
+
 def add_doctor(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
     env_arg(p)

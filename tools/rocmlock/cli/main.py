@@ -27,6 +27,8 @@ Handler = Callable[[argparse.Namespace], int]
 _SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Handler]] = [
     ("plan", "which package variants the environments need, in build order", cli_build.add_plan,
      cli_build.cmd_plan),
+    ("variants", "write the GPU variant keys of recipes/variants.yaml from the data tables (--write, --check)",
+     cli_build.add_variants, cli_build.cmd_variants),
     ("lock", "solve every environment x platform; write pixi.lock and envs/ exports", cli_lock.add_lock,
      cli_lock.cmd_lock),
     ("export", "regenerate envs/<env>/ conda (and PyPI) exports from any pixi.lock without solving",
