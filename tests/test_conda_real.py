@@ -89,6 +89,20 @@ def test_conda_render_gives_the_variants_rocmlock_renders(conda26: Conda, recipe
     assert len(got) == len(set(got)), "conda-build rendered a variant twice (zip_keys not applied)"
 
 
+def test_conda_render_takes_a_config_narrowed_to_one_target(conda26: Conda, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # conda-build has no --variant: `rocmlock variants --gpu-target` writes the -m file for one target.
+    capsys.readouterr()
+    assert main(["variants", "--recipes-dir", str(RECIPES), "--gpu-target", "gfx1100"]) == 0
+    (tmp_path / "gfx1100.yaml").write_text(capsys.readouterr().out)
+    out = _ok(conda26.run("conda-render", str(RECIPES / "flash-attn-rocm"), "-m", str(tmp_path / "gfx1100.yaml")),
+              "conda-render flash-attn-rocm")
+    docs = [yaml.safe_load(d) for d in re.split(r"(?m)^(?=schema_version: )", out) if d.strip()]
+    assert sorted(d["build"]["string"].split("_h")[0] for d in docs) == [
+        "rocm72_gfx1100_py311", "rocm72_gfx1100_py312", "rocm72_gfx1100_py313"]
+    assert {d["build"]["script"]["env"]["ROCMLOCK_FLASH_ATTN_BACKEND"] for d in docs} == {"triton"}
+
+
 # ----------------------------------------------------------------------------- conda-build, then rocmlock lock
 
 

@@ -126,3 +126,25 @@ def test_narrowing_to_an_unlisted_rocm_derives_its_keys() -> None:
     aot = tomllib.loads((DATA / "aotriton.toml").read_text())
     assert matrix.get("aotriton_runtime_sha256") == (aot["runtime"]["6.4"], aot["runtime"]["7.2"])
     assert matrix.get("gpu_isa") == ("11.0.0",) and matrix.get("gpu_flash_attn_backend") == ("triton",)
+
+
+def test_a_config_narrowed_to_one_target_builds_that_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # rattler-build's --variant cannot narrow a zipped key (gpu_target=gfx942 alone leaves its 8-long siblings: the
+    # render fails), and conda-build has no --variant: `rocmlock variants --gpu-target` writes the -m file instead.
+    import rattler_build as rb
+    from rocmlock.build.recipes import render_config
+
+    capsys.readouterr()
+    assert main(["variants", "--recipes-dir", str(RECIPES), "--gpu-target", "gfx942", "--rocm-version", "6.4"]) == 0
+    one = tmp_path / "gfx942.yaml"
+    one.write_text(capsys.readouterr().out)
+    config = rb.VariantConfig.from_file(str(one))
+    (target,) = rb.Stage0Recipe.from_file(str(RECIPES / "amdgpu-target/recipe.yaml")).render(config, render_config())
+    assert target.recipe.build.string == "gfx942"
+    assert target.recipe.requirements.to_dict()["run_constraints"] == ["__amdgpu_arch ==9.4.2"]
+    torch = rb.Stage0Recipe.from_file(str(RECIPES / "pytorch-rocm/recipe.yaml")).render(config, render_config())
+    aot = tomllib.loads((DATA / "aotriton.toml").read_text())
+    assert sorted(v.variant["python"] for v in torch) == ["3.11", "3.12", "3.13"]
+    for v in torch:
+        assert v.recipe.build.string.startswith("rocm64_gfx942_py")
+        assert v.recipe.to_dict()["source"][1]["sha256"] == aot["runtime"]["6.4"]

@@ -64,6 +64,16 @@ class Matrix:
             values.update(variantkeys.derived(values["gpu_target"], values["rocm_version"], self.data))
         return Matrix(tuple((k, tuple(v)) for k, v in sorted(values.items())), self.zip_keys, self.data)
 
+    def to_yaml(self, header: str = "") -> str:
+        """This matrix as a variant config file rattler-build and conda-build read (``-m``): every value a quoted
+        string, zip groups as block lists (conda-build reads a line ending in a bracketed list as a selector)."""
+        import yaml
+
+        data: dict[str, Any] = {k: list(v) for k, v in self.values}
+        data["zip_keys"] = [list(g) for g in self.zip_keys]
+        body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, default_style=None, width=1000)
+        return header + body
+
     def to_variant_config(self) -> rb.VariantConfig:
         return rb.VariantConfig(
             {k: list(v) for k, v in self.values}, zip_keys=[list(g) for g in self.zip_keys]
