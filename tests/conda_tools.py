@@ -136,6 +136,7 @@ class Conda:
 
     bin: Path
     home: Path
+    name: str = "conda26"  # a key of VENVS
 
     def env(self, **extra: str) -> dict[str, str]:
         """The environment conda runs in: no CONDA_*/PIXI_* of the caller, classic solver, no network."""

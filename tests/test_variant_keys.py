@@ -45,7 +45,9 @@ def test_the_shipped_keys_are_the_tables_read_independently() -> None:
         assert shipped["gpu_bnb_first_rocm"][i] == row["bnb_first_rocm"]
         assert shipped["gpu_wavefront_size"][i] == str(row["wavefront_size"])
     assert shipped["aotriton_runtime_sha256"] == [aot["runtime"].get(r, "") for r in shipped["rocm_version"]]
-    for key in ("version", "base_url", "manylinux", "arch"):
+    # aotriton_release, not _version: `rocmlock outdated` takes every *_version key for an upstream pin.
+    assert shipped["aotriton_release"] == [aot["version"]]
+    for key in ("base_url", "manylinux", "arch"):
         assert shipped[f"aotriton_{key}"] == [aot[key]]
     zips = yaml.safe_load((RECIPES / "variants.yaml").read_text())["zip_keys"]
     assert list(variantkeys.GPU_ZIP) in zips and list(variantkeys.ROCM_ZIP) in zips
@@ -148,3 +150,15 @@ def test_a_config_narrowed_to_one_target_builds_that_target(tmp_path: Path, caps
     for v in torch:
         assert v.recipe.build.string.startswith("rocm64_gfx942_py")
         assert v.recipe.to_dict()["source"][1]["sha256"] == aot["runtime"]["6.4"]
+
+
+def test_a_config_with_none_of_the_keys_gets_them_from_the_tables(tmp_path: Path) -> None:
+    # A team's own recipes dir with a minimal variants.yaml: rocmlock computes the keys (and their zip groups),
+    # as it does when it narrows; only a copy that has them must equal the tables.
+    from rocmlock.build.recipes import load_matrix
+
+    (tmp_path / "variants.yaml").write_text('rocm_version: ["7.2"]\ngpu_target: [gfx90a, gfx1100]\npython: ["3.12"]\n')
+    matrix = load_matrix(tmp_path)
+    assert matrix.get("gpu_isa") == ("9.0.10", "11.0.0")
+    assert matrix.get("gpu_wavefront_size") == ("64", "32")
+    assert variantkeys.GPU_ZIP in matrix.zip_keys and variantkeys.ROCM_ZIP in matrix.zip_keys

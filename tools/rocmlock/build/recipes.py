@@ -154,14 +154,15 @@ def load_matrix(recipes_dir: Path) -> Matrix:
         raise InputError(f"{path}: cannot read variant configuration: {_first_line(exc)}") from None
     values = tuple((k, tuple(str(v) for v in vals)) for k, vals in sorted(config.to_dict().items()))
     data = variantkeys.data_dir(recipes_dir)
-    matrix = Matrix(values, tuple(tuple(g) for g in (config.zip_keys or ())), data)
+    zips = tuple(tuple(g) for g in (config.zip_keys or ()))
     for key in ENV_KEYS:
-        if not matrix.get(key):
+        if not dict(values).get(key):
             raise InputError(f"{path}: key '{key}' is missing or empty", hint=f"list at least one {key}")
-    for gfx in matrix.get("gpu_target"):
+    for gfx in dict(values)["gpu_target"]:
         get_target(gfx, f"{path}: key 'gpu_target'")
-    variantkeys.check_matrix(dict(matrix.values), matrix.zip_keys, path, data)
-    return matrix
+    added, groups = variantkeys.check_matrix(dict(values), zips, path, data)
+    values = tuple(sorted({**dict(values), **{k: tuple(v) for k, v in added.items()}}.items()))
+    return Matrix(values, zips + tuple(groups), data)
 
 
 # ----------------------------------------------------------------------------- rendering

@@ -40,7 +40,7 @@ ROCM_KEYS: dict[str, str] = {
     "aotriton_runtime_sha256": 'aotriton.toml [runtime] ("" = no prebuilt AOTriton runtime for that ROCm)',
 }
 FIXED_KEYS: dict[str, str] = {
-    "aotriton_version": "aotriton.toml version",
+    "aotriton_release": "aotriton.toml version",
     "aotriton_base_url": "aotriton.toml base_url",
     "aotriton_manylinux": "aotriton.toml manylinux",
     "aotriton_arch": "aotriton.toml arch",
@@ -85,7 +85,7 @@ def derived(gpu_targets: Sequence[str], rocm_versions: Sequence[str], data: Path
                            ("gpu_wavefront_size", str(target.wavefront_size))):
             out[key].append(value)
     out["aotriton_runtime_sha256"] = [runtime.get(rocm, "") for rocm in rocm_versions]
-    for key, value in (("aotriton_version", aot.version), ("aotriton_base_url", aot.base_url),
+    for key, value in (("aotriton_release", aot.version), ("aotriton_base_url", aot.base_url),
                        ("aotriton_manylinux", aot.manylinux), ("aotriton_arch", aot.arch)):
         out[key] = [value]
     return out
@@ -117,10 +117,16 @@ def rewrite(text: str, block: str, path: Path) -> str:
 
 
 def check_matrix(values: Mapping[str, Sequence[str]], zip_keys: Sequence[Sequence[str]], path: Path,
-                 data: Path) -> None:
+                 data: Path) -> tuple[dict[str, list[str]], list[tuple[str, ...]]]:
     """The generated keys of a variant config at ``path`` against the tables in ``data``: an InputError naming the
-    first key that differs (a stale copy after a table or target list changed) or a zip group that is missing."""
+    first key that differs (a stale copy after a table or target list changed) or a zip group that is missing.
+
+    Returns the keys and zip groups to add: none for a config that has them, all for one that has none of them (a
+    config of its own recipes, written by hand: rocmlock computes the keys, as it does when it narrows).
+    """
     want = derived(values.get("gpu_target", ()), values.get("rocm_version", ()), data)
+    if not any(key in values for key in ALL_KEYS):
+        return want, [GPU_ZIP, ROCM_ZIP]
     for key in ALL_KEYS:
         have = list(values.get(key, ()))
         if have != want[key]:
@@ -131,6 +137,7 @@ def check_matrix(values: Mapping[str, Sequence[str]], zip_keys: Sequence[Sequenc
         if group not in groups:
             raise InputError(f"{path}: key 'zip_keys' lacks the group [{', '.join(group)}]",
                              hint="add it to zip_keys, so each value goes with its gpu_target / rocm_version")
+    return {}, []
 
 
 def regenerate(recipes_dir: Path) -> tuple[Path, str, str]:
