@@ -103,6 +103,25 @@ def test_conda_render_takes_a_config_narrowed_to_one_target(conda26: Conda, tmp_
     assert {d["build"]["script"]["env"]["ROCMLOCK_FLASH_ATTN_BACKEND"] for d in docs} == {"triton"}
 
 
+def test_conda_build_builds_a_variant_the_recipe_skips(conda26: Conda, tmp_path: Path) -> None:
+    # What the README says differs from `rocmlock build`: conda-build 26.7.1 hands each rendered variant to
+    # py-rattler-build's run_build (conda_build/_rattler_build/compat.py, process_recipe), and neither render() nor
+    # run_build() applies build.skip, so a skipped variant is built. When this fails, conda-build skips: update
+    # the README ("Building with conda-build").
+    recipe = tmp_path / "skips"
+    recipe.mkdir()
+    (recipe / "recipe.yaml").write_text(
+        'schema_version: 1\ncontext:\n  skip_reason: ${{ "no backend" if gpu_target == "gfx908" else "" }}\n'
+        'package:\n  name: skips\n  version: "1"\nbuild:\n  noarch: generic\n  string: ${{ gpu_target }}\n'
+        '  skip:\n    - skip_reason\n')
+    (tmp_path / "two.yaml").write_text("gpu_target:\n  - gfx908\n  - gfx942\n")
+    _ok(conda26.run("conda-build", str(recipe), "-m", str(tmp_path / "two.yaml"), "--output-folder",
+                    str(tmp_path / "out"), "--no-test", "--override-channels", "-c", (tmp_path / "none").as_uri()),
+        "conda-build")
+    assert sorted(p.name for p in (tmp_path / "out/noarch").glob("*.conda")) == [
+        "skips-1-gfx908.conda", "skips-1-gfx942.conda"]
+
+
 # ----------------------------------------------------------------------------- conda-build, then rocmlock lock
 
 
