@@ -14,6 +14,7 @@ length and vary together, element i with element i, instead of forming a product
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -70,12 +71,16 @@ def derived(gpu_targets: Sequence[str], rocm_versions: Sequence[str], data: Path
     rows = gpu_table.read_targets(table_path)
     aot = aotriton.read_table(data / aotriton.NAME, {gfx: t.aotriton for gfx, t in rows.items()})
     images, runtime = dict(aot.images), dict(aot.runtime)
+    for rocm in rocm_versions:  # it becomes a label in variants.yaml and a lookup key: major.minor only
+        if not gpu_table.ROCM_SERIES.fullmatch(rocm):
+            raise InputError(f"rocm_version {rocm!r} is not a ROCm major.minor version",
+                             hint='write it as in variants.yaml\'s rocm_version list, e.g. "7.2"')
     out: dict[str, list[str]] = {key: [] for key in ALL_KEYS}
     for gfx in gpu_targets:
         if gfx not in rows:
-            raise InputError(f"{table_path}: no row for gpu_target '{gfx}' (recipes/variants.yaml lists it)",
-                             hint=f"add a [{gfx}] table (README, \"Adding a GPU target\") or remove it from "
-                                  f"variants.yaml; known: {', '.join(rows)}")
+            raise InputError(f"{table_path}: no row for gpu_target '{gfx}'",
+                             hint=f"add a [{gfx}] table (README, \"Adding a GPU target\"), or do not ask for it "
+                                  f"(variants.yaml's gpu_target, --gpu-target); known: {', '.join(rows)}")
         target, image = rows[gfx], aot.image_for(gfx) or ""
         for key, value in (("gpu_isa", target.isa), ("gpu_first_rocm", target.first_rocm),
                            ("gpu_flash_attn_backend", _backend(target)),
@@ -102,7 +107,8 @@ def render_block(gpu_targets: Sequence[str], rocm_versions: Sequence[str], data:
         for key, source in keys.items():
             lines += [f"# {key}: {source}", f"{key}:"]
             for i, value in enumerate(values[key]):
-                lines.append(f'  - "{value}"' + (f"  # {labels[i]}" if labels else ""))
+                # JSON's quoting is YAML's double-quoted scalar: no table value can end the string early.
+                lines.append(f"  - {json.dumps(value)}" + (f"  # {labels[i]}" if labels else ""))
     return "\n".join([*lines, END]) + "\n"
 
 
