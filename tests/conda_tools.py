@@ -163,4 +163,7 @@ class Conda:
 
 if __name__ == "__main__":
     for venv in VENVS:
-        print(f"conda venv {venv}: {ensure_venv(venv).parent}")
+        try:
+            print(f"conda venv {venv}: {ensure_venv(venv).parent}")
+        except CondaUnavailable as exc:
+            sys.exit(f"tests/conda_tools.py: {exc}")
