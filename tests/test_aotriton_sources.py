@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import rattler_build as rb
+from rocmlock.build import variantkeys
 from rocmlock.build.plan import make_plan
 from rocmlock.build.recipes import Matrix, load_matrix, render_config
 from rocmlock.build.sources import plan_sources
@@ -90,6 +91,9 @@ def test_a_rocm_without_a_prebuilt_runtime_pins_no_aotriton(matrix: Matrix, tmp_
     # aotriton.cmake builds the runtime from git for a HIP version its list lacks; nothing to pin then.
     lines = (RECIPES / "variants.yaml").read_text().replace('rocm_version:\n  - "7.2"', 'rocm_version:\n  - "6.1"')
     (tmp_path / "variants.yaml").write_text(lines)
+    _, _, regenerated = variantkeys.regenerate(tmp_path)  # what `rocmlock variants --write` writes
+    (tmp_path / "variants.yaml").write_text(regenerated)
+    assert '\naotriton_runtime_sha256:\n  - ""  # 6.1\n' in regenerated
     older = load_matrix(tmp_path)
     assert "6.1" not in AOT["runtime"]
     assert len(_sources(older, "gfx942", "6.1")) == 1
@@ -186,18 +190,17 @@ def test_a_prepared_prefix_wins_over_the_pinned_sources(tmp_path: Path) -> None:
 
 
 def test_build_names_the_table_when_a_target_with_kernels_has_no_image(matrix: Matrix, tmp_path: Path) -> None:
-    # rattler-build run by hand on a table whose [targets] lacks gfx942 (rocmlock plan refuses that table first:
-    # tests/test_aotriton_table.py): the recipe renders no image, and build.sh says which key is missing instead
-    # of blaming the ROCm for having no prebuilt runtime.
+    # rattler-build (or conda-build) run by hand on a variants.yaml whose gpu_aotriton_image for gfx942 was
+    # emptied by hand (rocmlock plan refuses that copy first: tests/test_variant_keys.py): the recipe renders no
+    # image, and build.sh says which key is wrong instead of blaming the ROCm for having no prebuilt runtime.
     shutil.copytree(RECIPES / "pytorch-rocm", tmp_path / "recipes/pytorch-rocm")
-    data = tmp_path / "tools/rocmlock/data"
-    shutil.copytree(RECIPES.parent / "tools/rocmlock/data", data)
-    text = (data / "aotriton.toml").read_text()
-    assert 'gfx942 = "amd-gfx942"\n' in text
-    (data / "aotriton.toml").write_text(text.replace('gfx942 = "amd-gfx942"\n', ""))
     one = matrix.narrowed({"gpu_target": ["gfx942"], "python": ["3.12"], "rocm_version": ["7.2"]})
+    values = {k: list(v) for k, v in one.values}
+    assert values["gpu_aotriton"] == ["1"] and values["gpu_aotriton_image"] == ["amd-gfx942"]
+    values["gpu_aotriton_image"] = [""]
+    config = rb.VariantConfig(values, zip_keys=[list(g) for g in one.zip_keys])
     (rv,) = rb.Stage0Recipe.from_file(str(tmp_path / "recipes/pytorch-rocm/recipe.yaml")).render(
-        one.to_variant_config(), render_config())
+        config, render_config())
     rendered = rv.recipe.to_dict()
     env = rendered["build"]["script"]["env"]
     assert len(rendered["source"]) == 1 and env["ROCMLOCK_AOTRITON"] == "1" and "ROCMLOCK_AOTRITON_IMAGE" not in env
@@ -205,9 +208,10 @@ def test_build_names_the_table_when_a_target_with_kernels_has_no_image(matrix: M
                                          "ROCMLOCK_AOTRITON_SHA256S")}
     out = _run(tmp_path, **given)
     assert out.returncode == 1 and out.stdout == ""
-    assert out.stderr == ("tools/rocmlock/data/aotriton.toml: key 'targets.gfx942' is missing, but gpu_targets.toml "
-                          "gives gfx942 AOTriton kernels (aotriton = true): add the kernel image PyTorch 2.12.1's "
-                          "cmake/External/aotriton.cmake picks for it, or set aotriton = false there, or export "
+    assert out.stderr == ("recipes/variants.yaml: gpu_aotriton_image is empty for gfx942, but gpu_aotriton = 1 "
+                          "(AOTriton kernels): add the kernel image PyTorch 2.12.1's cmake/External/aotriton.cmake "
+                          "picks for it to [targets] of tools/rocmlock/data/aotriton.toml (or set aotriton = false "
+                          "in gpu_targets.toml), then run `rocmlock variants --write`; or export "
                           "AOTRITON_INSTALLED_PREFIX\n")
     # A ROCm without a prebuilt runtime (image known, nothing pinned) still downloads at configure time.
     out = _run(tmp_path, ROCMLOCK_AOTRITON_PINNED="", ROCMLOCK_AOTRITON_SHA256S="")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rocmlock.build import aotriton
+from rocmlock.build import aotriton, variantkeys
 from rocmlock.cli.main import main
 from rocmlock.errors import InputError
 from rocmlock.gpu.targets import all_targets
@@ -168,10 +168,12 @@ def _checkout(root: Path) -> Path:
     return root / "tools/rocmlock/data/aotriton.toml"
 
 
-def test_plan_reads_the_table_the_recipe_loads(tmp_path: Path) -> None:
+def test_plan_reads_the_table_beside_the_recipes(tmp_path: Path) -> None:
+    # variants.yaml's GPU keys are generated from (and checked against) the tables of the checkout the recipes
+    # are in; recipes without one are held to rocmlock's own.
     table = _checkout(tmp_path)
-    recipes = sorted((tmp_path / "recipes").glob("*/recipe.yaml"))
-    assert aotriton.tables_loaded_by(recipes) == [table]
+    assert variantkeys.data_dir(tmp_path / "recipes") == table.parent
+    assert variantkeys.data_dir(tmp_path / "lone/recipes") == RECIPES.parent / "tools/rocmlock/data"
 
 
 @pytest.mark.parametrize(("old", "new", "message"), [

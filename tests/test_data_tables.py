@@ -524,7 +524,8 @@ def test_the_commands_that_read_a_packaged_table_exit_2_in_one_line(tmp_path: Pa
 def test_plan_and_build_refuse_a_table_the_recipes_read_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                     command: str, name: str, old: str, new: str,
                                                                     message: str) -> None:
-    # The recipes of the copy read its tables (load_from_file, build.sh): plan checks those before rendering.
+    # The copy's tables (variants.yaml's GPU keys come from them; build.sh reads rocm_components.toml): plan checks
+    # those before rendering.
     table = _checkout(tmp_path, name, old, new)
     args = [command, "--manifest-path", str(tmp_path / "pixi.toml"), "-e", "mi300x"]
     code = main([*args, "--output", str(tmp_path / "out")] if command == "build" else args)

@@ -23,7 +23,8 @@ export USE_MEM_EFF_ATTENTION="${ROCMLOCK_AOTRITON}"
 # configure time unless the environment names an installed AOTriton: its `if(DEFINED ENV{AOTRITON_INSTALLED_PREFIX})`
 # branch installs that prefix's lib/ and include/ into torch/ and links its lib/libaotriton_v2.so, downloading
 # nothing (lines 242-249 of the 0.11.2b-era file, the branch before `elseif(DEFINED ENV{AOTRITON_INSTALL_FROM_SOURCE})`).
-# The recipe pins the runtime and this target's image as sources (tools/rocmlock/data/aotriton.toml); they
+# The recipe pins the runtime and this target's image as sources (tools/rocmlock/data/aotriton.toml, through
+# variants.yaml's generated keys); they
 # become that prefix here. A prefix the build host passes overrides them (the recipe then pins none).
 rocmlock_aotriton_from_sources() {
     local cmake_file=cmake/External/aotriton.cmake sha image="${ROCMLOCK_AOTRITON_IMAGE:?}"
@@ -55,9 +56,10 @@ elif [ "${ROCMLOCK_AOTRITON}" = 1 ] && [ -n "${ROCMLOCK_AOTRITON_PINNED:-}" ]; t
     rocmlock_aotriton_from_sources
     echo "rocmlock build: AOTriton ${ROCMLOCK_AOTRITON_VERSION} (${ROCMLOCK_AOTRITON_IMAGE}) from the pinned sources" >&2
 elif [ "${ROCMLOCK_AOTRITON}" = 1 ] && [ -z "${ROCMLOCK_AOTRITON_IMAGE:-}" ]; then
-    # The recipe found no [targets] entry for a target gpu_targets.toml gives kernels: the table is inconsistent
-    # (rocmlock plan refuses it; a hand-run rattler-build gets here). Not "no prebuilt runtime": that is the ROCm.
-    rocmlock_die "tools/rocmlock/data/aotriton.toml: key 'targets.${ROCMLOCK_GPU_TARGET}' is missing, but gpu_targets.toml gives ${ROCMLOCK_GPU_TARGET} AOTriton kernels (aotriton = true): add the kernel image PyTorch ${PKG_VERSION}'s cmake/External/aotriton.cmake picks for it, or set aotriton = false there, or export AOTRITON_INSTALLED_PREFIX"
+    # variants.yaml gives the target kernels (gpu_aotriton) but no kernel image (gpu_aotriton_image): a hand-edited
+    # or stale copy (rocmlock plan refuses it; a hand-run rattler-build or conda-build gets here). Not "no prebuilt
+    # runtime": that is the ROCm.
+    rocmlock_die "recipes/variants.yaml: gpu_aotriton_image is empty for ${ROCMLOCK_GPU_TARGET}, but gpu_aotriton = 1 (AOTriton kernels): add the kernel image PyTorch ${PKG_VERSION}'s cmake/External/aotriton.cmake picks for it to [targets] of tools/rocmlock/data/aotriton.toml (or set aotriton = false in gpu_targets.toml), then run \`rocmlock variants --write\`; or export AOTRITON_INSTALLED_PREFIX"
 elif [ "${ROCMLOCK_AOTRITON}" = 1 ]; then
     echo "rocmlock build: AOTriton will be downloaded at configure time (no prebuilt runtime pinned for ROCm ${ROCMLOCK_ROCM_VERSION}; set AOTRITON_INSTALLED_PREFIX to build offline)" >&2
 fi

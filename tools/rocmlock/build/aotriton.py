@@ -1,26 +1,25 @@
 """AOTriton's table (``tools/rocmlock/data/aotriton.toml``), validated before a recipe renders from it.
 
-The pytorch recipe reads the table with rattler-build's ``load_from_file`` and builds its AOTriton sources (the
-runtime's and the target's kernel image's URL and sha256) from it. Malformed data there surfaces as a render error
+The pytorch recipe builds its AOTriton sources (the runtime's and the target's kernel image's URL and sha256) from
+variant keys that ``rocmlock variants --write`` generates from it (:mod:`rocmlock.build.variantkeys`). Malformed data there surfaces as a render error
 that names the recipe, not the file or the key (``Invalid SHA256 checksum``, ``undefined value``), or not at all:
 a target that gpu_targets.toml gives AOTriton kernels but that has no ``[targets]`` entry rendered with no pinned
 AOTriton, and build.sh then said the ROCm had no prebuilt runtime. ``rocmlock plan`` (and every command built on
-it) reads the table each recipe loads through :func:`check_recipes` first, so bad data is one line naming
+it) reads the table beside the recipes first (``variantkeys.derived``), so bad data is one line naming
 ``aotriton.toml`` and the key.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rocmlock.errors import InputError, expect_type
-from rocmlock.gpu.targets import NAME as GPU_TABLE
-from rocmlock.gpu.targets import all_targets, read_targets
-from rocmlock.util.tables import check_keys, expect_match, loaded_by, read_toml
+from rocmlock.gpu.targets import all_targets
+from rocmlock.util.tables import check_keys, expect_match, read_toml
 from rocmlock.util.tables import key as _key
 
 NAME = "aotriton.toml"
@@ -143,18 +142,3 @@ def read_table(path: Path, kernels: Mapping[str, bool] | None = None) -> Aotrito
         path=path, pytorch=pytorch, version=strings["version"], base_url=strings["base_url"],
         manylinux=strings["manylinux"], arch=strings["arch"], runtime=tuple(runtime.items()),
         images=tuple(images.items()), targets=tuple(targets.items()))
-
-
-def tables_loaded_by(recipes: Iterable[Path]) -> list[Path]:
-    """The aotriton.toml files ``recipes`` (``<dir>/recipe.yaml``) read with ``load_from_file``, each once."""
-    return loaded_by(recipes, NAME)
-
-
-def check_recipes(recipes: Iterable[Path]) -> None:
-    """Validate every aotriton.toml ``recipes`` render from (:func:`read_table`); raises the first problem.
-
-    Its ``[targets]`` is held to the gpu_targets.toml beside it: the pytorch recipe loads both from one directory.
-    """
-    for path in tables_loaded_by(recipes):
-        gpus = read_targets(path.parent / GPU_TABLE)
-        read_table(path, {gfx: t.aotriton for gfx, t in gpus.items()})

@@ -19,7 +19,6 @@ from typing import Any
 
 from rattler import Version, VersionSpec
 
-from rocmlock.build import aotriton
 from rocmlock.build.recipes import (
     ENV_KEYS,
     Matrix,
@@ -31,7 +30,6 @@ from rocmlock.build.recipes import (
 )
 from rocmlock.channel.repodata import query_channel
 from rocmlock.errors import InputError, OperationError
-from rocmlock.gpu import targets
 from rocmlock.host import rocm as rocm_host
 from rocmlock.util.credentials import credentials_hint, redact_text, redact_url, refused
 from rocmlock.util.fs import relative_path
@@ -171,11 +169,9 @@ def make_plan(
 
 
 def check_tables(recipes: list[Path]) -> None:
-    """The data tables ``recipes`` read, validated before anything renders from them: gpu_targets.toml and
-    aotriton.toml (``load_from_file``), and rocm_components.toml (their build scripts, against the packages the
-    recipes build)."""
-    targets.check_recipes(recipes)
-    aotriton.check_recipes(recipes)
+    """rocm_components.toml, which the recipes' build scripts read, validated against the packages the recipes
+    build before anything renders. (gpu_targets.toml and aotriton.toml are validated by ``load_matrix``: the
+    GPU keys of variants.yaml are generated from them.)"""
     rocm_host.check_build_scripts(recipes, {name for recipe in recipes for name in recipe_packages(recipe)})
 
 

@@ -2,9 +2,9 @@
 
 Rendering goes through py-rattler-build (``Stage0Recipe.from_file(...).render(VariantConfig)``),
 never through a hand-written Jinja evaluator, so what ``rocmlock plan`` shows is what
-``rattler-build build`` would build. The recipes read GPU facts from
-``tools/rocmlock/data/gpu_targets.toml`` with ``load_from_file`` (a rattler-build experimental
-feature, hence ``experimental=True``), and state why a variant cannot be built in their
+``rattler-build build`` (or ``conda-build``) would build. The recipes read GPU facts as variant keys
+of ``variants.yaml`` generated from ``tools/rocmlock/data`` (:mod:`rocmlock.build.variantkeys`), so
+no experimental rattler-build feature is needed, and state why a variant cannot be built in their
 ``context.skip_reason`` (``build.skip`` uses the same value), so one place decides a skip and
 its reason. py-rattler-build's ``render`` does not apply ``build.skip`` itself; the rendered
 ``skip_reason`` is how we see it.
@@ -20,6 +20,7 @@ from typing import Any
 import rattler_build as rb
 from rattler_build.tool_config import PlatformConfig
 
+from rocmlock.build import variantkeys
 from rocmlock.errors import InputError
 from rocmlock.gpu.targets import get_target
 
@@ -32,10 +33,12 @@ REQUIREMENT_SECTIONS = ("build", "host", "run")
 
 @dataclass(frozen=True)
 class Matrix:
-    """A variant configuration: key -> values, plus groups of keys that vary together."""
+    """A variant configuration: key -> values, plus groups of keys that vary together. ``data``: the tables its
+    generated GPU keys come from (``variantkeys.data_dir``); narrowing gpu_target or rocm_version recomputes them."""
 
     values: tuple[tuple[str, tuple[str, ...]], ...]
     zip_keys: tuple[tuple[str, ...], ...] = ()
+    data: Path | None = None
 
     def get(self, key: str) -> tuple[str, ...]:
         return dict(self.values).get(key, ())
@@ -46,7 +49,7 @@ class Matrix:
         for key, new in overrides.items():
             new = list(dict.fromkeys(new))
             group = next((g for g in self.zip_keys if key in g), None)
-            if group is None:
+            if group is None or (self.data is not None and key in ("gpu_target", "rocm_version")):
                 values[key] = new
                 continue
             keep = [i for i, v in enumerate(values[key]) if v in new]
@@ -57,7 +60,19 @@ class Matrix:
                 )
             for sibling in group:
                 values[sibling] = [values[sibling][i] for i in keep]
-        return Matrix(tuple((k, tuple(v)) for k, v in sorted(values.items())), self.zip_keys)
+        if self.data is not None:  # the GPU keys of the targets and ROCm versions asked, from the tables
+            values.update(variantkeys.derived(values["gpu_target"], values["rocm_version"], self.data))
+        return Matrix(tuple((k, tuple(v)) for k, v in sorted(values.items())), self.zip_keys, self.data)
+
+    def to_yaml(self, header: str = "") -> str:
+        """This matrix as a variant config file rattler-build and conda-build read (``-m``): every value a quoted
+        string, zip groups as block lists (conda-build reads a line ending in a bracketed list as a selector)."""
+        import yaml
+
+        data: dict[str, Any] = {k: list(v) for k, v in self.values}
+        data["zip_keys"] = [list(g) for g in self.zip_keys]
+        body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, default_style=None, width=1000)
+        return header + body
 
     def to_variant_config(self) -> rb.VariantConfig:
         return rb.VariantConfig(
@@ -138,21 +153,24 @@ def load_matrix(recipes_dir: Path) -> Matrix:
     except Exception as exc:  # noqa: BLE001 - py-rattler-build raises its own hierarchy; one message is enough
         raise InputError(f"{path}: cannot read variant configuration: {_first_line(exc)}") from None
     values = tuple((k, tuple(str(v) for v in vals)) for k, vals in sorted(config.to_dict().items()))
-    matrix = Matrix(values, tuple(tuple(g) for g in (config.zip_keys or ())))
+    data = variantkeys.data_dir(recipes_dir)
+    zips = tuple(tuple(g) for g in (config.zip_keys or ()))
     for key in ENV_KEYS:
-        if not matrix.get(key):
+        if not dict(values).get(key):
             raise InputError(f"{path}: key '{key}' is missing or empty", hint=f"list at least one {key}")
-    for gfx in matrix.get("gpu_target"):
+    for gfx in dict(values)["gpu_target"]:
         get_target(gfx, f"{path}: key 'gpu_target'")
-    return matrix
+    added, groups = variantkeys.check_matrix(dict(values), zips, path, data)
+    values = tuple(sorted({**dict(values), **{k: tuple(v) for k, v in added.items()}}.items()))
+    return Matrix(values, zips + tuple(groups), data)
 
 
 # ----------------------------------------------------------------------------- rendering
 
 
 def render_config(target_platform: str = "linux-64") -> rb.RenderConfig:
-    """Offline render settings: ``experimental`` because the recipes use ``load_from_file``."""
-    return rb.RenderConfig(platform=PlatformConfig(target_platform=target_platform, experimental=True))
+    """Offline render settings; no experimental features, as conda-build renders the recipes too."""
+    return rb.RenderConfig(platform=PlatformConfig(target_platform=target_platform))
 
 
 def render_recipe(recipe: Path, matrix: Matrix, target_platform: str = "linux-64") -> list[RenderedVariant]:

@@ -40,6 +40,57 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_variants(p: argparse.ArgumentParser) -> None:
+    manifest_arg(p)
+    recipes_arg(p)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the generated keys of recipes/variants.yaml")
+    mode.add_argument("--check", action="store_true", help="exit 1 when they differ from the tables (writes nothing)")
+    p.add_argument("--gpu-target", action="append", default=[], metavar="GFX",
+                   help="print the whole config narrowed to this target (repeatable), its GPU keys with it: a -m file "
+                        "for rattler-build or conda-build, whose --variant cannot narrow a zipped key")
+    p.add_argument("--rocm-version", action="append", default=[], metavar="X.Y",
+                   help="with --gpu-target: narrow rocm_version too (repeatable)")
+
+
+def cmd_variants(args: argparse.Namespace) -> int:
+    from rocmlock.build.variantkeys import regenerate
+    from rocmlock.util.fs import write_atomic
+
+    recipes_dir = args.recipes_dir or args.manifest_path.parent / "recipes"
+    if args.gpu_target or args.rocm_version:
+        return _narrowed_variants(args, recipes_dir)
+    path, old, new = regenerate(recipes_dir)
+    if args.check:
+        if old != new:
+            err(f"error: {path}: the generated GPU keys differ from the tables")
+            err("hint: run `rocmlock variants --write`")
+            return 1
+        return 0
+    if args.write:
+        if old != new:
+            write_atomic(path, new)
+        err(f"{path}: generated keys {'rewritten' if old != new else 'already current'}")
+        return 0
+    print(new, end="")
+    return 0
+
+
+def _narrowed_variants(args: argparse.Namespace, recipes_dir: Path) -> int:
+    from rocmlock.build.recipes import load_matrix
+    from rocmlock.errors import InputError
+
+    if args.write or args.check:
+        raise InputError("--gpu-target/--rocm-version print a narrowed config; they do not go with --write or --check",
+                         hint="run `rocmlock variants --write` on its own first")
+    overrides = {k: v for k, v in (("gpu_target", args.gpu_target), ("rocm_version", args.rocm_version)) if v}
+    narrowed = load_matrix(recipes_dir).narrowed(overrides)
+    said = ", ".join(f"{k} {' '.join(v)}" for k, v in overrides.items())
+    print(narrowed.to_yaml(f"# {recipes_dir / 'variants.yaml'} narrowed to {said} by `rocmlock variants`.\n"
+                           "# Generated: pass it to rattler-build or conda-build with -m, do not edit it.\n"), end="")
+    return 0
+
+
 def add_doctor(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
     env_arg(p)

@@ -27,6 +27,8 @@ Handler = Callable[[argparse.Namespace], int]
 # its handler runs, the lock stage): the other groups' modules, and the stages they import, stay unloaded.
 _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("plan", "which package variants the environments need, in build order", "build"),
+    ("variants", "write the GPU variant keys of recipes/variants.yaml from the data tables (--write, --check)",
+     "build"),
     ("lock", "solve every environment x platform; write pixi.lock and envs/ exports", "lock"),
     ("export", "regenerate envs/<env>/ conda (and PyPI) exports from any pixi.lock without solving", "lock"),
     ("doctor", "check this host's ROCm toolchain before building or running", "build"),

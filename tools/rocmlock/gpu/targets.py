@@ -2,8 +2,8 @@
 peak, memory.
 
 Read once and validated (:func:`read_targets`): a row a team adds with a typo'd key, a wrong type or an isa that is
-not its gfx name's is one line naming the file and the key. ``rocmlock plan`` also validates the copy each recipe
-loads with ``load_from_file`` (:func:`check_recipes`), before anything renders from it.
+not its gfx name's is one line naming the file and the key. ``rocmlock plan`` also validates the copy beside the recipes,
+which recipes/variants.yaml's GPU keys are generated from, before anything renders from it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmlock.errors import InputError, expect_type
-from rocmlock.util.tables import check_keys, expect_match, key, loaded_by, read_toml
+from rocmlock.util.tables import check_keys, expect_match, key, read_toml
 
 NAME = "gpu_targets.toml"
 # LLVM's AMDGPU processor names: gfx<major><minor><stepping>, minor and stepping one hex digit each (gfx90a is
@@ -108,7 +107,7 @@ def isa_of(gfx: str) -> str | None:
 def read_targets(path: Path) -> dict[str, GpuTarget]:
     """The GPU target table at ``path``, validated: an InputError naming the file and the key otherwise.
 
-    Every row has every key: the recipes read the table with ``load_from_file``, which has no defaults.
+    Every row has every key: each becomes a variant key of recipes/variants.yaml, which has no defaults.
     """
     data = read_toml(path)
     if not data:
@@ -178,12 +177,6 @@ def _wavefront(path: Path, gfx: str, value: Any) -> int:
     if size not in (32, 64):
         raise InputError(f"{path}: key '{key(gfx, 'wavefront_size')}' must be {what}, got {size}")
     return size
-
-
-def check_recipes(recipes: Iterable[Path]) -> None:
-    """Validate every gpu_targets.toml ``recipes`` render from (``load_from_file``); raises the first problem."""
-    for path in loaded_by(recipes, NAME):
-        read_targets(path)
 
 
 def _suggest(name: str, choices: list[str]) -> str:

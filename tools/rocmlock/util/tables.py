@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import re
 import string
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -123,13 +122,3 @@ def expect_unique(seen: dict[str, str], value: str, path: Path, name: str, what:
         raise InputError(f"{path}: key '{name}': {what} {value!r} is already {seen[value]}'s",
                          hint="each entry must be unique: remove the duplicate, or fix a copied row")
     seen[value] = name
-
-
-def loaded_by(recipes: Iterable[Path], name: str) -> list[Path]:
-    """The ``name`` tables ``recipes`` (``<dir>/recipe.yaml``) read with ``load_from_file``, each once."""
-    loads = re.compile(r'load_from_file\(\s*"([^"]*/' + re.escape(name) + r')"\s*\)')
-    found: dict[Path, None] = {}
-    for recipe in recipes:
-        for rel in loads.findall(recipe.read_text()):
-            found[Path(os.path.normpath(recipe.parent / rel))] = None
-    return list(found)
