@@ -514,6 +514,15 @@ def test_the_commands_that_read_a_packaged_table_exit_2_in_one_line(tmp_path: Pa
 @pytest.mark.parametrize(("name", "old", "new", "message"), [
     (GPU, "aotriton = false", 'aotriton = "no"', "key 'gfx908.aotriton' must be true or false, got str"),
     (GPU, 'bnb_first_rocm = "6.3"', 'bnb_first_rocm = 6.3', "key 'gfx90a.bnb_first_rocm' must be the first ROCm"),
+    # AOTriton's tier per release (gfx1101 and gfx1151 are experimental in the pinned 0.11.2b): a value not a tier, a tier that
+    # says kernels where aotriton = false, and a missing entry for the release aotriton.toml pins.
+    (GPU, '"0.11.2b" = "experimental", "0.12b"', '"0.11.2b" = "beta", "0.12b"',
+     "key 'gfx1101.aotriton_tier.\"0.11.2b\"' must be one of \"supported\", \"experimental\", \"none\""),
+    (GPU, '"0.11.2b" = "none"', '"0.11.2b" = "supported"',
+     "key 'gfx908.aotriton_tier.\"0.11.2b\"' is \"supported\" but gfx908 has aotriton = false"),
+    (GPU, '"0.11b" = "experimental", "0.11.2b" = "experimental", "0.12b" = "supported"',
+     '"0.11b" = "experimental", "0.12b" = "supported"',
+     "key 'gfx1151.aotriton_tier' has no entry for AOTriton 0.11.2b, the release aotriton.toml pins"),
     (COMPONENTS, "\ndeepspeed = [", "\ndeep-speed = [",
      "key 'packages.deep-speed': no recipe builds a package 'deep-speed'"),
     (COMPONENTS, '"hipblaslt", "hipsparse", "hipsolver"]\n# torchaudio',

@@ -567,3 +567,30 @@ def test_triton_needs_a_c_compiler_at_run_time(tmp_path: Path, monkeypatch: pyte
     assert out.status == "ok" and out.evidence == f"gcc at {tmp_path / 'bin/gcc'}"
     out = probe.check_triton_cc(ctx_for(tmp_path, environ={"PATH": str(tmp_path / "bin"), "CC": "icx"}))
     assert out.status == "warn" and out.evidence.startswith("CC=icx is not an executable on PATH")
+
+
+def test_the_probes_aotriton_experimental_targets_are_the_gpu_tables() -> None:
+    from rocmlock.gpu.targets import all_targets, aotriton_release
+
+    release = aotriton_release()
+    table = {t.gfx: release for t in all_targets().values() if t.aotriton_tier(release) == "experimental"}
+    assert probe.AOTRITON_EXPERIMENTAL == table and table  # gfx1101, gfx1151 for AOTriton 0.11.2b
+
+
+@pytest.mark.parametrize(("archs", "value", "expected"), [
+    (["gfx942:sramecc+:xnack-"], None, ""),
+    (["gfx1151"], None, ("; AOTriton 0.11.2b classes gfx1151 experimental and TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL "
+                         "is not 1: SDPA ran the math kernel")),
+    (["gfx1101"], "true", "is not 1: SDPA ran the math kernel"),  # PyTorch's check_env takes "1"
+    (["gfx1151"], "1", ("; AOTriton 0.11.2b classes gfx1151 experimental, TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1: "
+                        "AOTriton's kernels ran and are checked above")),
+])
+def test_the_sdpa_check_names_an_experimental_aotriton_tier(tmp_path: Path, archs: list[str], value: str | None,
+                                                            expected: str) -> None:
+    ctx = ctx_for(tmp_path)
+    ctx.facts["torch"] = fake_torch("7.2.0", None, archs, ["gfx942", "gfx1101", "gfx1151"])
+    if value is not None:
+        ctx.environ["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"] = value
+    note = probe._aotriton_tier(ctx)
+    assert note.startswith(expected) if expected.startswith(";") else expected in note
+    assert bool(note) == bool(expected)

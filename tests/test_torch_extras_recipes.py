@@ -367,3 +367,18 @@ def test_plan_orders_triton_torch_extensions_and_llamafactory() -> None:
             assert dict(torch.variant)["gpu_target"] == gfx
             assert position[torch.id] < position[v.id] < position[lf.id]
             assert v.id in lf.depends_on
+
+
+def test_torchaudio_is_cpu_kernels_only_and_nothing_uses_it_on_the_gpu() -> None:
+    # torchaudio 2.11 compiles GPU kernels only for USE_CUDA builds (pytorch/audio#4180): the ROCm package holds CPU
+    # kernels, so its build requires no host ROCm component (hipCUB/rocPRIM were unused) and says so.
+    import tomllib
+
+    components = tomllib.loads((ROOT / "tools/rocmlock/data/rocm_components.toml").read_text())
+    assert "torchaudio" not in components["packages"]
+    build = (RECIPES / "torchaudio-rocm" / "build.sh").read_text()
+    assert "rocmlock_require_rocm_components" not in build and "pytorch/audio#4180" in build
+    assert "CPU-kernels-only" in (RECIPES / "torchaudio-rocm" / "recipe.yaml").read_text()
+    # The probe and the presets never touch torchaudio, so they cannot depend on GPU kernels it lacks.
+    for path in (ROOT / "tools/verify_env.py", ROOT / "tools/rocmlock/deploy/preset.py"):
+        assert "torchaudio" not in path.read_text(), path

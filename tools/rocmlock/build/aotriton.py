@@ -19,7 +19,7 @@ from typing import Any
 
 from rocmlock.errors import InputError, expect_type
 from rocmlock.gpu.targets import NAME as GPU_TABLE
-from rocmlock.gpu.targets import all_targets, read_targets
+from rocmlock.gpu.targets import GpuTarget, all_targets, read_targets
 from rocmlock.util.tables import check_keys, expect_match, loaded_by, read_toml
 from rocmlock.util.tables import key as _key
 
@@ -157,4 +157,22 @@ def check_recipes(recipes: Iterable[Path]) -> None:
     """
     for path in tables_loaded_by(recipes):
         gpus = read_targets(path.parent / GPU_TABLE)
-        read_table(path, {gfx: t.aotriton for gfx, t in gpus.items()})
+        table = read_table(path, {gfx: t.aotriton for gfx, t in gpus.items()})
+        check_tiers(table.version, gpus, path.parent / GPU_TABLE)
+
+
+def check_tiers(release: str, gpus: Mapping[str, GpuTarget], gpu_path: Path) -> None:
+    """Every target of ``gpus`` records how AOTriton ``release`` classes it, "none" exactly where it has no kernels
+    (``aotriton = false``): the presets and the probe's expectations read that tier."""
+    for gfx, target in gpus.items():
+        tier = target.aotriton_tier(release)
+        where = _key(gfx, "aotriton_tier", release)
+        if tier is None:
+            raise InputError(f"{gpu_path}: key '{_key(gfx, 'aotriton_tier')}' has no entry for AOTriton {release}, "
+                             f"the release {NAME} pins",
+                             hint=f'add "{release}" = "supported" (or "experimental", "none") from AOTriton '
+                                  f"{release}'s v3src/util.cc isArchExperimentallySupported()")
+        if (tier == "none") == target.aotriton:
+            raise InputError(f"{gpu_path}: key '{where}' is \"{tier}\" but {gfx} has aotriton = "
+                             f"{str(target.aotriton).lower()}",
+                             hint='"none" exactly where the release ships no kernels for the target (aotriton = false)')
