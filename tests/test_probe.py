@@ -594,3 +594,20 @@ def test_the_sdpa_check_names_an_experimental_aotriton_tier(tmp_path: Path, arch
     note = probe._aotriton_tier(ctx)
     assert note.startswith(expected) if expected.startswith(";") else expected in note
     assert bool(note) == bool(expected)
+
+
+def test_wrong_experimental_aotriton_kernels_fail_the_sdpa_check_with_the_way_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SDPA check's comparison runs for real (on the CPU); SDPA itself returns NaNs, as AOTriton's experimental
+    # gfx1100 kernels did (ROCm/aotriton#123), on a GPU the tier note says ran them with the variable set.
+    import torch
+
+    ctx = ctx_for(tmp_path, device_mode="cpu", environ={"PATH": "", "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL": "1"})
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda q, k, v, is_causal: (q + k + v) * float("nan"))
+    monkeypatch.setattr(probe, "_aotriton_tier", lambda ctx: "; AOTriton 0.11.2b classes gfx1151 experimental")
+    out = probe.check_sdpa(ctx)
+    assert out.status == "fail" and out.evidence.endswith("; AOTriton 0.11.2b classes gfx1151 experimental")
+    assert out.fix.startswith("AOTriton's experimental kernels are wrong here: unset TORCH_ROCM_AOTRITON_ENABLE_")
+    ctx.environ.pop("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL")  # then the math kernel ran: a different fault
+    assert probe.check_sdpa(ctx).fix.startswith("the attention kernels (AOTriton) are wrong")

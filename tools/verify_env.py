@@ -783,7 +783,11 @@ def check_sdpa(ctx: Context) -> Outcome:
     out = torch.nn.functional.scaled_dot_product_attention(*inputs, is_causal=True)
     out_err, grad_err = _compare_attention(torch, out, inputs, lambda q, k, v: _reference_attention(torch, q, k, v))
     if _out_of_bounds((out_err, 0.02), (grad_err, 0.05)):
-        return fail(f"SDPA vs reference: output error {out_err:.2e}, gradient error {grad_err:.2e} {_where(ctx)}",
+        tier = _aotriton_tier(ctx)
+        experimental_ran = bool(tier) and ctx.environ.get(AOTRITON_VAR) == "1"
+        return fail(f"SDPA vs reference: output error {out_err:.2e}, gradient error {grad_err:.2e} {_where(ctx)}"
+                    f"{tier}", f"AOTriton's experimental kernels are wrong here: unset {AOTRITON_VAR} and train with "
+                    "flash-attn (`flash_attn: fa2`)" if experimental_ran else
                     "the attention kernels (AOTriton) are wrong for this GPU: check torch.arch_list and ROCm")
     return ok(f"bf16 causal, output error {out_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}"
               f"{_aotriton_tier(ctx)}", out_err=out_err, grad_err=grad_err)
