@@ -108,12 +108,12 @@ def _torch_2_15(fake: FakeUpstream) -> dict[str, str]:
     archives = {
         "pytorch": "/pytorch/pytorch/releases/download/v2.15.0/pytorch-v2.15.0.tar.gz",
         "torchvision": "/pytorch/vision/archive/refs/tags/v0.30.0.tar.gz",
-        "triton": f"/triton-lang/triton/archive/{rev}.tar.gz",
         "triton-llvm": f"/llvm/llvm-project/archive/{llvm}.tar.gz",
     }
     for name, path in archives.items():
         fake.add(path, Reply(body=name.encode()))
-    fake.add("/api/repos/triton-lang/triton/commits/v3.9.0", Reply(body=rev.encode()))
+    # Triton's commit is PyTorch's pin (its pin file at the tag of the torch the bump ends with), a git source.
+    fake.add("/raw/pytorch/pytorch/v2.15.0/.ci/docker/ci_commit_pins/triton.txt", Reply(body=rev.encode() + b"\n"))
     fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-hash.txt", Reply(body=llvm.encode() + b"\n"))
     shas = {name: hashlib.sha256(name.encode()).hexdigest() for name in archives}
     return {
@@ -123,7 +123,6 @@ def _torch_2_15(fake: FakeUpstream) -> dict[str, str]:
         "torchvision_sha256": shas["torchvision"],
         "triton_version": "3.9.0",
         "triton_git_rev": rev,
-        "triton_sha256": shas["triton"],
         "triton_llvm_rev": llvm,
         "triton_llvm_sha256": shas["triton-llvm"],
     }
@@ -163,8 +162,6 @@ def test_github_unreachable_needs_hashes_and_commits_given(
         f"torchvision={expected['torchvision_sha256']}",
         "--rev",
         f"triton={expected['triton_git_rev']}",
-        "--sha256",
-        f"triton={expected['triton_sha256']}",
         "--rev",
         f"triton-llvm={expected['triton_llvm_rev']}",
         "--sha256",
@@ -473,3 +470,19 @@ def test_zip_groups_are_read_generically(
     )
     assert bump(tmp_path, fake.url, "deepspeed=0.18.5") == 2
     assert "has deepspeed_patch, which rocmlock does not fill for deepspeed" in capsys.readouterr().err
+
+
+def test_triton_alone_takes_pytorchs_pin_its_llvm_and_the_llvm_archives_hash(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 28: the Triton commit is the one PyTorch's pin file names at the tag of the pinned torch (nothing
+    # bumps pytorch here), the LLVM commit is that commit's cmake/llvm-hash.txt, the sha256 is the LLVM archive's.
+    torch = pinned(ws, "pytorch_version")
+    fake.add_project("triton", {"3.7.2": [fake.file("triton-3.7.2-cp312-linux_x86_64.whl", packagetype="bdist_wheel")]})
+    rev, llvm = "d" * 40, "e" * 40
+    fake.add(f"/raw/pytorch/pytorch/v{torch}/.ci/docker/ci_commit_pins/triton.txt", Reply(body=rev.encode() + b"\n"))
+    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-hash.txt", Reply(body=llvm.encode() + b"\n"))
+    fake.add(f"/llvm/llvm-project/archive/{llvm}.tar.gz", Reply(body=b"llvm archive"))
+    assert bump(ws, fake.url, "triton=3.7.2") == 0, capsys.readouterr().err
+    assert [pinned(ws, k) for k in ("triton_version", "triton_git_rev", "triton_llvm_rev", "triton_llvm_sha256")] == [
+        "3.7.2", rev, llvm, hashlib.sha256(b"llvm archive").hexdigest()]

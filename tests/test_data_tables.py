@@ -129,7 +129,7 @@ KINDS: dict[str, dict[tuple[str | int, ...], tuple[str, ...]]] = {
         ("gfx942", "products", 0): S, ("gfx942", "first_rocm"): S, ("gfx942", "flash_attn_ck"): B,
         ("gfx942", "flash_attn_triton"): B, ("gfx942", "aotriton"): B, ("gfx942", "bf16"): B,
         ("gfx942", "peak_bf16_tflops"): N, ("gfx942", "memory_gib"): I, ("gfx942", "bnb_first_rocm"): S,
-        ("gfx942", "wavefront_size"): I,
+        ("gfx942", "wavefront_size"): I, ("gfx942", "aotriton_tier"): D, ("gfx942", "aotriton_tier", "0.11.2b"): S,
     },
     COMPONENTS: {
         ("components",): D, ("components", "hipblas"): D, ("components", "hipblas", "name"): S,
@@ -141,9 +141,9 @@ KINDS: dict[str, dict[tuple[str | int, ...], tuple[str, ...]]] = {
         ("upstream",): D, ("upstream", "pytorch"): D, ("upstream", "pytorch", "pypi"): S,
         ("upstream", "pytorch", "version_key"): S, ("upstream", "llamafactory", "recipe"): S,
         ("upstream", "pytorch", "source"): L, ("upstream", "pytorch", "source", 0): D,
-        **{("upstream", "triton", "source", 0, k): S for k in ("name", "kind", "sha256_key", "rev_key", "url", "repo",
-                                                                "tag")},
-        ("upstream", "triton", "source", 1, "rev_file"): S,
+        **{("upstream", "triton", "source", 0, k): S for k in ("name", "kind", "rev_key", "rev_file")},
+        **{("upstream", "triton", "source", 1, k): S for k in ("sha256_key", "url")},
+        **{("upstream", "bitsandbytes", "source", 0, k): S for k in ("repo", "tag")},
         ("pairing",): L, ("pairing", 0): D,
         **{("pairing", 0, k): S for k in ("name", "follower", "leader", "kind", "why")},
         **{("pairing", 0, k): I for k in ("follower_major", "leader_major", "offset")},
@@ -514,6 +514,15 @@ def test_the_commands_that_read_a_packaged_table_exit_2_in_one_line(tmp_path: Pa
 @pytest.mark.parametrize(("name", "old", "new", "message"), [
     (GPU, "aotriton = false", 'aotriton = "no"', "key 'gfx908.aotriton' must be true or false, got str"),
     (GPU, 'bnb_first_rocm = "6.3"', 'bnb_first_rocm = 6.3', "key 'gfx90a.bnb_first_rocm' must be the first ROCm"),
+    # AOTriton's tier per release (gfx1101 and gfx1151 are experimental in the pinned 0.11.2b): a value not a tier, a tier that
+    # says kernels where aotriton = false, and a missing entry for the release aotriton.toml pins.
+    (GPU, '"0.11.2b" = "experimental", "0.12b"', '"0.11.2b" = "beta", "0.12b"',
+     "key 'gfx1101.aotriton_tier.\"0.11.2b\"' must be one of \"supported\", \"experimental\", \"none\""),
+    (GPU, '"0.11.2b" = "none"', '"0.11.2b" = "supported"',
+     "key 'gfx908.aotriton_tier.\"0.11.2b\"' is \"supported\" but gfx908 has aotriton = false"),
+    (GPU, '"0.11b" = "experimental", "0.11.2b" = "experimental", "0.12b" = "supported"',
+     '"0.11b" = "experimental", "0.12b" = "supported"',
+     "key 'gfx1151.aotriton_tier' has no entry for AOTriton 0.11.2b, the release aotriton.toml pins"),
     (COMPONENTS, "\ndeepspeed = [", "\ndeep-speed = [",
      "key 'packages.deep-speed': no recipe builds a package 'deep-speed'"),
     (COMPONENTS, '"hipblaslt", "hipsparse", "hipsolver"]\n# torchaudio',

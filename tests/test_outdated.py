@@ -92,7 +92,7 @@ def test_github_unreachable_is_a_cell_not_a_failure(
     publish_all(fake, recipes, {"triton": "3.9.0", "torchvision": "0.30.0", "bitsandbytes": "9.1.0"})
     assert outdated(recipes, fake.url, closed_port_url()) == 0
     out = capsys.readouterr().out
-    assert "  source triton: commit unknown (unreachable); sha256 unknown (unreachable)" in out
+    assert "  source triton: commit unknown (unreachable)\n" in out  # a git source: no archive to hash
     assert (
         "  source triton-llvm: commit unknown (needs the triton commit); sha256 unknown (needs the commit)"
         in out
@@ -200,3 +200,19 @@ def test_the_newest_leader_is_held_back_by_an_unrecorded_aotriton_series(
         # every library companion of 2.15 is on PyPI; the AOTriton table is what a bump to it still needs
         "newest pytorch with every companion released: 2.14.0",
     ]
+
+
+def test_tritons_commit_is_read_at_the_pinned_pytorchs_pin_file(
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pins = publish_all(fake, recipes, {"triton": "3.7.2"})
+    rev, llvm = "d" * 40, "e" * 40
+    fake.add(f"/raw/pytorch/pytorch/v{pins['pytorch']}/.ci/docker/ci_commit_pins/triton.txt",
+             Reply(body=rev.encode() + b"\n"))
+    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-hash.txt", Reply(body=llvm.encode() + b"\n"))
+    assert outdated(recipes, fake.url, fake.url, "--json") == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["upstreams"]}
+    assert rows["triton"]["sources"] == {
+        "triton": f"commit {rev} (at pytorch {pins['pytorch']})",
+        "triton-llvm": f"commit {llvm}; sha256 unknown (unreachable)",
+    }

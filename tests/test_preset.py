@@ -222,3 +222,36 @@ def test_the_parser_used_above_rejects_what_llamafactory_rejects(llamafactory_pa
         llamafactory_parser._verify_model_args(model, data, finetuning)
     with pytest.raises(ValueError, match="deepspeed config"):
         llamafactory_parser._parse_train_args({**settings, "deepspeed": str(tmp_path / "missing.json")})
+
+
+def _manifest_with(gfx: str, isa: str, environment: str, features: tuple[str, ...]) -> str:
+    """The shipped pixi.toml plus a platform and feature for ``gfx``, and ``environment`` using ``features``."""
+    text = (ROOT / "pixi.toml").read_text().replace(
+        '    { name = "linux-64-gfx90a"',
+        f'    {{ name = "linux-64-{gfx}", platform = "linux-64", glibc = "2.28", __amdgpu = "0", '
+        f'__amdgpu_arch = "{isa}" }},\n    {{ name = "linux-64-gfx90a"')
+    text += (f'\n[feature.{gfx}]\nplatforms = ["linux-64-{gfx}"]\n'
+             f'dependencies = {{ amdgpu-target = {{ version = "*", build = "{gfx}" }} }}\n')
+    listed = ", ".join(f'"{f}"' for f in features)
+    return text.replace("[environments]\n", f"[environments]\n{environment} = [{listed}]\n")
+
+
+@pytest.mark.parametrize(("gfx", "isa"), [("gfx1151", "11.5.1"), ("gfx1101", "11.0.1")])
+def test_an_aotriton_experimental_target_trains_with_flash_attns_triton_backend(tmp_path: Path, gfx: str,
+                                                                                isa: str) -> None:
+    # AOTriton 0.11.2b (aotriton.toml) classes gfx1101 and gfx1151 experimental (gpu_targets.toml aotriton_tier):
+    # SDPA would run the math kernel unless TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1, so the preset takes
+    # flash-attn's Triton backend, and says why. gfx1100 (supported in 0.11.2b) keeps SDPA (test above).
+    assert all_targets()[gfx].aotriton_tier("0.11.2b") == "experimental"
+    (tmp_path / "pixi.toml").write_text(_manifest_with(gfx, isa, "rdna", ("rocm72", gfx, "train")))
+    preset = make_preset(load_workspace(tmp_path / "pixi.toml"), PresetRequest("rdna", "lora"), cwd=tmp_path)
+    assert dict(preset.settings)["flash_attn"] == "fa2"
+    (note,) = [n for n in preset.notes if n.startswith("flash_attn:")]
+    assert f"AOTriton 0.11.2b classes {gfx} experimental" in note and "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1" in note
+    assert "flash-attn's Triton backend" in note and note in preset.yaml_text.replace("# ", "")
+    # Without flash-attn in the environment, SDPA is all there is: the preset warns what that costs.
+    (tmp_path / "pixi.toml").write_text(_manifest_with(gfx, isa, "bare", ("rocm72", gfx)))
+    bare = make_preset(load_workspace(tmp_path / "pixi.toml"), PresetRequest("bare", "lora"), cwd=tmp_path)
+    (note,) = [n for n in bare.notes if n.startswith("flash_attn:")]
+    assert dict(bare.settings)["flash_attn"] == "sdpa"
+    assert "has no flash-attn; warning: AOTriton 0.11.2b" in note and "math kernel" in note

@@ -577,3 +577,47 @@ def test_a_fake_root_names_its_node_by_its_etc_hostname(tmp_path: Path) -> None:
     write(tmp_path / "etc/hostname", "gpu-node-07\n")
     assert probe.node_name(ctx_for(tmp_path)) == "gpu-node-07"
     assert probe.node_name(ctx_for(tmp_path / "nothing")) == socket.gethostname()
+
+
+def test_the_probes_aotriton_experimental_targets_are_the_gpu_tables() -> None:
+    from rocmlock.gpu.targets import all_targets, aotriton_release
+
+    release = aotriton_release()
+    table = {t.gfx: release for t in all_targets().values() if t.aotriton_tier(release) == "experimental"}
+    assert probe.AOTRITON_EXPERIMENTAL == table and table  # gfx1101, gfx1151 for AOTriton 0.11.2b
+
+
+@pytest.mark.parametrize(("archs", "value", "expected"), [
+    (["gfx942:sramecc+:xnack-"], None, ""),
+    (["gfx1151"], None, ("; AOTriton 0.11.2b classes gfx1151 experimental and TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL "
+                         "is not 1: SDPA ran the math kernel")),
+    (["gfx1101"], "true", "is not 1: SDPA ran the math kernel"),  # PyTorch's check_env takes "1"
+    (["gfx1151"], "1", ("; AOTriton 0.11.2b classes gfx1151 experimental, TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1: "
+                        "AOTriton's kernels ran and are checked above")),
+])
+def test_the_sdpa_check_names_an_experimental_aotriton_tier(tmp_path: Path, archs: list[str], value: str | None,
+                                                            expected: str) -> None:
+    ctx = ctx_for(tmp_path)
+    ctx.facts["torch"] = fake_torch("7.2.0", None, archs, ["gfx942", "gfx1101", "gfx1151"])
+    if value is not None:
+        ctx.environ["TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"] = value
+    note = probe._aotriton_tier(ctx)
+    assert note.startswith(expected) if expected.startswith(";") else expected in note
+    assert bool(note) == bool(expected)
+
+
+def test_wrong_experimental_aotriton_kernels_fail_the_sdpa_check_with_the_way_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SDPA check's comparison runs for real (on the CPU); SDPA itself returns NaNs, as AOTriton's experimental
+    # gfx1100 kernels did (ROCm/aotriton#123), on a GPU the tier note says ran them with the variable set.
+    import torch
+
+    ctx = ctx_for(tmp_path, device_mode="cpu", environ={"PATH": "", "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL": "1"})
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda q, k, v, is_causal: (q + k + v) * float("nan"))
+    monkeypatch.setattr(probe, "_aotriton_tier", lambda ctx: "; AOTriton 0.11.2b classes gfx1151 experimental")
+    out = probe.check_sdpa(ctx)
+    assert out.status == "fail" and out.evidence.endswith("; AOTriton 0.11.2b classes gfx1151 experimental")
+    assert out.fix.startswith("AOTriton's experimental kernels are wrong here: unset TORCH_ROCM_AOTRITON_ENABLE_")
+    ctx.environ.pop("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL")  # then the math kernel ran: a different fault
+    assert probe.check_sdpa(ctx).fix.startswith("the attention kernels (AOTriton) are wrong")

@@ -155,13 +155,17 @@ def test_sources_pinned_by_url_and_real_looking_sha256(matrix: Matrix) -> None:
         assert source["url"] == f"https://github.com/pytorch/{repo}/archive/refs/tags/v{version}.tar.gz"
         assert source["sha256"] == values[f"{key}_sha256"][0] and SHA256.fullmatch(source["sha256"])
     triton, llvm = _source(matrix, "triton-rocm")
-    assert triton["url"].endswith(f"/triton-lang/triton/archive/{values['triton_git_rev'][0]}.tar.gz")
-    assert llvm["url"].endswith(f"/llvm/llvm-project/archive/{values['triton_llvm_rev'][0]}.tar.gz")
-    assert llvm["target_directory"] == "llvm-project"
-    for src, key in ((triton, "triton_sha256"), (llvm, "triton_llvm_sha256")):
-        assert src["sha256"] == values[key][0] and SHA256.fullmatch(src["sha256"])
-    for rev in ("triton_git_rev", "triton_llvm_rev"):
-        assert re.fullmatch(r"[0-9a-f]{40}", values[rev][0])
+    # Issue 28: PyTorch 2.12.1's own Triton (pytorch/pytorch#186814 pinned release/3.7.x at 5d6048aa), a git
+    # source; its LLVM ac5dc54d is an llvm/llvm-project commit, with the archive sha256 conda-forge's
+    # triton-feedstock pins for that URL (commit 1fdf08c, recipe/recipe.yaml line 23).
+    assert triton == {"git": "https://github.com/triton-lang/triton.git",
+                      "rev": "5d6048aa0a324e090ada215b609ea76620133845"}
+    assert values["triton_git_rev"] == (triton["rev"],) and "triton_sha256" not in values
+    assert llvm == {"url": "https://github.com/llvm/llvm-project/archive/ac5dc54d509169d387fcfd495d71853d81c46484.tar.gz",
+                    "sha256": "76fbbc3c1193db34ff975472c9cfcaee2264e0c6081b71729e229cd8572ab5b8",
+                    "target_directory": "llvm-project"}
+    assert values["triton_llvm_rev"] == ("ac5dc54d509169d387fcfd495d71853d81c46484",)
+    assert values["triton_llvm_sha256"] == (llvm["sha256"],)
 
 
 def test_versions_pair_with_pytorch_and_satisfy_llamafactory(matrix: Matrix, rendered: dict) -> None:
@@ -235,8 +239,8 @@ def test_triton_build_removes_werror_and_notices_when_upstream_moves(tmp_path: P
 
 
 def test_triton_build_stops_when_its_llvm_hash_is_not_the_pinned_llvm(matrix: Matrix, tmp_path: Path) -> None:
-    # Finding 8 left triton_git_rev at the v3.7.1 tag; whoever moves it (to PyTorch's pin, or AMD's) must move
-    # triton_llvm_rev with it. build.sh's own lines, run against a Triton tree's cmake/llvm-hash.txt:
+    # Whoever moves triton_git_rev must move triton_llvm_rev with it. build.sh's own lines, run against a Triton
+    # tree's cmake/llvm-hash.txt:
     pinned = script_env(matrix, "triton-rocm")["ROCMLOCK_TRITON_LLVM_REV"]
     assert pinned == matrix.get("triton_llvm_rev")[0]
     script = (RECIPES / "triton-rocm" / "build.sh").read_text()
@@ -248,8 +252,8 @@ def test_triton_build_stops_when_its_llvm_hash_is_not_the_pinned_llvm(matrix: Ma
     env = {"PATH": "/usr/bin:/bin", "ROCMLOCK_TRITON_LLVM_REV": pinned}
     out = subprocess.run(["bash", "-c", snippet], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
     assert (out.returncode, out.stdout) == (0, "ok\n"), out.stderr
-    # 5d6048aa (PyTorch 2.12.1's pin per pytorch/pytorch#186814) names ac5dc54d... in third-party records.
-    (tmp_path / "cmake/llvm-hash.txt").write_text("ac5dc54d509169d387fcfd495d71853d81c46484\n")
+    # The v3.7.1 tag (f797708c, pinned before issue 28) names the fork commit 1f126a6d...: not the pinned LLVM.
+    (tmp_path / "cmake/llvm-hash.txt").write_text("1f126a6dea50d185c0781743a667390037ae88bd\n")
     out = subprocess.run(["bash", "-c", snippet], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
     assert out.returncode == 1 and f"pins triton_llvm_rev {pinned}" in out.stderr
 
@@ -367,3 +371,18 @@ def test_plan_orders_triton_torch_extensions_and_llamafactory() -> None:
             assert dict(torch.variant)["gpu_target"] == gfx
             assert position[torch.id] < position[v.id] < position[lf.id]
             assert v.id in lf.depends_on
+
+
+def test_torchaudio_is_cpu_kernels_only_and_nothing_uses_it_on_the_gpu() -> None:
+    # torchaudio 2.11 compiles GPU kernels only for USE_CUDA builds (pytorch/audio#4180): the ROCm package holds CPU
+    # kernels, so its build requires no host ROCm component (hipCUB/rocPRIM were unused) and says so.
+    import tomllib
+
+    components = tomllib.loads((ROOT / "tools/rocmlock/data/rocm_components.toml").read_text())
+    assert "torchaudio" not in components["packages"]
+    build = (RECIPES / "torchaudio-rocm" / "build.sh").read_text()
+    assert "rocmlock_require_rocm_components" not in build and "pytorch/audio#4180" in build
+    assert "CPU-kernels-only" in (RECIPES / "torchaudio-rocm" / "recipe.yaml").read_text()
+    # The probe and the presets never touch torchaudio, so they cannot depend on GPU kernels it lacks.
+    for path in (ROOT / "tools/verify_env.py", ROOT / "tools/rocmlock/deploy/preset.py"):
+        assert "torchaudio" not in path.read_text(), path

@@ -61,6 +61,12 @@ TARGETS: dict[str, tuple[str, float, bool, bool]] = {
     "gfx1201": ("12.0.1", 0.0, False, True),
 }
 
+# gfx -> the AOTriton release (the one rocmlock's pytorch recipe pins) that classes the target "experimental"
+# (gpu_targets.toml aotriton_tier; a test keeps the two equal). PyTorch's SDPA then runs the math kernel unless
+# TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 was set before its first SDPA call (sdp_utils.cpp reads it once).
+AOTRITON_EXPERIMENTAL: dict[str, str] = {"gfx1101": "0.11.2b", "gfx1151": "0.11.2b"}
+AOTRITON_VAR = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
+
 DRIVER_FIX = ("install and load the amdgpu kernel driver on the host: AMD's `amdgpu-install --usecase=dkms`, "
               "then `sudo modprobe amdgpu` (or reboot); `dmesg | grep -i amdgpu` shows why it did not load")
 CONTAINER_FIX = ("start the container with `--device=/dev/kfd --device=/dev/dri --group-add video "
@@ -989,10 +995,28 @@ def check_sdpa(ctx: Context) -> Outcome:
     out = torch.nn.functional.scaled_dot_product_attention(*inputs, is_causal=True)
     out_err, grad_err = _compare_attention(torch, out, inputs, lambda q, k, v: _reference_attention(torch, q, k, v))
     if _out_of_bounds((out_err, 0.02), (grad_err, 0.05)):
-        return fail(f"SDPA vs reference: output error {out_err:.2e}, gradient error {grad_err:.2e} {_where(ctx)}",
+        tier = _aotriton_tier(ctx)
+        experimental_ran = bool(tier) and ctx.environ.get(AOTRITON_VAR) == "1"
+        return fail(f"SDPA vs reference: output error {out_err:.2e}, gradient error {grad_err:.2e} {_where(ctx)}"
+                    f"{tier}", f"AOTriton's experimental kernels are wrong here: unset {AOTRITON_VAR} and train with "
+                    "flash-attn (`flash_attn: fa2`)" if experimental_ran else
                     "the attention kernels (AOTriton) are wrong for this GPU: check torch.arch_list and ROCm")
-    return ok(f"bf16 causal, output error {out_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}",
-              out_err=out_err, grad_err=grad_err)
+    return ok(f"bf16 causal, output error {out_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}"
+              f"{_aotriton_tier(ctx)}", out_err=out_err, grad_err=grad_err)
+
+
+def _aotriton_tier(ctx: Context) -> str:
+    """For a GPU whose AOTriton kernels are experimental: which SDPA kernel ran, and what the variable risks."""
+    if ctx.device in (None, "cpu") or not ctx.is_rocm:
+        return ""
+    experimental = sorted({g for g in _device_targets(ctx.torch) if g in AOTRITON_EXPERIMENTAL})
+    if not experimental:
+        return ""
+    tier = f"; AOTriton {AOTRITON_EXPERIMENTAL[experimental[0]]} classes {', '.join(experimental)} experimental"
+    if ctx.environ.get(AOTRITON_VAR) == "1":
+        return f"{tier}, {AOTRITON_VAR}=1: AOTriton's kernels ran and are checked above"
+    return (f"{tier} and {AOTRITON_VAR} is not 1: SDPA ran the math kernel (correct, unfused: slow, O(seq^2) "
+            "memory); train with flash-attn (`flash_attn: fa2`), or set it to 1 and rerun this check")
 
 
 # The default dispatch against each backend forced with torch.nn.attention.sdpa_kernel, fwd+bwd, within this many

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmlock.errors import InputError, expect_type
-from rocmlock.gpu.targets import all_targets
+from rocmlock.gpu.targets import GpuTarget, all_targets
 from rocmlock.util.tables import check_keys, expect_match, read_toml
 from rocmlock.util.tables import key as _key
 
@@ -142,3 +142,20 @@ def read_table(path: Path, kernels: Mapping[str, bool] | None = None) -> Aotrito
         path=path, pytorch=pytorch, version=strings["version"], base_url=strings["base_url"],
         manylinux=strings["manylinux"], arch=strings["arch"], runtime=tuple(runtime.items()),
         images=tuple(images.items()), targets=tuple(targets.items()))
+
+
+def check_tiers(release: str, gpus: Mapping[str, GpuTarget], gpu_path: Path) -> None:
+    """Every target of ``gpus`` records how AOTriton ``release`` classes it, "none" exactly where it has no kernels
+    (``aotriton = false``): the presets and the probe's expectations read that tier."""
+    for gfx, target in gpus.items():
+        tier = target.aotriton_tier(release)
+        where = _key(gfx, "aotriton_tier", release)
+        if tier is None:
+            raise InputError(f"{gpu_path}: key '{_key(gfx, 'aotriton_tier')}' has no entry for AOTriton {release}, "
+                             f"the release {NAME} pins",
+                             hint=f'add "{release}" = "supported" (or "experimental", "none") from AOTriton '
+                                  f"{release}'s v3src/util.cc isArchExperimentallySupported()")
+        if (tier == "none") == target.aotriton:
+            raise InputError(f"{gpu_path}: key '{where}' is \"{tier}\" but {gfx} has aotriton = "
+                             f"{str(target.aotriton).lower()}",
+                             hint='"none" exactly where the release ships no kernels for the target (aotriton = false)')

@@ -70,6 +70,7 @@ def derived(gpu_targets: Sequence[str], rocm_versions: Sequence[str], data: Path
     table_path = data / gpu_table.NAME
     rows = gpu_table.read_targets(table_path)
     aot = aotriton.read_table(data / aotriton.NAME, {gfx: t.aotriton for gfx, t in rows.items()})
+    aotriton.check_tiers(aot.version, rows, table_path)  # the presets and the probe read the tiers
     images, runtime = dict(aot.images), dict(aot.runtime)
     for rocm in rocm_versions:  # it becomes a label in variants.yaml and a lookup key: major.minor only
         if not gpu_table.ROCM_SERIES.fullmatch(rocm):
@@ -79,7 +80,7 @@ def derived(gpu_targets: Sequence[str], rocm_versions: Sequence[str], data: Path
     for gfx in gpu_targets:
         if gfx not in rows:
             raise InputError(f"{table_path}: no row for gpu_target '{gfx}'",
-                             hint=f"add a [{gfx}] table (README, \"Adding a GPU target\"), or do not ask for it "
+                             hint=f"add a [{gfx}] table (docs/recipes.md, \"Adding a GPU target\"), or do not ask for it "
                                   f"(variants.yaml's gpu_target, --gpu-target); known: {', '.join(rows)}")
         target, image = rows[gfx], aot.image_for(gfx) or ""
         for key, value in (("gpu_isa", target.isa), ("gpu_first_rocm", target.first_rocm),

@@ -21,7 +21,13 @@ from typing import Any, Literal
 import yaml
 
 from rocmlock.errors import InputError
-from rocmlock.gpu.targets import GpuTarget, minor_version
+from rocmlock.gpu.targets import (
+    AOTRITON_EXPERIMENTAL_VAR,
+    GpuTarget,
+    aotriton_release,
+    minor_version,
+    pinned_aotriton_tier,
+)
 from rocmlock.util.fs import relative_path, write_set_atomic
 from rocmlock.workspace.model import Environment, Workspace
 
@@ -117,17 +123,27 @@ def capabilities(env: Environment) -> Capabilities:
 
 
 def attention(caps: Capabilities) -> tuple[str, str]:
-    """LLaMA-Factory's ``flash_attn`` value and why."""
+    """LLaMA-Factory's ``flash_attn`` value and why: a fused kernel that PyTorch or flash-attn runs as supported."""
     gfx = caps.target.gfx
     if caps.flash_attn and caps.target.flash_attn_ck:
         return "fa2", f"flash-attn's CK kernels support {gfx} (flash_attn_ck)"
+    tier = pinned_aotriton_tier(caps.target)
+    gate = (f"AOTriton {aotriton_release()} classes {gfx} experimental, so PyTorch SDPA runs its math kernel "
+            f"(unfused; on an H200 27x slower, 20x the memory at sequence 4096) unless {AOTRITON_EXPERIMENTAL_VAR}=1")
     if caps.flash_attn and caps.target.flash_attn_triton:
+        if tier == "experimental":
+            # The flash-attn package's activation script exports FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE, which its
+            # Triton backend needs in every training process; its kernels are AOT-compiled for the target in CI.
+            return "fa2", f"{gate}; flash-attn's Triton backend is fused and not experimental there"
         # fa2 would run flash-attn's Triton backend, which needs FLASH_ATTENTION_TRITON_AMD_ENABLE in
         # every training process; PyTorch's SDPA has AOTriton kernels for these targets built in.
         return "sdpa", f"flash-attn has only its Triton backend on {gfx}; PyTorch SDPA (AOTriton) is used instead"
-    if not caps.flash_attn:
-        return "sdpa", f"environment '{caps.environment}' has no flash-attn"
-    return "sdpa", f"flash-attn has no backend for {gfx}"
+    missing = (f"environment '{caps.environment}' has no flash-attn" if not caps.flash_attn
+               else f"flash-attn has no backend for {gfx}")
+    if tier == "experimental":
+        return "sdpa", (f"{missing}; warning: {gate}, which risks wrong results (docs/recipes.md, "
+                        "\"AOTriton's experimental targets\"): add flash-attn to the environment")
+    return "sdpa", missing
 
 
 def check_method(caps: Capabilities, method: str) -> Method:

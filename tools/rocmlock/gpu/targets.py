@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rocmlock.errors import InputError, expect_type
-from rocmlock.util.tables import check_keys, expect_match, key, read_toml
+from rocmlock.util.tables import check_keys, expect_choice, expect_match, key, read_toml
 
 NAME = "gpu_targets.toml"
 # LLVM's AMDGPU processor names: gfx<major><minor><stepping>, minor and stepping one hex digit each (gfx90a is
@@ -33,12 +33,18 @@ _STRINGS: dict[str, tuple[re.Pattern[str], str]] = {
                        'the first ROCm (major.minor) of bitsandbytes\' ROCm build for it, or "" for none'),
 }
 _FLAGS = ("flash_attn_ck", "flash_attn_triton", "aotriton", "bf16")
-KEYS = ("isa", "family", "products", "first_rocm", "flash_attn_ck", "flash_attn_triton", "aotriton", "bf16",
-        "peak_bf16_tflops", "memory_gib", "bnb_first_rocm", "wavefront_size")
+KEYS = ("isa", "family", "products", "first_rocm", "flash_attn_ck", "flash_attn_triton", "aotriton", "aotriton_tier",
+        "bf16", "peak_bf16_tflops", "memory_gib", "bnb_first_rocm", "wavefront_size")
+AotritonTier = Literal["supported", "experimental", "none"]
+AOTRITON_TIERS: tuple[AotritonTier, ...] = ("supported", "experimental", "none")
+# PyTorch reads it once, at its first SDPA call, and then uses an experimental target's AOTriton kernels.
+AOTRITON_EXPERIMENTAL_VAR = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
+_RELEASE = re.compile(r"[0-9][0-9A-Za-z.+_-]*")
 # What to write for a key a row lacks (the comment at the top of gpu_targets.toml says what each means).
 _EXAMPLES = {"family": '"cdna3"', "products": '["MI300X"]', "first_rocm": '"6.0"',
              "peak_bf16_tflops": "1307.0 (0 = unknown)", "memory_gib": "192",
              "bnb_first_rocm": '"6.3" ("" = not supported)', "wavefront_size": "64 (CDNA) or 32 (RDNA)",
+             "aotriton_tier": '{ "0.11.2b" = "supported" } (per AOTriton release: supported, experimental or none)',
              **dict.fromkeys(_FLAGS, "true or false")}
 
 
@@ -60,6 +66,12 @@ class GpuTarget:
     # First ROCm whose upstream bitsandbytes ROCm build includes the target ("" = none).
     bnb_first_rocm: str = ""
     wavefront_size: int = 64
+    # (AOTriton release, tier) pairs in table order: how that release classes the target.
+    aotriton_tiers: tuple[tuple[str, AotritonTier], ...] = ()
+
+    def aotriton_tier(self, release: str) -> AotritonTier | None:
+        """How AOTriton ``release`` classes this target; None when the table does not record that release."""
+        return dict(self.aotriton_tiers).get(release)
 
     @property
     def is_rdna(self) -> bool:
@@ -93,6 +105,26 @@ def minor_version(spec: str) -> str:
 def all_targets() -> dict[str, GpuTarget]:
     """Every known target (rocmlock's own gpu_targets.toml, validated), keyed by gfx name, in table order."""
     return read_targets(Path(str(resources.files("rocmlock").joinpath(f"data/{NAME}"))))
+
+
+@cache
+def aotriton_release() -> str:
+    """The AOTriton release rocmlock's PyTorch recipe pins (``version`` of data/aotriton.toml, validated by
+    ``rocmlock.build.aotriton``; here only read)."""
+    path = Path(str(resources.files("rocmlock").joinpath("data/aotriton.toml")))
+    return expect_match(read_toml(path).get("version"), _RELEASE, path, "version", "the AOTriton release, e.g. 0.11.2b")
+
+
+def pinned_aotriton_tier(target: GpuTarget) -> AotritonTier:
+    """How the pinned AOTriton release classes ``target``; an InputError naming the key when not recorded."""
+    release = aotriton_release()
+    tier = target.aotriton_tier(release)
+    if tier is None:
+        raise InputError(f"{NAME}: key '{key(target.gfx, 'aotriton_tier')}' has no entry for AOTriton {release}, "
+                         "the release aotriton.toml pins",
+                         hint=f'add "{release}" = "supported" (or "experimental", "none") from AOTriton {release}\'s '
+                              "v3src/util.cc isArchExperimentallySupported()")
+    return tier
 
 
 def isa_of(gfx: str) -> str | None:
@@ -138,7 +170,22 @@ def _target(path: Path, gfx: str, row: Any) -> GpuTarget:
         gfx=gfx, isa=isa, family=text["family"], products=_products(path, gfx, row["products"]),
         first_rocm=text["first_rocm"], peak_bf16_tflops=_peak(path, gfx, row["peak_bf16_tflops"]),
         memory_gib=_memory(path, gfx, row["memory_gib"]), bnb_first_rocm=text["bnb_first_rocm"],
-        wavefront_size=_wavefront(path, gfx, row["wavefront_size"]), **flags)
+        wavefront_size=_wavefront(path, gfx, row["wavefront_size"]),
+        aotriton_tiers=_tiers(path, gfx, row["aotriton_tier"]), **flags)
+
+
+def _tiers(path: Path, gfx: str, value: Any) -> tuple[tuple[str, AotritonTier], ...]:
+    name = key(gfx, "aotriton_tier")
+    what = 'a table of AOTriton release -> "supported", "experimental" or "none", e.g. { "0.11.2b" = "supported" }'
+    table: dict[str, Any] = expect_type(value, dict, path, name, what)
+    if not table:
+        raise InputError(f"{path}: key '{name}' must be {what}, got an empty table")
+    out: list[tuple[str, AotritonTier]] = []
+    for release, tier in table.items():
+        where = key(gfx, "aotriton_tier", release)
+        expect_match(release, _RELEASE, path, where, "an AOTriton release, e.g. 0.11.2b")
+        out.append((release, expect_choice(tier, AOTRITON_TIERS, path, where)))
+    return tuple(out)
 
 
 def _products(path: Path, gfx: str, value: Any) -> tuple[str, ...]:

@@ -21,7 +21,15 @@ from packaging.utils import canonicalize_name
 from rocmlock.build.recipes import VARIANTS_FILE
 from rocmlock.errors import InputError, OperationError
 from rocmlock.upstream.client import Client, Unreachable
-from rocmlock.upstream.pins import Rule, Source, Table, Upstream, load_table, parse_version
+from rocmlock.upstream.pins import (
+    Rule,
+    Source,
+    Table,
+    Upstream,
+    load_table,
+    parse_version,
+    version_placeholder,
+)
 from rocmlock.upstream.yamledit import Document, load, set_value, values, zip_group
 from rocmlock.util import journal
 from rocmlock.util.credentials import mask_query
@@ -98,7 +106,9 @@ def bump(
         _check_recipe(table, up, recipes_dir)
     doc = load(recipes_dir / VARIANTS_FILE)
     positions = {up.name: _position(doc, up, version) for up, version in ups}
-    check_pairings(table, _pins_after(doc, table, ups), {up.name for up, _ in ups})
+    pins = _pins_after(doc, table, ups)
+    check_pairings(table, pins, {up.name for up, _ in ups})
+    companions = {version_placeholder(name): v[0] for name, v in pins.items() if len(v) == 1}
     changes: list[Change] = []
     docs: list[Document] = [doc]
     notes: list[str] = []
@@ -106,7 +116,7 @@ def bump(
         old_version = values(doc, up.version_key)[positions[up.name]]
         if parse_version(version, up.name) < parse_version(old_version, up.version_key):
             notes.append(f"{up.name}: {old_version} -> {version} is a downgrade")
-        new_values = resolve_values(up, version, request, client, log)
+        new_values = resolve_values(up, version, request, client, log, companions)
         changes.extend(_fill(doc, up, positions[up.name], new_values))
         if up.recipe:
             recipe_doc, recipe_notes = _sync_recipe(
@@ -264,9 +274,13 @@ def _pairing_hint(rule: Rule, leader: str, follower: str, bumped: set[str]) -> s
 
 
 def resolve_values(
-    up: Upstream, version: str, request: BumpRequest, client: Client, log: Log
+    up: Upstream, version: str, request: BumpRequest, client: Client, log: Log,
+    companions: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Every variants.yaml value of ``up`` at ``version``: the version, each source's commit and sha256."""
+    """Every variants.yaml value of ``up`` at ``version``: the version, each source's commit and sha256.
+
+    ``companions``: ``{<upstream>_version}`` placeholders, each upstream's version after the bump.
+    """
     project = client.project(up.pypi)
     if project.files(version) is None:
         raise InputError(
@@ -275,7 +289,7 @@ def resolve_values(
             hint=f"the newest is {project.latest}",
         )
     out = {up.version_key: version}
-    context = {"version": version, **client.hosts.placeholders()}
+    context = {**(companions or {}), "version": version, **client.hosts.placeholders()}
     shas, revs = dict(request.sha256), dict(request.revs)
     for src in up.sources:
         if src.kind == "sdist":
@@ -316,6 +330,11 @@ def _resolve_rev(src: Source, context: dict[str, str], client: Client, log: Log)
             rev = client.commit_in(url, f"source '{src.name}'")
         else:
             rev = ""
+    except KeyError as exc:  # a {<upstream>_version} of an upstream variants.yaml pins several versions of
+        raise InputError(
+            f"source '{src.name}' reads its commit at {{{exc.args[0]}}}, which is not one version here",
+            hint=f"pass --rev {src.name}=COMMIT from a source you checked",
+        ) from None
     except Unreachable as exc:
         raise InputError(
             f"the commit of source '{src.name}' is needed and GitHub is unreachable from this host ({exc})",

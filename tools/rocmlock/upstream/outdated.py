@@ -19,7 +19,7 @@ from packaging.version import Version
 from rocmlock.build.recipes import ENV_KEYS, VARIANTS_FILE
 from rocmlock.errors import OperationError
 from rocmlock.upstream.client import Client, Unreachable
-from rocmlock.upstream.pins import Rule, Source, Table, Upstream, load_table
+from rocmlock.upstream.pins import Rule, Source, Table, Upstream, load_table, version_placeholder
 from rocmlock.upstream.pypijson import Project
 from rocmlock.upstream.yamledit import load, values
 from rocmlock.util.text import format_table
@@ -86,7 +86,9 @@ def outdated(recipes_dir: Path, client: Client, table: Table | None = None) -> R
             str(k) for k in doc.data if str(k).endswith("_version") and k not in claimed and k not in ENV_KEYS
         )
     )
-    rows = tuple(_row(u, tuple(values(doc, u.version_key)), client, table) for u in tracked)
+    # {<upstream>_version} placeholders read at the pinned versions (Triton's commit at the pinned PyTorch's pin).
+    companions = {version_placeholder(u.name): v[0] for u in tracked if len(v := values(doc, u.version_key)) == 1}
+    rows = tuple(_row(u, tuple(values(doc, u.version_key)), client, table, companions) for u in tracked)
     return Report(rows, untracked)
 
 
@@ -108,18 +110,19 @@ def _final(version: str) -> bool:
     return not (parsed.is_prerelease or parsed.is_devrelease)
 
 
-def _row(up: Upstream, pinned: tuple[str, ...], client: Client, table: Table) -> Row:
+def _row(up: Upstream, pinned: tuple[str, ...], client: Client, table: Table, versions: dict[str, str]) -> Row:
     try:
-        return _checked_row(up, pinned, client, table)
+        return _checked_row(up, pinned, client, table, versions)
     except OperationError as exc:  # unreachable, or an answer that is not what the API promises: this row only
         return Row(up.name, up.pypi, pinned, None, error=str(exc))
 
 
-def _checked_row(up: Upstream, pinned: tuple[str, ...], client: Client, table: Table) -> Row:
+def _checked_row(up: Upstream, pinned: tuple[str, ...], client: Client, table: Table,
+                 versions: dict[str, str]) -> Row:
     newest = newest_release(client.project(up.pypi))
     if newest is None:
         return Row(up.name, up.pypi, pinned, None, error=f"no final release of '{up.pypi}' on the index")
-    sources = tuple(_sources(up, newest, client))
+    sources = tuple(_sources(up, newest, client, versions))
     companions = [_companion(rule, up, newest, client, table) for rule in table.rules_of(up.name)]
     if any("none released" in c or "not recorded" in c for c in companions):
         complete = _newest_complete(up, client, table)
@@ -128,10 +131,10 @@ def _checked_row(up: Upstream, pinned: tuple[str, ...], client: Client, table: T
     return Row(up.name, up.pypi, pinned, newest, sources, tuple(companions))
 
 
-def _sources(up: Upstream, version: str, client: Client) -> list[tuple[str, str]]:
+def _sources(up: Upstream, version: str, client: Client, companions: dict[str, str]) -> list[tuple[str, str]]:
     """Per source of ``version``: the sdist sha256, the commit, and whether the archive can be hashed here."""
     out: list[tuple[str, str]] = []
-    context = {"version": version, **client.hosts.placeholders()}
+    context = {**companions, "version": version, **client.hosts.placeholders()}
     for src in up.sources:
         if src.kind == "sdist":
             sdist = client.project(up.pypi).sdist(version)
@@ -140,7 +143,7 @@ def _sources(up: Upstream, version: str, client: Client) -> list[tuple[str, str]
         cells = []
         if src.rev_key:
             rev = _rev(src, context, client)
-            cells.append(f"commit {rev}")
+            cells.append(f"commit {rev}" if rev.startswith("unknown") else f"commit {rev}{_read_at(src, companions)}")
             if rev.startswith("unknown"):
                 sha = f"sha256 {UNREACHABLE}" if rev == UNREACHABLE else "sha256 unknown (needs the commit)"
                 out.append((src.name, "; ".join([*cells, sha] if src.sha256_key else cells)))
@@ -157,6 +160,14 @@ def _sources(up: Upstream, version: str, client: Client) -> list[tuple[str, str]
     return out
 
 
+def _read_at(src: Source, companions: dict[str, str]) -> str:
+    """`` (at pytorch 2.12.1)`` where the commit was read at another upstream's pinned version."""
+    template = f"{src.tag or ''} {src.rev_file or ''}"
+    used = [f"{name.removesuffix('_version').replace('_', '-')} {value}" for name, value in sorted(companions.items())
+            if "{" + name + "}" in template]
+    return f" (at {', '.join(used)})" if used else ""
+
+
 def _rev(src: Source, context: dict[str, str], client: Client) -> str:
     try:
         if src.tag and src.repo:
@@ -164,7 +175,10 @@ def _rev(src: Source, context: dict[str, str], client: Client) -> str:
         if src.rev_file:
             return client.commit_in(src.rev_file.format(**context), f"source '{src.name}'")
     except KeyError as exc:  # the rev_file names an earlier source's commit, which is not known either
-        return f"unknown (needs the {exc.args[0].removesuffix('_rev').replace('_', '-')} commit)"
+        name = str(exc.args[0])
+        if name.endswith("_version"):  # or another upstream's version, which variants.yaml pins several of
+            return f"unknown (needs one pinned {name.removesuffix('_version').replace('_', '-')} version)"
+        return f"unknown (needs the {name.removesuffix('_rev').replace('_', '-')} commit)"
     except Unreachable:
         return UNREACHABLE
     except OperationError as exc:

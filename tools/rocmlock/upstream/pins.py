@@ -256,6 +256,11 @@ def load_table() -> Table:
     return read_table(resources.files("rocmlock").joinpath("data"))
 
 
+def version_placeholder(upstream: str) -> str:
+    """The template placeholder of ``upstream``'s version (``pytorch`` -> ``pytorch_version``)."""
+    return f"{upstream.replace('-', '_')}_version"
+
+
 def read_table(data_dir: Traversable) -> Table:
     """The upstream table of ``data_dir`` (upstreams.toml, and the data tables its rules name), validated: an
     InputError naming the file and the key otherwise."""
@@ -271,7 +276,10 @@ def read_table(data_dir: Traversable) -> Table:
 def _upstreams(path: Path, rows: dict[str, Any]) -> tuple[Upstream, ...]:
     if not rows:
         raise InputError(f"{path}: key 'upstream' must list at least one upstream", hint=_TOP_EXAMPLES["upstream"])
-    ups = tuple(_upstream(path, name, row) for name, row in rows.items())
+    # {<upstream>_version} (pytorch_version): the version another upstream has after the bump (Triton's commit is
+    # the one PyTorch's pin file names at PyTorch's release tag).
+    companions = tuple(version_placeholder(name) for name in rows)
+    ups = tuple(_upstream(path, name, row, companions) for name, row in rows.items())
     pypi: dict[str, str] = {}
     sources: dict[str, str] = {}
     variant_keys: dict[str, str] = {}  # each variants.yaml key is filled by one source of one upstream
@@ -288,7 +296,7 @@ def _upstreams(path: Path, rows: dict[str, Any]) -> tuple[Upstream, ...]:
     return ups
 
 
-def _upstream(path: Path, name: str, row: Any) -> Upstream:
+def _upstream(path: Path, name: str, row: Any, companions: tuple[str, ...]) -> Upstream:
     where = ("upstream", name)
     if not _NAME.fullmatch(name):
         raise InputError(f"{path}: key '{key(*where)}' is not an upstream name (the recipe's package name: lower "
@@ -307,11 +315,12 @@ def _upstream(path: Path, name: str, row: Any) -> Upstream:
         raise InputError(f"{path}: key '{key(*where, 'source')}' must be {what}, got an empty list")
     sources: list[Source] = []
     for i, item in enumerate(items):
-        sources.append(_source(path, (*where, "source", i), item, sources))
+        sources.append(_source(path, (*where, "source", i), item, sources, companions))
     return Upstream(name, pypi, version_key, tuple(sources), recipe)
 
 
-def _source(path: Path, where: tuple[Part, ...], row: Any, earlier: list[Source]) -> Source:
+def _source(path: Path, where: tuple[Part, ...], row: Any, earlier: list[Source],
+            companions: tuple[str, ...]) -> Source:
     row = expect_type(row, dict, path, key(*where), "a table of name, kind and the keys its kind takes")
     check_keys(row, path, where, SOURCE_KEYS, ("name", "kind"), "a source",
                lambda k: f"add {_SOURCE_EXAMPLES[k]} to {key(*where)}")
@@ -332,7 +341,7 @@ def _source(path: Path, where: tuple[Part, ...], row: Any, earlier: list[Source]
                          hint=f"add {_SOURCE_EXAMPLES['repo']} and {_SOURCE_EXAMPLES['tag']}, or "
                               f"{_SOURCE_EXAMPLES['rev_file']}")
     revs = [f"{s.name.replace('-', '_')}_rev" for s in earlier if s.rev_key]
-    before = ("version", *_HOSTS, *revs)  # what tag and rev_file see: this source's commit is not known yet
+    before = ("version", *_HOSTS, *companions, *revs)  # what tag and rev_file see: not this source's commit yet
     after = (*before, "rev", f"{name.replace('-', '_')}_rev") if "rev_key" in text else before
     for k, allowed in (("tag", before), ("rev_file", before), ("url", after)):
         if k in text:
