@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from lockhelpers import PLATFORMS, snapshot
 from rocmlock.cli.main import main
-from rocmlock.lock import exports
+from rocmlock.lock import generated
 from rocmlock.lock.exports import HEADER
 
 MI250 = 'mi250 = ["rocm72", "gfx90a", "train"]\n'
@@ -96,12 +96,12 @@ def test_export_removes_leftovers_within_what_it_exports(ws_copy: Path, locked_w
 def test_a_file_is_generated_by_name_and_header(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     path.write_text(f"{HEADER}\nname: x\n")
-    assert exports.is_generated(path)
+    assert generated.is_generated(path)
     path.write_text("name: x\n")  # a user's own file of that name
-    assert not exports.is_generated(path)
+    assert not generated.is_generated(path)
     other = tmp_path / f"my-{name}"
     other.write_text(f"{HEADER}\n")
-    assert not exports.is_generated(other)
+    assert not generated.is_generated(other)
 
 
 def test_a_users_files_in_envs_are_never_removed(ws_copy: Path) -> None:

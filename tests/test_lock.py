@@ -223,6 +223,29 @@ def test_noop_fast_path_sees_every_change(ws_copy: Path, capsys: pytest.CaptureF
     assert not (ws_copy / "envs" / "mi250" / "conda-linux-64-gfx90a.lock").exists()
 
 
+def test_the_noop_path_loads_no_solver_and_a_change_still_solves(ws_copy: Path) -> None:
+    """issue 26: a no-op `rocmlock lock` answers without importing rattler (rocmlock.lock.noop); any change, -e, -p
+    or --update takes the full pipeline, which does."""
+    import subprocess
+    import sys
+
+    manifest = str(ws_copy / "pixi.toml")
+    assert main(["lock", "--manifest-path", manifest]) == 0  # records the stamp for this copy
+    code = ("import sys; from rocmlock.cli.main import main; code = main(sys.argv[1:]); "
+            "print(code, 'rattler' in sys.modules)")
+
+    def run(*args: str) -> tuple[str, str]:
+        out = subprocess.run([sys.executable, "-c", code, "lock", "--manifest-path", manifest, *args],
+                             capture_output=True, text=True, check=True)
+        return out.stdout.strip(), out.stderr
+
+    assert run() == ("0 False", "up to date, nothing written\n")
+    assert run("--check") == ("0 False", "up to date\n")
+    assert run("-e", "mi300x")[0] == "0 True"  # a selection is validated against the manifest: the pipeline
+    (ws_copy / "envs" / "mi250" / "environment.yml").write_text("edited\n")
+    assert run("--check")[0] == "1 True"
+
+
 def test_a_partial_lock_is_never_taken_for_a_complete_one(
         channels: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """pixi_core/src/lock_file/outdated.rs (find_unsatisfiable_targets; pixi v0.77.0): `pixi install --locked`

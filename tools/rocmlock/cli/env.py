@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmloc
 def _locked_manifest(args: argparse.Namespace, command: str) -> Path:
     """The resolved manifest of a command that installs one ``-e`` environment from the pixi.lock beside it."""
     from rocmlock.errors import InputError
-    from rocmlock.lock.pipeline import manifest_file
+    from rocmlock.lock.noop import manifest_file
 
     manifest = manifest_file(args.manifest_path).resolve()
     if not args.environment:
@@ -47,7 +47,7 @@ def add_install(p: argparse.ArgumentParser) -> None:
 
 def cmd_install(args: argparse.Namespace) -> int:
     from rocmlock.deploy.install import install_from_lock, left_out_warning, manifest_channels
-    from rocmlock.lock.pipeline import LOCK_NAME
+    from rocmlock.lock.noop import LOCK_NAME
 
     manifest = _locked_manifest(args, "install")
     result = install_from_lock(manifest.parent / LOCK_NAME, args.environment, args.prefix.resolve(),
@@ -120,7 +120,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
     from rocmlock.deploy.fetch import Timeouts
     from rocmlock.deploy.install import left_out_warning, manifest_channels
     from rocmlock.deploy.pack import pack_environment
-    from rocmlock.lock.pipeline import LOCK_NAME
+    from rocmlock.lock.noop import LOCK_NAME
     from rocmlock.util.credentials import client_for_urls
 
     manifest = _locked_manifest(args, "pack")

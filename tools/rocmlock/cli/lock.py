@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rocmlock.cli.common import env_arg, err, manifest_arg, print_json
 
 if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
-    from rocmlock.lock.pipeline import LockResult
+    from rocmlock.lock.result import LockResult
 
 
 def add_lock(p: argparse.ArgumentParser) -> None:
@@ -55,6 +55,13 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
 
 
 def cmd_lock(args: argparse.Namespace) -> int:
+    if not (args.environments or args.platforms or args.update is not None or args.discard_lock):
+        from rocmlock.lock.noop import lock_if_unchanged
+
+        # Nothing changed since the last full lock: answered without loading the solver (rocmlock.lock.noop).
+        same = lock_if_unchanged(args.manifest_path, on_wait=err)
+        if same is not None:
+            return _report_lock(same, args, "lock")
     from rocmlock.lock.pipeline import lock_workspace
 
     result = lock_workspace(args.manifest_path, environments=args.environments or None,

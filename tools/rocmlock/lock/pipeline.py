@@ -11,15 +11,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from rattler import RepoDataRecord
 
 from rocmlock.errors import InputError, OperationError
 from rocmlock.lock import stamp
-from rocmlock.lock.exports import generated_files, render_exports
+from rocmlock.lock.exports import render_exports
 from rocmlock.lock.lockfile import (
     LockedEnvironment,
     LockedPlatform,
@@ -32,97 +31,22 @@ from rocmlock.lock.lockfile import (
     redact_record,
     render_lockfile,
 )
+from rocmlock.lock.noop import ENVS_DIR, LOCK_NAME, existing_manifest, leftovers, unchanged
 from rocmlock.lock.outputs import commit, exclusive
+from rocmlock.lock.result import Change, LockResult, SolveKey
 from rocmlock.lock.satisfy import environment_unsat, platform_unsat, records_unsat
 from rocmlock.lock.solve import (
     SolveJob,
-    SolveKey,
-    default_cache_dir,
     make_job,
     merge_jobs,
     solve_jobs,
     subset_for,
 )
-from rocmlock.util import fs as fsutil
+from rocmlock.lock.stamp import default_cache_dir
 from rocmlock.util.credentials import redact_url
 from rocmlock.workspace.manifest import load_workspace
 from rocmlock.workspace.model import Environment, Workspace
 from rocmlock.workspace.pixi_compat import channel_base_url, is_local_channel
-
-LOCK_NAME = "pixi.lock"
-ENVS_DIR = "envs"
-
-
-@dataclass(frozen=True)
-class Change:
-    """One package change of one environment on one platform (``+`` added, ``-`` removed, ``~`` changed)."""
-
-    environment: str
-    platform: str
-    kind: str
-    name: str
-    old: str | None = None
-    new: str | None = None
-
-    def line(self) -> str:
-        if self.kind == "~":
-            return f"~ {self.name} {self.old} -> {self.new}"
-        return f"{self.kind} {self.name} {self.new if self.kind == '+' else self.old}"
-
-
-@dataclass(frozen=True)
-class LockResult:
-    """What a lock/export did or (with ``check``) would do."""
-
-    manifest: Path
-    files: dict[Path, str] = field(hash=False)
-    stale: tuple[Path, ...]
-    changes: tuple[Change, ...]
-    solved: tuple[SolveKey, ...]
-    written: bool
-    reasons: dict[SolveKey, str] = field(default_factory=dict, hash=False)
-    # Environment x platform pairs of the manifest that the lock does not hold (a run limited by -e/-p
-    # on a workspace never locked in full): pixi's --locked refuses such a lock as a whole.
-    not_locked: tuple[SolveKey, ...] = ()
-    warnings: tuple[str, ...] = ()
-    # Exports (also in ``stale``) of environments or platforms that are gone: removed in the same commit.
-    removed: tuple[Path, ...] = ()
-    # ``--discard-lock``: how many locked packages of the previous pixi.lock were dropped (None: not discarded).
-    discarded: int | None = None
-
-    @property
-    def up_to_date(self) -> bool:
-        return not self.stale
-
-    def change_lines(self) -> list[str]:
-        """The changes for people: an ``env [platform]`` line, then one indented line per change."""
-        grouped: dict[tuple[str, str], list[Change]] = defaultdict(list)
-        for c in self.changes:
-            grouped[(c.environment, c.platform)].append(c)
-        lines = []
-        for (env, plat), changes in sorted(grouped.items()):
-            lines += [f"{env} [{plat}]", *(f"  {c.line()}" for c in changes)]
-        return lines
-
-    def to_json(self) -> dict[str, Any]:
-        """The result as plain data (``--json``): changes per environment and platform, stale files."""
-        envs: dict[str, dict[str, list[dict[str, str | None]]]] = defaultdict(lambda: defaultdict(list))
-        for c in self.changes:
-            envs[c.environment][c.platform].append({"kind": c.kind, "name": c.name, "old": c.old, "new": c.new})
-        root = self.manifest.parent
-        return {
-            "manifest": str(self.manifest),
-            "up_to_date": self.up_to_date,
-            "written": self.written,
-            "stale": [fsutil.relative_path(p, root) for p in self.stale],
-            "no_longer_generated": [fsutil.relative_path(p, root) for p in self.removed],
-            "solved": [{"environment": e, "platform": p, "reason": self.reasons.get((e, p))}
-                       for e, p in self.solved],
-            "changes": {e: dict(p) for e, p in envs.items()},
-            "not_locked": [{"environment": e, "platform": p} for e, p in self.not_locked],
-            "warnings": list(self.warnings),
-            "discarded_pins": self.discarded,
-        }
 
 
 def _pin(record: RepoDataRecord) -> str:
@@ -274,13 +198,6 @@ def _stale(files: dict[Path, str]) -> tuple[Path, ...]:
     return tuple(sorted(p for p, t in files.items() if differs(p, t)))
 
 
-def leftovers(root: Path, files: Iterable[Path], scope: Iterable[str] | None = None) -> tuple[Path, ...]:
-    """Exports rocmlock wrote under ``root``/envs/ (in the ``scope`` environments' directories, every one when
-    None) that ``files`` no longer holds: envs/ mirrors the lock, so they go."""
-    wanted = set(files)
-    return tuple(p for p in generated_files(root / ENVS_DIR, scope) if p not in wanted)
-
-
 def _finish(ws: Workspace, files: dict[Path, str], changes: list[Change], solved: Sequence[SolveKey],
             reasons: dict[SolveKey, str], check: bool, warnings: Sequence[str] = (),
             scope: Iterable[str] | None = None) -> LockResult:
@@ -320,7 +237,7 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
     ``check=True`` writes nothing. The whole run holds the workspace's writer lock
     (:mod:`rocmlock.lock.outputs`; ``on_wait`` hears why it waits, if it does).
     """
-    manifest = _existing_manifest(manifest_path)
+    manifest = existing_manifest(manifest_path)
     if discard_lock and (environments or platforms or update is not None):
         raise InputError(f"{manifest}: --discard-lock re-solves every environment and platform",
                          hint="drop -e/-p/--update, or drop --discard-lock to keep the other pins")
@@ -351,10 +268,8 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
     envs, names, plats = _select(ws, environments, platforms)
     # The stamp is only ever recorded by a run over every environment and platform (below), so an
     # unchanged one means the whole lock is complete and satisfied, whatever this run selects.
-    if update is None and not discard and (outputs := stamp.unchanged(cache, manifest)) is not None \
-            and not leftovers(ws.root, outputs):
-        files = {p: p.read_text() for p in outputs}
-        return LockResult(manifest, files, (), (), (), False)
+    if update is None and not discard and (same := unchanged(manifest, cache)) is not None:
+        return same
     old, before, discarded = _previous(ws, discard)
     _check_update_names(ws, old, update)
     kept, jobs, reasons = _plan(ws, envs, names, plats, old, update)
@@ -372,22 +287,6 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
         stamp.record(cache, manifest, files)
     missing = tuple((e.name, p.name) for e in envs for p in e.platforms if locked.records(e.name, p.name) is None)
     return replace(result, not_locked=missing, discarded=discarded)
-
-
-def manifest_file(manifest_path: str | Path) -> Path:
-    """The absolute pixi.toml path for a manifest file or its directory."""
-    from rocmlock.workspace.pyproject import find_manifest
-
-    return find_manifest(Path(manifest_path)).absolute()
-
-
-def _existing_manifest(manifest_path: str | Path) -> Path:
-    """:func:`manifest_file`, which must exist: checked before the writer lock would create ``.rocmlock/`` (and
-    every directory a mistyped path names)."""
-    manifest = manifest_file(manifest_path)
-    if not manifest.is_file():
-        raise InputError(f"{manifest}: no such manifest", hint="pass --manifest-path to a pixi.toml")
-    return manifest
 
 
 def _source_packages(lock_path: Path, locked: LockedWorkspace, envs: Sequence[Environment],
@@ -415,7 +314,7 @@ def export_workspace(manifest_path: str | Path, environments: Sequence[str] | No
     PyPI packages are exported too; a source package (pixi-build, a git or path dependency) is refused
     unless ``skip_source``, which leaves it out with a warning.
     """
-    manifest = _existing_manifest(manifest_path)
+    manifest = existing_manifest(manifest_path)
     with exclusive(manifest.parent, write=not check, on_wait=on_wait):
         return _export_held(manifest, environments, check, skip_source)
 

@@ -9,7 +9,6 @@ cannot enter.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from rattler.exceptions import GatewayError, InvalidMatchSpecError, SolverError
 
 from rocmlock.errors import InputError, OperationError
 from rocmlock.gpu.targets import GpuTarget
+from rocmlock.lock.result import SolveKey
 from rocmlock.util.credentials import (
     client_for_urls,
     credentials_hint,
@@ -51,7 +51,6 @@ from rocmlock.workspace.platforms import Platform
 _PRIORITY = {"strict": ChannelPriority.Strict, "flexible": ChannelPriority.Flexible,
              "disabled": ChannelPriority.Disabled}
 # Key of one solve: (environment name, platform name).
-SolveKey = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -73,15 +72,6 @@ class SolveJob:
         env, plat = self.key
         target = f", GPU target {self.target.gfx} (__amdgpu_arch {self.target.isa})" if self.target else ""
         return f"environment '{env}' on platform '{plat}'{target}"
-
-
-def default_cache_dir(workspace_root: Path) -> Path:
-    """The repodata cache: ``$ROCMLOCK_CACHE_DIR``, else ``$XDG_CACHE_HOME/rocmlock``, else ``<workspace>/.rocmlock/cache``."""
-    if env := os.environ.get("ROCMLOCK_CACHE_DIR"):
-        return Path(env)
-    if xdg := os.environ.get("XDG_CACHE_HOME"):
-        return Path(xdg) / "rocmlock"
-    return workspace_root / ".rocmlock" / "cache"
 
 
 def virtual_packages_for(env: Environment, platform: Platform) -> tuple[VirtualPackage, ...]:

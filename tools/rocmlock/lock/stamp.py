@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -56,3 +57,12 @@ def record(cache_dir: Path, manifest: Path, outputs: Iterable[Path]) -> None:
                             json.dumps({"digest": value, "outputs": [str(p) for p in paths]}, indent=1))
     except OSError:
         pass
+
+
+def default_cache_dir(workspace_root: Path) -> Path:
+    """The repodata cache: ``$ROCMLOCK_CACHE_DIR``, else ``$XDG_CACHE_HOME/rocmlock``, else ``<workspace>/.rocmlock/cache``."""
+    if env := os.environ.get("ROCMLOCK_CACHE_DIR"):
+        return Path(env)
+    if xdg := os.environ.get("XDG_CACHE_HOME"):
+        return Path(xdg) / "rocmlock"
+    return workspace_root / ".rocmlock" / "cache"

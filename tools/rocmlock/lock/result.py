@@ -1,0 +1,86 @@
+"""What ``rocmlock lock`` and ``export`` did or would do: the changes and the files, as data (no rattler here, so
+the no-op path (:mod:`rocmlock.lock.noop`) returns one without loading the solver)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rocmlock.util import fs as fsutil
+
+# An environment and a platform of it, by name.
+SolveKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One package change of one environment on one platform (``+`` added, ``-`` removed, ``~`` changed)."""
+
+    environment: str
+    platform: str
+    kind: str
+    name: str
+    old: str | None = None
+    new: str | None = None
+
+    def line(self) -> str:
+        if self.kind == "~":
+            return f"~ {self.name} {self.old} -> {self.new}"
+        return f"{self.kind} {self.name} {self.new if self.kind == '+' else self.old}"
+
+
+@dataclass(frozen=True)
+class LockResult:
+    """What a lock/export did or (with ``check``) would do."""
+
+    manifest: Path
+    files: dict[Path, str] = field(hash=False)
+    stale: tuple[Path, ...]
+    changes: tuple[Change, ...]
+    solved: tuple[SolveKey, ...]
+    written: bool
+    reasons: dict[SolveKey, str] = field(default_factory=dict, hash=False)
+    # Environment x platform pairs of the manifest that the lock does not hold (a run limited by -e/-p
+    # on a workspace never locked in full): pixi's --locked refuses such a lock as a whole.
+    not_locked: tuple[SolveKey, ...] = ()
+    warnings: tuple[str, ...] = ()
+    # Exports (also in ``stale``) of environments or platforms that are gone: removed in the same commit.
+    removed: tuple[Path, ...] = ()
+    # ``--discard-lock``: how many locked packages of the previous pixi.lock were dropped (None: not discarded).
+    discarded: int | None = None
+
+    @property
+    def up_to_date(self) -> bool:
+        return not self.stale
+
+    def change_lines(self) -> list[str]:
+        """The changes for people: an ``env [platform]`` line, then one indented line per change."""
+        grouped: dict[tuple[str, str], list[Change]] = defaultdict(list)
+        for c in self.changes:
+            grouped[(c.environment, c.platform)].append(c)
+        lines = []
+        for (env, plat), changes in sorted(grouped.items()):
+            lines += [f"{env} [{plat}]", *(f"  {c.line()}" for c in changes)]
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as plain data (``--json``): changes per environment and platform, stale files."""
+        envs: dict[str, dict[str, list[dict[str, str | None]]]] = defaultdict(lambda: defaultdict(list))
+        for c in self.changes:
+            envs[c.environment][c.platform].append({"kind": c.kind, "name": c.name, "old": c.old, "new": c.new})
+        root = self.manifest.parent
+        return {
+            "manifest": str(self.manifest),
+            "up_to_date": self.up_to_date,
+            "written": self.written,
+            "stale": [fsutil.relative_path(p, root) for p in self.stale],
+            "no_longer_generated": [fsutil.relative_path(p, root) for p in self.removed],
+            "solved": [{"environment": e, "platform": p, "reason": self.reasons.get((e, p))}
+                       for e, p in self.solved],
+            "changes": {e: dict(p) for e, p in envs.items()},
+            "not_locked": [{"environment": e, "platform": p} for e, p in self.not_locked],
+            "warnings": list(self.warnings),
+            "discarded_pins": self.discarded,
+        }
