@@ -1,7 +1,7 @@
 """Locking: ``rocmlock lock``/``export`` as one pipeline (``pipeline``: select, stamp, read, solve, assemble,
 render, write), the solve (``solve``), pixi.lock v7 read and written (``lockfile``), pixi's satisfiability rules
-(``satisfy``), the manifest stamp (``stamp``), conda exports (``exports``) and the atomic output set
-(``outputs``).
+(``satisfy``), the manifest stamp (``stamp``) and the no-op answer it gives without loading rattler (``noop``,
+``result``, ``generated``), conda exports (``exports``) and the atomic output set (``outputs``).
 
 May import: rocmlock.errors, rocmlock.util, rocmlock.gpu, rocmlock.workspace.
 """
