@@ -119,3 +119,17 @@ def test_an_aotriton_table_that_is_not_utf8_is_refused_naming_the_file(tmp_path:
     with pytest.raises(InputError) as exc:
         read_table(data)
     assert str(exc.value).startswith("tools/rocmlock/data/aotriton.toml: cannot read: ")
+
+
+@pytest.mark.parametrize("pytorch", [["2.12.1", "2.15.0"], ["2.15.0", "2.12.1"]])
+def test_every_pinned_leader_is_checked(pytorch: list[str]) -> None:
+    """variants.yaml may pin two PyTorch releases: a follower must go with each of them, not just the first
+    (torchvision 0.27.1 is built for 2.12 only)."""
+    from rocmlock.upstream.bump import check_pairings
+
+    table = load_table()
+    pins = {"pytorch": pytorch, "torchvision": ["0.27.1"]}
+    with pytest.raises(InputError, match=r"torchvision 0\.27\.1 does not go with pytorch 2\.15\.0"):
+        check_pairings(table, pins, {"torchvision"})
+    # Both leaders met by one of the followers each: accepted.
+    check_pairings(table, {"pytorch": pytorch, "torchvision": ["0.27.1", "0.30.0"]}, {"torchvision"})
