@@ -8,14 +8,18 @@ lock_file/outdated.rs); each test names the one it follows.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
-from lockhelpers import by_name, make_workspace, snapshot
+from channels import Pkg, build_channel
+from lockhelpers import by_name, make_workspace, manifest, snapshot
 from rattler import BuildString, PackageRecord, RepoDataRecord
 from rocmlock.cli.main import main
 from rocmlock.lock import stamp
-from rocmlock.lock.satisfy import records_unsat
+from rocmlock.lock.lockfile import read_lockfile
+from rocmlock.lock.satisfy import environment_unsat, platform_unsat, records_unsat
 from rocmlock.workspace.manifest import load_workspace
 
 NUMPY = 'numpy = "==2.2.0"\n'  # forge has numpy 2.1.3 and 2.2.0: a same-length edit picks the other
@@ -155,3 +159,234 @@ def test_a_build_pin_the_lock_does_not_meet_is_stale(ws_copy: Path, capsys: pyte
     assert main(_args(ws_copy, "--check", "-e", "default")) == 1
     err = capsys.readouterr().err
     assert "cannot solve environment 'default'" in err
+
+
+# ----------------------------------------------------------------------------- satisfiability, one input at a time
+
+def _unsat(root: Path, env_name: str, platform: str) -> tuple[str | None, bool]:
+    """(why ``env_name`` on ``platform`` is out of date, whether pixi would solve it from scratch)."""
+    ws = load_workspace(root)
+    env = ws.environment(env_name)
+    locked = read_lockfile(root / "pixi.lock")
+    assert locked is not None
+    found = environment_unsat(ws, env, locked)
+    if found is not None:
+        return found.reason, found.from_scratch
+    return platform_unsat(env, env.platform(platform), locked), False
+
+
+@pytest.fixture(scope="session")
+def spare_channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A third channel: one package nothing asks for."""
+    return build_channel(tmp_path_factory.mktemp("spare") / "spare", [Pkg("spare", "1", subdir="noarch", noarch="generic")])
+
+
+def _channels_line(*uris: str) -> str:
+    return "channels = [" + ", ".join(f'"{u}"' for u in uris) + "]"
+
+
+# (what changes, how, the reason's start, solved from scratch); `P`, `F`, `S` are the private, forge and spare
+# channels' URIs. The rules: pixi_core/src/lock_file/satisfiability/environment.rs (pixi v0.77.0) and, for
+# what pixi keeps of the old records, lock_file/outdated.rs (find_unsatisfiable_targets).
+CHANGES = [
+    # ChannelsMismatch: "the order matters here"; removed, reordered, prepended or another URL -> from scratch.
+    ("channel order", ("channels", "F", "P"), "channels changed", True),
+    ("channel removed", ("channels", "P"), "channels changed", True),
+    ("channel prepended", ("channels", "S", "P", "F"), "channels changed", True),
+    ("channel inserted", ("channels", "P", "S", "F"), "channels changed", True),
+    ("channel URL", ("channels", "P", "S"), "channels changed", True),
+    # ChannelsExtended: a lower-priority channel appended; the lock is out of date, its records still hold.
+    ("channel appended", ("channels", "P", "F", "S"), "channels added", False),
+    # PlatformDefinitionChanged -> from scratch.
+    ("virtual package", ('glibc = "2.28", __amdgpu = "0", __amdgpu_arch = "9.4.2"',
+                         'glibc = "2.31", __amdgpu = "0", __amdgpu_arch = "9.4.2"'), "platform 'linux-64-gfx942' changed its virtual", True),
+    ("subdir", ('{ name = "linux-64-gfx942", platform = "linux-64"', '{ name = "linux-64-gfx942", platform = "linux-aarch64"'),
+     "platform 'linux-64-gfx942' changed subdir", True),
+    # platform.rs: the manifest's specs, the features that bring them, constraints, target-specific specs.
+    ("dependency", ('llamafactory = "0.9.*"', 'llamafactory = "0.8.*"'), "locked llamafactory 0.9.4", False),
+    ("feature", ('mi300x = { features = ["rocm72", "gfx942", "train"] }', 'mi300x = { features = ["rocm72", "gfx942"] }'),
+     "locked package(s) no longer needed", False),
+    ("constraint", ("[environments]", '[constraints]\npeft = "<0.18"\n\n[environments]'), "locked peft 0.18.0", False),
+    ("target dependency", ("[environments]", '[target.linux-64.dependencies]\npeft = ">0.18"\n\n[environments]'),
+     "locked peft 0.18.0", False),
+    # A solve group's environments are checked against the group's channels (grouped_env.channels()).
+    ("solve group", ('mi300x = { features = ["rocm72", "gfx942", "train"] }',
+                     ('mi300x = { features = ["rocm72", "gfx942", "train"], solve-group = "g" }\n'
+                      'spare = { features = ["spare"], solve-group = "g" }\n[feature.spare]\nchannels = ["S"]')),
+     "channels added", False),
+]
+
+
+@pytest.mark.parametrize(("change", "edit", "reason", "scratch"), CHANGES, ids=[c[0] for c in CHANGES])
+def test_each_input_changed_alone_makes_the_lock_stale(
+        ws_copy: Path, channels: dict[str, Path], spare_channel: Path, change: str, edit: tuple[str, ...],
+        reason: str, scratch: bool) -> None:
+    uris = {"P": channels["private"].as_uri(), "F": channels["forge"].as_uri(), "S": spare_channel.as_uri()}
+    assert _unsat(ws_copy, "mi300x", "linux-64-gfx942") == (None, False)
+    path = ws_copy / "pixi.toml"
+    if edit[0] == "channels":
+        _edit(path, _channels_line(uris["P"], uris["F"]), _channels_line(*(uris[c] for c in edit[1:])))
+    else:
+        _edit(path, edit[0], edit[1].replace('"S"', f'"{uris["S"]}"'))
+    found, from_scratch = _unsat(ws_copy, "mi300x", "linux-64-gfx942")
+    assert found is not None and found.startswith(reason), found
+    assert from_scratch is scratch
+
+
+# ----------------------------------------------------------------------------- re-solved from scratch, or not
+
+
+@pytest.fixture
+def moved_ws(channels: dict[str, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """A workspace locked against a copy of the private channel that has since gained llamafactory 0.9.5:
+    a re-solve that keeps the old records as preferences stays on 0.9.4, one from scratch takes 0.9.5."""
+    private = tmp_path / "private"
+    shutil.copytree(channels["private"], private)
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "pixi.toml").write_text(manifest(private.as_uri(), channels["forge"].as_uri()))
+    assert main(_args(root)) == 0
+    build_channel(private, [Pkg("llamafactory", "0.9.5", "pyh0_0", subdir="noarch", noarch="python",
+                                depends=("python >=3.11", "pytorch >=2.4", "transformers >=4.55", "peft >=0.18"))])
+    return root, private
+
+
+def _conda_urls(lock: Path) -> list[str]:
+    return [line.split("conda: ", 1)[1] for line in lock.read_text().splitlines() if line.lstrip().startswith("- conda: ")]
+
+
+def test_a_moved_channel_is_solved_from_scratch(moved_ws: tuple[Path, Path], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """pixi v0.77.0 lock_file/outdated.rs: ChannelsMismatch puts the environment in disregard_locked_content,
+    so nothing of the old channel's records survives: every package URL names the new channel."""
+    root, private = moved_ws
+    moved = tmp_path / "moved"
+    shutil.copytree(private, moved)
+    _edit(root / "pixi.toml", private.as_uri(), moved.as_uri())
+    capsys.readouterr()
+    assert main(_args(root, "--check", "--json")) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert {s["reason"].split(" (")[0] for s in data["solved"]} == {"channels changed"}
+    assert main(_args(root)) == 0
+    urls = _conda_urls(root / "pixi.lock")
+    # pixi writes a local package as a path, a remote one as a URL.
+    assert urls and not [u for u in urls if u.startswith((f"{private}/", f"{private.as_uri()}/"))]
+    assert any(u.startswith(f"{moved}/") for u in urls)
+    assert by_name(root / "pixi.lock", "mi300x")["llamafactory"] == "0.9.5 pyh0_0"
+    assert main(_args(root, "--check")) == 0
+
+
+def test_an_appended_channel_keeps_the_locked_packages(moved_ws: tuple[Path, Path], spare_channel: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """ChannelsExtended (outdated.rs): lower-priority channels appended leave the locked records valid; the
+    lock is out of date (its channel list), the re-solve keeps them as preferences."""
+    root, private = moved_ws
+    _edit(root / "pixi.toml", f'"{private.as_uri()}", ', f'"{private.as_uri()}", "{spare_channel.as_uri()}", ')
+    # ^ inserted before forge: a mismatch. Appended after forge instead:
+    _edit(root / "pixi.toml", f'"{spare_channel.as_uri()}", ', "")
+    text = (root / "pixi.toml").read_text()
+    forge_end = text.index('"]\nchannel-priority')
+    (root / "pixi.toml").write_text(text[:forge_end] + f'", "{spare_channel.as_uri()}' + text[forge_end:])
+    capsys.readouterr()
+    assert main(_args(root, "--check", "--json")) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert {s["reason"].split(" (")[0] for s in data["solved"]} == {"channels added"}
+    assert data["changes"] == {}
+    assert main(_args(root)) == 0
+    assert by_name(root / "pixi.lock", "mi300x")["llamafactory"] == "0.9.4 pyh0_0"
+    assert spare_channel.as_uri() in (root / "pixi.lock").read_text()
+
+
+def test_a_changed_platform_definition_is_solved_from_scratch(moved_ws: tuple[Path, Path]) -> None:
+    """PlatformDefinitionChanged (outdated.rs): the records were solved under other virtual packages."""
+    root, _ = moved_ws
+    _edit(root / "pixi.toml", 'glibc = "2.28", __amdgpu = "0", __amdgpu_arch = "9.4.2"',
+          'glibc = "2.31", __amdgpu = "0", __amdgpu_arch = "9.4.2"')
+    assert main(_args(root)) == 0
+    assert by_name(root / "pixi.lock", "mi300x")["llamafactory"] == "0.9.5 pyh0_0"
+    assert by_name(root / "pixi.lock", "mi250")["llamafactory"] == "0.9.4 pyh0_0"  # untouched
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("channel-priority", "disabled"), ("strategy", "lowest-version"), ("exclude-newer", '"2023-10-01T00:00:00Z"')])
+def test_a_lock_solved_with_other_options_is_solved_again(
+        moved_ws: tuple[Path, Path], option: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """SolveStrategyMismatch / ChannelPriorityMismatch / ExcludeNewerMismatch (satisfiability/environment.rs,
+    pixi v0.77.0; the lock layout of tests/data/non-satisfiability/mismatch-*2/pixi.lock): a lock pixi solved
+    with other options than the manifest's is re-solved from scratch, and rocmlock's lock records none."""
+    root, _ = moved_ws
+    lock = root / "pixi.lock"
+    text = lock.read_text()
+    marker = "  mi300x:\n    channels:\n"
+    head, tail = text.split(marker)
+    channel_lines = tail.split("    packages:\n", 1)
+    lock.write_text(head + marker + channel_lines[0] + f"    options:\n      {option}: {value}\n    packages:\n"
+                    + channel_lines[1])
+    capsys.readouterr()
+    assert main(_args(root, "--check", "--json")) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [s["environment"] for s in data["solved"]] == ["mi300x"]
+    assert data["solved"][0]["reason"].startswith(f"the lock was solved with {option} ")
+    assert main(_args(root)) == 0
+    assert "options:" not in lock.read_text()
+    assert by_name(lock, "mi300x")["llamafactory"] == "0.9.5 pyh0_0"
+
+
+def test_options_at_their_defaults_are_satisfied(ws_copy: Path) -> None:
+    """pixi writes `pypi-prerelease-mode: if-necessary-or-explicit` (and may write a default explicitly):
+    the same solve, nothing to re-solve."""
+    lock = ws_copy / "pixi.lock"
+    text = lock.read_text()
+    lock.write_text(text.replace("  mi300x:\n    channels:\n", "  mi300x:\n    options:\n      channel-priority: strict\n"
+                                 "      pypi-prerelease-mode: if-necessary-or-explicit\n    channels:\n", 1))
+    assert _unsat(ws_copy, "mi300x", "linux-64-gfx942") == (None, False)
+
+
+@pytest.mark.parametrize(("old", "new", "key"), [
+    ('channel-priority = "strict"', 'channel-priority = "disabled"', "workspace.channel-priority"),
+    ('channel-priority = "strict"', 'solve-strategy = "lowest"', "workspace.solve-strategy"),
+    ('channel-priority = "strict"', 'exclude-newer = "2026-01-01"', "workspace.exclude-newer"),
+])
+def test_a_solve_option_changed_in_the_manifest_is_never_up_to_date(
+        ws_copy: Path, old: str, new: str, key: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The manifest side of the same rules: rocmlock cannot solve or record those values, so a locked workspace
+    whose manifest now asks for them is refused (exit 2, one line), never reported up to date."""
+    _edit(ws_copy / "pixi.toml", old, new)
+    before = snapshot(ws_copy)
+    capsys.readouterr()
+    assert main(_args(ws_copy, "--check")) == 2
+    err = capsys.readouterr().err
+    assert f"key '{key}'" in err and "Traceback" not in err
+    assert snapshot(ws_copy) == before
+
+
+# ----------------------------------------------------------------------------- channels = []
+
+
+@pytest.mark.parametrize("command", [
+    ["lock"], ["lock", "--check"], ["export"], ["plan"], ["install", "-e", "mi300x", "--prefix", "PREFIX"],
+    ["pack", "-e", "mi300x", "-o", "BUNDLE"], ["preset", "-e", "mi300x", "--method", "lora"]])
+def test_empty_channels_are_refused_by_every_command(
+        ws_copy: Path, tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A relock of `channels = []` used to write `channels: []` into pixi.lock and a null `channels:` into
+    environment.yml; every command that reads the manifest now refuses it, before doing anything."""
+    text = (ws_copy / "pixi.toml").read_text()
+    start = text.index("channels = [")
+    (ws_copy / "pixi.toml").write_text(text[:start] + "channels = []" + text[text.index("]", start) + 1:])
+    before = snapshot(ws_copy)
+    argv = [a.replace("PREFIX", str(tmp_path / "prefix")).replace("BUNDLE", str(tmp_path / "b.tar")) for a in command]
+    capsys.readouterr()
+    assert main([*argv, "--manifest-path", str(ws_copy / "pixi.toml")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"error: {ws_copy / 'pixi.toml'}: key 'workspace.channels' is empty", err
+    assert len(err) <= 2 and all(line.startswith(("error:", "hint:")) for line in err), err
+    assert snapshot(ws_copy) == before
+    assert not (tmp_path / "prefix").exists() and not (tmp_path / "b.tar").exists()
+
+
+def test_an_environment_whose_features_all_drop_the_channels_is_refused(ws_copy: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    _edit(ws_copy / "pixi.toml", "[environments]\n",
+          '[feature.none]\nchannels = []\n\n[environments]\nbare = { features = ["none"], no-default-feature = true }\n')
+    assert main(_args(ws_copy, "--check")) == 2
+    assert "environment 'bare' has no channels" in capsys.readouterr().err

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import yaml
 from rattler import LockChannel, LockFile, LockPlatform, RepoDataRecord, Subdir
 from rattler.exceptions import ParseCondaLockError
 
@@ -33,6 +34,9 @@ from rocmlock.workspace.model import Environment
 from rocmlock.workspace.pixi_compat import customised_virtual_packages, format_virtual_package
 from rocmlock.workspace.platforms import Platform
 from rocmlock.workspace.pypi import PypiPin, SourcePackage, split_packages
+
+# libyaml's loader where PyYAML has it (the block read is small either way).
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class LockedEnvironment:
     # What pixi locks besides conda binaries, per platform name (see rocmlock.workspace.pypi).
     pypi: dict[str, list[PypiPin]] = field(default_factory=dict, hash=False)
     sources: dict[str, list[SourcePackage]] = field(default_factory=dict, hash=False)
+    # The solve options pixi recorded (`options:`: strategy, channel-priority, exclude-newer, ...), as text.
+    options: dict[str, str] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -121,7 +127,7 @@ def read_lockfile(path: Path) -> LockedWorkspace | None:
                 "restore it (`git checkout pixi.lock`) or write it again with `pixi lock` or `rocmlock lock`")
         # The parser quotes what it could not read ('invalid type: string "<value>"'): never a URL's query.
         raise InputError(f"{path}: cannot read the lock file: {mask_queries(str(exc))}", hint=hint) from None
-    return _from_lockfile(lock, path)
+    return _from_lockfile(lock, path, _environment_options(path))
 
 
 def _clean_url(url: str, path: Path, where: str) -> str:
@@ -142,7 +148,31 @@ def _clean_records(records: Sequence[RepoDataRecord], path: Path, where: str) ->
     return [redact_record(r) for r in records]
 
 
-def _from_lockfile(lock: LockFile, path: Path) -> LockedWorkspace:
+def _environment_options(path: Path) -> dict[str, dict[str, str]]:
+    """Each environment's ``options:`` in ``path`` (py-rattler 0.28 reads them but does not expose them).
+
+    Only the ``environments:`` block is parsed, less each environment's ``packages:`` list (its bulk); rattler
+    has already read the whole file, so it is well-formed YAML."""
+    kept: list[str] = []
+    inside = skipping = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line[:1] not in ("", " ", "-", "#"):  # a top-level key
+            inside, skipping = line.rstrip() == "environments:", False
+        elif inside and line.strip() and len(line) - len(line.lstrip(" ")) <= 4:
+            skipping = line.strip().startswith("packages:")
+        if inside and not skipping:
+            kept.append(line)
+    try:
+        data = yaml.load("\n".join(kept), Loader=_LOADER) if kept else None
+    except yaml.YAMLError:
+        return {}
+    envs = data.get("environments") if isinstance(data, dict) else None
+    return {str(name): {str(k): str(v) for k, v in env["options"].items()}
+            for name, env in (envs.items() if isinstance(envs, dict) else ())
+            if isinstance(env, dict) and isinstance(env.get("options"), dict)}
+
+
+def _from_lockfile(lock: LockFile, path: Path, options: dict[str, dict[str, str]]) -> LockedWorkspace:
     platforms = {
         p.name: LockedPlatform(p.name, str(p.subdir), tuple(p.virtual_packages)) for p in lock.platforms()
     }
@@ -162,7 +192,7 @@ def _from_lockfile(lock: LockFile, path: Path) -> LockedWorkspace:
                 pypi[plat.name] = pins
             if srcs:
                 sources[plat.name] = srcs
-        envs[name] = LockedEnvironment(channels, records, pypi, sources)
+        envs[name] = LockedEnvironment(channels, records, pypi, sources, options.get(name, {}))
     return LockedWorkspace(platforms, envs)
 
 
@@ -197,7 +227,7 @@ def align_platforms(locked: LockedWorkspace, manifest_platforms: Sequence[Platfo
                  for n, p in locked.platforms.items()}
     envs = {name: LockedEnvironment(env.channels, {renames.get(p, p): r for p, r in env.records.items()},
                                     {renames.get(p, p): r for p, r in env.pypi.items()},
-                                    {renames.get(p, p): r for p, r in env.sources.items()})
+                                    {renames.get(p, p): r for p, r in env.sources.items()}, env.options)
             for name, env in locked.environments.items()}
     return LockedWorkspace(platforms, envs)
 

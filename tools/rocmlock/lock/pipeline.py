@@ -32,7 +32,7 @@ from rocmlock.lock.lockfile import (
     render_lockfile,
 )
 from rocmlock.lock.outputs import commit, exclusive
-from rocmlock.lock.satisfy import environment_unsat, platform_unsat, records_unsat
+from rocmlock.lock.satisfy import Unsat, environment_unsat, platform_unsat, records_unsat
 from rocmlock.lock.solve import (
     SolveJob,
     SolveKey,
@@ -166,12 +166,12 @@ def _plan(ws: Workspace, envs: list[Environment], names: set[str], plats: set[st
     reasons: dict[SolveKey, str] = {}
     movable = set(update or [])
     for env in envs:
-        env_reason = environment_unsat(ws, env, old) if old else "no lock yet"
+        unsat = environment_unsat(ws, env, old) if old else Unsat("no lock yet")
         for plat in env.platforms:
             key = (env.name, plat.name)
             previous = old.records(env.name, plat.name) if old else None
             selected = env.name in names and plat.name in plats
-            reason = env_reason or (platform_unsat(env, plat, old) if old else None)
+            reason = unsat.reason if unsat else (platform_unsat(env, plat, old) if old else None)
             if previous is not None and reason is None and (update is None or not selected):
                 kept[key] = previous
                 continue
@@ -180,8 +180,9 @@ def _plan(ws: Workspace, envs: list[Environment], names: set[str], plats: set[st
                     kept[key] = previous
                 continue
             reasons[key] = reason or ("--update" if not movable else f"--update {' '.join(sorted(movable))}")
-            prefs = [] if update is not None and not movable else [
-                r for r in previous or [] if r.name.normalized not in movable]
+            # pixi keeps the old records as preferences unless it distrusts them (Unsat.from_scratch).
+            scratch = (unsat is not None and unsat.from_scratch) or (update is not None and not movable)
+            prefs = [] if scratch else [r for r in previous or [] if r.name.normalized not in movable]
             jobs.append(make_job(ws, env, plat, prefs))
     return kept, jobs, reasons
 
