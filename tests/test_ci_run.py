@@ -62,3 +62,15 @@ def test_mypy_and_ruff_run_pinned_before_the_suite_and_fail_ci() -> None:
     # Arguments left to pyproject.toml: `python -m mypy` checks its `files`, as a developer's run does.
     assert LINES[mypy].split(" || ")[0] == "python -m mypy"
     assert 'files = ["tools/rocmlock", "tools/verify_env.py"]' in pyproject
+
+
+def test_ci_says_it_is_ci_and_nothing_it_needs_is_optional() -> None:
+    """tests/ciskips.py fails a CI run on an unlisted skip only where CI is set: .ci/run sets it, before anything
+    runs. What the suite needs is installed or the run stops: no branch that quietly leaves it out."""
+    exported = _index(r"^export CI=true$")
+    assert exported < _index(r"^python -m venv ") < LINES.index("python -m pytest -q tests")
+    assert not any(re.match(r"if .*command -v apt-get", line) for line in LINES)
+    assert not any(re.match(r"if \[ -f examples/offline/quickstart\.sh \]", line) for line in LINES)
+    assert "bash examples/offline/quickstart.sh" in LINES
+    assert re.search(r"^command -v apt-get >/dev/null 2>&1 \|\| \{$", CI_RUN, re.MULTILINE)
+    assert not re.search(r"^\s*(if|\[).*(ROCMLOCK_MIRRORS|shared/mirrors).*\bthen\b.*\n\s*echo[^\n]*skip", CI_RUN)
