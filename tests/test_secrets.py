@@ -75,12 +75,14 @@ def test_split_url_keeps_each_secret_for_the_client() -> None:
 # ----------------------------------------------------------------------------- end to end
 
 
-def _soon_stale(channel: Path) -> None:
-    # rattler revalidates a cached shard index once it is stale; with a Last-Modified of a moment ago
-    # its heuristic freshness (a tenth of the age) is gone within a second.
-    past = time.time() - 2
+def _never_fresh(channel: Path) -> None:
+    # rattler revalidates a cached shard index once it is stale. The server sends no Cache-Control, so its
+    # freshness is the heuristic one: a tenth of Date - Last-Modified (RFC 9111 4.2.2), none when
+    # Last-Modified is later than Date. A shard index "modified" tomorrow is stale at once: the warm re-solve
+    # always revalidates (a 304), with no sleep and no race against the clock.
+    later = time.time() + 86400
     for index in channel.glob("*/repodata_shards.msgpack.zst"):
-        os.utime(index, (past, past))
+        os.utime(index, (later, later))
 
 
 def _grep(root: Path, skip: set[Path]) -> list[str]:
@@ -104,7 +106,7 @@ def test_no_secret_reaches_any_file_or_output(channels: dict[str, Path], tmp_pat
                                               monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     served = shutil.copytree(channels["private"], tmp_path / "served" / "private")
-    _soon_stale(served)
+    _never_fresh(served)
     monkeypatch.setenv("RATTLER_CACHE_DIR", str(tmp_path / "rattler-cache"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     monkeypatch.delenv("ROCMLOCK_CACHE_DIR", raising=False)
@@ -119,8 +121,7 @@ def test_no_secret_reaches_any_file_or_output(channels: dict[str, Path], tmp_pat
         assert _run(capsys, out, "lock", "--manifest-path", m, "--json") == 0, out
         cache = tmp_path / "xdg-cache" / "rocmlock"
         assert list(cache.glob("*")) and (cache.stat().st_mode & 0o077) == 0
-        time.sleep(1)
-        # A re-solve on the warm cache revalidates the shard index (a 304) and still works.
+        # A re-solve on the warm cache revalidates the shard index (a 304: _never_fresh) and still works.
         assert _run(capsys, out, "lock", "--manifest-path", m, "--update", "--json") == 0, out
         assert _run(capsys, out, "export", "--manifest-path", m) == 0, out
         assert _run(capsys, out, "install", "--manifest-path", m, "-e", "mi300x",
