@@ -19,6 +19,7 @@ from rattler import BuildString, PackageRecord, RepoDataRecord
 from rocmlock.cli.main import main
 from rocmlock.lock import stamp
 from rocmlock.lock.lockfile import read_lockfile
+from rocmlock.lock.pipeline import lock_workspace
 from rocmlock.lock.satisfy import environment_unsat, platform_unsat, records_unsat
 from rocmlock.workspace.manifest import load_workspace
 
@@ -390,3 +391,42 @@ def test_an_environment_whose_features_all_drop_the_channels_is_refused(ws_copy:
           '[feature.none]\nchannels = []\n\n[environments]\nbare = { features = ["none"], no-default-feature = true }\n')
     assert main(_args(ws_copy, "--check")) == 2
     assert "environment 'bare' has no channels" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- solve groups
+
+GROUPED = ('\n[feature.np-old.dependencies]\nnumpy = "<2.2"\n[feature.bare.dependencies]\nnumpy = "*"\n'
+           '[environments.a]\nfeatures = ["gfx942", "np-old"]\nGROUP_A\n'
+           '[environments.b]\nfeatures = ["gfx942", "bare"]\nGROUP_B\n')
+
+
+def test_one_environment_solved_again_takes_its_solve_group_along(
+        channels: dict[str, Path], tmp_path: Path) -> None:
+    """pixi v0.77.0 lock_file/outdated.rs, map_outdated_targets_to_solve_groups: "If one of the environments in a
+    solve-group is no longer satisfied by the lock file all the environments in the same solve-group have to be
+    recomputed" -- else b would keep numpy 2.1.3 from a solve whose other half is gone."""
+    extra = GROUPED.replace("GROUP_A", 'solve-group = "g"').replace("GROUP_B", 'solve-group = "g"')
+    root = make_workspace(tmp_path / "ws", channels, extra=extra)
+    assert lock_workspace(root, environments=["a", "b"]).written
+    assert by_name(root / "pixi.lock", "b")["numpy"] == "2.1.3 py312h0_0"
+    _edit(root / "pixi.toml", 'numpy = "<2.2"', 'numpy = ">=2.2"')
+    result = lock_workspace(root, environments=["a", "b"], check=True)
+    assert result.reasons[("b", "linux-64-gfx942")] == "solve group 'g' is solved again for environment 'a'"
+    lock_workspace(root, environments=["a", "b"])
+    assert by_name(root / "pixi.lock", "a")["numpy"] == by_name(root / "pixi.lock", "b")["numpy"] == "2.2.0 py312h0_0"
+
+
+def test_a_solve_group_whose_locks_disagree_is_solved_again(channels: dict[str, Path], tmp_path: Path) -> None:
+    """find_inconsistent_solve_groups (outdated.rs): the environments of a solve group must lock one record per
+    package name. a and b, locked apart (numpy 2.1.3 and 2.2.0), then put in one group: each still satisfies its
+    own manifest, the group does not."""
+    root = make_workspace(tmp_path / "ws", channels, extra=GROUPED.replace("GROUP_A\n", "").replace("GROUP_B\n", ""))
+    lock_workspace(root, environments=["a", "b"])
+    assert by_name(root / "pixi.lock", "b")["numpy"] == "2.2.0 py312h0_0"
+    _edit(root / "pixi.toml", 'features = ["gfx942", "np-old"]\n', 'features = ["gfx942", "np-old"]\nsolve-group = "g"\n')
+    _edit(root / "pixi.toml", 'features = ["gfx942", "bare"]\n', 'features = ["gfx942", "bare"]\nsolve-group = "g"\n')
+    assert _unsat(root, "b", "linux-64-gfx942") == (None, False)  # each environment alone is satisfied
+    result = lock_workspace(root, environments=["a", "b"], check=True)
+    assert result.reasons[("a", "linux-64-gfx942")] == "solve group 'g' locks numpy differently in its environments"
+    lock_workspace(root, environments=["a", "b"])
+    assert by_name(root / "pixi.lock", "a")["numpy"] == by_name(root / "pixi.lock", "b")["numpy"] == "2.1.3 py312h0_0"
