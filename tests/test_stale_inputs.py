@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,9 @@ from lockhelpers import by_name, make_workspace, manifest, snapshot
 from rattler import BuildString, PackageRecord, RepoDataRecord
 from rocmlock.cli.main import main
 from rocmlock.lock import stamp
-from rocmlock.lock.lockfile import read_lockfile
+from rocmlock.lock.lockfile import LockedPlatform, LockedWorkspace, read_lockfile
 from rocmlock.lock.pipeline import lock_workspace
-from rocmlock.lock.satisfy import environment_unsat, platform_unsat, records_unsat
+from rocmlock.lock.satisfy import Unsat, environment_unsat, platform_unsat, records_unsat
 from rocmlock.workspace.manifest import load_workspace
 
 NUMPY = 'numpy = "==2.2.0"\n'  # forge has numpy 2.1.3 and 2.2.0: a same-length edit picks the other
@@ -327,7 +328,9 @@ def test_a_lock_solved_with_other_options_is_solved_again(
     assert main(_args(root, "--check", "--json")) == 1
     data = json.loads(capsys.readouterr().out)
     assert [s["environment"] for s in data["solved"]] == ["mi300x"]
-    assert data["solved"][0]["reason"].startswith(f"the lock was solved with {option} ")
+    want = {"channel-priority": "strict", "strategy": "highest", "exclude-newer": "none"}[option]
+    assert data["solved"][0]["reason"] == \
+        f"the lock was solved with {option} {value.strip(chr(34))}, the manifest asks for {want}"
     assert main(_args(root)) == 0
     assert "options:" not in lock.read_text()
     assert by_name(lock, "mi300x")["llamafactory"] == "0.9.5 pyh0_0"
@@ -430,3 +433,59 @@ def test_a_solve_group_whose_locks_disagree_is_solved_again(channels: dict[str, 
     assert result.reasons[("a", "linux-64-gfx942")] == "solve group 'g' locks numpy differently in its environments"
     lock_workspace(root, environments=["a", "b"])
     assert by_name(root / "pixi.lock", "a")["numpy"] == by_name(root / "pixi.lock", "b")["numpy"] == "2.1.3 py312h0_0"
+
+
+# ----------------------------------------------------------------------------- platforms the lock and manifest do not share
+
+
+def _locked(root: Path) -> LockedWorkspace:
+    locked = read_lockfile(root / "pixi.lock")
+    assert locked is not None
+    return locked
+
+
+def test_a_platform_of_another_subdir_only_the_lock_has_is_stale(ws_copy: Path) -> None:
+    """satisfiability/environment.rs (pixi v0.77.0), AdditionalPlatformsInLockFile: a locked platform the
+    environment lacks, unless its subdir is one the environment targets (a legacy bare-subdir name); the
+    locked records stay preferences (outdated.rs adds the platform to the outdated set only)."""
+    ws = load_workspace(ws_copy)
+    env = ws.environment("mi300x")
+    locked = _locked(ws_copy)
+    lenv = locked.environments["mi300x"]
+    osx = LockedPlatform("osx-arm64", "osx-arm64", ("__unix=0=0", "__osx=13.0", "__archspec=1=m1"))
+    other = LockedWorkspace({**locked.platforms, "osx-arm64": osx},
+                            {**locked.environments, "mi300x": replace(lenv, records={**lenv.records, "osx-arm64": []})})
+    assert environment_unsat(ws, env, other) == Unsat("the lock has platform(s) the environment does not: osx-arm64")
+    # The same extra name on a subdir the environment targets: the same target under an old name.
+    legacy = LockedPlatform("linux-64", "linux-64", ())
+    same = LockedWorkspace({**locked.platforms, "linux-64": legacy},
+                           {**locked.environments, "mi300x": replace(lenv, records={**lenv.records, "linux-64": []})})
+    assert environment_unsat(ws, env, same) is None
+
+
+def test_every_shared_platform_is_compared_even_after_one_the_lock_lacks(ws_copy: Path) -> None:
+    """PlatformDefinitionChanged is checked for every platform both hold: a platform missing from the lock
+    (the first of `default`'s) does not end the check before the changed one."""
+    ws = load_workspace(ws_copy)
+    env = ws.environment("default")
+    assert [p.name for p in env.platforms] == ["linux-64-gfx90a", "linux-64-gfx942"]
+    locked = _locked(ws_copy)
+    gfx942 = locked.platforms["linux-64-gfx942"]
+    changed = tuple(v.replace("__glibc=2.28", "__glibc=2.31") for v in gfx942.virtual_packages)
+    platforms = {"linux-64-gfx942": replace(gfx942, virtual_packages=changed)}
+    other = LockedWorkspace(platforms, locked.environments)
+    assert environment_unsat(ws, env, other) == Unsat("platform 'linux-64-gfx942' changed its virtual packages", True)
+    # ... and the platform the lock lacks is reported per platform, not as satisfied.
+    assert platform_unsat(env, env.platforms[0], other) == "platform 'linux-64-gfx90a' is not locked"
+
+
+def test_a_locked_platform_without_this_environments_records_is_not_locked(ws_copy: Path) -> None:
+    """The platform is in the lock (another environment uses it) but this environment has no records there."""
+    ws = load_workspace(ws_copy)
+    env = ws.environment("default")
+    locked = _locked(ws_copy)
+    lenv = locked.environments["default"]
+    records = {k: v for k, v in lenv.records.items() if k != "linux-64-gfx942"}
+    other = LockedWorkspace(locked.platforms, {**locked.environments, "default": replace(lenv, records=records)})
+    assert platform_unsat(env, env.platforms[1], other) == "platform 'linux-64-gfx942' is not locked"
+    assert platform_unsat(env, env.platforms[0], other) is None
