@@ -16,6 +16,7 @@ surviving mutants' names; ``--show`` prints their diffs. Figures: benchmarks/REA
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import re
@@ -82,14 +83,17 @@ def run_group(name: str, group: dict[str, list[str]], workdir: Path, children: i
     root.mkdir(parents=True)
     _scratch(root, group["modules"], group["tests"], children)
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(children)], cwd=root,
-                          env=_env(), capture_output=True, text=True, check=False)
+    # "mutants": fnmatch patterns of mutant names (a module's functions), where one group covers part of a module.
+    patterns = group.get("mutants", [])
+    proc = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *patterns],
+                          cwd=root, env=_env(), capture_output=True, text=True, check=False)
     seconds = time.monotonic() - start
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
         raise SystemExit(f"mutation.py: mutmut run failed for group '{name}' (exit {proc.returncode}); "
                          f"the copy is {root}")
-    results = _results(root)
+    results = {k: v for k, v in _results(root).items()
+               if not patterns or any(fnmatch.fnmatchcase(k, p) for p in patterns)}
     counts: dict[str, int] = {}
     for status in results.values():
         counts[status] = counts.get(status, 0) + 1
