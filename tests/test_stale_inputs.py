@@ -489,3 +489,20 @@ def test_a_locked_platform_without_this_environments_records_is_not_locked(ws_co
     other = LockedWorkspace(locked.platforms, {**locked.environments, "default": replace(lenv, records=records)})
     assert platform_unsat(env, env.platforms[1], other) == "platform 'linux-64-gfx942' is not locked"
     assert platform_unsat(env, env.platforms[0], other) is None
+
+
+# ----------------------------------------------------------------------------- PyPI index options
+
+
+def test_pypi_options_count_only_with_pypi_dependencies(ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """satisfiability/environment.rs (pixi v0.77.0): the PyPI indexes are compared ("Do some more checks if we have
+    pypi dependencies") only for an environment with PyPI dependencies. Without any, another index changes no
+    solve and the lock stays up to date; with some, `rocmlock lock` cannot lock the workspace at all (exit 2,
+    `pixi lock` then `rocmlock export`), so it never calls such a lock up to date."""
+    _edit(ws_copy / "pixi.toml", "[environments]", '[pypi-options]\nindex-url = "https://pypi.example.org/simple"\n\n'
+                                                   "[environments]")
+    assert main(_args(ws_copy, "--check")) == 0
+    _edit(ws_copy / "pixi.toml", "[environments]", '[pypi-dependencies]\nrequests = "*"\n\n[environments]')
+    capsys.readouterr()
+    assert main(_args(ws_copy, "--check")) == 2
+    assert "key 'pypi-dependencies' holds PyPI dependencies" in capsys.readouterr().err
