@@ -506,3 +506,19 @@ def test_pypi_options_count_only_with_pypi_dependencies(ws_copy: Path, capsys: p
     capsys.readouterr()
     assert main(_args(ws_copy, "--check")) == 2
     assert "key 'pypi-dependencies' holds PyPI dependencies" in capsys.readouterr().err
+
+
+def test_the_channel_reasons_list_the_channels(ws_copy: Path, channels: dict[str, Path], spare_channel: Path,
+                                               tmp_path: Path) -> None:
+    """What `--json` and the summary say: the appended channels, or the whole old and new lists; a new
+    environment is "not in the lock"."""
+    p, f, s = channels["private"].as_uri(), channels["forge"].as_uri(), spare_channel.as_uri()
+    other = build_channel(tmp_path / "other", [Pkg("other", "1", subdir="noarch", noarch="generic")]).as_uri()
+    path = ws_copy / "pixi.toml"
+    _edit(path, _channels_line(p, f), _channels_line(p, f, s, other))
+    assert _unsat(ws_copy, "mi300x", "linux-64-gfx942") == (f"channels added ({s}/, {other}/)", False)
+    _edit(path, _channels_line(p, f, s, other), _channels_line(f, p))
+    assert _unsat(ws_copy, "mi300x", "linux-64-gfx942") == (f"channels changed ({p}/, {f}/ -> {f}/, {p}/)", True)
+    _edit(path, _channels_line(f, p), _channels_line(p, f))
+    _edit(path, "[environments]\n", '[environments]\nnew = ["gfx942"]\n')
+    assert _unsat(ws_copy, "new", "linux-64-gfx942") == ("not in the lock", False)
