@@ -133,3 +133,28 @@ def test_every_pinned_leader_is_checked(pytorch: list[str]) -> None:
         check_pairings(table, pins, {"torchvision"})
     # Both leaders met by one of the followers each: accepted.
     check_pairings(table, {"pytorch": pytorch, "torchvision": ["0.27.1", "0.30.0"]}, {"torchvision"})
+
+
+@pytest.mark.parametrize(("name", "follower", "needs"), [
+    ("torchvision-pytorch", "0.15.0", "pytorch 2.0.*"),   # the first series the offset reaches
+    ("torchvision-pytorch", "0.14.0", "no pytorch"),
+    ("torchvision-pytorch", "1.30.0", "no pytorch"),      # another major: the rule says nothing for it
+    ("triton-pytorch", "9.9.0", "pytorch: not recorded in tools/rocmlock/data/upstreams.toml"),
+])
+def test_leader_needs_at_the_edges(name: str, follower: str, needs: str) -> None:
+    assert rule(name).leader_needs(follower) == needs
+
+
+def test_a_one_component_version_is_its_series_zero() -> None:
+    """`3` is series 3.0 (packaging's release tuple has one element)."""
+    assert rule("torchaudio-pytorch").describe("3") == "torchaudio >=2.11,<=3.0.*"
+    assert rule("torchvision-pytorch").leader_needs("1") == "no pytorch"
+
+
+def test_an_unknown_source_names_the_known_ones() -> None:
+    table = load_table()
+    known = ", ".join(s.name for u in table.upstreams for s in u.sources)
+    with pytest.raises(InputError) as err:
+        table.source("nope", "bump --sha256")
+    assert str(err.value) == "bump --sha256: unknown source 'nope'" and err.value.hint == f"one of: {known}"
+    assert "pytorch, " in known
