@@ -158,3 +158,25 @@ def test_an_unknown_source_names_the_known_ones() -> None:
         table.source("nope", "bump --sha256")
     assert str(err.value) == "bump --sha256: unknown source 'nope'" and err.value.hint == f"one of: {known}"
     assert "pytorch, " in known
+
+
+def test_only_rules_of_a_bumped_upstream_with_both_sides_pinned_are_checked() -> None:
+    """check_pairings judges the rules a bump touches: a broken pair elsewhere is not this bump's to refuse, and a
+    rule whose other side is not pinned has nothing to compare."""
+    from rocmlock.upstream.bump import check_pairings
+
+    table = load_table()
+    # torchvision 0.27.1 does not go with pytorch 2.15.0, but only triton is bumped (and goes with 2.15).
+    check_pairings(table, {"pytorch": ["2.15.0"], "torchvision": ["0.27.1"], "triton": ["3.9.0"]}, {"triton"})
+    check_pairings(table, {"pytorch": ["2.15.0"]}, {"pytorch"})  # no follower pinned
+    with pytest.raises(InputError, match=r"torchvision 0\.27\.1, 0\.28\.0 does not go with pytorch 2\.15\.0"):
+        check_pairings(table, {"pytorch": ["2.15.0"], "torchvision": ["0.27.1", "0.28.0"]}, {"pytorch"})
+
+
+def test_an_unknown_upstream_names_the_known_ones() -> None:
+    table = load_table()
+    with pytest.raises(InputError) as err:
+        table.get("nope", "bump nope=1")
+    assert str(err.value) == "bump nope=1: unknown upstream 'nope'"
+    assert err.value.hint == f"one of: {', '.join(u.name for u in table.upstreams)}"
+    assert table.get("pytorch").name == "pytorch"

@@ -122,10 +122,11 @@ def test_virtual_packages_carry_pixis_build_strings(tmp_path: Path, depends: tup
 
 
 def test_the_walk_goes_on_past_a_skipped_condition_and_a_package_seen_twice(tmp_path: Path) -> None:
-    """Every reached record is walked: a `when` dependency whose condition fails, or a package reached a second
-    time, ends that branch only (else the packages after it would be called "no longer needed")."""
+    """Every reached record is walked: a `when` dependency whose condition fails, a virtual package, or a package
+    reached a second time, ends that branch only (else the packages after it would be called "no longer needed")."""
     env, gpu = env_of(tmp_path, 'a = "*"\npython = "*"\ny = "*"\nz = "*"\n')
-    records = [record("a", depends=("c", 'b *[when="python >=3.12"]')), record("c"), record("python", "3.11.0"),
+    records = [record("a", depends=("c", 'b *[when="python >=3.12"]')), record("c", depends=("d", "__glibc >=2.17")),
+               record("d"), record("python", "3.11.0"),
                record("y"), record("z", depends=("y",))]
     assert records_unsat(env, gpu, records) is None
 

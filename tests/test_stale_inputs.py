@@ -453,9 +453,12 @@ def test_a_platform_of_another_subdir_only_the_lock_has_is_stale(ws_copy: Path) 
     locked = _locked(ws_copy)
     lenv = locked.environments["mi300x"]
     osx = LockedPlatform("osx-arm64", "osx-arm64", ("__unix=0=0", "__osx=13.0", "__archspec=1=m1"))
-    other = LockedWorkspace({**locked.platforms, "osx-arm64": osx},
-                            {**locked.environments, "mi300x": replace(lenv, records={**lenv.records, "osx-arm64": []})})
-    assert environment_unsat(ws, env, other) == Unsat("the lock has platform(s) the environment does not: osx-arm64")
+    win = LockedPlatform("win-64", "win-64", ("__win=0=0", "__archspec=1=x86_64"))
+    records = {**lenv.records, "osx-arm64": [], "win-64": []}
+    other = LockedWorkspace({**locked.platforms, "osx-arm64": osx, "win-64": win},
+                            {**locked.environments, "mi300x": replace(lenv, records=records)})
+    assert environment_unsat(ws, env, other) == \
+        Unsat("the lock has platform(s) the environment does not: osx-arm64, win-64")
     # The same extra name on a subdir the environment targets: the same target under an old name.
     legacy = LockedPlatform("linux-64", "linux-64", ())
     same = LockedWorkspace({**locked.platforms, "linux-64": legacy},
