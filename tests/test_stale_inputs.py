@@ -19,7 +19,7 @@ from lockhelpers import by_name, make_workspace, manifest, snapshot
 from rattler import BuildString, PackageRecord, RepoDataRecord
 from rocmlock.cli.main import main
 from rocmlock.lock import stamp
-from rocmlock.lock.lockfile import LockedPlatform, LockedWorkspace, read_lockfile
+from rocmlock.lock.lockfile import LockedPlatform, LockedWorkspace, align_platforms, read_lockfile
 from rocmlock.lock.pipeline import lock_workspace
 from rocmlock.lock.satisfy import Unsat, environment_unsat, platform_unsat, records_unsat
 from rocmlock.workspace.manifest import load_workspace
@@ -525,3 +525,19 @@ def test_the_channel_reasons_list_the_channels(ws_copy: Path, channels: dict[str
     _edit(path, _channels_line(f, p), _channels_line(p, f))
     _edit(path, "[environments]\n", '[environments]\nnew = ["gfx942"]\n')
     assert _unsat(ws_copy, "new", "linux-64-gfx942") == ("not in the lock", False)
+
+
+def test_options_survive_pixis_platform_names(ws_copy: Path) -> None:
+    """A pixi-written lock names rich platforms p1, p2, ... (lock_file/platform_rename.rs); mapping them back to the
+    manifest's names keeps each environment's recorded solve options, so a lock pixi solved with another channel
+    priority is still re-solved from scratch."""
+    lock = ws_copy / "pixi.lock"
+    text = lock.read_text().replace("linux-64-gfx90a", "p1").replace("linux-64-gfx942", "p2")
+    lock.write_text(text.replace("  mi300x:\n    channels:\n",
+                                 "  mi300x:\n    options:\n      channel-priority: disabled\n    channels:\n", 1))
+    ws = load_workspace(ws_copy)
+    locked = align_platforms(_locked(ws_copy), ws.platforms)
+    assert set(locked.platforms) == {"linux-64-gfx90a", "linux-64-gfx942"}
+    assert environment_unsat(ws, ws.environment("mi300x"), locked) == \
+        Unsat("the lock was solved with channel-priority disabled, the manifest asks for strict", True)
+    assert environment_unsat(ws, ws.environment("mi250"), locked) is None
