@@ -61,8 +61,12 @@ def _scratch(root: Path, modules: list[str], tests: list[str], children: int) ->
         f.write("\n".join(lines) + "\n")
 
 
-def _env() -> dict[str, str]:
+def _env(root: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CI")}
+    if root is not None:
+        # Child processes the tests start (`python -c ...`, `-m rocmlock`) import the mutated copy too (mutmut puts
+        # it on sys.path in-process only), with the mutant mutmut names in their environment.
+        env["PYTHONPATH"] = str(root / "mutants" / "src")
     # tests/conftest.py leaves through os._exit after a run (py-rattler's exit crash); in-process pytest runs
     # (mutmut calls pytest.main) must return instead.
     env["ROCMLOCK_TEST_NORMAL_EXIT"] = "1"
@@ -86,7 +90,7 @@ def run_group(name: str, group: dict[str, list[str]], workdir: Path, children: i
     # "mutants": fnmatch patterns of mutant names (a module's functions), where one group covers part of a module.
     patterns = group.get("mutants", [])
     proc = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *patterns],
-                          cwd=root, env=_env(), capture_output=True, text=True, check=False)
+                          cwd=root, env=_env(root), capture_output=True, text=True, check=False)
     seconds = time.monotonic() - start
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
