@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+# In CI an unlisted skip fails the run (tests/ciskips.py); in_ci is the tests' one definition of "in CI".
+from ciskips import in_ci, pytest_configure
+
+__all__ = ["in_ci", "pytest_configure"]  # pytest_configure: a hook pytest finds here
+
 
 def _loopback_bypasses_proxies() -> None:
     """Every server the tests start listens on 127.0.0.1: a machine's ``http_proxy`` must not carry requests to it.
@@ -98,7 +103,7 @@ def quetz(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuetzServer]:
         try:
             server = stack.enter_context(quetz_server(tmp_path_factory.mktemp("quetz")))
         except QuetzUnavailable as exc:
-            if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            if in_ci():
                 pytest.fail(f"CI must run the quetz server: {exc}")
             pytest.skip(f"no quetz server here: {exc}")
         yield server
@@ -163,8 +168,10 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _EXIT_STATUS.append(int(exitstatus))
+    # session.exitstatus, not the argument: the CI skip gate (ciskips.SkipGate) may have failed the run.
+    _EXIT_STATUS.append(int(session.exitstatus))
 
 
 @pytest.hookimpl(trylast=True)

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from ciskips import in_ci
 
 BNB_VERSION = "0.50.1"
 BNB_LIB = "libbitsandbytes_rocm72.so"
@@ -50,7 +51,7 @@ def _download_wheel(dest: Path) -> None:
                            f"bitsandbytes=={BNB_VERSION}"], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         reason = f"bitsandbytes {BNB_VERSION} is neither installed nor downloadable: {proc.stderr[-300:]}"
-        if os.environ.get("CI") == "true":
+        if in_ci():
             pytest.fail(reason)
         pytest.skip(reason)
     wheel = next(wheels.glob(f"bitsandbytes-{BNB_VERSION}-*.whl"))

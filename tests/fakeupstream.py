@@ -12,7 +12,6 @@ import io
 import json
 import tarfile
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -23,11 +22,15 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Reply:
-    """One scripted answer: status, body, and a delay before answering (to trip a client's timeout)."""
+    """One scripted answer: status and body.
+
+    ``hold``: answer only once the test sets this event (at most 60 s): a reply that comes after the client gave
+    up, however slow the machine, with no wall-time threshold in the test.
+    """
 
     status: int = 200
     body: bytes = b""
-    delay: float = 0.0
+    hold: threading.Event | None = None
     content_type: str = "application/octet-stream"
     # When set, the Authorization header this reply needs (else 401).
     authorization: str | None = None
@@ -106,8 +109,8 @@ def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, body: bool) -> None:
             reply = fake.reply(self.path.split("?", 1)[0], self.headers.get("Authorization"))
-            if reply.delay:
-                time.sleep(reply.delay)
+            if reply.hold is not None:
+                reply.hold.wait(60)
             try:
                 self.send_response(reply.status)
                 self.send_header("Content-Type", reply.content_type)

@@ -6,8 +6,8 @@ the copy installed when the chroot was made), optionally binds a host directory 
 AMD-layout cases binds ``/srv/rocmlock-amd/opt`` on ``/opt`` (so ``/opt/rocm -> rocm-7.2.4`` exists only
 there). Nothing is left mounted when the command ends, and the cached chroot is never written to.
 
-Where the chroot is missing (no root, no apt, not made yet) the tests skip with the reason, except under
-``CI=true``, where they fail: .ci/run makes it.
+Where the chroot is missing (no root, no apt, not made yet) the tests skip with the reason, except in CI
+(tests/ciskips.py, in_ci), where they fail: .ci/run makes it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ciskips import in_ci
 
 REPO = Path(__file__).resolve().parent.parent
 MAKE = REPO / "tests/rocm72/make-chroot.sh"
@@ -65,10 +66,10 @@ def unavailable_reason() -> str | None:
 
 
 def require_chroot() -> Path:
-    """The chroot's root; skip (fail under CI=true) with the reason where it is not there."""
+    """The chroot's root; skip (fail in CI) with the reason where it is not there."""
     reason = unavailable_reason()
     if reason is not None:
-        if os.environ.get("CI") == "true":
+        if in_ci():
             pytest.fail(reason)
         pytest.skip(reason)
     return CHROOT
@@ -78,14 +79,13 @@ def require_mirror(name: str) -> Path:
     """A pinned source mirror (``bitsandbytes.git``) under $ROCMLOCK_MIRRORS or ../shared/mirrors.
 
     The mirrors are data this machine is given beside the checkout (GitHub is out of reach and PyPI has no
-    bitsandbytes sdist), not something .ci/run can install: without them the test skips and says so, also
-    under CI=true. Where ROCMLOCK_MIRRORS names a directory that lacks the mirror, CI fails: someone said
-    where it is.
+    bitsandbytes sdist), not something .ci/run can install; CI has them (.ci/run stops early when it does not
+    find them), so there a missing mirror fails; elsewhere the test skips and says so.
     """
     path = MIRRORS / name
     if not path.is_dir():
         reason = f"no source mirror {path}: set ROCMLOCK_MIRRORS to the directory holding {name}"
-        if os.environ.get("CI") == "true" and os.environ.get("ROCMLOCK_MIRRORS"):
+        if in_ci():
             pytest.fail(reason)
         pytest.skip(reason)
     return path

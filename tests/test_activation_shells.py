@@ -16,12 +16,12 @@ the sourced file ("no matches found").
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from ciskips import in_ci
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 SHELLS = ("bash", "dash", "zsh")
@@ -32,7 +32,7 @@ def _shell(name: str) -> str:
     path = shutil.which(name)
     if path is None:
         reason = f"{name} is not installed (apt-get install {name}; .ci/run does)"
-        if os.environ.get("CI") == "true":
+        if in_ci():
             pytest.fail(reason)
         pytest.skip(reason)
     return path

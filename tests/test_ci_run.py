@@ -89,3 +89,15 @@ def test_the_venv_is_removed_when_the_run_ends_unless_kept(tmp_path: Path) -> No
     out = subprocess.run(["bash", "-c", script], env=env | {"ROCMLOCK_CI_VENV": str(named)}, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == str(named) and named.is_dir()
+
+
+def test_ci_says_it_is_ci_and_nothing_it_needs_is_optional() -> None:
+    """tests/ciskips.py fails a CI run on an unlisted skip only where CI is set: .ci/run sets it, before anything
+    runs. What the suite needs is installed or the run stops: no branch that quietly leaves it out."""
+    exported = _index(r"^export CI=true$")
+    assert exported < _index(r"^python -m venv ") < LINES.index("python -m pytest -q tests")
+    assert not any(re.match(r"if .*command -v apt-get", line) for line in LINES)
+    assert not any(re.match(r"if \[ -f examples/offline/quickstart\.sh \]", line) for line in LINES)
+    assert "bash examples/offline/quickstart.sh" in LINES
+    assert re.search(r"^command -v apt-get >/dev/null 2>&1 \|\| \{$", CI_RUN, re.MULTILINE)
+    assert not re.search(r"^\s*(if|\[).*(ROCMLOCK_MIRRORS|shared/mirrors).*\bthen\b.*\n\s*echo[^\n]*skip", CI_RUN)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import shutil
 import tarfile
@@ -28,6 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
+from ciskips import in_ci
 from conda_tools import Conda, CondaUnavailable, ensure_venv
 from rocmlock.build.recipes import load_matrix, render_recipe
 from rocmlock.cli.main import main
@@ -53,7 +53,7 @@ def _conda(name: str, home: Path) -> Conda:
     try:
         return Conda(ensure_venv(name), home, name)
     except CondaUnavailable as exc:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        if in_ci():
             pytest.fail(f"CI must run real conda (tests/conda_tools.py): {exc}")
         pytest.skip(f"no conda venv here: {exc}")
 

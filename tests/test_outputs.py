@@ -3,7 +3,7 @@ The same journal (rocmlock.util.journal) commits the files `bump` changes: the s
 
 - every filesystem step of a real ``rocmlock lock`` in turn: the writer SIGKILLs itself right after step N
   (the steps of :mod:`rocmlock.lock.outputs` wrapped in the child), then the next command must see set A or set B;
-- a random-kill loop: a child commits A, B, A, ... without pause and is killed at a random instant, 50 times;
+- a kill loop: a child commits A, B, A, ... and is killed after a seeded random number of steps, 50 times;
 - pairs of simultaneous ``rocmlock lock`` on one workspace, and a writer that cannot get the lock in time;
 - errors while writing (a full disk, a read-only directory): exit 1, one line, the old set untouched.
 
@@ -22,7 +22,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -53,25 +52,34 @@ KILL_AFTER_STEP = textwrap.dedent("""
     os._exit(code)
 """)
 
-# The child of the random-kill loop: commit the set that is not on disk, say how long that took, then the
-# other set, the first, ... until killed.
+# The child of the kill loop: commit the set that is not on disk, then the other, the first, ... and SIGKILL itself
+# right after its Nth filesystem step (counted as in KILL_AFTER_STEP); N=0: one commit, then print its step count.
 COMMIT_FOREVER = textwrap.dedent("""
-    import json, sys, time
+    import json, os, signal, sys
     from pathlib import Path
-    from rocmlock.lock.outputs import commit, exclusive
-    root, sets = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
+    from rocmlock.lock import outputs
+    root, sets, limit = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()), int(sys.argv[3])
+    count = [0]
+    def counted(step):
+        def run(*args):
+            result = step(*args)
+            count[0] += 1
+            if count[0] == limit:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return result
+        return run
+    for name in ("_write", "_rename", "_remove", "_mkdir", "_rmdir"):
+        setattr(outputs, name, counted(getattr(outputs, name)))
     lock = root / "pixi.lock"
     i = 1 if lock.is_file() and lock.read_text() == sets[0]["pixi.lock"] else 0  # start with the other set
-    def once():
-        this, other = sets[i % 2], sets[(i + 1) % 2]
-        with exclusive(root):
-            commit(root, {root / k: v for k, v in this.items()}, [root / k for k in other if k not in this])
-    start = time.monotonic()
-    once()
-    print(f"go {time.monotonic() - start}", flush=True)  # how long one commit takes on this machine
     while True:
+        this, other = sets[i % 2], sets[(i + 1) % 2]
+        with outputs.exclusive(root):
+            outputs.commit(root, {root / k: v for k, v in this.items()}, [root / k for k in other if k not in this])
+        if limit == 0:
+            print(count[0], flush=True)
+            break
         i += 1
-        once()
 """)
 
 
@@ -159,33 +167,35 @@ def _synthetic_sets() -> list[dict[str, str]]:
 
 
 def test_random_kills_of_a_committing_writer_leave_a_whole_set(tmp_path: Path) -> None:
+    """A writer that commits A, B, A, ... is killed after a (seeded) random number of filesystem steps, 50 times,
+    each new writer starting on what the last one left: steps of a commit and of the recovery of an interrupted
+    one alike. Counted steps, not a timer: the same kills on any machine, however fast or loaded."""
     pair = _synthetic_sets()
     spec = tmp_path / "sets.json"
     spec.write_text(json.dumps(pair))
     root = tmp_path / "ws"
     root.mkdir()
     expected = [{k: v.encode() for k, v in s.items()} for s in pair]
+    env = _child_env(tmp_path / "cache")
+    once = subprocess.run([sys.executable, "-c", COMMIT_FOREVER, str(root), str(spec), "0"], env=env,
+                          capture_output=True, text=True, timeout=120, check=True)
+    per_commit = int(once.stdout)
+    assert per_commit > 2 * len(pair[0]), "fewer filesystem steps than files: does the child wrap them?"
     rng = random.Random(20261201)
-    started = time.monotonic()
     outcomes = set()
     midway = 0
     for kill in range(50):
-        proc = subprocess.Popen([sys.executable, "-c", COMMIT_FOREVER, str(root), str(spec)],
-                                env=_child_env(tmp_path / "cache"), stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        word, seconds = proc.stdout.readline().split()
-        assert word == "go"
-        time.sleep(rng.uniform(0, 3 * float(seconds)))  # anywhere in the next commits, however fast the disk
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        step = rng.randint(1, 3 * per_commit)  # anywhere in the next three commits
+        proc = subprocess.run([sys.executable, "-c", COMMIT_FOREVER, str(root), str(spec), str(step)], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
         txn = root / ".rocmlock" / "txn"
         midway += bool(list(txn.iterdir()))  # killed inside a commit: staged files or a journal remain
         with outputs.exclusive(root):  # the next command: recovers, then reads
             now = _set(root)
-        assert now in expected, f"kill {kill}: a mixed or partial set"
+        assert now in expected, f"kill {kill} (after step {step}): a mixed or partial set"
         assert not txn.exists() or not list(txn.iterdir())
         outcomes.add(expected.index(now))
-    assert time.monotonic() - started < 120
     assert {0, 1} <= outcomes
     assert midway >= 5, f"only {midway} of 50 kills landed inside a commit"
 

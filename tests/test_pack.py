@@ -388,7 +388,10 @@ def _python310() -> str | None:
     import glob
     import subprocess
 
-    for candidate in [shutil.which("python3.10"), *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.10.*/bin/python3.10")))]:
+    # pyenv's root is $PYENV_ROOT, ~/.pyenv by default (CI runs as root: /root/.pyenv there).
+    roots = dict.fromkeys([os.environ.get("PYENV_ROOT", ""), os.path.expanduser("~/.pyenv"), "/root/.pyenv"])
+    pyenv = [p for root in roots if root for p in sorted(glob.glob(f"{root}/versions/3.10.*/bin/python3.10"))]
+    for candidate in [shutil.which("python3.10"), *pyenv]:
         if candidate:
             proc = subprocess.run([candidate, "-c", "import sys, venv; print(sys.executable)"], capture_output=True,
                                   text=True, check=False)

@@ -119,3 +119,64 @@ def test_an_aotriton_table_that_is_not_utf8_is_refused_naming_the_file(tmp_path:
     with pytest.raises(InputError) as exc:
         read_table(data)
     assert str(exc.value).startswith("tools/rocmlock/data/aotriton.toml: cannot read: ")
+
+
+@pytest.mark.parametrize("pytorch", [["2.12.1", "2.15.0"], ["2.15.0", "2.12.1"]])
+def test_every_pinned_leader_is_checked(pytorch: list[str]) -> None:
+    """variants.yaml may pin two PyTorch releases: a follower must go with each of them, not just the first
+    (torchvision 0.27.1 is built for 2.12 only)."""
+    from rocmlock.upstream.bump import check_pairings
+
+    table = load_table()
+    pins = {"pytorch": pytorch, "torchvision": ["0.27.1"]}
+    with pytest.raises(InputError, match=r"torchvision 0\.27\.1 does not go with pytorch 2\.15\.0"):
+        check_pairings(table, pins, {"torchvision"})
+    # Both leaders met by one of the followers each: accepted.
+    check_pairings(table, {"pytorch": pytorch, "torchvision": ["0.27.1", "0.30.0"]}, {"torchvision"})
+
+
+@pytest.mark.parametrize(("name", "follower", "needs"), [
+    ("torchvision-pytorch", "0.15.0", "pytorch 2.0.*"),   # the first series the offset reaches
+    ("torchvision-pytorch", "0.14.0", "no pytorch"),
+    ("torchvision-pytorch", "1.30.0", "no pytorch"),      # another major: the rule says nothing for it
+    ("triton-pytorch", "9.9.0", "pytorch: not recorded in tools/rocmlock/data/upstreams.toml"),
+])
+def test_leader_needs_at_the_edges(name: str, follower: str, needs: str) -> None:
+    assert rule(name).leader_needs(follower) == needs
+
+
+def test_a_one_component_version_is_its_series_zero() -> None:
+    """`3` is series 3.0 (packaging's release tuple has one element)."""
+    assert rule("torchaudio-pytorch").describe("3") == "torchaudio >=2.11,<=3.0.*"
+    assert rule("torchvision-pytorch").leader_needs("1") == "no pytorch"
+
+
+def test_an_unknown_source_names_the_known_ones() -> None:
+    table = load_table()
+    known = ", ".join(s.name for u in table.upstreams for s in u.sources)
+    with pytest.raises(InputError) as err:
+        table.source("nope", "bump --sha256")
+    assert str(err.value) == "bump --sha256: unknown source 'nope'" and err.value.hint == f"one of: {known}"
+    assert "pytorch, " in known
+
+
+def test_only_rules_of_a_bumped_upstream_with_both_sides_pinned_are_checked() -> None:
+    """check_pairings judges the rules a bump touches: a broken pair elsewhere is not this bump's to refuse, and a
+    rule whose other side is not pinned has nothing to compare."""
+    from rocmlock.upstream.bump import check_pairings
+
+    table = load_table()
+    # torchvision 0.27.1 does not go with pytorch 2.15.0, but only triton is bumped (and goes with 2.15).
+    check_pairings(table, {"pytorch": ["2.15.0"], "torchvision": ["0.27.1"], "triton": ["3.9.0"]}, {"triton"})
+    check_pairings(table, {"pytorch": ["2.15.0"]}, {"pytorch"})  # no follower pinned
+    with pytest.raises(InputError, match=r"torchvision 0\.27\.1, 0\.28\.0 does not go with pytorch 2\.15\.0"):
+        check_pairings(table, {"pytorch": ["2.15.0"], "torchvision": ["0.27.1", "0.28.0"]}, {"pytorch"})
+
+
+def test_an_unknown_upstream_names_the_known_ones() -> None:
+    table = load_table()
+    with pytest.raises(InputError) as err:
+        table.get("nope", "bump nope=1")
+    assert str(err.value) == "bump nope=1: unknown upstream 'nope'"
+    assert err.value.hint == f"one of: {', '.join(u.name for u in table.upstreams)}"
+    assert table.get("pytorch").name == "pytorch"

@@ -18,8 +18,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import rocmlock
@@ -169,8 +169,7 @@ def test_a_publish_waits_for_the_one_that_holds_the_channel_and_says_so(sources:
         assert proc.stderr is not None
         line = proc.stderr.readline()
         assert line.startswith(f"waiting for another publish to {channel} to finish (process {os.getpid()} ("), line
-        time.sleep(1.0)
-        assert proc.poll() is None, "it waits, however long the other takes"
+        # It waits (how long: test_the_publish_lock_waits_as_long_as_it_takes) and does nothing meanwhile.
         assert listed_in_repodata(channel) == _shas(sources["base"]), "and does nothing to the channel meanwhile"
     finally:
         os.close(fd)
@@ -178,6 +177,33 @@ def test_a_publish_waits_for_the_one_that_holds_the_channel_and_says_so(sources:
     assert proc.returncode == 0, err
     assert json.loads(out)["uploaded"] == sorted(_shas(sources["a"]))
     assert listed_in_repodata(channel) == {**_shas(sources["base"]), **_shas(sources["a"])}
+
+
+def test_the_publish_lock_waits_as_long_as_it_takes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No timeout: with an injected clock that moves an hour at each poll, the waiting publish still takes the lock
+    when the other lets go after 200 polls (200 hours), and says once whom it waited for."""
+    from rocmlock.channel.channel_dir import publish_lock
+    from rocmlock.util import oslock
+
+    channel = tmp_path / "channel"
+    channel.mkdir()
+    holder = os.open(channel / LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another open file description: flock conflicts within a process too
+    now, polls = [0.0], [0]
+
+    def sleep(seconds: float) -> None:
+        assert seconds == oslock.POLL
+        now[0] += 3600.0
+        polls[0] += 1
+        if polls[0] == 200:
+            os.close(holder)  # the other publish ends
+
+    # oslock's clock only (its module reference to `time`), not the process's.
+    monkeypatch.setattr(oslock, "time", SimpleNamespace(monotonic=lambda: now[0], sleep=sleep))
+    heard: list[str] = []
+    with publish_lock(channel, heard.append):
+        assert polls[0] == 200
+    assert len(heard) == 1 and heard[0].startswith(f"waiting for another publish to {channel} to finish")
 
 
 def test_the_lock_file_is_no_package_and_a_channel_only_read_gets_none(sources: dict[str, Path], tmp_path: Path,

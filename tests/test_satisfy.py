@@ -105,3 +105,48 @@ def test_when_conditions_are_read_with_rattlers_grammar(tmp_path: Path, when: st
     with_a = records_unsat(env, plat, [*records, record("a")])
     without_a = records_unsat(env, plat, records)
     assert (with_a is None, without_a is None) == ((True, False) if kept else (False, True)), (with_a, without_a)
+
+
+@pytest.mark.parametrize(("depends", "ok"), [
+    (("__archspec 1.* x86_64",), True),       # __archspec keeps its build (the microarchitecture)
+    (("__archspec 1.* x86_64_v3",), False),
+    (("__glibc 2.28.* 0",), True),            # a version-only virtual package has build "0"
+    (("__glibc 2.28.* 1",), False),
+])
+def test_virtual_packages_carry_pixis_build_strings(tmp_path: Path, depends: tuple[str, ...], ok: bool) -> None:
+    """rattler_virtual_packages (From<Archspec>, and generic_to_virtual_package in pixi virtual_packages.rs): the
+    build of `__archspec` is the microarchitecture; other version-only packages have build "0"."""
+    env, gpu = env_of(tmp_path, 'a = "*"\n')
+    reason = records_unsat(env, gpu, [record("a", depends=depends)])
+    assert (reason is None) is ok, reason
+
+
+def test_the_walk_goes_on_past_a_skipped_condition_and_a_package_seen_twice(tmp_path: Path) -> None:
+    """Every reached record is walked: a `when` dependency whose condition fails, a virtual package, or a package
+    reached a second time, ends that branch only (else the packages after it would be called "no longer needed")."""
+    env, gpu = env_of(tmp_path, 'a = "*"\npython = "*"\ny = "*"\nz = "*"\n')
+    records = [record("a", depends=("c", 'b *[when="python >=3.12"]')), record("c", depends=("d", "__glibc >=2.17")),
+               record("d"), record("python", "3.11.0"),
+               record("y"), record("z", depends=("y",))]
+    assert records_unsat(env, gpu, records) is None
+
+
+@pytest.mark.parametrize(("constraint", "reason"), [
+    ('peft = "<0.18"', None),                 # nothing named peft is locked: nothing to violate
+    ('a = "1.*"', None),                      # the locked a matches
+    ('a = "2.*"', "locked a 1 0 violates constraint 'a 2.*'"),
+])
+def test_constraints_apply_to_locked_packages_only(tmp_path: Path, constraint: str, reason: str | None) -> None:
+    """satisfiability/platform.rs (pixi v0.77.0), PlatformUnsat::ConstraintViolated: a [constraints] entry
+    binds a locked record of its name, and nothing when none is locked."""
+    env, gpu = env_of(tmp_path, f'a = "*"\n[constraints]\n{constraint}\n')
+    assert records_unsat(env, gpu, [record("a")]) == reason
+
+
+def test_the_reasons_name_the_spec_its_source_and_each_extra_package(tmp_path: Path) -> None:
+    env, gpu = env_of(tmp_path, 'a = "2.*"\n')
+    assert records_unsat(env, gpu, [record("a")]) == "locked a 1 0 does not match 'a 2.*' (from the manifest)"
+    env, gpu = env_of(tmp_path, 'a = "*"\n')
+    assert records_unsat(env, gpu, [record("a"), record("b"), record("c")]) == \
+        "locked package(s) no longer needed: b, c"
+    assert records_unsat(env, gpu, [record("a", depends=("d",))]) == "'d' (from a) has no matching locked package"

@@ -8,6 +8,7 @@ pixi.toml and auth file excepted) and all output for each secret. Cost: about 5 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -19,8 +20,21 @@ from channels import Pkg, build_channel
 from lockhelpers import manifest
 from rocmlock.channel.serve import serving
 from rocmlock.cli.main import main
+from rocmlock.errors import InputError
 from rocmlock.lock.lockfile import read_lockfile
-from rocmlock.util.credentials import ChannelAuth, redact_text, redact_url, split_url
+from rocmlock.util.credentials import (
+    ChannelAuth,
+    credentials_hint,
+    mask_queries,
+    mask_query,
+    one_line,
+    redact_text,
+    redact_url,
+    refuse_query,
+    refused,
+    refused_channel,
+    split_url,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 USER, PASSWORD, TOKEN = "alice-user", "pw-9c1e55-secret", "tok-4b7d02"
@@ -75,12 +89,14 @@ def test_split_url_keeps_each_secret_for_the_client() -> None:
 # ----------------------------------------------------------------------------- end to end
 
 
-def _soon_stale(channel: Path) -> None:
-    # rattler revalidates a cached shard index once it is stale; with a Last-Modified of a moment ago
-    # its heuristic freshness (a tenth of the age) is gone within a second.
-    past = time.time() - 2
+def _never_fresh(channel: Path) -> None:
+    # rattler revalidates a cached shard index once it is stale. The server sends no Cache-Control, so its
+    # freshness is the heuristic one: a tenth of Date - Last-Modified (RFC 9111 4.2.2), none when
+    # Last-Modified is later than Date. A shard index "modified" tomorrow is stale at once: the warm re-solve
+    # always revalidates (a 304), with no sleep and no race against the clock.
+    later = time.time() + 86400
     for index in channel.glob("*/repodata_shards.msgpack.zst"):
-        os.utime(index, (past, past))
+        os.utime(index, (later, later))
 
 
 def _grep(root: Path, skip: set[Path]) -> list[str]:
@@ -104,7 +120,7 @@ def test_no_secret_reaches_any_file_or_output(channels: dict[str, Path], tmp_pat
                                               monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     served = shutil.copytree(channels["private"], tmp_path / "served" / "private")
-    _soon_stale(served)
+    _never_fresh(served)
     monkeypatch.setenv("RATTLER_CACHE_DIR", str(tmp_path / "rattler-cache"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     monkeypatch.delenv("ROCMLOCK_CACHE_DIR", raising=False)
@@ -119,8 +135,7 @@ def test_no_secret_reaches_any_file_or_output(channels: dict[str, Path], tmp_pat
         assert _run(capsys, out, "lock", "--manifest-path", m, "--json") == 0, out
         cache = tmp_path / "xdg-cache" / "rocmlock"
         assert list(cache.glob("*")) and (cache.stat().st_mode & 0o077) == 0
-        time.sleep(1)
-        # A re-solve on the warm cache revalidates the shard index (a 304) and still works.
+        # A re-solve on the warm cache revalidates the shard index (a 304: _never_fresh) and still works.
         assert _run(capsys, out, "lock", "--manifest-path", m, "--update", "--json") == 0, out
         assert _run(capsys, out, "export", "--manifest-path", m) == 0, out
         assert _run(capsys, out, "install", "--manifest-path", m, "-e", "mi300x",
@@ -235,3 +250,61 @@ def test_a_dependency_channel_with_credentials_solves_and_shows_no_secret(
     (records,) = locked.environments["mi300x"].records.values()
     torch = next(r for r in records if r.name.normalized == "pytorch")
     assert torch.url.startswith(url.replace(f"/t/{TOKEN}", "") + "/linux-64/pytorch-2.12.1-rocm72_gfx942")
+
+
+# ----------------------------------------------------------------------------- the helpers, one by one
+
+
+@pytest.mark.parametrize(("url", "masked"), [
+    ("https://host/x.tar.gz", "https://host/x.tar.gz"),
+    ("https://u:pw@host/t/tok/x.tar.gz?X-Amz-Signature=abc", "https://host/x.tar.gz?***"),
+    ("HTTPS://u:pw@host/t/tok/x?q", "HTTPS://host/x?***"),   # a scheme is case-insensitive
+    ("https://host/x#frag-secret", "https://host/x#***"),
+    ("https://host/x#a?b", "https://host/x#***"),             # whichever of ? and # comes first
+    ("https://bot:pw?x@host/p", "https://***"),              # the part before '?' may be half a password
+    ("bot:pw?x@host", "***"),
+])
+def test_mask_query_keeps_where_it_points_and_nothing_after_a_query(url: str, masked: str) -> None:
+    assert mask_query(url) == masked
+
+
+def test_mask_queries_masks_every_url_in_a_message() -> None:
+    text = "invalid type: string 'https://h/x?sig=1', at http://u:p@h/t/k/y"
+    assert mask_queries(text) == "invalid type: string 'https://h/x?***', at http://h/y"
+
+
+def test_a_url_urllib_cannot_split_still_loses_its_secrets() -> None:
+    auth = split_url("http://u:pw@[::1/t/tok/x")
+    assert auth.url == "http://[::1/x" and auth.secrets == []
+    assert split_url("HTTP://u:pw@[::1/x").url == "HTTP://[::1/x"
+
+
+def test_small_helpers_of_the_redaction() -> None:
+    assert redact_text("token abc in text", ["abc", ""]) == "token *** in text"
+    assert split_url("https://host/t/tok").url == "https://host/"  # a token and nothing after it
+    basic = base64.b64encode(b"bob:").decode()
+    assert ChannelAuth("https://h/c/", "bob").request_headers() == {"Authorization": f"Basic {basic}"}
+    with pytest.raises(InputError) as err:
+        refuse_query("https://h/c?token=x", "--channel")
+    assert str(err.value) == ("--channel: the URL has a query string or fragment ('?...' or '#...'), which conda "
+                              "channel URLs never have (the URL is not shown: that part may be a secret)")
+    assert (err.value.hint or "").startswith("give the secret in RATTLER_AUTH_FILE")
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("A\nCaused by: B\nCaused by: C", "A: C"), ("only", "only"), ("  \n x \n", "x"), ("", ""),
+])
+def test_one_line_folds_rattlers_chain(text: str, line: str) -> None:
+    assert one_line(text) == line
+
+
+def test_refusals_are_told_apart_and_name_their_channel() -> None:
+    assert refused("HTTP status client error (401 Unauthorized)") and refused("403 Forbidden")
+    assert not refused("404 Not Found") and not refused("error 4013")
+    channels = ["https://u:p@h.example/t/k/chan", "https://h.example/other"]
+    text = "401 Unauthorized for https://h.example/chan/noarch/repodata.json"
+    assert refused_channel(channels, text) == "https://h.example/chan"
+    assert refused_channel(channels, text.replace("401", "404")) is None
+    assert refused_channel(channels, "401 for https://elsewhere/chan/x") is None
+    assert credentials_hint("https://u@h.example/chan").startswith("add an entry for 'h.example' to RATTLER_AUTH_FILE")
+    assert credentials_hint("not a url").startswith("add an entry for 'not a url'")

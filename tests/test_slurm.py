@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ciskips import in_ci
 from rocmlock.cli.main import main
 from slurmcluster import Cluster, ClusterError, missing_tools, slurm_cluster
 
@@ -23,16 +24,15 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     """The one-node cluster; in CI (CI=true) a cluster that cannot start fails the tests instead of skipping them."""
-    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
     missing = missing_tools()
     if missing:
         message = f"Slurm/munge not installed ({', '.join(missing)}): apt-get install slurm-wlm munge (.ci/run does)"
-        pytest.fail(message) if in_ci else pytest.skip(message)
+        pytest.fail(message) if in_ci() else pytest.skip(message)
     try:
         with slurm_cluster() as started:
             yield started
     except ClusterError as exc:
-        pytest.fail(f"the test cluster did not start: {exc}") if in_ci else pytest.skip(str(exc))
+        pytest.fail(f"the test cluster did not start: {exc}") if in_ci() else pytest.skip(str(exc))
 
 
 @pytest.fixture

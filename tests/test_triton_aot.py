@@ -26,12 +26,13 @@ from typing import Any
 
 import pytest
 import yaml
+from ciskips import in_ci
 from flash_attn_aot import EM_AMDGPU, describe, pinned, sdist_path, sha256, unpack
 from rocmlock.gpu.targets import GpuTarget, all_targets
 from shipped import RECIPES
 
 # tests/requirements-extra.txt installs PyPI's triton wheel; without it the tests skip, except under CI=true.
-if os.environ.get("CI") == "true":
+if in_ci():
     import triton
 else:
     triton = pytest.importorskip("triton", reason="tests/requirements-extra.txt installs triton (PyPI's wheel)")
@@ -104,7 +105,7 @@ def _sdist() -> Path:
     path = Path(os.environ.get("ROCMLOCK_FLASH_ATTN_SDIST", str(sdist_path())))
     if not path.is_file():
         reason = f"no flash-attn sdist at {path}: `python tests/flash_attn_aot.py fetch` downloads it (.ci/run does)"
-        if os.environ.get("CI") == "true":
+        if in_ci():
             pytest.fail(reason)
         pytest.skip(reason)
     version, expected = pinned()

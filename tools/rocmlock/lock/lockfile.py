@@ -59,6 +59,8 @@ class LockedEnvironment:
     # What pixi locks besides conda binaries, per platform name (see rocmlock.workspace.pypi).
     pypi: dict[str, list[PypiPin]] = field(default_factory=dict, hash=False)
     sources: dict[str, list[SourcePackage]] = field(default_factory=dict, hash=False)
+    # The solve options pixi recorded (`options:`: strategy, channel-priority, exclude-newer, ...), as text.
+    options: dict[str, str] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def read_lockfile(path: Path) -> LockedWorkspace | None:
         lock = LockFile.from_path(path)
     except (ParseCondaLockError, OSError, ValueError) as exc:
         raise unreadable_lock(path, str(exc)) from None
-    return _from_lockfile(lock, path)
+    return _from_lockfile(lock, path, _environment_options(path))
 
 
 # What git writes around each side of a conflict (git-merge(1), "HOW CONFLICTS ARE PRESENTED"; diff3 adds |||||||).
@@ -246,7 +248,36 @@ def _check_strings(path: Path, where: str, records: Sequence[RepoDataRecord], pi
         raise InputError(f"{path}: {where}: {problem}", hint=UNSAFE_HINT)
 
 
-def _from_lockfile(lock: LockFile, path: Path) -> LockedWorkspace:
+
+def _environment_options(path: Path) -> dict[str, dict[str, str]]:
+    """Each environment's ``options:`` in ``path`` (py-rattler 0.28 reads them but does not expose them).
+
+    Only the ``environments:`` block is parsed, less each environment's ``packages:`` list (its bulk); rattler
+    has already read the whole file, so it is well-formed YAML."""
+    kept: list[str] = []
+    inside = skipping = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line[:1] not in ("", " ", "-", "#"):  # a top-level key
+            inside, skipping = line.rstrip() == "environments:", False
+        elif inside and line.strip() and len(line) - len(line.lstrip(" ")) <= 4:
+            skipping = line.strip().startswith("packages:")
+        if inside and not skipping:
+            kept.append(line)
+    try:  # here, not at the top: `pack --with-installer`'s node-side rocmlock has py-rattler and tomli only, and
+        import yaml  # unpack needs no solve options
+    except ImportError:
+        return {}
+    try:  # libyaml's loader where PyYAML has it (the block read is small either way)
+        data = yaml.load("\n".join(kept), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if kept else None
+    except yaml.YAMLError:
+        return {}
+    envs = data.get("environments") if isinstance(data, dict) else None
+    return {str(name): {str(k): str(v) for k, v in env["options"].items()}
+            for name, env in (envs.items() if isinstance(envs, dict) else ())
+            if isinstance(env, dict) and isinstance(env.get("options"), dict)}
+
+
+def _from_lockfile(lock: LockFile, path: Path, options: dict[str, dict[str, str]]) -> LockedWorkspace:
     platforms = {
         p.name: LockedPlatform(p.name, str(p.subdir), tuple(p.virtual_packages)) for p in lock.platforms()
     }
@@ -272,7 +303,7 @@ def _from_lockfile(lock: LockFile, path: Path) -> LockedWorkspace:
                 pypi[plat.name] = pins
             if srcs:
                 sources[plat.name] = srcs
-        envs[name] = LockedEnvironment(channels, records, pypi, sources)
+        envs[name] = LockedEnvironment(channels, records, pypi, sources, options.get(name, {}))
     return LockedWorkspace(platforms, envs)
 
 
@@ -333,7 +364,7 @@ def align_platforms(locked: LockedWorkspace, manifest_platforms: Sequence[Platfo
                  for n, p in locked.platforms.items()}
     envs = {name: LockedEnvironment(env.channels, {renames.get(p, p): r for p, r in env.records.items()},
                                     {renames.get(p, p): r for p, r in env.pypi.items()},
-                                    {renames.get(p, p): r for p, r in env.sources.items()})
+                                    {renames.get(p, p): r for p, r in env.sources.items()}, env.options)
             for name, env in locked.environments.items()}
     return LockedWorkspace(platforms, envs)
 

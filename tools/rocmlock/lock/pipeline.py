@@ -34,7 +34,7 @@ from rocmlock.lock.lockfile import (
 from rocmlock.lock.noop import ENVS_DIR, LOCK_NAME, existing_manifest, leftovers, unchanged
 from rocmlock.lock.outputs import commit, exclusive
 from rocmlock.lock.result import Change, LockResult, SolveKey
-from rocmlock.lock.satisfy import environment_unsat, platform_unsat, records_unsat
+from rocmlock.lock.satisfy import Unsat, environment_unsat, platform_unsat, records_unsat
 from rocmlock.lock.solve import (
     SolveJob,
     make_job,
@@ -90,16 +90,16 @@ def _plan(ws: Workspace, envs: list[Environment], names: set[str], plats: set[st
           ) -> tuple[dict[SolveKey, list[RepoDataRecord]], list[SolveJob], dict[SolveKey, str]]:
     """Split env x platform into kept (still satisfied) records and solve jobs."""
     kept: dict[SolveKey, list[RepoDataRecord]] = {}
-    jobs: list[SolveJob] = []
+    solve: dict[SolveKey, bool] = {}  # key -> from scratch
     reasons: dict[SolveKey, str] = {}
     movable = set(update or [])
     for env in envs:
-        env_reason = environment_unsat(ws, env, old) if old else "no lock yet"
+        unsat = environment_unsat(ws, env, old) if old else Unsat("no lock yet")
         for plat in env.platforms:
             key = (env.name, plat.name)
             previous = old.records(env.name, plat.name) if old else None
             selected = env.name in names and plat.name in plats
-            reason = env_reason or (platform_unsat(env, plat, old) if old else None)
+            reason = unsat.reason if unsat else (platform_unsat(env, plat, old) if old else None)
             if previous is not None and reason is None and (update is None or not selected):
                 kept[key] = previous
                 continue
@@ -108,10 +108,37 @@ def _plan(ws: Workspace, envs: list[Environment], names: set[str], plats: set[st
                     kept[key] = previous
                 continue
             reasons[key] = reason or ("--update" if not movable else f"--update {' '.join(sorted(movable))}")
-            prefs = [] if update is not None and not movable else [
-                r for r in previous or [] if r.name.normalized not in movable]
-            jobs.append(make_job(ws, env, plat, prefs))
+            # pixi keeps the old records as preferences unless it distrusts them (Unsat.from_scratch).
+            solve[key] = (unsat is not None and unsat.from_scratch) or (update is not None and not movable)
+    _whole_solve_groups(envs, kept, solve, reasons)
+    by_name = {e.name: e for e in envs}
+    jobs = [make_job(ws, by_name[env], by_name[env].platform(plat), [] if scratch else [
+        r for r in (old.records(env, plat) if old else None) or [] if r.name.normalized not in movable])
+        for (env, plat), scratch in solve.items()]
     return kept, jobs, reasons
+
+
+def _whole_solve_groups(envs: list[Environment], kept: dict[SolveKey, list[RepoDataRecord]],
+                        solve: dict[SolveKey, bool], reasons: dict[SolveKey, str]) -> None:
+    """A solve group is solved as one on each platform: when one of its environments is solved again, or its
+    environments' locked records disagree on a package, every one is (pixi v0.77.0 lock_file/outdated.rs,
+    map_outdated_targets_to_solve_groups and find_inconsistent_solve_groups). Moves keys from ``kept`` to ``solve``."""
+    groups: dict[tuple[str, str], list[SolveKey]] = defaultdict(list)
+    for env in envs:
+        for plat in env.platforms if env.solve_group else ():
+            groups[(str(env.solve_group), plat.name)].append((env.name, plat.name))
+    for (group, _), keys in sorted(groups.items()):
+        why = next((f"solve group '{group}' is solved again for environment '{k[0]}'" for k in keys if k in solve), None)
+        pins: dict[str, set[str]] = defaultdict(set)
+        for key in keys:
+            for r in kept.get(key, []):
+                pins[r.name.normalized].add(f"{r.version} {r.build} {r.url}")
+        split = sorted(n for n, found in pins.items() if len(found) > 1)
+        why = why or (f"solve group '{group}' locks {split[0]} differently in its environments" if split else None)
+        for key in keys:
+            if why is not None and key in kept and key not in solve:
+                kept.pop(key)
+                solve[key], reasons[key] = False, why
 
 
 def _solve(ws: Workspace, envs: list[Environment], jobs: list[SolveJob],

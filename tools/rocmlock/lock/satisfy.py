@@ -2,9 +2,11 @@
 
 A lock that passes is kept as is (no solve), as `pixi lock` does. The rules follow
 pixi_core/src/lock_file/satisfiability/{environment.rs,platform.rs}:
-- the environment's channels, after resolving names/paths to base URLs, equal the locked ones;
-- the locked platform has the manifest platform's subdir and the same non-default virtual packages;
+- the environment's channels, after resolving names/paths to base URLs, equal the locked ones (appended
+  channels keep the locked records as preferences; any other change re-solves from scratch);
 - the lock lists no platform the environment does not have;
+- every platform both hold has the same subdir and non-default virtual packages (else from scratch);
+- the solve options the lock records (strategy, channel-priority, exclude-newer) are the manifest's;
 - every manifest spec matches the locked record of that name (or a virtual package of the platform);
   a conditional spec (``when``) only where its condition holds for the locked records;
 - every ``depends`` of every reached record matches a locked record or a virtual package;
@@ -17,7 +19,8 @@ pixi_core/src/lock_file/satisfiability/{environment.rs,platform.rs}:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 from rattler import BuildString, MatchSpec, PackageRecord, RepoDataRecord
@@ -43,21 +46,82 @@ def _virtual_records(vps: Sequence[VirtualPackage], subdir: str) -> dict[str, Pa
             for name, version, build in vps}
 
 
-def environment_unsat(ws: Workspace, env: Environment, locked: LockedWorkspace) -> str | None:
-    """Why the lock's copy of ``env`` no longer fits the manifest as a whole, or None."""
+@dataclass(frozen=True)
+class Unsat:
+    """Why a locked environment is out of date, and whether its locked records may still guide the new solve.
+
+    ``from_scratch``: pixi "cannot trust any of the locked contents" (pixi_core/src/lock_file/outdated.rs,
+    find_unsatisfiable_targets: ``disregard_locked_content.conda``) and solves without them; otherwise
+    the old records are kept as preferences, so nothing moves that need not.
+    """
+
+    reason: str
+    from_scratch: bool = False
+
+
+# The solve options pixi.lock records per environment and their values when absent (rattler_lock's
+# SolveOptions; pixi writes `options:` only for what differs, tests/data/non-satisfiability/mismatch-*).
+LOCK_OPTION_DEFAULTS = {"strategy": "highest", "channel-priority": "strict", "exclude-newer": None}
+
+
+def environment_unsat(ws: Workspace, env: Environment, locked: LockedWorkspace) -> Unsat | None:
+    """Why the lock's copy of ``env`` no longer fits the manifest as a whole, or None.
+
+    pixi_core/src/lock_file/satisfiability/environment.rs (verify_environment_satisfiability), in its order:
+    channels (order matters; only appended channels keep the locked records), platforms the lock has and
+    the environment does not, each shared platform's subdir and virtual packages, the solve options.
+    """
     lenv = locked.environments.get(env.name)
     if lenv is None:
-        return "not in the lock"
+        return Unsat("not in the lock")
+    return (_channels_unsat(ws, env, lenv.channels) or _extra_platforms(env, locked)
+            or _platform_definitions(env, locked) or _options_unsat(env, lenv.options))
+
+
+def _channels_unsat(ws: Workspace, env: Environment, locked: Sequence[str]) -> Unsat | None:
     want = [redact_url(ws.channel_url(c)) for c in env.channels]
-    have = [channel_base_url(c, ws.root) for c in lenv.channels]
-    if want != have:
-        return f"channels changed ({', '.join(have)} -> {', '.join(want)})"
+    have = [channel_base_url(c, ws.root) for c in locked]
+    if want == have:
+        return None
+    if want[:len(have)] == have:  # EnvironmentUnsat::ChannelsExtended: lower-priority channels appended
+        return Unsat(f"channels added ({', '.join(want[len(have):])})")
+    # EnvironmentUnsat::ChannelsMismatch: removed, reordered, prepended or another URL.
+    return Unsat(f"channels changed ({', '.join(have)} -> {', '.join(want)})", from_scratch=True)
+
+
+def _extra_platforms(env: Environment, locked: LockedWorkspace) -> Unsat | None:
     names = {p.name for p in env.platforms}
     subdirs = {p.subdir for p in env.platforms}
+    lenv = locked.environments[env.name]
     extra = sorted(p for p in lenv.records
                    if p not in names and locked.platforms.get(p) and locked.platforms[p].subdir not in subdirs)
-    if extra:
-        return f"the lock has platform(s) the environment does not: {', '.join(extra)}"
+    return Unsat(f"the lock has platform(s) the environment does not: {', '.join(extra)}") if extra else None
+
+
+def _platform_definitions(env: Environment, locked: LockedWorkspace) -> Unsat | None:
+    """EnvironmentUnsat::PlatformDefinitionChanged: a platform both hold changed its subdir or virtual packages."""
+    for platform in env.platforms:
+        lplat = locked.platforms.get(platform.name)
+        if lplat is None:
+            continue
+        if lplat.subdir != platform.subdir:
+            return Unsat(f"platform '{platform.name}' changed subdir ({lplat.subdir} -> {platform.subdir})", True)
+        if customised_virtual_packages(lplat.subdir, lplat.virtual_packages) != \
+                platform.customised_virtual_packages():
+            return Unsat(f"platform '{platform.name}' changed its virtual packages", True)
+    return None
+
+
+def _options_unsat(env: Environment, options: Mapping[str, str]) -> Unsat | None:
+    """SolveStrategyMismatch, ChannelPriorityMismatch, ExcludeNewerMismatch: the lock was solved otherwise.
+
+    rocmlock solves with the defaults only (it refuses a manifest that asks for others, pixi_keys), so any
+    other value the lock records is a mismatch."""
+    expected = {**LOCK_OPTION_DEFAULTS, "channel-priority": env.channel_priority}
+    for key, want in expected.items():
+        have = options.get(key, LOCK_OPTION_DEFAULTS[key])
+        if have != want:
+            return Unsat(f"the lock was solved with {key} {have}, the manifest asks for {want or 'none'}", True)
     return None
 
 
@@ -67,10 +131,6 @@ def platform_unsat(env: Environment, platform: Platform, locked: LockedWorkspace
     records = locked.records(env.name, platform.name)
     if lplat is None or records is None:
         return f"platform '{platform.name}' is not locked"
-    if lplat.subdir != platform.subdir:
-        return f"platform '{platform.name}' changed subdir ({lplat.subdir} -> {platform.subdir})"
-    if customised_virtual_packages(lplat.subdir, lplat.virtual_packages) != platform.customised_virtual_packages():
-        return f"platform '{platform.name}' changed its virtual packages"
     return records_unsat(env, platform, records)
 
 
