@@ -58,6 +58,7 @@ COMMIT_FOREVER = textwrap.dedent("""
     import json, os, signal, sys
     from pathlib import Path
     from rocmlock.lock import outputs
+    from rocmlock.util import journal
     root, sets, limit = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()), int(sys.argv[3])
     count = [0]
     def counted(step):
@@ -69,7 +70,7 @@ COMMIT_FOREVER = textwrap.dedent("""
             return result
         return run
     for name in ("_write", "_rename", "_remove", "_mkdir", "_rmdir"):
-        setattr(outputs, name, counted(getattr(outputs, name)))
+        setattr(journal, name, counted(getattr(journal, name)))  # outputs commits through rocmlock.util.journal
     lock = root / "pixi.lock"
     i = 1 if lock.is_file() and lock.read_text() == sets[0]["pixi.lock"] else 0  # start with the other set
     while True:

@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -43,6 +42,7 @@ from pathlib import Path
 
 from rocmlock.errors import OperationError
 from rocmlock.util import oslock
+from rocmlock.util.fs import file_sha256
 from rocmlock.util.scratch import scratch_dir
 
 SCRATCH = ".rocmlock-publish-"
@@ -50,16 +50,7 @@ LOCK = ".rocmlock-publish.lock"
 # flock's answers where the filesystem keeps no locks (rattler_index/src/locked_file.rs, ``error_unsupported``,
 # goes on unlocked for the same ones); ENOLCK: an NFS mount without its lock daemon.
 _NO_LOCKS = (errno.ENOLCK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS)
-CHUNK = 1 << 20
 
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of ``path``, read in chunks (packages of several GB)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def present(root: Path, keys: Collection[str]) -> dict[str, str]:

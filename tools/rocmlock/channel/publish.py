@@ -29,6 +29,7 @@ from rocmlock.channel.repodata import PACKAGE_SUFFIXES, query_channel
 from rocmlock.errors import InputError, OperationError
 from rocmlock.util.credentials import one_line, redact_text, redact_url, refuse_query, split_url
 from rocmlock.util.credentials import refused as refused_text
+from rocmlock.util.fs import file_sha256
 
 Backend = Literal["directory", "s3", "prefix", "quetz", "artifactory", "anaconda"]
 TOKEN_VARS: dict[Backend, str] = {"prefix": "PREFIX_API_KEY", "quetz": "QUETZ_API_KEY",
@@ -66,7 +67,7 @@ class LocalPackage:
         return f"{self.subdir}/{self.path.name}"
 
     def sha256(self) -> str:
-        return channel_dir.file_sha256(self.path)
+        return file_sha256(self.path)
 
 
 @dataclass(frozen=True)

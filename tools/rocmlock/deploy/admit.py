@@ -12,7 +12,6 @@ refused: the checked file must be the installed one).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import tarfile
@@ -27,21 +26,14 @@ from rocmlock.deploy.bundle import (
 )
 from rocmlock.errors import InputError, OperationError
 from rocmlock.lock.exports import explicit_name
+from rocmlock.util.fs import file_sha256
 from rocmlock.util.text import escape
 
 DAMAGED = "the bundle is damaged: copy it again from where it was packed (or pack it again)"
-CHUNK = 1 << 20
 # The metadata of 100,000 packages is about 40 MB; a larger one is not a bundle of ours.
 MAX_METADATA = 256 << 20
 MAX_SIGNATURE = 64 << 10
 
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _members(tar: tarfile.TarFile, bundle: Path) -> list[tarfile.TarInfo]:
@@ -162,7 +154,7 @@ def check_digests(where: Path, meta: BundleMetadata, raw: bytes, shown: Path) ->
         path = where / member
         if not path.is_file() or path.is_symlink():
             raise InputError(f"{shown}: {member}: missing from the bundle", hint=DAMAGED)
-        digest = sha256_of(path)
+        digest = file_sha256(path)
         if digest != expected:
             raise InputError(f"{shown}: {member}: sha256 {digest} differs from the bundle's metadata ({expected})",
                              hint=DAMAGED)

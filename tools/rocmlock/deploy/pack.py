@@ -51,6 +51,7 @@ from rocmlock.deploy.wheels import fetch_wheels, select_wheels
 from rocmlock.errors import InputError, OperationError
 from rocmlock.gpu.targets import all_targets, minor_version
 from rocmlock.lock.lockfile import LockedPlatform
+from rocmlock.util.fs import file_sha256
 from rocmlock.util.scratch import scratch_dir
 from rocmlock.util.text import escape
 
@@ -126,7 +127,7 @@ def pack_environment(lock_path: Path, environment: str, platform: str | None = N
 
 def _member_sha256(member: Member) -> str:
     if member.path is not None:
-        return _sha256_file(member.path)
+        return file_sha256(member.path)
     return hashlib.sha256(member.data or b"").hexdigest()
 
 
@@ -196,13 +197,6 @@ def _sha256_of(fh: BinaryIO) -> str:
         digest.update(chunk)
     return digest.hexdigest()
 
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # ----------------------------------------------------------------------------- describe

@@ -6,6 +6,7 @@ these helpers serve single files and small sets (presets, stamps, a server's upl
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 from collections.abc import Mapping
@@ -105,3 +106,15 @@ def relative_path(path: Path, root: Path) -> str:
         return str(path.relative_to(root))
     except ValueError:
         return str(path)
+
+
+CHUNK = 1 << 20
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of ``path``, read in chunks (packages of several GB)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
