@@ -53,3 +53,26 @@ def test_pip_install_gives_a_working_console_script(tmp_path: Path) -> None:
     where = subprocess.run([str(venv / "bin/python"), "-c", "import rocmlock; print(rocmlock.__file__)"],
                            capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert where.startswith(str(venv))
+
+
+def test_pipx_install_gives_a_working_rocmlock(tmp_path: Path) -> None:
+    """README "Install": `pipx install .` from a checkout (its own venv, rocmlock's dependencies from PyPI or the
+    pip cache), then `rocmlock` runs a command that needs them (reading a pixi.toml with tomli)."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "tools" / "rocmlock", src / "tools" / "rocmlock",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PIPX_HOME": str(tmp_path / "pipx"),
+           "PIPX_BIN_DIR": str(tmp_path / "bin"), "PIP_CACHE_DIR": str(Path.home() / ".cache" / "pip")}
+    out = subprocess.run([sys.executable, "-m", "pipx", "install", str(src)], capture_output=True, text=True,
+                         env=env, check=False, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rocmlock_bin = tmp_path / "bin" / "rocmlock"
+    out = subprocess.run([str(rocmlock_bin), "--version"], capture_output=True, text=True, check=False)
+    assert (out.returncode, out.stdout.strip()) == (0, f"rocmlock {rocmlock.__version__}"), out.stderr
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "pixi.toml").write_text('[workspace]\nname = "w"\nchannels = []\nplatforms = ["linux-64"]\n')
+    out = subprocess.run([str(rocmlock_bin), "lock", "--manifest-path", str(tmp_path / "ws")], capture_output=True,
+                         text=True, check=False, cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.startswith("error: ") and "channels" in out.stderr, out.stderr
