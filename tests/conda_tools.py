@@ -26,6 +26,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmlock.util.fs import file_sha256
+
 REPO = Path(__file__).resolve().parents[1]
 CONSTRAINTS = Path(__file__).with_name("conda-constraints.txt")
 
@@ -62,21 +64,13 @@ def mirrors() -> Path:
     return Path(os.environ.get("ROCMLOCK_MIRRORS") or REPO.parent / "shared" / "mirrors")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def checked_archive(name: str) -> Path:
     """The mirror archive ``name``, its sha256 checked against the README's."""
     path = mirrors() / name
     if not path.is_file():
         raise CondaUnavailable(f"no {path}: put ../shared/mirrors beside the checkout or set ROCMLOCK_MIRRORS "
                                "(its README lists the conda, conda-build and conda-index archives)")
-    got, want = _sha256(path), ARCHIVES[name][1]
+    got, want = file_sha256(path), ARCHIVES[name][1]
     if got != want:
         raise CondaUnavailable(f"{path}: sha256 {got}, but its README says {want}: not the release archive")
     return path

@@ -31,11 +31,10 @@ from rocmlock.build.sources import (
     read_manifest,
     remove_path,
     render_manifest,
-    sha256_file,
 )
 from rocmlock.errors import OperationError
 from rocmlock.util.credentials import one_line, redact_text, redact_url
-from rocmlock.util.fs import write_atomic
+from rocmlock.util.fs import file_sha256, write_atomic
 from rocmlock.util.runner import Runner, run_command
 
 STAGING_PREFIX = ".rocmlock-staging-"
@@ -154,7 +153,7 @@ def _entry(source: Source, key: str, meta: dict[str, Any]) -> CachedSource:
 
 
 def _verify_archive(source: Source, archive: Path) -> None:
-    actual = sha256_file(archive)
+    actual = file_sha256(archive)
     if actual != source.pin:
         raise FetchFailed(f"{source.recipe}: url source {source.shown}: sha256 {actual}, expected {source.pin}",
                           hint="the download does not match the recipe's sha256: check the pin")

@@ -17,7 +17,6 @@ there, and its archive's sha256, before a build starts instead of failing on a n
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,7 +28,7 @@ from typing import Any, Literal
 from rocmlock.build.plan import Plan, Variant
 from rocmlock.errors import InputError
 from rocmlock.util.credentials import redact_url
-from rocmlock.util.fs import write_atomic
+from rocmlock.util.fs import file_sha256, write_atomic
 
 SourceKind = Literal["url", "git"]
 MANIFEST = "rocmlock-sources.json"
@@ -172,14 +171,6 @@ def render_manifest(entries: Iterable[CachedSource]) -> str:
     return json.dumps({"version": 1, "sources": [e.to_json() for e in ordered]}, indent=2, sort_keys=True) + "\n"
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def entry_problem(cache: Path, entry: CachedSource) -> str | None:
     """Why ``entry`` is not usable in ``cache`` (missing index file or path, archive hash), else ``None``."""
     if not (cache / METADATA / f"{entry.key}.json").is_file():
@@ -189,7 +180,7 @@ def entry_problem(cache: Path, entry: CachedSource) -> str | None:
         return f"{missing[0]} is missing"
     if entry.kind == "url":
         archive = cache / entry.paths[0]
-        actual = sha256_file(archive)
+        actual = file_sha256(archive)
         if actual != entry.pin:
             return f"{entry.paths[0]} has sha256 {actual}, not {entry.pin}"
     return None

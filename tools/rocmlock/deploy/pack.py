@@ -20,7 +20,7 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from rattler import RepoDataRecord
 
@@ -51,12 +51,11 @@ from rocmlock.deploy.wheels import fetch_wheels, select_wheels
 from rocmlock.errors import InputError, OperationError
 from rocmlock.gpu.targets import all_targets, minor_version
 from rocmlock.lock.lockfile import LockedPlatform
-from rocmlock.util.fs import file_sha256
+from rocmlock.util.fs import file_sha256, stream_sha256
 from rocmlock.util.scratch import scratch_dir
 from rocmlock.util.text import escape
 
 SCRATCH = ".rocmlock-pack-"
-CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -177,7 +176,7 @@ def _read_lock(lock_path: Path, environment: str, platform: str | None) -> tuple
         try:
             with open_regular(lock_path, "a lock is a file") as fh:
                 before = _identity(os.fstat(fh.fileno()))
-                digest = _sha256_of(fh)
+                digest = stream_sha256(fh)
         except FileNotFoundError:
             raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first") from None
         selected = select_environment(lock_path, environment, platform)
@@ -189,13 +188,6 @@ def _read_lock(lock_path: Path, environment: str, platform: str | None) -> tuple
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def _sha256_of(fh: BinaryIO) -> str:
-    digest = hashlib.sha256()
-    while chunk := fh.read(CHUNK):
-        digest.update(chunk)
-    return digest.hexdigest()
 
 
 

@@ -1,7 +1,8 @@
 """Atomic file writes (one file, or a small set of files that land all together or not at all), and paths for display.
 
 The lock outputs (pixi.lock + envs/) have their own journal and writer lock (:mod:`rocmlock.lock.outputs`);
-these helpers serve single files and small sets (presets, stamps, a server's uploads).
+these helpers serve single files and small sets (presets, stamps, a server's uploads). Also the one chunked sha256
+of a file or stream.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 
 def _temp_beside(path: Path, data: bytes, suffix: str = ".tmp") -> Path:
@@ -111,10 +113,15 @@ def relative_path(path: Path, root: Path) -> str:
 CHUNK = 1 << 20
 
 
-def file_sha256(path: Path) -> str:
-    """The sha256 of ``path``, read in chunks (packages of several GB)."""
+def stream_sha256(fh: BinaryIO) -> str:
+    """The sha256 of what is left in ``fh``, read in chunks (packages of several GB)."""
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
+    while chunk := fh.read(CHUNK):
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of ``path``, read in chunks."""
+    with path.open("rb") as fh:
+        return stream_sha256(fh)
