@@ -27,8 +27,8 @@ from rocmlock.build.plan import Plan, Variant, channel_read_url
 from rocmlock.channel import channel_dir
 from rocmlock.channel.repodata import PACKAGE_SUFFIXES
 from rocmlock.errors import InputError, OperationError
-from rocmlock.gpu.devicecode import identity_problems, scan_package
-from rocmlock.gpu.offload import OffloadError, sorted_names
+from rocmlock.gpu.devicecode import package_identity
+from rocmlock.gpu.offload import sorted_names
 from rocmlock.gpu.targets import GpuTarget, get_target
 from rocmlock.host import magma
 from rocmlock.util.credentials import redact_text
@@ -257,14 +257,9 @@ def check_device_code(output: Path, variant: Variant, log: Callable[[str], None]
     package = package_file(output, variant)
     if gfx is None or not needs_toolchain(variant) or package is None:
         return
-    try:
-        found = scan_package(package, package.name)
-    except OffloadError as exc:
-        found, problems = [], [str(exc)]
-    else:
-        problems = identity_problems(found, gfx)
-        if not found and _compiles(variant):
-            problems = ["no device code at all (no HIP library, no code object)"]
+    found, problems = package_identity(package, gfx)
+    if not found and not problems and _compiles(variant):
+        problems = ["no device code at all (no HIP library, no code object)"]
     for code in found:
         log(f"device code: {code.path}: {', '.join(sorted_names(code.targets)) or code.error}")
     if not problems:

@@ -11,13 +11,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rocmlock.errors import OperationError
-from rocmlock.gpu.devicecode import build_string_target, identity_problems, scan_package
-from rocmlock.gpu.offload import OffloadError
-
-
-def build_string_of(filename: str) -> str:
-    """The build string of a package file name (``pytorch-2.12.1-rocm72_gfx942_py312_h1a2b3c4_0.conda``)."""
-    return filename.removesuffix(".conda").removesuffix(".tar.bz2").rsplit("-", 1)[-1]
+from rocmlock.gpu.devicecode import build_string_of, build_string_target, package_identity
 
 
 def check_device_code(packages: Iterable[tuple[str, Path]], log: Callable[[str], None]) -> None:
@@ -27,12 +21,7 @@ def check_device_code(packages: Iterable[tuple[str, Path]], log: Callable[[str],
         gfx = build_string_target(build_string_of(path.name))
         if gfx is None:
             continue
-        try:
-            found = scan_package(path, path.name)
-        except OffloadError as exc:
-            found, problems = [], [str(exc)]
-        else:
-            problems = identity_problems(found, gfx)
+        found, problems = package_identity(path, gfx)
         if problems:
             more = f" (+{len(problems) - 1} more: `rocmlock audit {path}` lists them)" if problems[1:] else ""
             raise OperationError(f"{key}: its device code contradicts its build string ({gfx}): "

@@ -20,7 +20,14 @@ from typing import IO, Any
 
 from rocmlock.deploy.bundle import CHANNEL_DIR, ROCMLOCK_METADATA, BundleMetadata, parse_metadata
 from rocmlock.errors import InputError, OperationError
-from rocmlock.gpu.devicecode import DeviceCode, build_string_target, cannot_run, scan_package, scan_tree
+from rocmlock.gpu.devicecode import (
+    DeviceCode,
+    build_string_of,
+    build_string_target,
+    cannot_run,
+    scan_package,
+    scan_tree,
+)
 from rocmlock.gpu.offload import OffloadError, TargetId, parse_target_id, shown, sorted_names
 from rocmlock.util.text import format_table
 
@@ -136,7 +143,7 @@ def audit_path(path: Path, target: str | None = None) -> AuditReport:
 
 
 def _audit_package(path: Path, target: str | None) -> AuditReport:
-    build = path.name.removesuffix(".conda").removesuffix(".tar.bz2").rsplit("-", 1)[-1]
+    build = build_string_of(path.name)
     if target is None and (target := build_string_target(build)) is None:
         raise InputError(f"{path}: its build string '{shown(build)}' names no GPU target", hint=_TARGET_HINT)
     try:

@@ -62,6 +62,11 @@ class DeviceCode:
                 "targets": sorted_names(self.targets), "error": self.error or None}
 
 
+def build_string_of(filename: str) -> str:
+    """The build string of a package file name (``pytorch-2.12.1-rocm72_gfx942_py312_h1a2b3c4_0.conda``)."""
+    return filename.removesuffix(".conda").removesuffix(".tar.bz2").rsplit("-", 1)[-1]
+
+
 def build_string_target(build: str) -> str | None:
     """The gfx target a package's build string names (``rocm72_gfx942_py312_h1a2b3c4_0`` -> ``gfx942``)."""
     match = _BUILD_GFX.search(build)
@@ -258,3 +263,13 @@ def identity_problems(found: Iterable[DeviceCode], gfx: str) -> list[str]:
         elif code.kind == "fatbin" and (other := foreign(code, gfx)):
             problems.append(f"{code.path}: also holds code for {', '.join(sorted_names(other))}")
     return problems
+
+
+def package_identity(package: Path, gfx: str) -> tuple[list[DeviceCode], list[str]]:
+    """The device code of the package file ``package`` and why it contradicts a build string naming ``gfx``
+    (:func:`identity_problems`); a package that cannot be read is one problem, with no code."""
+    try:
+        found = scan_package(package, package.name)
+    except OffloadError as exc:
+        return [], [str(exc)]
+    return found, identity_problems(found, gfx)
