@@ -30,36 +30,11 @@ from rocmlock.cli.main import main
 from rocmlock.lock import outputs
 from rocmlock.util import journal
 
-# The child: wrap each filesystem step of the journal (rocmlock.util.journal, which rocmlock.lock.outputs and
-# `bump` commit with), SIGKILL itself right after step N, run the CLI.
-KILL_AFTER_STEP = textwrap.dedent("""
-    import os, signal, sys
+# Wraps each filesystem step of the journal (rocmlock.util.journal, which rocmlock.lock.outputs and `bump` commit
+# with) so that the process SIGKILLs itself right after step number `limit`; the scripts below define `limit` first.
+COUNT_STEPS = textwrap.dedent("""
+    import os, signal
     from rocmlock.util import journal
-    limit, count = int(sys.argv[1]), [0]
-    def counted(step):
-        def run(*args):
-            result = step(*args)
-            count[0] += 1
-            if count[0] == limit:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return result
-        return run
-    for name in ("_write", "_rename", "_remove", "_mkdir", "_rmdir"):
-        setattr(journal, name, counted(getattr(journal, name)))
-    from rocmlock.cli.main import main
-    code = main(sys.argv[2:])
-    sys.stdout.flush(); sys.stderr.flush()
-    os._exit(code)
-""")
-
-# The child of the kill loop: commit the set that is not on disk, then the other, the first, ... and SIGKILL itself
-# right after its Nth filesystem step (counted as in KILL_AFTER_STEP); N=0: one commit, then print its step count.
-COMMIT_FOREVER = textwrap.dedent("""
-    import json, os, signal, sys
-    from pathlib import Path
-    from rocmlock.lock import outputs
-    from rocmlock.util import journal
-    root, sets, limit = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()), int(sys.argv[3])
     count = [0]
     def counted(step):
         def run(*args):
@@ -70,7 +45,25 @@ COMMIT_FOREVER = textwrap.dedent("""
             return result
         return run
     for name in ("_write", "_rename", "_remove", "_mkdir", "_rmdir"):
-        setattr(journal, name, counted(getattr(journal, name)))  # outputs commits through rocmlock.util.journal
+        setattr(journal, name, counted(getattr(journal, name)))
+""")
+
+# The child: count the journal's steps, SIGKILL itself right after step N, run the CLI.
+KILL_AFTER_STEP = "import sys\nlimit = int(sys.argv[1])\n" + COUNT_STEPS + textwrap.dedent("""
+    from rocmlock.cli.main import main
+    code = main(sys.argv[2:])
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(code)
+""")
+
+# The child of the kill loop: commit the set that is not on disk, then the other, the first, ... and SIGKILL itself
+# right after its Nth filesystem step (counted as in KILL_AFTER_STEP); N=0: one commit, then print its step count.
+COMMIT_FOREVER = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from rocmlock.lock import outputs
+    root, sets, limit = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()), int(sys.argv[3])
+""") + COUNT_STEPS + textwrap.dedent("""
     lock = root / "pixi.lock"
     i = 1 if lock.is_file() and lock.read_text() == sets[0]["pixi.lock"] else 0  # start with the other set
     while True:
