@@ -45,8 +45,9 @@ def main() -> int:
     for _ in range(args.runs):
         ours.append(_time(lock, workspace, env))
         base.append(_time(floor, workspace, env))
-    loaded = subprocess.run([sys.executable, "-c", "import sys; from rocmlock.cli.main import main; main(['lock']); "
-                             "print(' '.join(sorted(m for m in sys.modules if m.startswith('rocmlock.'))))"],
+    script = ("import sys; from rocmlock.cli.main import main; main(['lock']); "
+              "print(' '.join(sorted(m for m in sys.modules if m.startswith('rocmlock.'))))")
+    loaded = subprocess.run([sys.executable, "-c", script],
                             cwd=workspace, env=env, check=True, capture_output=True, text=True).stdout.split()
     m_ours, m_base = statistics.median(ours), statistics.median(base)
     print(f"no-op `rocmlock lock`: median {m_ours * 1000:.0f} ms (min {min(ours) * 1000:.0f}, max "
@@ -60,8 +61,8 @@ def main() -> int:
 
 
 def _imports_rattler(workspace: Path, env: dict[str, str]) -> bool:
-    out = subprocess.run([sys.executable, "-c", "import sys; from rocmlock.cli.main import main; main(['lock']); "
-                          "print('rattler' in sys.modules)"], cwd=workspace, env=env, check=True,
+    script = "import sys; from rocmlock.cli.main import main; main(['lock']); print('rattler' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", script], cwd=workspace, env=env, check=True,
                          capture_output=True, text=True).stdout
     return out.strip().endswith("True")
 

@@ -61,12 +61,26 @@ def _scratch(root: Path, modules: list[str], tests: list[str], children: int) ->
         f.write("\n".join(lines) + "\n")
 
 
+# Imported first by every child Python a test starts (PYTHONPATH, below). mutmut's statistics run sets
+# MUTANT_UNDER_TEST=stats, and a trampoline in that mode records the hit through mutmut's config, which a child
+# loads from its own cwd (mutmut/stats.py record_trampoline_hit -> configuration.py _load_config resolves
+# ./mutants strictly): a test whose child runs in tmp_path crashed there ("failed to collect stats"). A child's hits
+# could never reach the parent's statistics anyway, so a child runs unmutated code during that phase only.
+CHILD_SITECUSTOMIZE = """import os
+if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+    os.environ["MUTANT_UNDER_TEST"] = ""
+"""
+
+
 def _env(root: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CI")}
     if root is not None:
         # Child processes the tests start (`python -c ...`, `-m rocmlock`) import the mutated copy too (mutmut puts
         # it on sys.path in-process only), with the mutant mutmut names in their environment.
-        env["PYTHONPATH"] = str(root / "mutants" / "src")
+        children = root / "mutmut-children"
+        children.mkdir(exist_ok=True)
+        (children / "sitecustomize.py").write_text(CHILD_SITECUSTOMIZE)
+        env["PYTHONPATH"] = os.pathsep.join([str(root / "mutants" / "src"), str(children)])
     # tests/conftest.py leaves through os._exit after a run (py-rattler's exit crash); in-process pytest runs
     # (mutmut calls pytest.main) must return instead.
     env["ROCMLOCK_TEST_NORMAL_EXIT"] = "1"
