@@ -11,6 +11,7 @@ alone, and `rocmlock lock` must get past it.
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import subprocess
 import sys
@@ -56,18 +57,27 @@ def _revalidations(log: Path) -> list[str]:
 
 
 def test_rattler_alone_fails_a_warm_read_of_a_bare_304_channel(served: tuple[str, Path], tmp_path: Path) -> None:
-    """The reproduction: two concurrent solves (two platforms of one subdir) on a warm cache, every time."""
+    """The reproduction: two concurrent solves (two platforms of one subdir) on a warm cache, every time.
+
+    rattler coalesces the two solves' request for the same file: the one that made it reports the 304, the other
+    "a coalesced request failed" (or the 304 itself, when it came second and asked again). Which of them finishes
+    first is the scheduler's, so every outcome is collected, not the first exception alone (it failed once so on
+    a fresh CI machine: the coalesced follower's error came first)."""
     url, log = served
 
-    async def solve_twice(cache: Path) -> None:
+    async def solve_twice(cache: Path) -> list[object]:
         gateway = Gateway(cache_dir=cache)
-        await asyncio.gather(*(solve([Channel(url)], [MatchSpec("amdgpu-target")], gateway=gateway,
-                                     platforms=[Subdir("linux-64"), Subdir("noarch")]) for _ in range(2)))
+        return await asyncio.gather(*(solve([Channel(url)], [MatchSpec("amdgpu-target")], gateway=gateway,
+                                            platforms=[Subdir("linux-64"), Subdir("noarch")]) for _ in range(2)),
+                                    return_exceptions=True)
 
-    asyncio.run(solve_twice(tmp_path / "cache"))  # cold: plain GETs, 200
+    cold = asyncio.run(solve_twice(tmp_path / "cache"))  # cold: plain GETs, 200
+    assert not [r for r in cold if isinstance(r, BaseException)], cold
     assert not _revalidations(log)
-    with pytest.raises(GatewayError, match=r"\(304 Not Modified\) when fetching .*/repodata_shards\.msgpack\.zst"):
-        asyncio.run(solve_twice(tmp_path / "cache"))
+    warm = asyncio.run(solve_twice(tmp_path / "cache"))
+    assert all(isinstance(r, GatewayError) for r in warm), warm  # neither solve gets past the bare 304
+    says = r"\(304 Not Modified\) when fetching .*/repodata_shards\.msgpack\.zst"
+    assert any(re.search(says, str(r)) for r in warm), [str(r) for r in warm]
     assert _revalidations(log)
 
 
