@@ -34,6 +34,17 @@ CONFIG = REPO / "benchmarks" / "mutation.toml"
 ALSO_COPY = ["tools", "recipes", "examples", "pixi.toml", "README.md", "CHANGELOG.md", ".ci", ".github"]
 
 
+# Imported first by every child Python a test starts with the mutated package on its path. mutmut's statistics
+# run sets MUTANT_UNDER_TEST=stats, and a trampoline in that mode records the hit through mutmut's config, which a
+# child loads from its own cwd (mutmut/stats.py record_trampoline_hit -> configuration.py _load_config resolves
+# ./mutants strictly): a test whose child runs in tmp_path crashed there ("failed to collect stats"). A child's
+# hits could never reach the parent's statistics anyway, so a child runs unmutated code during that phase only.
+CHILD_SITECUSTOMIZE = """import os
+if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+    os.environ["MUTANT_UNDER_TEST"] = ""
+"""
+
+
 def _tracked_files() -> list[str]:
     out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
                          capture_output=True).stdout.decode()
@@ -46,8 +57,12 @@ def _scratch(root: Path, modules: list[str], tests: list[str], children: int) ->
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, dest)
     shutil.copytree(root / "tools" / "rocmlock", root / "src" / "rocmlock")
+    # Beside the package, so that it is on every child's path that has the mutated package on it (some tests
+    # hand their children PYTHONPATH=<the imported rocmlock's parent>); mutmut copies src/ as it is, less the
+    # modules it mutates, and strips the "src." of module names.
+    (root / "src" / "sitecustomize.py").write_text(CHILD_SITECUSTOMIZE)
     table = {
-        "source_paths": ["src/rocmlock"],
+        "source_paths": ["src"],
         "only_mutate": [f"src/rocmlock/{m}" for m in modules],
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q"],
@@ -61,26 +76,12 @@ def _scratch(root: Path, modules: list[str], tests: list[str], children: int) ->
         f.write("\n".join(lines) + "\n")
 
 
-# Imported first by every child Python a test starts (PYTHONPATH, below). mutmut's statistics run sets
-# MUTANT_UNDER_TEST=stats, and a trampoline in that mode records the hit through mutmut's config, which a child
-# loads from its own cwd (mutmut/stats.py record_trampoline_hit -> configuration.py _load_config resolves
-# ./mutants strictly): a test whose child runs in tmp_path crashed there ("failed to collect stats"). A child's hits
-# could never reach the parent's statistics anyway, so a child runs unmutated code during that phase only.
-CHILD_SITECUSTOMIZE = """import os
-if os.environ.get("MUTANT_UNDER_TEST") == "stats":
-    os.environ["MUTANT_UNDER_TEST"] = ""
-"""
-
-
 def _env(root: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CI")}
     if root is not None:
         # Child processes the tests start (`python -c ...`, `-m rocmlock`) import the mutated copy too (mutmut puts
         # it on sys.path in-process only), with the mutant mutmut names in their environment.
-        children = root / "mutmut-children"
-        children.mkdir(exist_ok=True)
-        (children / "sitecustomize.py").write_text(CHILD_SITECUSTOMIZE)
-        env["PYTHONPATH"] = os.pathsep.join([str(root / "mutants" / "src"), str(children)])
+        env["PYTHONPATH"] = str(root / "mutants" / "src")
     # tests/conftest.py leaves through os._exit after a run (py-rattler's exit crash); in-process pytest runs
     # (mutmut calls pytest.main) must return instead.
     env["ROCMLOCK_TEST_NORMAL_EXIT"] = "1"
@@ -103,6 +104,10 @@ def run_group(name: str, group: dict[str, list[str]], workdir: Path, children: i
     start = time.monotonic()
     # "mutants": fnmatch patterns of mutant names (a module's functions), where one group covers part of a module.
     patterns = group.get("mutants", [])
+    # PYTHONPATH names mutants/src (_env): it must exist when mutmut starts, or the first import caches "no such
+    # directory" for it (sys.path_importer_cache holds None) and the statistics run imports the installed,
+    # unmutated rocmlock: no trampoline is hit and mutmut stops ("could not find any test case for any mutant").
+    (root / "mutants" / "src").mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *patterns],
                           cwd=root, env=_env(root), capture_output=True, text=True, check=False)
     seconds = time.monotonic() - start
