@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rocmlock.deploy.admit import DAMAGED
 from test_pack import fake_node, installed, pack, unpack
 from test_pack_robust import _one_error
 
@@ -71,12 +72,16 @@ def snapshot(root: Path) -> set[str]:
 
 
 def refused(tmp_path: Path, bad: Path, capsys: pytest.CaptureFixture[str], *extra: str,
-            allowed: tuple[str, ...] = ()) -> str:
-    """Unpack ``bad``: exit 2, one error line, nothing written in ``tmp_path`` (``allowed`` excepted)."""
+            allowed: tuple[str, ...] = (), hint: str | None = None, code: int = 2) -> str:
+    """Unpack ``bad``: exit ``code``, one error line (and ``hint``, when given, as its hint), nothing written in
+    ``tmp_path`` (``allowed`` excepted)."""
     host = fake_node(tmp_path / "host", [90402])
     before = snapshot(tmp_path)
-    assert unpack(bad, tmp_path / "env", host, *extra) == 2
-    line = _one_error(capsys.readouterr().err, after_log="--trusted-signers" in extra)
+    assert unpack(bad, tmp_path / "env", host, *extra) == code
+    err = capsys.readouterr().err
+    line = _one_error(err, after_log="--trusted-signers" in extra)
+    if hint is not None:
+        assert err.strip().splitlines()[-1] == f"hint: {hint}", err
     assert not (tmp_path / "env").exists()
     assert snapshot(tmp_path) - before <= set(allowed), snapshot(tmp_path) - before
     return line
@@ -97,7 +102,8 @@ def test_a_repodata_base_url_pointing_outside_the_bundle_is_refused(bundle: Path
         repodata["repodata_version"] = 2
         (x / "channel/noarch/repodata.json").write_text(json.dumps(repodata))
         rehash(x)
-        line = refused(tmp_path, retar(x, tmp_path / "bad.tar"), capsys, allowed=("bad.tar",))
+        line = refused(tmp_path, retar(x, tmp_path / "bad.tar"), capsys, allowed=("bad.tar",), hint=DAMAGED)
+        assert line.startswith(f"error: {tmp_path / 'bad.tar'}: "), line  # the bundle as the user named it
         assert "channel/noarch/repodata.json: has keys" in line and "base_url" in line, line
         (tmp_path / "bad.tar").unlink()
 
@@ -150,6 +156,56 @@ def test_every_metadata_string_is_checked_before_a_path_is_built_from_it(
                    allowed=("bad.tar",))
     assert f"rocmlock-pack.json: key '{key}" in line, line
     assert "\x1b" not in line and not keep.exists() and not Path("/tmp/PWNED.lock").exists()
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("not json", "pixi-pack.json: cannot read it: "),
+    ("[]", "pixi-pack.json: expected version '1' and platform 'linux-64'"),
+    ('{"version": "2", "platform": "linux-64"}', "pixi-pack.json: expected version '1' and platform 'linux-64'"),
+    ('{"version": "1", "platform": "osx-arm64"}', "pixi-pack.json: expected version '1' and platform 'linux-64'"),
+    ('{"version": "1"}', "pixi-pack.json: expected version '1' and platform 'linux-64'"),
+])
+def test_a_pixi_pack_json_that_disagrees_with_the_metadata_is_refused(
+        bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, says: str) -> None:
+    # pixi-unpack reads pixi-pack.json (version "1", platform == this machine's: src/unpack.rs); a bundle whose two
+    # metadata files disagree was not written by pack, whatever its digests say.
+    x = extracted(bundle, tmp_path / "x")
+    (x / "pixi-pack.json").write_text(text)
+    rehash(x)
+    line = refused(tmp_path, retar(x, tmp_path / "bad.tar"), capsys, allowed=("bad.tar",), hint=DAMAGED)
+    assert line.startswith(f"error: {tmp_path / 'bad.tar'}: {says}"), line
+
+
+def test_a_bundle_for_another_platform_says_which_and_what_to_do(bundle: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # Both metadata files agree on osx-arm64: an honest bundle for another machine (exit 1: nothing is wrong with
+    # it, it is in the wrong place), refused before anything is installed.
+    x = extracted(bundle, tmp_path / "x")
+    pixi_pack = json.loads((x / "pixi-pack.json").read_text())
+    (x / "pixi-pack.json").write_text(json.dumps({**pixi_pack, "platform": "osx-arm64"}))
+    (x / "channel/linux-64").rename(x / "channel/osx-arm64")
+    repodata = x / "channel/osx-arm64/repodata.json"
+    repodata.write_text(repodata.read_text().replace('"linux-64"', '"osx-arm64"'))
+
+    def move(meta: dict[str, Any]) -> None:
+        meta["subdir"] = "osx-arm64"
+        for pkg in meta["packages"]:
+            pkg["subdir"] = pkg["subdir"].replace("linux-64", "osx-arm64")
+        meta["files"] = {m.replace("linux-64", "osx-arm64"): d for m, d in meta["files"].items()}
+
+    rehash(x, move)
+    line = refused(tmp_path, retar(x, tmp_path / "bad.tar"), capsys, "--force", allowed=("bad.tar",), code=1,
+                   hint="pack the environment with -p for a linux-64 platform")
+    assert line == "error: the bundle is for osx-arm64 (linux-64-gfx942), this machine is linux-64", line
+
+
+def test_a_bundle_without_a_rocm_version_checks_the_gpu_alone(bundle: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    x = extracted(bundle, tmp_path / "x")
+    rehash(x, lambda meta: meta.__setitem__("rocm-version", None))
+    assert unpack(x, tmp_path / "env", fake_node(tmp_path / "host", [90402]), "--no-verify") == 0
+    err = capsys.readouterr().err
+    assert "node check: a gfx942 GPU found, as the bundle needs" in err, err
 
 
 def test_a_changed_environment_yml_is_refused(bundle: Path, tmp_path: Path,
@@ -266,8 +322,11 @@ def test_a_package_whose_paths_leave_the_prefix_is_refused_before_rattler_links_
     # rattler links what paths.json says: ../ beside the prefix; an absolute path panicked it (rc 134).
     package = tar_bz2_package(tmp_path, "evilpkg", paths, entries, link)
     x = with_package(bundle, tmp_path / "x", package)
-    line = refused(tmp_path, retar(x, tmp_path / "bad.tar"), capsys, "--force", allowed=("bad.tar",))
-    assert "channel/noarch/evilpkg-1-0.tar.bz2: " in line and says in line, line
+    line = refused(tmp_path, retar(x, tmp_path / "bad.tar"), capsys, "--force", allowed=("bad.tar",),
+                   hint="the bundle holds a package that would write outside its environment: do not install it; "
+                        "find out where it came from")
+    assert line.startswith(f"error: {tmp_path / 'bad.tar'}: channel/noarch/evilpkg-1-0.tar.bz2: "), line
+    assert says in line, line
     assert not Path("/tmp/rocmlock-abs").exists() and not (tmp_path / "evilpkg-1-0").exists()
 
 
