@@ -9,16 +9,19 @@ credentials, an environment with PyPI pins and no conda packages. Pure functions
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 from rattler import PackageRecord, RepoDataRecord
+from rocmlock.errors import InputError
 from rocmlock.lock.exports import (
     PIP_NOTES,
     render_environment_yml,
     render_explicit,
     render_exports,
 )
-from rocmlock.lock.lockfile import LockedPlatform
+from rocmlock.lock.lockfile import UNSAFE_HINT, LockedPlatform
 from rocmlock.workspace.pypi import DEFAULT_INDEXES, PypiPin
 
 CHANNEL = "https://conda.example/rocm"
@@ -72,9 +75,9 @@ def test_explicit_header_names_the_requirements_file_and_the_platform() -> None:
 
 
 def test_environment_yml_channels_lose_a_trailing_slash_and_their_secrets() -> None:
-    text = render_environment_yml("mi300x", [f"{CHANNEL}/", "https://bot:pw-9@conda.example/t/tk-1/private/"],
+    text = render_environment_yml("mi300x", [f"{CHANNEL}/", "https://bot:pw-9@conda.example/t/tk-1/privateX/"],
                                   PLATFORM, [_record("a")])
-    assert yaml.safe_load(text)["channels"] == [CHANNEL, "https://conda.example/private"]
+    assert yaml.safe_load(text)["channels"] == [CHANNEL, "https://conda.example/privateX"]
     assert "pw-9" not in text and "tk-1" not in text
 
 
@@ -131,3 +134,43 @@ def test_render_exports_takes_the_first_platform_the_lock_has_and_names_the_othe
     assert "requirements-linux-64-gfx1100.txt" in out[tmp_path / "mi300x" / "conda-linux-64-gfx1100.lock"]
     assert "requirements-" not in out[tmp_path / "mi300x" / "conda-linux-64-gfx950.lock"]
     assert render_exports(tmp_path, "mi300x", [CHANNEL], platforms[:1], records) == {}
+
+
+def test_comments_list_every_gpu_virtual_package_and_every_skipped_source() -> None:
+    from rocmlock.workspace.pypi import SourcePackage
+
+    two = LockedPlatform("linux-64-gfx942", "linux-64", ("__amdgpu=0", "__amdgpu_arch=9.4.2", "__glibc=2.28"))
+    skipped = [SourcePackage("pypi", "mylib", "./mylib", "a local path"),
+               SourcePackage("conda", "tool", "../tool", "a source build")]
+    text = render_explicit("mi300x", two, [_record("a")], skipped=skipped).splitlines()
+    assert "# virtual packages: __amdgpu=0, __amdgpu_arch=9.4.2" in text  # the GPU ones only, all of them
+    assert ("# not exported (--skip-source; install them yourself): mylib (pypi, a local path), "
+            "tool (conda, a source build)") in text
+    cpu = LockedPlatform("linux-64", "linux-64", ("__glibc=2.28",))
+    assert not any("virtual packages" in line for line in render_explicit("cpu", cpu, [_record("a")]).splitlines())
+
+
+@pytest.mark.parametrize(("kwargs", "says"), [
+    ({"env": "mi#300x"}, "environment 'mi#300x': the environment name 'mi#300x' holds a '#'"),
+    ({"env": "mi300x\n"}, "environment 'mi300x\\n': the environment name 'mi300x\\n' holds the control character \\n"),
+    ({"channels": ["https://h/c\n@EXPLICIT"]}, "the channel 'https://h/c\\n@EXPLICIT' holds the control character"),
+    ({"other_platforms": ["linux-64-gfx950\n@EXPLICIT"]},
+     "the platform 'linux-64-gfx950\\n@EXPLICIT' holds the control character \\n"),
+    ({"platform": LockedPlatform("linux-64-gfx942", "linux-64", ("__amdgpu_arch=9.4.2\nx",))},
+     "the platform '__amdgpu_arch=9.4.2\\nx' holds the control character \\n"),
+])
+def test_environment_yml_refuses_a_name_channel_or_platform_that_would_add_a_line(
+        kwargs: dict[str, Any], says: str) -> None:
+    args: dict[str, Any] = {"env": "mi300x", "channels": [CHANNEL], "platform": PLATFORM, "records": [_record("a")],
+                            **kwargs}
+    with pytest.raises(InputError) as err:
+        render_environment_yml(**args)
+    assert says in str(err.value) and str(err.value).endswith("; no export written"), str(err.value)
+    assert err.value.hint == UNSAFE_HINT
+
+
+def test_a_hash_is_harmless_in_a_platform_comment_only() -> None:
+    # Platform texts go into comments, where a '#' changes nothing; a name or channel is YAML data.
+    hashed = LockedPlatform("linux-64-gfx942", "linux-64", ("__amdgpu_arch=9.4.2#x",))
+    assert "# virtual packages: __amdgpu_arch=9.4.2#x" in render_environment_yml(
+        "mi300x", [CHANNEL], hashed, [_record("a")], other_platforms=["p#2"]).splitlines()
