@@ -20,6 +20,7 @@ from rocmlock.lock.exports import (
     render_environment_yml,
     render_explicit,
     render_exports,
+    render_requirements_file,
 )
 from rocmlock.lock.lockfile import UNSAFE_HINT, LockedPlatform
 from rocmlock.workspace.pypi import DEFAULT_INDEXES, PypiPin
@@ -174,3 +175,19 @@ def test_a_hash_is_harmless_in_a_platform_comment_only() -> None:
     hashed = LockedPlatform("linux-64-gfx942", "linux-64", ("__amdgpu_arch=9.4.2#x",))
     assert "# virtual packages: __amdgpu_arch=9.4.2#x" in render_environment_yml(
         "mi300x", [CHANNEL], hashed, [_record("a")], other_platforms=["p#2"]).splitlines()
+
+
+def test_the_explicit_file_and_the_requirements_file_refuse_what_would_add_a_line() -> None:
+    bad = LockedPlatform("linux-64-gfx942", "linux-64", ("__amdgpu_arch=9.4.2\n@EXPLICIT",))
+    with pytest.raises(InputError, match=r"the platform '__amdgpu_arch=9.4.2\\n@EXPLICIT' holds the control"):
+        render_explicit("mi300x", bad, [_record("a")])
+    with pytest.raises(InputError, match=r"tqdm"):
+        render_requirements_file("mi300x", PLATFORM, [PypiPin("tqdm", "4.67.1\n--index-url x", "a" * 64)],
+                                 DEFAULT_INDEXES)
+
+
+def test_the_requirements_header_names_the_files_of_its_platform() -> None:
+    head = render_requirements_file("mi300x", PLATFORM, [PIN], DEFAULT_INDEXES).splitlines()
+    assert head[1:5] == ["# environment: mi300x", "# platform: linux-64-gfx942 (linux-64)",
+                         "# after the conda packages (conda-linux-64-gfx942.lock), in that environment:",
+                         "#   python -m pip install --require-hashes -r requirements-linux-64-gfx942.txt"]
