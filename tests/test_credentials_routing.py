@@ -6,11 +6,13 @@ channel. Mutation testing left that routing unjudged (benchmarks/README.md): no 
 Here one HTTP server on 127.0.0.1 serves six channels, each wanting its own credentials or none, and records
 what every request carried:
 
-- ``/org`` and ``/org/team`` (below it) with different Basic credentials: the longer path must win;
+- ``/org`` and ``/org/teamX`` (below it) with different Basic credentials: the longer path must win;
 - ``/organic``, open: its name starts with ``org`` but it is not below ``/org/``, so nothing may be sent to it;
-- ``/tok``, reached only as ``/t/<token>/tok/...`` (the mirror), with no Authorization header, and ``/tokyo``,
+- ``/tokX``, reached only as ``/t/<token>/tokX/...`` (the mirror), with no Authorization header, and ``/tokXyo``,
   open, which the token channel's mirror must not rewrite;
 - ``localhost`` ``/org``: the same port and path as the first, another host name, its own credentials.
+
+(Paths end in ``X`` so that a slash trimmed with the wrong characters shows: ``rstrip("X/")`` names another path.)
 
 The client for all six reads every channel in one gateway query, as ``lock`` does for a workspace's channels.
 A request with the wrong credential, or any credential where none is wanted, gets 401/403 and the query fails.
@@ -41,10 +43,10 @@ def _basic(user: str, password: str) -> str:
 # (host, channel path) -> (userinfo written in the channel URL, the Authorization header the server wants).
 WANTS: dict[tuple[str, str], tuple[str, str | None]] = {
     ("127.0.0.1", "/org"): ("org-user:pw-org-1", _basic("org-user", "pw-org-1")),
-    ("127.0.0.1", "/org/team"): ("team-user:pw-team-2", _basic("team-user", "pw-team-2")),
+    ("127.0.0.1", "/org/teamX"): ("team-user:pw-team-2", _basic("team-user", "pw-team-2")),
     ("127.0.0.1", "/organic"): ("", None),
-    ("127.0.0.1", "/tok"): ("", None),
-    ("127.0.0.1", "/tokyo"): ("", None),
+    ("127.0.0.1", "/tokX"): ("", None),
+    ("127.0.0.1", "/tokXyo"): ("", None),
     ("localhost", "/org"): ("local-user:pw-local-3", _basic("local-user", "pw-local-3")),
 }
 
@@ -68,14 +70,14 @@ class _Handler(SimpleHTTPRequestHandler):
             return
         channel = max(candidates, key=len)
         auth = self.headers.get("Authorization")
-        if tokened and channel != "/tok":
+        if tokened and channel != "/tokX":
             auth = f"token {TOKEN} in the path"  # the mirror rewrote a request of another channel
         self.seen.append((host, channel, auth))
         wanted = WANTS[(host, channel)][1]
         if auth != wanted:
             self.send_error(401 if wanted else 403)
             return
-        if channel == "/tok" and not tokened:
+        if channel == "/tokX" and not tokened:
             self.send_error(404)
             return
         self.path = path
@@ -103,7 +105,7 @@ def server(channels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 
 def _url(port: int, host: str, path: str, userinfo: str, slash: str = "") -> str:
     at = f"{userinfo}@" if userinfo else ""
-    prefix = f"/t/{TOKEN}" if path == "/tok" else ""
+    prefix = f"/t/{TOKEN}" if path == "/tokX" else ""
     return f"http://{at}{host}:{port}{prefix}{path}{slash}"
 
 
@@ -139,12 +141,12 @@ def test_each_channel_on_one_host_gets_its_own_credentials_and_no_other(
 
 def test_a_channel_listed_alone_sends_nothing_to_its_neighbours(
         server: tuple[int, list[tuple[str, str, str | None]]]) -> None:
-    # Only the nested channel's secret is known: the outer one must not receive it (it is not below /org/team/),
+    # Only the nested channel's secret is known: the outer one must not receive it (it is not below /org/teamX/),
     # and the open sibling must be read without credentials.
     port, seen = server
     seen.clear()
-    team = _url(port, "127.0.0.1", "/org/team", WANTS[("127.0.0.1", "/org/team")][0])
+    team = _url(port, "127.0.0.1", "/org/teamX", WANTS[("127.0.0.1", "/org/teamX")][0])
     organic = _url(port, "127.0.0.1", "/organic", "")
     assert len(_query([team, organic])) == 2
-    assert {(h, p, a) for h, p, a in seen} == {("127.0.0.1", "/org/team", WANTS[("127.0.0.1", "/org/team")][1]),
+    assert {(h, p, a) for h, p, a in seen} == {("127.0.0.1", "/org/teamX", WANTS[("127.0.0.1", "/org/teamX")][1]),
                                               ("127.0.0.1", "/organic", None)}
