@@ -91,6 +91,28 @@ def _files(tmp_path: Path) -> tuple[Path, list[Path]]:
     return manifest, outs
 
 
+@pytest.mark.parametrize("where", ["ROCMLOCK_CACHE_DIR", "XDG_CACHE_HOME", "workspace"])
+def test_the_cache_goes_where_the_docs_say_and_nowhere_else(ws_copy: Path, tmp_path: Path, where: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/locking.md: $ROCMLOCK_CACHE_DIR, else $XDG_CACHE_HOME/rocmlock, else <workspace>/.rocmlock/cache. A
+    # cache written elsewhere would also leave the no-op stamp where the next run does not look.
+    monkeypatch.delenv("ROCMLOCK_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    if where != "workspace":
+        monkeypatch.setenv(where, str(tmp_path / "set"))
+    expected = {"ROCMLOCK_CACHE_DIR": tmp_path / "set", "XDG_CACHE_HOME": tmp_path / "set" / "rocmlock",
+                "workspace": ws_copy / ".rocmlock" / "cache"}[where]
+    assert stamp.default_cache_dir(ws_copy) == expected
+    shutil.rmtree(ws_copy / ".rocmlock", ignore_errors=True)
+    assert main(_args(ws_copy)) == 0
+    assert any(expected.rglob("*.json")), "the stamp is written below the cache directory"
+    # (<workspace>/.rocmlock holds the writer lock and the commit journal whatever the cache: util/journal.py.)
+    others = [p for p in (tmp_path / "set", ws_copy / ".rocmlock" / "cache") if p not in (expected, *expected.parents)]
+    assert not [p for p in others if p.exists()], others
+    assert not (tmp_path / "home").exists()
+
+
 def test_the_stamp_covers_each_of_its_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """stamp.unchanged answers None once any input differs: the manifest's or an output's bytes (same length),
     an output's name, the set of outputs, the rocmlock version; the manifest path keys the stamp."""
