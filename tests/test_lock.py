@@ -176,6 +176,15 @@ def test_a_local_channel_is_written_as_pixi_writes_it_and_ties_the_lock_to_its_c
     assert env is not None
     with pytest.raises(Exception, match="not an absolute path"):
         env.conda_repodata_records_for_platform(next(iter(env.platforms())))
+    # rocmlock reads such a lock as pixi would: each relative location against the lock's directory.
+    read = read_lockfile(relative)
+    assert read is not None
+    records = [r for env in read.environments.values() for recs in env.records.values() for r in recs]
+    local = [r for r in records if r.url.startswith("file://") and "/channel/" in r.url]
+    assert {r.file_name for r in local} == {loc.rsplit("/", 1)[1] for loc in private}
+    assert local and all(r.url == (root / "channel" / r.subdir / r.file_name).as_uri() for r in local), local
+    assert {r.channel for r in local} == {(root / "channel").as_uri()}
+    assert len(records) > len(local)  # the forge packages, by URL, alongside
     # conda resolves a path channel against the current directory (conda 26.7.1, conda/common/url.py
     # path_to_url), not against environment.yml: the exports name the channel by its file:// URL.
     assert f"  - {(root / 'channel').as_uri()}\n" in (root / "envs" / "mi300x" / "environment.yml").read_text()
