@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 from rattler import BuildString, PackageRecord, RepoDataRecord
-from rocmlock.lock.lockfile import _environment_options, redact_record
+from rocmlock.lock.lockfile import _environment_options, pin_problem, record_problem, redact_record
+from rocmlock.util.text import escape
+from rocmlock.workspace.pypi import PypiPin
 
 LOCK_HEAD = "version: 6\n"
 PACKAGES = "packages:\n- conda: https://conda.example/linux-64/a-1.0-h0_0.conda\n  sha256: abc\n"
@@ -71,3 +73,29 @@ def test_redact_record_cleans_the_url_and_the_channel_each_on_its_own(url: str, 
 def test_redact_record_returns_a_clean_record_as_it_is() -> None:
     record = _record("https://conda.example/rocm/linux-64/a-1.0-h0_0.conda", "https://conda.example/rocm")
     assert redact_record(record) is record
+
+
+@pytest.mark.parametrize(("pin", "says"), [
+    (PypiPin("to#ol", "1.0", "a" * 64), "PyPI package 'to#ol': its name holds a '#'"),
+    (PypiPin("tool", "1.0\n", "a" * 64), "PyPI package 'tool': its version holds the control character \\n"),
+    (PypiPin("tool", "1.0", "a#" * 32), "PyPI package 'tool': its sha256 holds a '#'"),
+    (PypiPin("tool", "1.0", "a" * 64, "https://h/t.whl\n-e ."), "PyPI package 'tool': its url holds the control"),
+    (PypiPin("tool", "1.0", "a" * 64, "https://h/tool-1.0.whl#sha256=" + "a" * 64), None),  # pip's own fragment
+])
+def test_a_pypi_pin_is_refused_naming_the_field_that_would_add_a_line(pin: PypiPin, says: str | None) -> None:
+    problem = pin_problem(pin)
+    assert (problem is None) if says is None else (problem or "").startswith(says), problem
+
+
+# (py-rattler refuses such a name, version, build or file name when a record is made in Python; from a lock
+# they pass: tests/test_export_strings.py poisons a build there; a URL's newline py-rattler drops.)
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("url", "https://h/linux-64/numpy-1.0-h0_0.conda#x", "its url holds a '#'"),
+    ("channel", "https://h/#c", "its channel holds a '#'"),
+])
+def test_a_conda_record_is_refused_naming_the_field_that_would_add_a_line(field: str, value: str, says: str) -> None:
+    parts = {"name": "numpy", "version": "1.0", "build": "h0_0", "file": "numpy-1.0-h0_0.conda",
+             "url": "https://h/linux-64/numpy-1.0-h0_0.conda", "channel": "https://h", field: value}
+    record = PackageRecord(parts["name"], parts["version"], BuildString(parts["build"]), 0, "linux-64")
+    problem = record_problem(RepoDataRecord(record, parts["file"], parts["url"], parts["channel"])) or ""
+    assert problem.startswith(f"package '{escape(parts['name'])}': {says}"), problem
