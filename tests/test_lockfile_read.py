@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 from rattler import BuildString, PackageRecord, RepoDataRecord
-from rocmlock.lock.lockfile import _environment_options, pin_problem, record_problem, redact_record
+from rocmlock.lock.lockfile import (
+    DISCARD_HINT,
+    _environment_options,
+    pin_problem,
+    record_problem,
+    redact_record,
+    unreadable_lock,
+)
 from rocmlock.util.text import escape
 from rocmlock.workspace.pypi import PypiPin
 
@@ -99,3 +106,39 @@ def test_a_conda_record_is_refused_naming_the_field_that_would_add_a_line(field:
     record = PackageRecord(parts["name"], parts["version"], BuildString(parts["build"]), 0, "linux-64")
     problem = record_problem(RepoDataRecord(record, parts["file"], parts["url"], parts["channel"])) or ""
     assert problem.startswith(f"package '{escape(parts['name'])}': {says}"), problem
+
+
+def _unreadable(tmp_path: Path, text: str | bytes, parser_error: str = "rattler says no") -> tuple[str, str]:
+    lock = tmp_path / "pixi.lock"
+    lock.write_bytes(text if isinstance(text, bytes) else text.encode())
+    err = unreadable_lock(lock, parser_error)
+    return str(err).removeprefix(f"{lock}: cannot read the lock file: "), err.hint or ""
+
+
+RESTORE = f"restore it (`git checkout pixi.lock`), then `rocmlock lock`; or {DISCARD_HINT}"
+
+
+def test_an_unreadable_lock_says_exactly_what_and_where(tmp_path: Path) -> None:
+    # A merge conflict: how many, and the first three markers with their lines; the hint takes one side whole.
+    conflict = ("version: 6\n<<<<<<< HEAD\na: 1\n=======\na: 2\n>>>>>>> other\n"
+                "<<<<<<< HEAD\nb: 1\n=======\nb: 2\n>>>>>>> other\n")
+    says, hint = _unreadable(tmp_path, conflict)
+    assert says == "2 unresolved merge conflict(s) (<<<<<<< at line 2, ======= at line 4, >>>>>>> at line 6)"
+    assert hint == ("take one side whole, `git checkout --ours pixi.lock` (or `--theirs`), then `rocmlock lock` "
+                    f"re-solves what pixi.toml changed since; or {DISCARD_HINT} (every pin dropped)")
+    # Markers without an opening one still count as one conflict.
+    assert _unreadable(tmp_path, "version: 6\n=======\n")[0] == "1 unresolved merge conflict(s) (======= at line 2)"
+    # Invalid YAML: its line and column, 1-based.
+    says, hint = _unreadable(tmp_path, "version: 6\nenvironments:\n  a: [1\n")
+    assert says.startswith("invalid YAML at line 4, column 1: "), says
+    assert hint == f"{RESTORE} (every pin dropped)"
+    # Valid YAML that rattler refuses: rattler's message, its URLs' queries masked.
+    assert _unreadable(tmp_path, "version: 6\n", "bad value https://h/x?token=s3")[0] == "bad value https://h/x?***"
+    # Not UTF-8: the byte; the hint keeps the lock.
+    says, hint = _unreadable(tmp_path, b"version: 6\n\xff\n")
+    assert (says, hint) == ("not UTF-8 text (byte 11)", RESTORE)
+    # A newer format: which pixi to use.
+    says, hint = _unreadable(tmp_path, "version: 99\n", "found newer lockfile format version 99")
+    assert says == "found newer lockfile format version 99"
+    assert hint == ("it was written by a newer pixi than this py-rattler reads: upgrade py-rattler, or lock with a "
+                    "pixi that writes format 7")
