@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 from rattler import BuildString, PackageRecord, RepoDataRecord
+from rocmlock.errors import InputError
 from rocmlock.lock.lockfile import (
     DISCARD_HINT,
+    _clean_records,
     _environment_options,
     pin_problem,
     record_problem,
@@ -142,3 +144,19 @@ def test_an_unreadable_lock_says_exactly_what_and_where(tmp_path: Path) -> None:
     assert says == "found newer lockfile format version 99"
     assert hint == ("it was written by a newer pixi than this py-rattler reads: upgrade py-rattler, or lock with a "
                     "pixi that writes format 7")
+
+
+@pytest.mark.parametrize(("url", "channel", "where"), [
+    ("https://h/rocm/linux-64/a-1.0-h0_0.conda?sig=s3cr3t", "https://h/rocm", "env 'x', package 'a'"),
+    ("https://h/rocm/linux-64/a-1.0-h0_0.conda", "https://h/rocm#s3cr3t", "env 'x', the channel of package 'a'"),
+])
+def test_a_query_in_a_locked_record_is_refused_naming_where_and_never_shown(tmp_path: Path, url: str, channel: str,
+                                                                           where: str) -> None:
+    lock = tmp_path / "pixi.lock"
+    with pytest.raises(InputError) as err:
+        _clean_records([_record(url, channel)], lock, "env 'x'")
+    assert str(err.value) == (f"{lock}: {where}: the URL has a query string or fragment ('?...' or '#...'), which "
+                              "no conda channel or package URL has (the URL is not shown: that part may be a secret)")
+    assert err.value.hint == ("remove it from pixi.lock, or delete pixi.lock and lock again; if the lock was shared, "
+                              "revoke the secret (a channel's secret goes in RATTLER_AUTH_FILE)")
+    assert "s3cr3t" not in str(err.value) + (err.value.hint or "")
