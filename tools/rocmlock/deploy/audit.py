@@ -10,6 +10,7 @@ renders the report. ``rocmlock unpack`` runs :func:`check_bundle_for_node` as pa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import re
 import tarfile
@@ -27,6 +28,7 @@ from rocmlock.gpu.devicecode import (
     cannot_run,
     scan_package,
     scan_tree,
+    with_kpack,
 )
 from rocmlock.gpu.offload import OffloadError, TargetId, parse_target_id, shown, sorted_names
 from rocmlock.util.text import format_table
@@ -75,8 +77,8 @@ class AuditReport:
 
 def _holds(code: DeviceCode) -> str:
     if code.error:
-        return f"unreadable: {code.error}"
-    where = {"fatbin": f"{code.bundles} bundle(s)", "aks2": "AOTriton archive"}.get(code.kind, "code object")
+        return code.error if code.kind == "kpack" else f"unreadable: {code.error}"
+    where = code.via or {"fatbin": f"{code.bundles} bundle(s)", "aks2": "AOTriton archive"}.get(code.kind, "code object")
     return f"{', '.join(sorted_names(code.targets))} ({where})"
 
 
@@ -205,8 +207,13 @@ def _metadata(raw: bytes | None, path: Path) -> BundleMetadata:
     return parse_metadata(raw, f"{path}: {ROCMLOCK_METADATA}")
 
 
-def _bundle_files(meta: BundleMetadata, open_package: Opener, shown_as: Path) -> Iterator[DeviceCode]:
-    """The device code of every package the bundle's metadata lists (names validated by bundle.parse_metadata)."""
+def _bundle_files(meta: BundleMetadata, open_package: Opener, shown_as: Path) -> list[DeviceCode]:
+    """The device code of every package the bundle's metadata lists (names validated by bundle.parse_metadata); a
+    kpacked library's archives are looked up in every package (installed, they share one prefix)."""
+    return with_kpack(_package_files(meta, open_package, shown_as), lambda path: path.split("/", 1)[1])
+
+
+def _package_files(meta: BundleMetadata, open_package: Opener, shown_as: Path) -> Iterator[DeviceCode]:
     for package in sorted(meta.packages, key=lambda p: (p.subdir, p.filename)):
         member = f"{CHANNEL_DIR}/{package.subdir}/{package.filename}"
         with open_package(member) as source:
@@ -215,7 +222,7 @@ def _bundle_files(meta: BundleMetadata, open_package: Opener, shown_as: Path) ->
             except OffloadError as exc:
                 raise InputError(f"{shown_as}: {exc}", hint="pack the environment again") from None
         for code in found:
-            yield DeviceCode(f"{package.filename}/{code.path}", code.kind, code.targets, code.bundles, code.error)
+            yield dataclasses.replace(code, path=f"{package.filename}/{code.path}")
 
 
 # ----------------------------------------------------------------------------- unpack's node check

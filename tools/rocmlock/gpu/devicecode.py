@@ -17,11 +17,12 @@ import struct
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from rocmlock.gpu import kpack
 from rocmlock.gpu.offload import (
     AKS2_LIMIT,
     OffloadError,
@@ -29,6 +30,7 @@ from rocmlock.gpu.offload import (
     code_object_target,
     covers,
     is_code_object,
+    parse_target_id,
     printable,
     read_aks2,
     read_fatbin,
@@ -38,7 +40,9 @@ from rocmlock.gpu.offload import (
 )
 
 SECTION = b".hip_fatbin"
-Kind = Literal["fatbin", "code-object", "aks2"]
+Kind = Literal["fatbin", "code-object", "aks2", "kpack", "kpack-archive"]
+# Kinds that are libraries: their code is the only code they can run (a kpacked one's is in its archives).
+_LIBRARY = ("fatbin", "kpack")
 # A build string's GPU target (``rocm72_gfx942_py312_h1a2b3c4_0``, ``gfx942`` for amdgpu-target itself).
 _BUILD_GFX = re.compile(r"(?:^|_)(gfx[0-9]+[0-9a-f]{2})(?:_|$)")
 
@@ -53,13 +57,22 @@ class DeviceCode:
     targets: tuple[TargetId, ...] = ()
     bundles: int = 0
     error: str = ""
+    # kpack (rocmlock.gpu.kpack): a host binary's marker until its archives are looked up (then its Coverage), an
+    # archive's TOC; how the code is reached, for a report row.
+    kpack: kpack.Marker | kpack.Coverage | kpack.Archive | None = field(default=None, compare=False, repr=False)
+    via: str = ""
 
     def runs_on(self, gpu: TargetId) -> bool:
+        if self.kind == "kpack":
+            return not self.error and isinstance(self.kpack, kpack.Coverage) and self.kpack.runs_on(gpu)
         return not self.error and any(runs_on(t, gpu) for t in self.targets)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "kind": self.kind, "bundles": self.bundles,
-                "targets": sorted_names(self.targets), "error": self.error or None}
+        out = {"path": self.path, "kind": self.kind, "bundles": self.bundles,
+               "targets": sorted_names(self.targets), "error": self.error or None}
+        if isinstance(self.kpack, kpack.Coverage):
+            out["kpack"] = self.kpack.to_dict()
+        return out
 
 
 def build_string_of(filename: str) -> str:
@@ -83,13 +96,13 @@ def scan_file(path: Path, shown_as: str) -> DeviceCode | None:
             magic = f.read(4)
             if magic == b"AKS2":
                 return _scan_aks2(f.read(16 + AKS2_LIMIT), shown_as)
-            if magic != b"\x7fELF":
+            if magic not in (b"\x7fELF", kpack.ARCHIVE_MAGIC):
                 return None
             size = os.fstat(f.fileno()).st_size
-            if size < 64:
+            if size < 64 and magic != kpack.ARCHIVE_MAGIC:
                 return None
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                return _scan_elf(data, shown_as)
+                return _scan_elf(data, shown_as) if magic == b"\x7fELF" else _scan_kpack_archive(data, shown_as)
     except OSError as exc:
         return DeviceCode(shown_as, "fatbin", error=f"cannot read it ({exc.strerror or exc})")
 
@@ -111,6 +124,9 @@ def _scan_elf(data: mmap.mmap, name: str) -> DeviceCode | None:
     if head[4:6] != b"\x02\x01":
         return None  # 32-bit or big-endian: no HIP host library
     try:
+        # A kpacked library's code is in its archives: its .hip_fatbin, if any is left, is no longer loaded.
+        if _section(data, kpack.MARKER_SECTION) is not None:
+            return _scan_kpack_binary(data, name)
         section = _section(data, SECTION)
         if section is None:
             return None
@@ -120,6 +136,48 @@ def _scan_elf(data: mmap.mmap, name: str) -> DeviceCode | None:
     targets = tuple(dict.fromkeys(t for b in bundles for t in b.targets))
     return DeviceCode(name, "fatbin", targets, len(bundles),
                       "" if targets else "a .hip_fatbin section with no AMDGPU code in it")
+
+
+def _scan_kpack_binary(data: mmap.mmap, name: str) -> DeviceCode:
+    try:
+        marker = kpack.read_marker(data, lambda wanted: _section(data, wanted))
+    except OffloadError as exc:
+        return DeviceCode(name, "kpack", error=str(exc))
+    return DeviceCode(name, "kpack", kpack=marker)
+
+
+def _scan_kpack_archive(data: mmap.mmap, name: str) -> DeviceCode:
+    try:
+        archive = kpack.read_archive(data)
+    except OffloadError as exc:
+        return DeviceCode(name, "kpack-archive", error=str(exc))
+    targets = []
+    for arch in archive.arches:
+        try:
+            targets.append(parse_target_id(arch))
+        except ValueError:
+            return DeviceCode(name, "kpack-archive", error=f"gfx_arches names '{shown(arch)}', not a target ID")
+    return DeviceCode(name, "kpack-archive", tuple(targets), kpack=archive,
+                      via=f"kpack archive, {archive.kernels} code object(s)")
+
+
+def with_kpack(found: Iterable[DeviceCode], install_path: Callable[[str], str] = str) -> list[DeviceCode]:
+    """``found`` with every kpacked binary's coverage looked up among the archives in ``found`` (paths as
+    ``install_path`` maps them: where the files lie relative to each other once installed)."""
+    found = list(found)
+    resolved = kpack.resolve_all([(install_path(c.path), c.kpack.marker if isinstance(c.kpack, kpack.Coverage)
+                                   else c.kpack) for c in found if c.kpack is not None])
+    out = []
+    for code in found:
+        coverage = resolved.get(install_path(code.path)) if code.kind == "kpack" and code.kpack else None
+        if coverage is None:
+            out.append(code)
+            continue
+        error = (f"no kpack archive found at {', '.join(shown(p) for p in coverage.missing)} (relative to the "
+                 "binary)" if coverage.missing else "")
+        out.append(replace(code, targets=coverage.targets(), bundles=len(set(coverage.served.values())),
+                           error=error, kpack=coverage, via=coverage.describe()))
+    return out
 
 
 def _section(data: mmap.mmap, wanted: bytes) -> tuple[int, int] | None:
@@ -162,7 +220,7 @@ def scan_tree(root: Path) -> list[DeviceCode]:
             code = scan_file(path, printable(path.relative_to(root).as_posix()))
             if code is not None:
                 found.append(code)
-    return sorted(found, key=lambda c: c.path)
+    return sorted(with_kpack(found), key=lambda c: c.path)
 
 
 def scan_package(package: Path | IO[bytes], shown_as: str) -> list[DeviceCode]:
@@ -170,11 +228,11 @@ def scan_package(package: Path | IO[bytes], shown_as: str) -> list[DeviceCode]:
     installing it; OffloadError for a package that is not one."""
     try:
         if shown_as.endswith(".conda"):
-            return list(_scan_conda(package, shown_as))
+            return with_kpack(_scan_conda(package, shown_as))
         if shown_as.endswith(".tar.bz2"):
             with (tarfile.open(package, "r:bz2") if isinstance(package, Path)
                   else tarfile.open(fileobj=package, mode="r:bz2")) as bz2:
-                return list(_scan_tar(bz2))
+                return with_kpack(_scan_tar(bz2))
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
         raise OffloadError(f"{shown(shown_as)}: not a readable conda package ({exc})") from None
     raise OffloadError(f"{shown(shown_as)}: not a conda package (.conda or .tar.bz2)")
@@ -207,7 +265,7 @@ def _scan_tar(tar: tarfile.TarFile) -> Iterator[DeviceCode]:
                 continue
             with source:
                 magic = source.read(4)
-                if magic not in (b"\x7fELF", b"AKS2"):
+                if magic not in (b"\x7fELF", b"AKS2", kpack.ARCHIVE_MAGIC):
                     continue
                 with open(scratch, "wb") as out:
                     out.write(magic)
@@ -231,15 +289,17 @@ def _directory(code: DeviceCode) -> str:
 
 def _served(found: Iterable[DeviceCode], gpu: TargetId) -> set[str]:
     """The directories where a standalone code object (or AKS2 archive) serves ``gpu``."""
-    return {_directory(c) for c in found if c.kind != "fatbin" and c.runs_on(gpu)}
+    return {_directory(c) for c in found if c.kind not in (*_LIBRARY, "kpack-archive") and c.runs_on(gpu)}
 
 
 def cannot_run(found: Iterable[DeviceCode], gpu: TargetId) -> list[DeviceCode]:
     """The files whose device code cannot run on ``gpu``: unreadable ones, libraries without code for it, and the
-    standalone code objects of a directory where none serves it."""
+    standalone code objects of a directory where none serves it. A kpack archive is loaded only through the libraries
+    that refer to it: it fails only when it cannot be read."""
     found = list(found)
     served = _served(found, gpu)
-    return [c for c in found if c.error or not (c.runs_on(gpu) if c.kind == "fatbin" else _directory(c) in served)]
+    return [c for c in found if c.error or not (c.runs_on(gpu) if c.kind in _LIBRARY else
+                                                c.kind == "kpack-archive" or _directory(c) in served)]
 
 
 def foreign(code: DeviceCode, gfx: str) -> list[TargetId]:
@@ -260,7 +320,7 @@ def identity_problems(found: Iterable[DeviceCode], gfx: str) -> list[str]:
             problems.append(f"{code.path}: {code.error}")
         elif id(code) in failing:
             problems.append(f"{code.path}: code for {', '.join(sorted_names(code.targets))}, none for {gfx}")
-        elif code.kind == "fatbin" and (other := foreign(code, gfx)):
+        elif code.kind in _LIBRARY and (other := foreign(code, gfx)):
             problems.append(f"{code.path}: also holds code for {', '.join(sorted_names(other))}")
     return problems
 
