@@ -321,8 +321,8 @@ def _entry_problem(meta: Any, arch: str, blob: Callable[[int], bytes | str]) -> 
 @dataclass(frozen=True)
 class Coverage:
     """A kpacked binary's code as its archives hold it: per architecture name, the archive that serves it, or the
-    archive the runtime would pick and why it has no code for the binary; ``missing``: its search paths, when no
-    archive was found for any."""
+    archive the runtime would pick and why it has no code for the binary; ``missing``: its search paths, when they
+    lead to no archive for any target."""
 
     marker: Marker
     served: Mapping[str, str] = field(hash=False, compare=False)
@@ -397,7 +397,7 @@ def resolve(marker: Marker, binary: str, archives: Mapping[str, Archive]) -> Cov
             lacking[arch] = (path, shown(why))
         else:
             served[arch] = path
-    return Coverage(marker, served, lacking, () if candidates else marker.search_paths)
+    return Coverage(marker, served, lacking, () if served or lacking else marker.search_paths)
 
 
 def _candidates(marker: Marker, binary: str, archives: Mapping[str, Archive]) -> Iterator[tuple[str, str | None]]:
