@@ -200,8 +200,8 @@ def _deep(depth: int) -> bytes:
 
 HOSTILE_ARCHIVES = {
     "version 2": (struct.pack("<4sIQ", b"KPAK", 2, 64) + b"\0" * 64, "kpack format version 2 (this reads version 1)"),
-    "TOC past the end": (struct.pack("<4sIQ", b"KPAK", 1, 1 << 40) + b"\0" * 64, "its TOC offset 1099511627776 is "
-                         "outside the file (80 bytes)"),
+    "TOC past the end": (struct.pack("<4sIQ", b"KPAK", 1, 1 << 40) + b"\0" * 64, ("its TOC offset 1099511627776 is "
+                         "outside the file (80 bytes)")),
     "huge array count": (_huge_toc(0xFFFFFFFF), "MessagePack data claims 4294967295 elements at byte 5"),
     "huge map count": (_huge_toc(0x7FFFFFFF).replace(b"\xdd", b"\xdf"), "claims 2147483647 elements"),
     "deep nesting": (_deep(10_000), "MessagePack data nested more than 8 deep"),
@@ -247,8 +247,8 @@ def test_entries_that_lie_fail_alone_and_a_huge_toc_is_refused_unread(tmp_path: 
 
 
 HOSTILE_MARKERS = {
-    "bad msgpack": (b"\xdf\xff\xff\xff\xff", None, "its .rocm_kpack_ref marker is damaged (MessagePack data claims "
-                    "4294967295 elements at byte 5"),
+    "bad msgpack": (b"\xdf\xff\xff\xff\xff", None, ("its .rocm_kpack_ref marker is damaged (MessagePack data claims "
+                    "4294967295 elements at byte 5")),
     "no kernel_name": (msgpack.packb({"kpack_search_paths": ["a"]}), None, "has no kernel_name or no kpack_search"),
     "no paths": (msgpack.packb({"kpack_search_paths": [1, 2], "kernel_name": "k"}), None, "no kpack_search_paths"),
     "a HIPF wrapper": (None, b"HIPF", "1 of its 1 fat binary wrapper(s) still HIPF"),
