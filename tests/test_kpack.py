@@ -334,3 +334,60 @@ def test_a_bundle_resolves_archives_across_its_packages(tmp_path: Path, capsys: 
     assert re.search(rf"ok +{host.name}/lib/libaxpy.so +gfx942 \(kpack, 1 archive\(s\)\)", out)
     code, out = _audit(capsys, str(_bundle_dir(tmp_path / "bad", [host])))
     assert code == 1 and out.rstrip().endswith(f"cannot run on gfx942: {host.name}/lib/libaxpy.so")
+
+
+# ----------------------------------------------------------------------------- the probe's own reader
+
+
+def test_the_probes_kernels_check_reads_kpack_as_rocmlock_does(tmp_path: Path) -> None:
+    from test_probe import ctx_for, probe
+    from test_probe_kernels import kfd_root
+
+    prefix = tree(tmp_path / "env", therock(**BOTH))
+    files = dict(probe._scan_prefix(prefix))
+    ours = {c.path: sorted(map(str, c.targets)) for c in scan_tree(prefix) if c.kind == "kpack"}
+    assert {p: sorted(v) for p, v in files.items()} == ours == {LIB: ["gfx1100", "gfx942"]}
+    for version, status in ((90402, "ok"), (110000, "ok"), (90010, "fail")):
+        out = probe.check_kernels(ctx_for(kfd_root(tmp_path / f"node{version}", version), prefix=prefix))
+        assert out.status == status, out.evidence
+    # The gfx942 archive missing: the library is named on a gfx942 node.
+    prefix = tree(tmp_path / "one", therock(gfx1100=BOTH["gfx1100"]))
+    out = probe.check_kernels(ctx_for(kfd_root(tmp_path / "mi300x", 90402), prefix=prefix))
+    assert out.status == "fail" and "1 without kernels for gfx942: lib/libaxpy.so (gfx1100)" in out.evidence
+    prefix = tree(tmp_path / "none", therock())
+    out = probe.check_kernels(ctx_for(kfd_root(tmp_path / "mi300x2", 90402), prefix=prefix))
+    assert out.status == "fail" and f"lib/libaxpy.so (no kpack archive for it at {PATTERN})" in out.evidence
+    # An archive without the library's code object, and the zstd archive.
+    other = archive(["gfx942"], {"other#0": {"gfx942": real_code_object("gfx942")}})
+    assert probe.kpack_served(probe.device_code_ids(REAL / LIB), LIB, {
+        ".kpack/axpy_lib_gfx942.kpack": probe.kpack_archive_toc(_write(tmp_path / "o.kpack", other))}) == []
+    assert probe.kpack_archive_toc(REAL / "axpy_lib_gfx942-zstd.kpack") == (["gfx942"], {KEY: {"gfx942"}})
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_ARCHIVES))
+def test_the_probes_reader_is_bounded_on_hostile_archives(tmp_path: Path, case: str) -> None:
+    from test_probe import probe
+
+    path = _write(tmp_path / "x.kpack", HOSTILE_ARCHIVES[case][0])
+    start = time.perf_counter()
+    try:
+        probe.kpack_archive_toc(path)
+    except probe.KernelReadError as exc:
+        assert "\n" not in str(exc)
+    else:  # the probe reads the TOC only: a scheme or blob it does not use is not its concern
+        assert case in ("unknown scheme", "zstd blob outside")
+    assert time.perf_counter() - start < 1.0
+
+
+def test_the_probes_messagepack_reader_agrees_with_msgpack() -> None:
+    from test_probe import probe
+
+    for value in ([1, -1, 2**40, -(2**40), 1.5, None, True, "x" * 300, b"\0" * 70000],
+                  {"toc": {"a#0": {"gfx942": {"ordinal": 0}}}, "gfx_arches": ["gfx942"]}, list(range(70000))):
+        packed = msgpack.packb(value)
+        assert probe.unpack_msgpack(packed) == (value, len(packed))

@@ -774,9 +774,121 @@ def fatbin_target_ids(data: Any, start: int, end: int) -> list[str]:
         pos += total
 
 
-def device_code_ids(path: Path) -> list[str] | None:
+# TheRock's kpack (ROCm/rocm-kpack; rocmlock.gpu.kpack is the full reader, this one reads what the check needs): a
+# kpacked library's ".rocm_kpack_ref" section is a MessagePack map {"kernel_name", "kpack_search_paths"}, each
+# "HIPK" wrapper of ".hipFatBinSegment" carries its code object index (u32 at offset 16); the loader looks up
+# "<kernel_name>#<index>" in the first archive, along the search paths (relative to the library, "@GFXARCH@" the
+# GPU's name), whose gfx_arches list the name. An archive: "KPAK", u32 version 1, u64 TOC offset; the TOC is one
+# MessagePack map to the end of the file, its "toc" {key: {arch: entry}}.
+KPACK_TOC_LIMIT = 16 << 20
+
+
+@dataclass(frozen=True)
+class KpackRef:
+    """A kpacked library's marker: the TOC key stem, its archive search paths, the index of each HIPK wrapper."""
+
+    kernel_name: str
+    search_paths: tuple[str, ...]
+    indices: tuple[int, ...]
+
+
+def unpack_msgpack(data: bytes, pos: int = 0, depth: int = 0) -> tuple[Any, int]:
+    """The MessagePack object at ``data[pos:]`` and where it ends (the types kpack writes); KernelReadError when
+    damaged. Every count is checked against the bytes left, nesting against 8 levels: bounded work."""
+    if depth > 8 or pos >= len(data):
+        raise KernelReadError("damaged MessagePack data (nested too deep or cut short)")
+    b, pos = data[pos], pos + 1
+    if b <= 0x7F or b >= 0xE0:
+        return (b if b <= 0x7F else b - 0x100), pos
+    if b in (0xC0, 0xC2, 0xC3):
+        return {0xC0: None, 0xC2: False, 0xC3: True}[b], pos
+    numbers = {0xCA: ">f", 0xCB: ">d", 0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q", 0xD0: ">b", 0xD1: ">h",
+               0xD2: ">i", 0xD3: ">q", 0xC4: ">B", 0xC5: ">H", 0xC6: ">I", 0xD9: ">B", 0xDA: ">H", 0xDB: ">I",
+               0xDC: ">H", 0xDD: ">I", 0xDE: ">H", 0xDF: ">I"}
+    if b in numbers:
+        width = struct.calcsize(numbers[b])
+        if pos + width > len(data):
+            raise KernelReadError("damaged MessagePack data (cut short)")
+        n, pos = struct.unpack_from(numbers[b], data, pos)[0], pos + width
+        if b <= 0xD3 and b not in (0xC4, 0xC5, 0xC6):
+            return n, pos
+    elif 0x80 <= b <= 0xBF:
+        n = b & (0x1F if b >= 0xA0 else 0x0F)
+    else:
+        raise KernelReadError(f"MessagePack type 0x{b:02x}, which kpack does not write")
+    per = 2 if (0x80 <= b <= 0x8F or b >= 0xDE) else 1
+    if n * per > len(data) - pos:
+        raise KernelReadError(f"damaged MessagePack data ({n} elements claimed, {len(data) - pos} bytes left)")
+    if b >= 0xA0 and not 0xDC <= b <= 0xDF:  # str or bin
+        raw = data[pos:pos + n]
+        return (raw if b in (0xC4, 0xC5, 0xC6) else raw.decode("utf-8", "replace")), pos + n
+    items = []
+    for _ in range(n * per):
+        item, pos = unpack_msgpack(data, pos, depth + 1)
+        items.append(item)
+    if per == 1:
+        return items, pos
+    return {k: v for k, v in zip(items[::2], items[1::2]) if isinstance(k, str | int)}, pos
+
+
+def _kpack_ref(data: Any, sections: Mapping[bytes, tuple[int, int]]) -> KpackRef:
+    start, size = sections[b".rocm_kpack_ref"]
+    meta = unpack_msgpack(bytes(data[start:start + min(size, 1 << 16)]))[0]
+    name = meta.get("kernel_name") if isinstance(meta, dict) else None
+    paths = [p for p in (meta.get("kpack_search_paths") or []) if isinstance(p, str)] if isinstance(meta, dict) else []
+    start, size = sections.get(b".hipFatBinSegment", (0, 0))
+    wrappers = [bytes(data[i:i + 24]) for i in range(start, start + size - size % 24, 24)][:1 << 16]
+    indices = sorted({struct.unpack_from("<I", w, 16)[0] for w in wrappers if w[:4] == b"HIPK"})
+    if not isinstance(name, str) or not paths or not indices or any(w[:4] == b"HIPF" for w in wrappers):
+        raise KernelReadError("a damaged kpack marker (.rocm_kpack_ref without a kernel name, search paths or "
+                              "HIPK wrappers)")
+    return KpackRef(name, tuple(paths), tuple(indices))
+
+
+def kpack_archive_toc(path: Path) -> tuple[list[str], dict[str, set[str]]]:
+    """The gfx_arches of a .kpack archive and, per TOC key, the architectures it holds; KernelReadError."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+        size = os.fstat(f.fileno()).st_size
+        if len(head) < 16 or head[:4] != b"KPAK" or struct.unpack_from("<I", head, 4)[0] != 1:
+            raise KernelReadError("not a version 1 kpack archive")
+        offset, = struct.unpack_from("<Q", head, 8)
+        if not 16 <= offset < size or size - offset > KPACK_TOC_LIMIT:
+            raise KernelReadError(f"a kpack archive whose TOC (offset {offset}) is outside it or over 16 MiB")
+        f.seek(offset)
+        toc = unpack_msgpack(f.read(size - offset))[0]
+    if not isinstance(toc, dict) or not isinstance(toc.get("toc"), dict):
+        raise KernelReadError("a kpack archive without a TOC map")
+    arches = [a for a in toc.get("gfx_arches") or [] if isinstance(a, str)]
+    return arches, {k: {a for a in v if isinstance(a, str)} for k, v in toc["toc"].items() if isinstance(v, dict)}
+
+
+def kpack_served(ref: KpackRef, where: str, archives: Mapping[str, tuple[list[str], dict[str, set[str]]]]) -> list[str]:
+    """The GPU names whose archive (the first along ``ref``'s search paths listing the name; paths relative to the
+    prefix) holds every code object of the library at ``where``."""
+    candidates: list[tuple[str, str | None]] = []
+    for raw in ref.search_paths:
+        full = os.path.normpath(os.path.join(os.path.dirname(where), raw))
+        if raw.startswith("/") or full.startswith(".."):
+            continue
+        head, sep, tail = full.partition("@GFXARCH@")
+        for path in sorted(archives):
+            middle = path[len(head):len(path) - len(tail)]
+            if not sep and path == full:
+                candidates.append((path, None))
+            elif sep and path.startswith(head) and path.endswith(tail) and middle and "/" not in middle:
+                candidates.append((path, middle))
+    served = []
+    for name in dict.fromkeys(a for p, only in candidates for a in archives[p][0] if only in (None, a)):
+        path = next(p for p, only in candidates if only in (None, name) and name in archives[p][0])
+        if all(name in archives[path][1].get(f"{ref.kernel_name}#{i}", ()) for i in ref.indices):
+            served.append(name)
+    return served
+
+
+def device_code_ids(path: Path) -> list[str] | KpackRef | None:
     """The target IDs of the device code in ELF file ``path`` (None: no device code; KernelReadError: unreadable).
-    A standalone code object's list has one ID with a ``code object `` prefix."""
+    A standalone code object's list has one ID with a ``code object `` prefix; a kpacked library gives its marker."""
     import mmap
 
     with open(path, "rb") as f:
@@ -796,9 +908,14 @@ def device_code_ids(path: Path) -> list[str] | None:
                 raise KernelReadError("a truncated or damaged ELF file")
             headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
             names = headers[shstrndx][4]
-            for name, _type, _flags, _addr, offset, size in headers:
-                if data[names + name:names + name + 12] == b".hip_fatbin\0" and offset + size <= len(data):
-                    return fatbin_target_ids(data, offset, offset + size)
+            sections = {bytes(data[names + name:data.find(b"\0", names + name, names + name + 64)]): (offset, size)
+                        for name, kind, _flags, _addr, offset, size in headers
+                        if kind != 8 and offset + size <= len(data)}  # SHT_NOBITS: nothing in the file
+            if b".rocm_kpack_ref" in sections:  # its .hip_fatbin, if left, is no longer loaded
+                return _kpack_ref(data, sections)
+            if b".hip_fatbin" in sections:
+                offset, size = sections[b".hip_fatbin"]
+                return fatbin_target_ids(data, offset, offset + size)
     return None
 
 
@@ -828,20 +945,31 @@ def _gpu_names(ctx: Context) -> list[str]:
 
 
 def _scan_prefix(prefix: Path) -> Iterator[tuple[str, list[str] | str]]:
-    """(path relative to the prefix, its target IDs or why they cannot be read) for every file with GPU code."""
+    """(path relative to the prefix, its target IDs or why they cannot be read) for every file with GPU code; a
+    kpacked library's IDs are the GPU names its archives serve it for (kpack_served)."""
+    refs: dict[str, KpackRef] = {}
+    archives: dict[str, tuple[list[str], dict[str, set[str]]]] = {}
     for dirpath, dirnames, filenames in os.walk(prefix):
         dirnames[:] = sorted(d for d in dirnames if Path(dirpath) != prefix or d not in ("pkgs", "conda-meta"))
         for name in sorted(filenames):
             path = Path(dirpath) / name
             if path.is_symlink() or not path.is_file():
                 continue
+            rel = str(path.relative_to(prefix))
             try:
+                if name.endswith(".kpack"):
+                    archives[rel] = kpack_archive_toc(path)
+                    continue
                 ids = device_code_ids(path)
             except Exception as exc:  # noqa: BLE001 - damaged data; zlib and zstd raise their own types
-                yield str(path.relative_to(prefix)), first_line(str(exc) or type(exc).__name__)
+                yield rel, first_line(str(exc) or type(exc).__name__)
                 continue
-            if ids is not None:
-                yield str(path.relative_to(prefix)), ids
+            if isinstance(ids, KpackRef):
+                refs[rel] = ids
+            elif ids is not None:
+                yield rel, ids
+    for rel, ref in sorted(refs.items()):
+        yield rel, kpack_served(ref, rel, archives) or [f"no kpack archive for it at {', '.join(ref.search_paths)}"]
 
 
 def _without_kernels(files: Mapping[str, list[str]], gpus: list[str]) -> dict[str, list[str]]:
