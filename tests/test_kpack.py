@@ -187,6 +187,29 @@ def test_a_direct_search_path_serves_every_arch_its_archive_lists(tmp_path: Path
         assert {c.path: c for c in scan_tree(prefix)}[LIB].error.startswith("no kpack archive found")
 
 
+def test_llvms_tools_see_the_fixtures_as_the_reader_does(tmp_path: Path) -> None:
+    """ROCm 7.2.4's LLVM (the test chroot): the kpacked library's sections, the fat one's bundles, and the machine
+    of each archive's code object, against what the reader says."""
+    import rocm72chroot
+
+    rocm72chroot.require_chroot()
+    shutil.copy(REAL / LIB, tmp_path / "kpacked.so")
+    shutil.copy(REAL / "fat-libaxpy.so", tmp_path / "fat.so")
+    for gfx in ("gfx942", "gfx1100"):
+        (tmp_path / f"{gfx}.co").write_bytes(real_code_object(gfx))
+    script = ("set -e; cd /mnt/work; llvm-readelf-22 -S --wide kpacked.so; llvm-objdump-22 --offloading fat.so; "
+              "llvm-readobj-22 --file-headers gfx942.co gfx1100.co")
+    proc = rocm72chroot.run(["sh", "-c", script], work=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"\.hip_fatbin +NOBITS", proc.stdout)
+    assert re.search(r"\.rocm_kpack_ref +PROGBITS +[0-9a-f]+ 006000 00005f", proc.stdout)
+    bundles = sorted(re.findall(r"hipv4-amdgcn-amd-amdhsa--(gfx\w+)", proc.stdout))
+    machines = re.findall(r"EF_AMDGPU_MACH_AMDGCN_(GFX\w+)", proc.stdout)
+    lib = {c.path: c for c in scan_tree(tree(tmp_path / "env", therock(**BOTH)))}[LIB]
+    assert bundles == sorted(map(str, lib.targets)) == ["gfx1100", "gfx942"]
+    assert machines == ["GFX942", "GFX1100"]
+
+
 # ----------------------------------------------------------------------------- hostile input
 
 
