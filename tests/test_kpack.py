@@ -357,6 +357,19 @@ def test_a_bundle_resolves_archives_across_its_packages(tmp_path: Path, capsys: 
     assert re.search(rf"ok +{host.name}/lib/libaxpy.so +gfx942 \(kpack, 1 archive\(s\)\)", out)
     code, out = _audit(capsys, str(_bundle_dir(tmp_path / "bad", [host])))
     assert code == 1 and out.rstrip().endswith(f"cannot run on gfx942: {host.name}/lib/libaxpy.so")
+    # unpack's node check reads the extracted bundle the same way.
+    from rocmlock.deploy.audit import check_bundle_for_node
+    from rocmlock.deploy.bundle import ROCMLOCK_METADATA, parse_metadata
+    from rocmlock.errors import OperationError
+
+    for where, ok in ((tmp_path / "good", True), (tmp_path / "bad", False)):
+        meta = parse_metadata((where / ROCMLOCK_METADATA).read_bytes(), "meta")
+        if ok:
+            assert check_bundle_for_node(where, meta, ("gfx942",), False) == (
+                "device code check: 2 file(s) with GPU code, all run on this node's gfx942")
+        else:
+            with pytest.raises(OperationError, match=f"cannot run on this node's gfx942: {host.name}/lib/libaxpy.so"):
+                check_bundle_for_node(where, meta, ("gfx942",), False)
 
 
 # ----------------------------------------------------------------------------- the probe's own reader

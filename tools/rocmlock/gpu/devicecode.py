@@ -1,4 +1,5 @@
-"""Finding device code: every ELF file with a ``.hip_fatbin`` section, every AMDGPU code object and every AOTriton
+"""Finding device code: every ELF file with a ``.hip_fatbin`` section, every library split by TheRock's kpack and its
+``.kpack`` archives (:mod:`rocmlock.gpu.kpack`), every AMDGPU code object and every AOTriton
 kernel archive (``.aks2``) in a directory tree or a conda package (``.conda``: a zip holding ``pkg-*.tar.zst``;
 ``.tar.bz2``), read without installing, and which of them can run on a GPU target.
 

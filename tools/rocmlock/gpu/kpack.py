@@ -20,6 +20,10 @@ The format, from AMD's sources (ROCm/rocm-kpack: ``python/rocm_kpack/elf/kpack_t
   (``none`` with ``blobs: [{offset, size}]``, absolute; ``zstd-per-kernel`` with ``zstd_offset``/``zstd_size``
   locating a u32 kernel count then per kernel a u32 size and one zstd frame), and ``toc``: ``{"<kernel_name>#<i>":
   {"<arch>": {"ordinal": n, ...}}}``.
+- Where archives lie: TheRock's splitter writes one archive per target under the artifact prefix's ``.kpack/``; its
+  Python packaging overlays the per-target ``rocm-sdk-device-*`` wheels' archives into the ``rocm-sdk-libraries``
+  platform directory, beside the host libraries (TheRock ``build_tools/_therock_utils/py_packaging.py``). So a
+  tree, or a bundle's packages together, is where a library's archives are looked up (:func:`resolve_all`).
 
 Hostile input costs bounded work: a marker is read up to ``MARKER_LIMIT`` bytes (the runtime's own limit), a TOC up
 to ``TOC_LIMIT``; every MessagePack count is checked against the bytes left, nesting against ``_DEPTH``; a code
