@@ -312,12 +312,18 @@ def test_build_and_publish_identity_of_a_kpacked_package(tmp_path: Path) -> None
     found, problems = package_identity(good, "gfx942")
     assert problems == [] and {c.kind for c in found} == {"kpack", "kpack-archive"}
     fat = make_package(tmp_path / "out", "axpy", "rocm72_gfx942_h0_1", therock(**BOTH))
-    assert package_identity(fat, "gfx942")[1] == [f"{LIB}: also holds code for gfx1100"]
+    assert sorted(package_identity(fat, "gfx942")[1]) == [".kpack/axpy_lib_gfx1100.kpack: also holds code for gfx1100",
+                                                          f"{LIB}: also holds code for gfx1100"]
     host_only = make_package(tmp_path / "out", "axpy", "rocm72_gfx942_h0_2", therock())
     assert package_identity(host_only, "gfx942")[1] == [
         f"{LIB}: no kpack archive found at {PATTERN} (relative to the binary)"]
     wrong = make_package(tmp_path / "out", "axpy", "rocm72_gfx942_h0_3", therock(gfx1100=BOTH["gfx1100"]))
-    assert package_identity(wrong, "gfx942")[1] == [f"{LIB}: code for gfx1100, none for gfx942"]
+    assert sorted(package_identity(wrong, "gfx942")[1]) == [".kpack/axpy_lib_gfx1100.kpack: also holds code for gfx1100",
+                                                    f"{LIB}: code for gfx1100, none for gfx942"]
+    # A device package (TheRock's rocm-sdk-device-<target>): archives only, each for the package's target.
+    device = make_package(tmp_path / "out", "axpy-device", "rocm72_gfx942_h0_0", {".kpack/a_gfx942.kpack": BOTH["gfx942"],
+                                                                               ".kpack/a_gfx1100.kpack": BOTH["gfx1100"]})
+    assert package_identity(device, "gfx942")[1] == [".kpack/a_gfx1100.kpack: also holds code for gfx1100"]
 
 
 def _bundle_dir(root: Path, packages: list[Path]) -> Path:

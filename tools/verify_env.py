@@ -835,7 +835,8 @@ def _kpack_ref(data: Any, sections: Mapping[bytes, tuple[int, int]]) -> KpackRef
     start, size = sections[b".rocm_kpack_ref"]
     meta = unpack_msgpack(bytes(data[start:start + min(size, 1 << 16)]))[0]
     name = meta.get("kernel_name") if isinstance(meta, dict) else None
-    paths = [p for p in (meta.get("kpack_search_paths") or []) if isinstance(p, str)] if isinstance(meta, dict) else []
+    paths = meta.get("kpack_search_paths") if isinstance(meta, dict) else None
+    paths = [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else []
     start, size = sections.get(b".hipFatBinSegment", (0, 0))
     wrappers = [bytes(data[i:i + 24]) for i in range(start, start + size - size % 24, 24)][:1 << 16]
     indices = sorted({struct.unpack_from("<I", w, 16)[0] for w in wrappers if w[:4] == b"HIPK"})
@@ -908,7 +909,7 @@ def device_code_ids(path: Path) -> list[str] | KpackRef | None:
                 raise KernelReadError("a truncated or damaged ELF file")
             headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
             names = headers[shstrndx][4]
-            sections = {bytes(data[names + name:data.find(b"\0", names + name, names + name + 64)]): (offset, size)
+            sections = {bytes(data[names + name:names + name + 64]).split(b"\0", 1)[0]: (offset, size)
                         for name, kind, _flags, _addr, offset, size in headers
                         if kind != 8 and offset + size <= len(data)}  # SHT_NOBITS: nothing in the file
             if b".rocm_kpack_ref" in sections:  # its .hip_fatbin, if left, is no longer loaded

@@ -310,8 +310,8 @@ def foreign(code: DeviceCode, gfx: str) -> list[TargetId]:
 
 def identity_problems(found: Iterable[DeviceCode], gfx: str) -> list[str]:
     """Why a package whose build string names ``gfx`` contradicts it: a file that cannot run on ``gfx``, or a
-    library that holds code for another GPU too (the build string is the package's identity: one target, no fat
-    build). Standalone code objects beside their alternatives for other GPUs are not a fat build (see above)."""
+    library (or kpack archive) that holds code for another GPU too (the build string is the package's identity: one
+    target, no fat build). Standalone code objects beside their alternatives for other GPUs are not a fat build (see above)."""
     found = list(found)
     gpu = TargetId(gfx)
     problems = []
@@ -321,7 +321,7 @@ def identity_problems(found: Iterable[DeviceCode], gfx: str) -> list[str]:
             problems.append(f"{code.path}: {code.error}")
         elif id(code) in failing:
             problems.append(f"{code.path}: code for {', '.join(sorted_names(code.targets))}, none for {gfx}")
-        elif code.kind in _LIBRARY and (other := foreign(code, gfx)):
+        elif code.kind in (*_LIBRARY, "kpack-archive") and (other := foreign(code, gfx)):
             problems.append(f"{code.path}: also holds code for {', '.join(sorted_names(other))}")
     return problems
 
