@@ -792,11 +792,14 @@ class KpackRef:
     indices: tuple[int, ...]
 
 
-def unpack_msgpack(data: bytes, pos: int = 0, depth: int = 0) -> tuple[Any, int]:
+def unpack_msgpack(data: bytes, pos: int = 0, depth: int = 0, budget: list[int] | None = None) -> tuple[Any, int]:
     """The MessagePack object at ``data[pos:]`` and where it ends (the types kpack writes); KernelReadError when
-    damaged. Every count is checked against the bytes left, nesting against 8 levels: bounded work."""
-    if depth > 8 or pos >= len(data):
-        raise KernelReadError("damaged MessagePack data (nested too deep or cut short)")
+    damaged. Every count is checked against the bytes left, nesting against 8 levels, the values decoded against
+    a million (``budget``): bounded work."""
+    budget = [1_000_000] if budget is None else budget
+    budget[0] -= 1
+    if depth > 8 or pos >= len(data) or budget[0] < 0:
+        raise KernelReadError("damaged MessagePack data (nested too deep, cut short or over a million values)")
     b, pos = data[pos], pos + 1
     if b <= 0x7F or b >= 0xE0:
         return (b if b <= 0x7F else b - 0x100), pos
@@ -824,7 +827,7 @@ def unpack_msgpack(data: bytes, pos: int = 0, depth: int = 0) -> tuple[Any, int]
         return (raw if b in (0xC4, 0xC5, 0xC6) else raw.decode("utf-8", "replace")), pos + n
     items = []
     for _ in range(n * per):
-        item, pos = unpack_msgpack(data, pos, depth + 1)
+        item, pos = unpack_msgpack(data, pos, depth + 1, budget)
         items.append(item)
     if per == 1:
         return items, pos

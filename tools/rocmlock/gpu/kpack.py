@@ -26,7 +26,8 @@ The format, from AMD's sources (ROCm/rocm-kpack: ``python/rocm_kpack/elf/kpack_t
   tree, or a bundle's packages together, is where a library's archives are looked up (:func:`resolve_all`).
 
 Hostile input costs bounded work: a marker is read up to ``MARKER_LIMIT`` bytes (the runtime's own limit), a TOC up
-to ``TOC_LIMIT``; every MessagePack count is checked against the bytes left, nesting against ``_DEPTH``; a code
+to ``TOC_LIMIT``; every MessagePack count is checked against the bytes left, nesting against ``_DEPTH``, the values
+decoded against ``MAX_VALUES``; a code
 object is checked by its first 64 bytes (at most 64 bytes are decompressed). Damage is a :class:`KpackError` whose
 text is one line.
 """
@@ -58,6 +59,9 @@ PLACEHOLDER = "@GFXARCH@"
 MARKER_LIMIT = 64 << 10  # loader.cpp MAX_METADATA_SIZE
 TOC_LIMIT = 16 << 20
 MAX_WRAPPERS = 1 << 16
+# A TOC of 16 MiB could be 16 million one-byte values: decoding stops at this many (a TOC entry is about a dozen, so
+# ~75,000 code objects; about a second of pure Python at worst).
+MAX_VALUES = 1_000_000
 _DEPTH = 8
 
 
@@ -76,7 +80,7 @@ def unpack(data: bytes) -> tuple[Any, int]:
 
 class _Unpacker:
     def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
+        self.data, self.pos, self.values = data, 0, 0
 
     def take(self, size: int) -> bytes:
         if self.pos + size > len(self.data):
@@ -101,6 +105,9 @@ class _Unpacker:
     def read(self, depth: int) -> Any:
         if depth > _DEPTH:
             raise KpackError(f"MessagePack data nested more than {_DEPTH} deep")
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise KpackError(f"MessagePack data holds more than {MAX_VALUES:,} values")
         at = self.pos
         b = self.take(1)[0]
         if b <= 0x7F or b >= 0xE0:
