@@ -354,7 +354,7 @@ class Coverage:
         used = sorted(set(self.served.values()))
         text = f"kpack, {len(used)} archive(s)"
         for arch, (path, why) in sorted(self.lacking.items()):
-            text += f"; {path} has no {arch} code for it ({why})"
+            text += f"; {path} has no {shown(arch)} code for it ({why})"
         return text
 
     def runs_on(self, gpu: TargetId) -> bool:
