@@ -28,6 +28,8 @@ from rocmlock.gpu.offload import parse_target_id
 REAL = Path(__file__).parent / "kpack_fixtures/real"
 LIB = "lib/libaxpy.so"
 KEY = "axpy/stage/lib/libaxpy.so#0"
+# libtwo.so links two HIP translation units: two HIPK wrappers, indices 0 and 1.
+TWO = ("axpy/stage/lib/libtwo.so#0", "axpy/stage/lib/libtwo.so#1")
 PATTERN = "../.kpack/axpy_lib_@GFXARCH@.kpack"
 
 
@@ -119,9 +121,24 @@ def test_the_splitters_output_covers_what_the_fat_binary_held(tmp_path: Path,
     code, out = _audit(capsys, "--prefix", str(prefix))
     assert code == 0, out
     assert re.search(r"ok +lib/libaxpy.so +gfx942, gfx1100 \(kpack, 2 archive\(s\)\)", out)
-    assert re.search(r"ok +.kpack/axpy_lib_gfx942.kpack +gfx942 \(kpack archive, 1 code object\(s\)\)", out)
+    assert re.search(r"ok +.kpack/axpy_lib_gfx942.kpack +gfx942 \(kpack archive, 3 code object\(s\)\)", out)
     code, out = _audit(capsys, "--prefix", str(prefix), "--target", "gfx90a")
     assert code == 1 and out.rstrip().endswith("cannot run on gfx90a: lib/libaxpy.so")
+
+
+def test_a_library_of_two_translation_units_needs_both_code_objects(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    files = {**therock(**BOTH), "lib/libtwo.so": REAL / "lib/libtwo.so"}
+    two = {c.path: c for c in scan_tree(tree(tmp_path / "env", files))}["lib/libtwo.so"]
+    assert isinstance(two.kpack, kpack.Coverage) and two.kpack.marker.indices == (0, 1)
+    assert sorted(map(str, two.targets)) == ["gfx1100", "gfx942"]
+    # The gfx942 archive re-packed without the second unit's code object: the library lacks gfx942.
+    toc, _ = _real_toc(".kpack/axpy_lib_gfx942.kpack")
+    half = archive(["gfx942"], {key: {"gfx942": real_code_object("gfx942")} for key in toc["toc"] if key != TWO[1]})
+    prefix = tree(tmp_path / "half", {**files, ".kpack/axpy_lib_gfx942.kpack": half})
+    code, out = _audit(capsys, "--prefix", str(prefix))
+    assert code == 1 and out.rstrip().endswith("cannot run on gfx942: lib/libtwo.so")
+    assert f".kpack/axpy_lib_gfx942.kpack has no gfx942 code for it (no entry {TWO[1]})" in out
 
 
 def test_a_missing_archive_fails_naming_the_binary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -404,7 +421,8 @@ def test_the_probes_kernels_check_reads_kpack_as_rocmlock_does(tmp_path: Path) -
     other = archive(["gfx942"], {"other#0": {"gfx942": real_code_object("gfx942")}})
     assert probe.kpack_served(probe.device_code_ids(REAL / LIB), LIB, {
         ".kpack/axpy_lib_gfx942.kpack": probe.kpack_archive_toc(_write(tmp_path / "o.kpack", other))}) == []
-    assert probe.kpack_archive_toc(REAL / "axpy_lib_gfx942-zstd.kpack") == (["gfx942"], {KEY: {"gfx942"}})
+    assert probe.kpack_archive_toc(REAL / "axpy_lib_gfx942-zstd.kpack") == (["gfx942"], {
+        KEY: {"gfx942"}, TWO[0]: {"gfx942"}, TWO[1]: {"gfx942"}})
 
 
 def _write(path: Path, data: bytes) -> Path:

@@ -34,6 +34,8 @@ pip install --no-index --no-deps --target site wheels/*.whl >/dev/null
 mkdir -p artifact/axpy/stage/lib
 echo axpy/stage > artifact/artifact_manifest.txt
 hipcc -shared -fPIC --offload-arch=gfx942 --offload-arch=gfx1100 -o artifact/axpy/stage/lib/libaxpy.so k.hip
+sed 's/axpy/scale/g' k.hip > k2.hip
+hipcc -shared -fPIC --offload-arch=gfx942 --offload-arch=gfx1100 -o artifact/axpy/stage/lib/libtwo.so k.hip k2.hip
 cp artifact/axpy/stage/lib/libaxpy.so fat-libaxpy.so
 mkdir -p bin && ln -sf /usr/bin/clang-offload-bundler-22 bin/clang-offload-bundler
 PATH=/mnt/work/bin:$PATH PYTHONPATH=/mnt/work/rocm-kpack/python:/mnt/work/site python3 -m rocm_kpack.tools.split_artifacts \\
@@ -75,7 +77,8 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(real, ignore_errors=True)
         (real / "lib").mkdir(parents=True)
         (real / ".kpack").mkdir()
-        shutil.copy(work / "split/axpy_lib_generic/axpy/stage/lib/libaxpy.so", real / "lib/libaxpy.so")
+        for lib in ("libaxpy.so", "libtwo.so"):
+            shutil.copy(work / f"split/axpy_lib_generic/axpy/stage/lib/{lib}", real / "lib" / lib)
         for gfx in ("gfx942", "gfx1100"):
             shutil.copy(work / f"split/axpy_lib_{gfx}/axpy/stage/.kpack/axpy_lib_{gfx}.kpack", real / ".kpack")
         shutil.copy(work / "axpy_lib_gfx942-zstd.kpack", real / "axpy_lib_gfx942-zstd.kpack")
