@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import re
+import stat
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,7 +30,8 @@ from rocmlock.gpu.devicecode import (
     scan_tree,
 )
 from rocmlock.gpu.offload import OffloadError, TargetId, parse_target_id, shown, sorted_names
-from rocmlock.util.text import format_table
+from rocmlock.util.fs import open_regular, read_regular
+from rocmlock.util.text import escape, format_table
 
 _AMDGPU_TARGET = re.compile(r"amdgpu-target-[^-]+-(gfx[0-9]+[0-9a-f]{2})\.json")
 PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
@@ -124,6 +126,7 @@ def audit_prefix(prefix: Path, target: str | None = None) -> AuditReport:
 
 def audit_path(path: Path, target: str | None = None) -> AuditReport:
     """The packages of a bundle (tar or extracted directory), or one package file, against ``target`` or theirs."""
+    _regular_or_dir(path)
     if path.is_file() and path.name.endswith(PACKAGE_SUFFIXES):
         return _audit_package(path, target)
     if path.is_dir() and not (path / ROCMLOCK_METADATA).is_file():
@@ -140,6 +143,20 @@ def audit_path(path: Path, target: str | None = None) -> AuditReport:
             gpu, origin = gpu_target(meta.gpu_target, ROCMLOCK_METADATA), "the bundle's GPU target"
         files = tuple(_bundle_files(meta, open_package, path))
     return AuditReport(str(path), gpu, origin, files)
+
+
+def _regular_or_dir(path: Path) -> None:
+    """Refuse a FIFO (reading it would wait for a writer) or a device (``/dev/zero`` never ends), links to them
+    included, before anything opens ``path``."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise InputError(f"{escape(str(path))}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{escape(str(path))}: cannot read: {exc.strerror}") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise InputError(f"{escape(str(path))}: not a regular file or directory",
+                         hint="pass a bundle (its tar or the directory it was extracted to) or a package file")
 
 
 def _audit_package(path: Path, target: str | None) -> AuditReport:
@@ -162,8 +179,10 @@ def _opened_bundle(path: Path) -> Iterator[tuple[BundleMetadata, Opener]]:
     """The bundle's metadata and a way to open each of its package files, for a tar or a directory."""
     if path.is_dir():
         meta_file = path / ROCMLOCK_METADATA
-        raw = None if meta_file.is_symlink() or not meta_file.is_file() else meta_file.read_bytes()[:_METADATA_LIMIT]
-        yield _metadata(raw, path), lambda member: open(path / member, "rb")  # noqa: SIM115 - callers use `with`
+        raw = None if meta_file.is_symlink() or not meta_file.is_file() else \
+            read_regular(meta_file, _METADATA_LIMIT, "a bundle's metadata is a file")
+        yield _metadata(raw, path), lambda member: open_regular(path / member, "a bundle's package is a file",
+                                                                hint="pack the environment again")
         return
     try:
         tar = tarfile.open(path, "r:")  # noqa: SIM115 - closed by the `with tar` below

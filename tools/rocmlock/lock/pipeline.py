@@ -44,6 +44,7 @@ from rocmlock.lock.solve import (
 )
 from rocmlock.lock.stamp import default_cache_dir
 from rocmlock.util.credentials import redact_url
+from rocmlock.util.fs import open_regular
 from rocmlock.workspace.manifest import load_workspace
 from rocmlock.workspace.model import Environment, Workspace
 from rocmlock.workspace.pixi_compat import channel_base_url, is_local_channel
@@ -217,9 +218,13 @@ def render_outputs(ws: Workspace, locked: LockedWorkspace, envs: Iterable[Enviro
 
 def _stale(files: dict[Path, str]) -> tuple[Path, ...]:
     def differs(path: Path, text: str) -> bool:
+        # Bytes, not text: an old file that is not UTF-8 (a lock `--discard-lock` replaces) just differs; read
+        # no further than the new text, and never from a FIFO or device (that would hang).
+        data = text.encode()
         try:
-            return path.read_text() != text
-        except OSError:
+            with open_regular(path, "") as fh:
+                return fh.read(len(data) + 1) != data
+        except (OSError, InputError):
             return True
 
     return tuple(sorted(p for p, t in files.items() if differs(p, t)))
