@@ -40,7 +40,7 @@ from rocmlock.gpu.offload import (
 SECTION = b".hip_fatbin"
 Kind = Literal["fatbin", "code-object", "aks2"]
 # A build string's GPU target (``rocm72_gfx942_py312_h1a2b3c4_0``, ``gfx942`` for amdgpu-target itself).
-_BUILD_GFX = re.compile(r"(?:^|_)(gfx[0-9]+[0-9a-f]{2})(?:_|$)")
+_BUILD_GFX = re.compile(r"(?:^|_)(gfx[0-9]+[0-9a-f]{2})(?:_|\Z)")
 
 
 @dataclass(frozen=True)

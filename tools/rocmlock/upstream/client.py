@@ -209,7 +209,7 @@ class Client:
         return _commit(next(iter(self.text(url).split()), ""), url, what)
 
 
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 def _commit(text: str, url: str, what: str) -> str:
