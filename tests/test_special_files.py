@@ -76,7 +76,8 @@ def test_audit_refuses_a_bundle_path_or_a_package_that_is_no_regular_file(
 
     extracted = tmp_path / "extracted"
     extracted.mkdir()
-    tarfile.open(bundle).extractall(extracted, filter="data")
+    with tarfile.open(bundle) as tar:
+        tar.extractall(extracted, filter="data")
     packages = sorted((extracted / "channel").glob("*/*.conda"))
     assert packages
     _special(packages[0], kind)

@@ -276,11 +276,15 @@ def check_device_code(output: Path, variant: Variant, log: Callable[[str], None]
                       hint=f"build it for {gfx} only (PYTORCH_ROCM_ARCH / GPU_ARCHS / --offload-arch={gfx})")
 
 
-# rattler-build writes each build variable into the script it runs as `export NAME="value"`: rattler_shell's
-# `Bash::set_env_var` (conda/rattler, crates/rattler_shell/src/shell/mod.rs: `export {env_var}="{value}"`, the value
-# not escaped), which py-rattler-build 0.73 uses. In double quotes bash still runs `$(...)` and backquotes and
-# expands `$NAME` and `\`; a `"` ends the string. RECIPE_DIR is the recipe's directory; PREFIX, BUILD_PREFIX and
-# SRC_DIR lie in the output directory. So a path holding one of these would run as a command during the build.
+# rattler-build puts paths into the bash scripts it runs in double quotes, unescaped: the preamble of
+# conda_build.sh is `source "<work dir>/build_env.sh"` (prefix-dev/rattler-build,
+# crates/rattler_build_script/src/native_runner/bash.rs, BashNativeRunner::preamble), and build_env.sh sets
+# `export PREFIX="..."`, BUILD_PREFIX, CONDA_PREFIX the same way (rattler_shell's `Bash::set_env_var`, conda/rattler
+# crates/rattler_shell/src/shell/mod.rs: `export {env_var}="{value}"`). In double quotes bash still runs `$(...)`
+# and backquotes and expands `$NAME` and `\`; a `"` ends the string. All of these lie in the output directory
+# (default: <workspace>/output), so with py-rattler-build 0.73.0 an output path `out$(cmd)` runs cmd on every build
+# (tests/test_build.py shows it). RECIPE_DIR 0.73.0 single-quotes, but the issue saw it double-quoted: the recipe
+# directories are held to the same rule.
 SHELL_ACTIVE = ("$", "`", '"', "\\")
 
 

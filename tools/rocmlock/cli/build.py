@@ -205,6 +205,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         BuildOptions,
         build_channels,
         build_plan,
+        check_build_paths,
         check_magma_home,
         render_summary,
         select_variant,
@@ -219,6 +220,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.variant:
         plan = select_variant(plan, args.variant)
     output = (args.output or ws.root / "output").resolve()
+    check_build_paths(plan, output, plan.variants)
     for warning in check_magma_home(plan, output, args.stage, os.environ):
         err(f"warning: {warning}")
     if args.sources is not None:
