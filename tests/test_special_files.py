@@ -25,7 +25,8 @@ def _limited() -> None:
 
 def rocmlock(*argv: str) -> subprocess.CompletedProcess[str]:
     """``rocmlock argv`` in a child with 4 GiB of address space; a hang is a TimeoutExpired, not a stuck suite."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "tools")}
+    # Few malloc arenas: on a many-core machine glibc reserves 64 MiB of address space for each.
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools"), "MALLOC_ARENA_MAX": "2"}
     return subprocess.run([sys.executable, "-m", "rocmlock", *argv], capture_output=True, text=True, env=env,
                           timeout=60, preexec_fn=_limited, check=False)
 
