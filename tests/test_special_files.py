@@ -86,3 +86,18 @@ def test_audit_refuses_a_bundle_path_or_a_package_that_is_no_regular_file(
     assert run.returncode == 2, run.stderr
     assert run.stderr.splitlines() == [f"error: {packages[0]}: not a regular file; a bundle's package is a file",
                                        "hint: pack the environment again"], run.stderr
+
+
+def test_a_directory_in_a_packages_place_is_one_line(bundle: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    extracted = tmp_path / "extracted"
+    extracted.mkdir()
+    with tarfile.open(bundle) as tar:
+        tar.extractall(extracted, filter="data")
+    package = min((extracted / "channel").glob("*/*.conda"))
+    package.unlink()
+    package.mkdir()
+    capsys.readouterr()
+    assert main(["audit", str(extracted)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {package}: not a regular file; a bundle's package is a file", "hint: pack the environment again"]

@@ -11,12 +11,13 @@ import json
 import math
 import os
 import re
-import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rocmlock.errors import InputError
+from rocmlock.util.fs import open_regular
 from rocmlock.util.text import printable
 
 PROBE = "rocm-env-check"
@@ -89,13 +90,13 @@ def read_report(path: Path) -> NodeReport | Unreadable:
 
 def _read_bytes(path: Path) -> bytes:
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or never end
-            raise _Bad("not a regular file")
-        if st.st_size > MAX_BYTES:
-            raise _Bad(f"{st.st_size} bytes: larger than any probe report ({MAX_BYTES // 2**20} MiB)")
-        with open(path, "rb") as fh:
+        with open_regular(path, "") as fh:  # a FIFO or a device would block or never end
+            size = os.fstat(fh.fileno()).st_size
+            if size > MAX_BYTES:
+                raise _Bad(f"{size} bytes: larger than any probe report ({MAX_BYTES // 2**20} MiB)")
             data = fh.read(MAX_BYTES + 1)
+    except InputError:
+        raise _Bad("not a regular file") from None
     except OSError as exc:
         raise _Bad(f"cannot read: {exc.strerror}") from None
     if len(data) > MAX_BYTES:

@@ -137,12 +137,17 @@ def open_regular(path: Path, what: str, hint: str | None = None) -> BinaryIO:
     (and reading one, or ``/dev/zero``, might never end); fstat then tells what was opened, so nothing can be
     swapped in between a check and the open."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    fh = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        fh.close()
-        raise InputError(f"{escape(str(path))}: not a regular file; {what}", hint=hint)
-    os.set_blocking(fd, True)
-    return fh
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)  # before fdopen, which refuses a directory with an OSError
+        if regular:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        raise InputError(f"{escape(str(path))}: not a regular file" + (f"; {what}" if what else ""), hint=hint)
+    return os.fdopen(fd, "rb")
 
 
 def read_regular(path: Path, limit: int, what: str, hint: str | None = None) -> bytes:
