@@ -84,7 +84,7 @@ def test_a_wheel_pip_refuses_is_shown_in_pips_words(bundle: Path, tmp_path: Path
     assert not list(Path("/").glob("escaped.txt")) and not (tmp_path / "work" / "env").exists()
 
 
-@pytest.mark.parametrize("parent", ["exp #3", "run -1", "-lead"])
+@pytest.mark.parametrize("parent", ["exp #3", "run -1"])
 def test_a_prefix_path_with_a_hash_or_a_dash_installs_the_wheels(bundle: Path, tmp_path: Path, parent: str,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     prefix = tmp_path / parent / "env"

@@ -181,7 +181,7 @@ def verify_bytes(data: bytes, signature: bytes | None, signers: Path, shown: Pat
                 return Signer(principal, good.group(1) if good else "")
             refusals += _line_causes(res, signers)
     if refusals:
-        raise InputError(f"{shown}: signed by {escape(principals[0])}, whose line refuses it: {refusals[0]}",
+        raise InputError(f"{shown}: its signature is by a key of {signers}, whose line refuses it: {refusals[0]}",
                          hint=_line_hint(refusals[0], signers))
     raise InputError(f"{shown}: bad signature: the metadata is not what {escape(principals[0])} signed",
                      hint=hint)
