@@ -82,15 +82,18 @@ def sign_bytes(data: bytes, key: Path, scratch: Path) -> bytes:
     if key.is_dir() or not key.is_file():
         what = "a directory, not a key file" if key.is_dir() else "no such file"
         raise InputError(f"--sign {key}: {what}", hint="pass an OpenSSH private key (ssh-keygen -t ed25519)")
-    with tempfile.TemporaryDirectory(dir=scratch, prefix="sign-") as tmp:
+    # The terminal's settings are put back whatever ssh-keygen did to them (an OpenSSH before 8.4 ignores
+    # SSH_ASKPASS_REQUIRE and may prompt there even on the first try).
+    with tempfile.TemporaryDirectory(dir=scratch, prefix="sign-") as tmp, _terminal() as tty:
         payload = Path(tmp) / "metadata"
         payload.write_bytes(data)
         argv = [_ssh_keygen(), "-Y", "sign", "-q", "-f", str(key), "-n", NAMESPACE, str(payload)]
-        # No way to ask: ssh-keygen's passphrase prompt goes to an askpass that answers nothing.
+        # No way to ask: the passphrase prompt goes to an askpass that answers nothing (`false`, or none on
+        # PATH: ssh-keygen then takes an empty answer too), so only an agent's key or one without passphrase signs.
         res = _run(argv, stdin=Path(os.devnull),
                    env={**os.environ, "SSH_ASKPASS_REQUIRE": "force", "SSH_ASKPASS": "false"})
         if not res.ok and "incorrect passphrase" in res.stderr:
-            res = _sign_at_terminal(argv, key)
+            res = _sign_at_terminal(argv, key, tty)
         signature = payload.with_name("metadata.sig")
         if not res.ok or not signature.is_file():
             problem, hint = _sign_problem(res)
@@ -98,19 +101,18 @@ def sign_bytes(data: bytes, key: Path, scratch: Path) -> bytes:
         return signature.read_bytes()
 
 
-def _sign_at_terminal(argv: list[str], key: Path) -> CommandResult:
-    """``argv`` run again where ssh-keygen can ask for the passphrase at the terminal, whose settings (echo)
-    are put back afterwards; no terminal is an InputError at once."""
-    with _terminal() as tty:
-        if tty is None:
-            raise InputError(f"--sign {key}: the key has a passphrase, and there is no terminal to type it at "
-                             "(and no ssh-agent holding the key)", hint=AGENT_HINT)
-        try:
-            return run_command(argv, timeout=PASSPHRASE_TIMEOUT_S, check=False)
-        except CommandError:
-            os.write(tty, b"\n")
-            raise InputError(f"--sign {key}: no passphrase was typed within {PASSPHRASE_TIMEOUT_S:.0f} s",
-                             hint=AGENT_HINT) from None
+def _sign_at_terminal(argv: list[str], key: Path, tty: int | None) -> CommandResult:
+    """``argv`` run again where ssh-keygen can ask for the passphrase at the terminal ``tty``; no terminal is an
+    InputError at once."""
+    if tty is None:
+        raise InputError(f"--sign {key}: the key has a passphrase, and there is no terminal to type it at "
+                         "(and no ssh-agent holding the key)", hint=AGENT_HINT)
+    try:
+        return run_command(argv, timeout=PASSPHRASE_TIMEOUT_S, check=False)
+    except CommandError:
+        os.write(tty, b"\n")
+        raise InputError(f"--sign {key}: no passphrase was typed within {PASSPHRASE_TIMEOUT_S:.0f} s",
+                         hint=AGENT_HINT) from None
 
 
 @contextlib.contextmanager
