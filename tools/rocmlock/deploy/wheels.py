@@ -137,10 +137,14 @@ def _pip_failure(prefix: Path, output: str) -> OperationError:
         from rocmlock.deploy.installer import build_failure
 
         return OperationError(f"installing the PyPI wheels into {prefix} failed: {build_failure(output)}",
-                              hint="run the pip command of `rocmlock -v unpack` by hand to see its whole output")
+                              hint="check the pip beside rocmlock (`python -m pip --version`: pip >= 22.3 is needed)")
+    if any("OSError" in line for line in errors):  # pip's "Could not install packages due to an OSError"
+        hint = f"check that {prefix} is writable and its disk has room"
+    else:
+        hint = ("pip refuses a wheel of the bundle: do not install it; find out where it came from (lock and pack "
+                "it again from an index you trust)")
     return OperationError(f"installing the PyPI wheels into {prefix} failed: pip says: {' | '.join(errors[:3])}",
-                          hint="pip refuses a wheel of the bundle: do not install it; find out where it came from "
-                               "(lock and pack it again from an index you trust)")
+                          hint=hint)
 
 
 def _canonical(name: str) -> str:
