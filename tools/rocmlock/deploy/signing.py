@@ -82,6 +82,9 @@ def sign_bytes(data: bytes, key: Path, scratch: Path) -> bytes:
     if key.is_dir() or not key.is_file():
         what = "a directory, not a key file" if key.is_dir() else "no such file"
         raise InputError(f"--sign {key}: {what}", hint="pass an OpenSSH private key (ssh-keygen -t ed25519)")
+    if not os.access(key, os.R_OK):  # ssh-keygen would say "Couldn't load public key: No such file or directory"
+        raise InputError(f"--sign {key}: cannot read it (permission denied)",
+                         hint="sign as the key's owner, or pass a key you can read")
     # The terminal's settings are put back whatever ssh-keygen did to them (an OpenSSH before 8.4 ignores
     # SSH_ASKPASS_REQUIRE and may prompt there even on the first try).
     with tempfile.TemporaryDirectory(dir=scratch, prefix="sign-") as tmp, _terminal() as tty:
