@@ -85,7 +85,8 @@ def test_a_signers_line_that_refuses_the_key_is_named_with_its_cause(
         signed: Path, keys: dict[str, Path], tmp_path: Path, options: str, cause: str, hint: str,
         capsys: pytest.CaptureFixture[str]) -> None:
     allowed = tmp_path / "allowed_signers"
-    allowed.write_text(f"# build hosts\nbuild@host {options} {keys['build'].with_suffix('.pub').read_text()}")
+    # A line ssh-keygen cannot read (it says "FILE:1: invalid key") is no refusal of the signer's key.
+    allowed.write_text(f"not a line\nbuild@host {options} {keys['build'].with_suffix('.pub').read_text()}")
     line = refused(tmp_path / "run", signed, capsys, "--trusted-signers", str(allowed), hint=hint.format(allowed))
     assert line.startswith(f"error: {signed}: its signature is by a key of {allowed}, whose line refuses it: "
                            f"{allowed}:2: {cause}"), line

@@ -192,9 +192,15 @@ def verify_bytes(data: bytes, signature: bytes | None, signers: Path, shown: Pat
                      hint=hint)
 
 
+# What ssh-keygen says of a line that names the key but does not allow it now (sshsig.c; as OpenSSH 9.2 says it).
+_REFUSALS = ("key has expired", "key is not yet valid", "not permitted for use in signature namespace")
+
+
 def _line_causes(res: CommandResult, signers: Path) -> list[str]:
-    """ssh-keygen's complaints about lines of ``signers`` (``FILE:N: why``), escaped."""
-    return [escape(line.strip()) for line in res.stderr.splitlines() if line.startswith(f"{signers}:")]
+    """ssh-keygen's refusals by lines of ``signers`` (``FILE:N: why``), escaped; not its complaints about
+    lines it cannot read (``FILE:1: invalid key``), which name no signer."""
+    return [escape(line.strip()) for line in res.stderr.splitlines()
+            if line.startswith(f"{signers}:") and any(r in line for r in _REFUSALS)]
 
 
 def _line_hint(cause: str, signers: Path) -> str:
