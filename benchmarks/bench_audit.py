@@ -6,7 +6,9 @@ The tree: ``--files`` small non-ELF files (Python sources, as an environment is 
 links to PyPI's bitsandbytes 0.50.1 ``libbitsandbytes_rocm72.so`` (25 MB, two zstd bundles; links cost no disk),
 audited against gfx942 in a fresh process each run (interpreter start included). The bomb: a 16 GiB
 single-bundle .hip_fatbin (a hand-made zstd frame of RLE blocks, 512 KiB on disk) audited in a fresh process; its
-peak resident memory is read from ``getrusage``. Figures: benchmarks/README.md.
+peak resident memory is read from ``getrusage``. The section of many bundles (issue 33): ``--bundles`` bundles of
+one small kernel each, 400 bytes apart (32,000 make a 12.8 MB section), plain and zstd-compressed, read by
+``read_fatbin`` in this process. Figures: benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tools")]
 
-from devicecode_helpers import bnb_library, host_elf, plain_bundle
+from devicecode_helpers import bnb_library, ccob, host_elf, plain_bundle
 
 GFX942 = "hipv4-amdgcn-amd-amdhsa--gfx942"
 
@@ -77,12 +79,31 @@ def bomb_rss(prefix: Path) -> tuple[float, float]:
     return float(out[0]), float(out[1])
 
 
+def many_bundles(count: int, compressed: bool) -> float:
+    """Seconds to read a section of ``count`` one-kernel bundles, each padded to 400 bytes."""
+    from rocmlock.gpu.offload import read_fatbin
+
+    code_object = (b"\x7fELF\x02\x01\x01\x40\x04" + b"\0" * 9 + struct.pack("<H", 224) + b"\0" * 28
+                   + struct.pack("<I", 0x34C) + b"\0" * 12)  # EM_AMDGPU, gfx942 (V4+: xnack/sramecc any)
+    one = plain_bundle([(GFX942, code_object)])
+    one = ccob(one) if compressed else one
+    section = (one + b"\0" * (400 - len(one))) * count
+    start = time.process_time()  # CPU time: the figure of the reader, not of the other processes of the machine
+    assert len(read_fatbin(section)) == count
+    return time.process_time() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=20000)
     parser.add_argument("--libs", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--bundles", type=int, default=32000)
     args = parser.parse_args()
+    for compressed in (False, True):
+        took = min(many_bundles(args.bundles, compressed) for _ in range(args.runs))
+        print(f"a {args.bundles * 400 / 1e6:.1f} MB section of {args.bundles} {'zstd' if compressed else 'plain'} "
+              f"bundles: {took:.2f} s CPU (best of {args.runs})")
     with tempfile.TemporaryDirectory(prefix="rocmlock-bench-audit-") as tmp:
         tree = make_tree(Path(tmp) / "env", args.files, args.libs)
         times = [run_audit(tree) for _ in range(args.runs)]

@@ -246,3 +246,27 @@ def test_the_decompressed_prefix_is_capped(monkeypatch: pytest.MonkeyPatch, code
     monkeypatch.setattr(offload, "HEADER_LIMIT", 256)
     with pytest.raises(OffloadError, match="runs past the end of the data"):
         read_fatbin(ccob(plain_bundle(entries)))
+
+
+class _Counted(bytes):
+    """A section that counts the bytes its ``find`` calls search."""
+
+    searched = 0
+
+    def find(self, sub: bytes, start: int = 0, end: int | None = None, /) -> int:  # type: ignore[override]
+        type(self).searched += (len(self) if end is None else end) - start
+        return super().find(sub, start, end)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_finding_the_bundles_of_a_section_is_linear_in_its_size(code_objects: dict[str, bytes],
+                                                                 compressed: bool) -> None:
+    """Issue 33: each magic was searched to the section's end from every bundle, n times the section for n
+    bundles (2,000 bundles took 54 s); now each byte between bundles is searched a bounded number of times."""
+    one = plain_bundle([(GFX942, code_objects["gfx942"][:64])])
+    one = ccob(one) if compressed else one
+    one += b"\0" * (-len(one) % 512)
+    section = _Counted(one * 2000)
+    _Counted.searched = 0
+    assert len(read_fatbin(section)) == 2000
+    assert _Counted.searched < 8 * len(section), _Counted.searched
