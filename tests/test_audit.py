@@ -368,3 +368,38 @@ def test_code_objects_beside_their_alternatives_pass_where_one_serves_the_gpu(
     assert main(["publish", "--from", str(out_dir), "--to", str(tmp_path / "channel")]) == 0
     assert "device code of linux-64/pytorch-1.0-rocm72_gfx1100_py312_h0_0.conda: 3 file(s), all for gfx1100" in \
         capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- issue 33: hostile and odd input
+
+
+def test_code_object_files_of_hipcc_genco_are_device_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`hipcc --genco` writes an offload bundle file (compressed with --offload-compress), which hipModuleLoad
+    loads: it was "no device code found", exit 0. Real ones: tests/test_rocm72_devicecode.py."""
+    from devicecode_helpers import ccob, plain_bundle
+
+    objects = code_objects()
+    host = ("host-x86_64-unknown-linux-gnu-", b"")
+    files: dict[str, Path] = {}
+    for name, data in {"plain.co": plain_bundle([host, ("hipv4-amdgcn-amd-amdhsa--gfx90a", objects["gfx90a"])]),
+                       "zstd.co": ccob(plain_bundle([host, ("hipv4-amdgcn-amd-amdhsa--gfx1100", objects["gfx1100"])])),
+                       "zlib-v2.hsaco": ccob(plain_bundle([("hip-amdgcn-amd-amdhsa--gfx1201", objects["gfx1201"])]),
+                                             method=0, version=2),
+                       "notes.txt": b"CCOB is not a bundle: not every file starting so is one\n"}.items():
+        files[f"share/kernels/{name}"] = tmp_path / name
+        files[f"share/kernels/{name}"].write_bytes(data)
+    prefix = _prefix(tmp_path / "env", "gfx942", files)
+    code, out, _ = _audit(capsys, "--prefix", str(prefix), "--json")
+    report = json.loads(out)
+    assert code == 1 and report["cannot_run"] == [f"share/kernels/{n}" for n in ("plain.co", "zlib-v2.hsaco",
+                                                                                  "zstd.co")]
+    assert [(f["kind"], f["targets"], f["bundles"]) for f in report["files"]] == [
+        ("offload-bundle", ["gfx90a"], 1), ("offload-bundle", ["gfx1201"], 1), ("offload-bundle", ["gfx1100"], 1)]
+    assert _audit(capsys, "--prefix", str(prefix), "--target", "gfx90a")[0] == 0  # one of the directory serves it
+    # Inside a package, against its build string; a damaged one is unreadable, never "no device code".
+    pkg = make_package(tmp_path / "out", "kernels", "rocm72_gfx1100_h0_0",
+                       {"share/k/zstd.co": files["share/kernels/zstd.co"],
+                        "share/k/cut.co": files["share/kernels/plain.co"].read_bytes()[:300]})
+    code, out, _ = _audit(capsys, str(pkg))
+    assert code == 1 and re.search(r"ok +share/k/zstd.co +gfx1100 \(code object file of 1 bundle\(s\)\)", out)
+    assert re.search(r"FAIL +share/k/cut.co +unreadable: bundle at offset 0: entry '.*gfx90a' claims", out)

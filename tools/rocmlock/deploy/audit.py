@@ -76,7 +76,8 @@ class AuditReport:
 def _holds(code: DeviceCode) -> str:
     if code.error:
         return f"unreadable: {code.error}"
-    where = {"fatbin": f"{code.bundles} bundle(s)", "aks2": "AOTriton archive"}.get(code.kind, "code object")
+    where = {"fatbin": f"{code.bundles} bundle(s)", "aks2": "AOTriton archive",
+             "offload-bundle": f"code object file of {code.bundles} bundle(s)"}.get(code.kind, "code object")
     return f"{', '.join(sorted_names(code.targets))} ({where})"
 
 

@@ -24,10 +24,13 @@ from typing import IO, Any, Literal
 
 from rocmlock.gpu.offload import (
     AKS2_LIMIT,
+    Buffer,
+    Bundle,
     OffloadError,
     TargetId,
     code_object_target,
     covers,
+    is_bundle_file,
     is_code_object,
     printable,
     read_aks2,
@@ -38,7 +41,7 @@ from rocmlock.gpu.offload import (
 )
 
 SECTION = b".hip_fatbin"
-Kind = Literal["fatbin", "code-object", "aks2"]
+Kind = Literal["fatbin", "offload-bundle", "code-object", "aks2"]
 # A build string's GPU target (``rocm72_gfx942_py312_h1a2b3c4_0``, ``gfx942`` for amdgpu-target itself).
 _BUILD_GFX = re.compile(r"(?:^|_)(gfx[0-9]+[0-9a-f]{2})(?:_|$)")
 
@@ -76,62 +79,80 @@ def build_string_target(build: str) -> str | None:
 # ----------------------------------------------------------------------------- one file
 
 
+def classify(head: bytes) -> Kind | None:
+    """What holds device code in a file that starts with ``head`` (its first 64 bytes, or all of a shorter file):
+    ``fatbin`` for a host ELF (its ``.hip_fatbin`` section may hold bundles), None for a file that has none."""
+    if head[:4] == b"AKS2":
+        return "aks2"
+    if is_bundle_file(head):
+        return "offload-bundle"
+    if is_code_object(head):
+        return "code-object"
+    if head[:4] == b"\x7fELF" and len(head) >= 64 and head[4:6] == b"\x02\x01":
+        return "fatbin"
+    return None  # not ELF, or a 32-bit or big-endian one: no HIP host library
+
+
 def scan_file(path: Path, shown_as: str) -> DeviceCode | None:
-    """The device code of the ELF file at ``path`` (None when it has none; non-ELF files have none)."""
+    """The device code of the file at ``path`` (None when it has none)."""
     try:
         with open(path, "rb") as f:
-            magic = f.read(4)
-            if magic == b"AKS2":
-                return _scan_aks2(f.read(16 + AKS2_LIMIT), shown_as)
-            if magic != b"\x7fELF":
+            head = f.read(64)
+            kind = classify(head)
+            if kind is None:
                 return None
-            size = os.fstat(f.fileno()).st_size
-            if size < 64:
-                return None
+            if kind == "aks2":
+                return _scan_aks2(head + f.read(16 + AKS2_LIMIT - len(head)), shown_as)
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                return _scan_elf(data, shown_as)
+                return read_device_code(data, kind, shown_as)
     except OSError as exc:
         return DeviceCode(shown_as, "fatbin", error=f"cannot read it ({exc.strerror or exc})")
 
 
+def read_device_code(data: Buffer, kind: Kind, name: str) -> DeviceCode | None:
+    """The device code of a whole file of ``kind`` (:func:`classify`) held in ``data``."""
+    if kind == "code-object":
+        try:
+            return DeviceCode(name, kind, (code_object_target(data[:64]),))
+        except OffloadError as exc:
+            return DeviceCode(name, kind, error=str(exc))
+    try:
+        if kind == "offload-bundle":  # hipcc --genco: the file is bundles, as a section is
+            bundles = read_fatbin(data)
+        elif (section := _section(data, SECTION)) is None:
+            return None
+        else:
+            bundles = read_fatbin(data, section[0], section[1])
+    except OffloadError as exc:
+        return DeviceCode(name, kind, error=str(exc))
+    return _found(name, kind, bundles)
+
+
+def _found(name: str, kind: Kind, bundles: Iterable[Bundle]) -> DeviceCode:
+    bundles = tuple(bundles)
+    targets = tuple(dict.fromkeys(t for b in bundles for t in b.targets))
+    holder = "a .hip_fatbin section" if kind == "fatbin" else "an offload bundle file"
+    return DeviceCode(name, kind, targets, len(bundles), "" if targets else f"{holder} with no AMDGPU code in it")
+
+
 def _scan_aks2(rest: bytes, name: str) -> DeviceCode:
     try:
-        return DeviceCode(name, "aks2", read_aks2(b"AKS2" + rest))
+        return DeviceCode(name, "aks2", read_aks2(rest))
     except OffloadError as exc:
         return DeviceCode(name, "aks2", error=str(exc))
 
 
-def _scan_elf(data: mmap.mmap, name: str) -> DeviceCode | None:
-    head = data[:64]
-    if is_code_object(head):
-        try:
-            return DeviceCode(name, "code-object", (code_object_target(head),))
-        except OffloadError as exc:
-            return DeviceCode(name, "code-object", error=str(exc))
-    if head[4:6] != b"\x02\x01":
-        return None  # 32-bit or big-endian: no HIP host library
-    try:
-        section = _section(data, SECTION)
-        if section is None:
-            return None
-        bundles = read_fatbin(data, section[0], section[1])
-    except OffloadError as exc:
-        return DeviceCode(name, "fatbin", error=str(exc))
-    targets = tuple(dict.fromkeys(t for b in bundles for t in b.targets))
-    return DeviceCode(name, "fatbin", targets, len(bundles),
-                      "" if targets else "a .hip_fatbin section with no AMDGPU code in it")
-
-
-def _section(data: mmap.mmap, wanted: bytes) -> tuple[int, int] | None:
+def _section(data: Buffer, wanted: bytes) -> tuple[int, int] | None:
     """``(start, end)`` in the file of the section named ``wanted``; OffloadError for headers that lie."""
     try:
-        shoff, = struct.unpack_from("<Q", data, 0x28)
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+        shoff, = struct.unpack("<Q", data[0x28:0x30])
+        shentsize, shnum, shstrndx = struct.unpack("<HHH", data[0x3A:0x40])
         if shnum == 0:
             return None  # no section headers: nothing to find
         if shentsize < 64 or shstrndx >= shnum or shoff + shnum * shentsize > len(data):
             raise OffloadError("truncated or damaged ELF file (its section headers are not all there)")
-        headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+        headers = [struct.unpack("<IIQQQQ", data[shoff + i * shentsize:shoff + i * shentsize + 40])
+                   for i in range(shnum)]
     except struct.error:
         raise OffloadError("truncated or damaged ELF file (its headers point past its end)") from None
     names = headers[shstrndx][4]
@@ -200,14 +221,14 @@ def _scan_tar(tar: tarfile.TarFile) -> Iterator[DeviceCode]:
     with tar, tempfile.TemporaryDirectory(prefix="rocmlock-audit-") as tmp:
         scratch = Path(tmp) / "member"
         for member in tar:
-            if not member.isfile() or member.size < 64:
+            if not member.isfile() or member.size < 8:
                 continue
             source = tar.extractfile(member)
             if source is None:
                 continue
             with source:
-                magic = source.read(4)
-                if magic not in (b"\x7fELF", b"AKS2"):
+                magic = source.read(64)
+                if classify(magic) is None:
                     continue
                 with open(scratch, "wb") as out:
                     out.write(magic)
