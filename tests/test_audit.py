@@ -403,3 +403,39 @@ def test_code_object_files_of_hipcc_genco_are_device_code(tmp_path: Path, capsys
     code, out, _ = _audit(capsys, str(pkg))
     assert code == 1 and re.search(r"ok +share/k/zstd.co +gfx1100 \(code object file of 1 bundle\(s\)\)", out)
     assert re.search(r"FAIL +share/k/cut.co +unreadable: bundle at offset 0: entry '.*gfx90a' claims", out)
+
+
+# Root reads every directory through CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH: the audit runs without them
+# (setpriv(1) drops them), so mode bits apply as they do to a user (as in tests/test_publish_concurrent.py).
+NO_OVERRIDE = ("setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search")
+
+
+def test_an_unreadable_directory_fails_the_audit_naming_it(tmp_path: Path, kernels: dict[str, Path]) -> None:
+    """Issue 33: a directory the user may not list was skipped and the audit passed."""
+    import os
+    import subprocess
+    import sys
+
+    cmd: tuple[str, ...] = (sys.executable, "-m", "rocmlock", "audit", "--prefix", str(tmp_path / "env"))
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("needs setpriv(1) to run the audit as root without its override of mode bits")
+        cmd = NO_OVERRIDE + cmd
+    prefix = _prefix(tmp_path / "env", "gfx942", {"lib/ok.hsaco": kernels["gfx942"],
+                                                  "lib/secret/k.hsaco": kernels["gfx90a"],
+                                                  "lib/nosearch/k.hsaco": kernels["gfx90a"]})
+    (prefix / "lib/secret").chmod(0)
+    (prefix / "lib/nosearch").chmod(0o644)  # its names can be listed, its files not opened
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent / "tools")})
+    finally:
+        (prefix / "lib/secret").chmod(0o755)
+        (prefix / "lib/nosearch").chmod(0o755)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert re.search(r"FAIL +lib/secret/ +unreadable: cannot list this directory \(Permission denied\)", out), out
+    assert re.search(r"FAIL +lib/nosearch/k.hsaco +unreadable: cannot read it \(Permission denied\)", out), out
+    assert re.search(r"ok +lib/ok.hsaco +gfx942", out)
+    assert out.rstrip().endswith("2 of 3 file(s) with device code cannot run on gfx942: lib/nosearch/k.hsaco, "
+                                 "lib/secret/")

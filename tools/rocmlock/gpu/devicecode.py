@@ -13,6 +13,7 @@ import mmap
 import os
 import re
 import shutil
+import stat
 import struct
 import tarfile
 import tempfile
@@ -41,7 +42,8 @@ from rocmlock.gpu.offload import (
 )
 
 SECTION = b".hip_fatbin"
-Kind = Literal["fatbin", "offload-bundle", "code-object", "aks2"]
+# "unreadable": a file or directory that could not be read, so what it holds is not known.
+Kind = Literal["fatbin", "offload-bundle", "code-object", "aks2", "unreadable"]
 # A build string's GPU target (``rocm72_gfx942_py312_h1a2b3c4_0``, ``gfx942`` for amdgpu-target itself).
 _BUILD_GFX = re.compile(r"(?:^|_)(gfx[0-9]+[0-9a-f]{2})(?:_|$)")
 
@@ -106,7 +108,7 @@ def scan_file(path: Path, shown_as: str) -> DeviceCode | None:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
                 return read_device_code(data, kind, shown_as)
     except OSError as exc:
-        return DeviceCode(shown_as, "fatbin", error=f"cannot read it ({exc.strerror or exc})")
+        return DeviceCode(shown_as, "unreadable", error=f"cannot read it ({exc.strerror or exc})")
 
 
 def read_device_code(data: Buffer, kind: Kind, name: str) -> DeviceCode | None:
@@ -172,15 +174,31 @@ def _section(data: Buffer, wanted: bytes) -> tuple[int, int] | None:
 
 
 def scan_tree(root: Path) -> list[DeviceCode]:
-    """Every file with device code under ``root`` (symlinks not followed, so each file once), sorted by path."""
+    """Every file with device code under ``root`` (symlinks not followed, so each file once), sorted by path. A
+    directory that cannot be listed, or an entry that cannot be looked at (mode bits, an ACL, a dying disk), is
+    an unreadable entry: its code is not known, so it cannot pass."""
     found: list[DeviceCode] = []
-    for dirpath, dirnames, filenames in os.walk(root):
+
+    def shown_path(path: Path) -> str:
+        return printable(path.relative_to(root).as_posix())
+
+    def unlisted(exc: OSError) -> None:
+        where = Path(exc.filename) if exc.filename else root
+        found.append(DeviceCode(shown_path(where) + "/", "unreadable",
+                                error=f"cannot list this directory ({exc.strerror or exc})"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlisted):
         dirnames.sort()
         for name in sorted(filenames):
             path = Path(dirpath) / name
-            if path.is_symlink() or not path.is_file():
+            try:
+                mode = path.lstat().st_mode
+            except OSError as exc:  # listed, but not looked at: a directory without search permission
+                found.append(DeviceCode(shown_path(path), "unreadable", error=f"cannot read it ({exc.strerror})"))
                 continue
-            code = scan_file(path, printable(path.relative_to(root).as_posix()))
+            if not stat.S_ISREG(mode):
+                continue
+            code = scan_file(path, shown_path(path))
             if code is not None:
                 found.append(code)
     return sorted(found, key=lambda c: c.path)
