@@ -439,3 +439,60 @@ def test_an_unreadable_directory_fails_the_audit_naming_it(tmp_path: Path, kerne
     assert re.search(r"ok +lib/ok.hsaco +gfx942", out)
     assert out.rstrip().endswith("2 of 3 file(s) with device code cannot run on gfx942: lib/nosearch/k.hsaco, "
                                  "lib/secret/")
+
+
+_SMALL_DISK = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full /tmp
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+from rocmlock.cli.main import main
+code = main(["audit", *sys.argv[1:]])
+# VmHWM, not getrusage: ru_maxrss keeps the peak of the process before exec (pytest's, hundreds of MB).
+peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print("peak-rss-mib", int(peak.split()[1]) // 1024)
+sys.exit(code)
+"""
+
+
+def test_a_package_is_read_as_a_stream_without_disk_and_in_bounded_memory(tmp_path: Path) -> None:
+    """Issue 33: each ELF member was copied whole to $TMPDIR (4 GiB for a 128 KiB .conda), and where /tmp was
+    small the package was blamed ("not a readable conda package"). A 96 MiB library (a gfx942 bundle after 96 MiB
+    of code) in a 30 KiB .conda, audited where no file may grow past 1 MiB."""
+    import subprocess
+    import sys
+
+    from devicecode_helpers import ccob, padded_host_elf, plain_bundle, streamed_conda
+
+    section = ccob(plain_bundle([("hipv4-amdgcn-amd-amdhsa--gfx942", code_objects()["gfx942"])]))
+    pkg = streamed_conda(tmp_path / "big-1.0-rocm72_gfx942_h0_0.conda", "lib/libbig.so",
+                         padded_host_elf(96 << 20, section))
+    assert pkg.stat().st_size < 200_000
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(scratch), "PYTHONPATH": str(Path(__file__).parent.parent / "tools")}
+    proc = subprocess.run([sys.executable, "-c", _SMALL_DISK, str(pkg)], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"ok +lib/libbig.so +gfx942 \(1 bundle\(s\)\)", proc.stdout), proc.stdout
+    assert int(proc.stdout.split("peak-rss-mib")[1]) < 150  # the interpreter, zstandard and a window of 8-16 MiB
+    assert not list(scratch.iterdir())
+
+
+def test_a_disk_error_while_reading_a_package_is_the_nodes_not_the_packages(
+        tmp_path: Path, kernels: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    from rocmlock.gpu import devicecode
+
+    pkg = make_package(tmp_path / "out", "mylib", "rocm72_gfx942_py312_h0_0", {"lib/k.hsaco": kernels["gfx942"]})
+
+    def failing_disk(*_args: object) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(devicecode, "scan_stream", failing_disk)
+    code, out, err = _audit(capsys, str(pkg))
+    assert code == 1 and not out
+    error = (f"error: cannot read {pkg}: Input/output error (an error of this machine's disk or file system, not "
+             "of the package)")
+    assert err.splitlines() == [error, "hint: check the disk and the file's permissions, then run again"]

@@ -2,8 +2,8 @@
 kernel archive (``.aks2``) in a directory tree or a conda package (``.conda``: a zip holding ``pkg-*.tar.zst``;
 ``.tar.bz2``), read without installing, and which of them can run on a GPU target.
 
-Files are read where they lie (mapped, only their headers and the section touched); a package's ELF members are
-copied one at a time to a private temporary file. A file that cannot be read is reported with the reason and
+Files are read where they lie (mapped, only their headers and the section touched); a package's members are read
+once as its archive streams by (:mod:`rocmlock.gpu.stream`), with bounded memory and nothing written. A file that cannot be read is reported with the reason and
 counts as one that cannot run: an audit never passes over device code it could not read.
 """
 
@@ -12,11 +12,9 @@ from __future__ import annotations
 import mmap
 import os
 import re
-import shutil
 import stat
 import struct
 import tarfile
-import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -40,6 +38,7 @@ from rocmlock.gpu.offload import (
     shown,
     sorted_names,
 )
+from rocmlock.gpu.stream import Readable, read_bundle_file, read_host_elf
 
 SECTION = b".hip_fatbin"
 # "unreadable": a file or directory that could not be read, so what it holds is not known.
@@ -214,7 +213,11 @@ def scan_package(package: Path | IO[bytes], shown_as: str) -> list[DeviceCode]:
             with (tarfile.open(package, "r:bz2") if isinstance(package, Path)
                   else tarfile.open(fileobj=package, mode="r:bz2")) as bz2:
                 return list(_scan_tar(bz2))
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
+    except OSError as exc:
+        if exc.errno is not None:  # the node's disk or file system, not the package (bz2's damage has no errno)
+            raise
+        raise OffloadError(f"{shown(shown_as)}: not a readable conda package ({exc})") from None
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
         raise OffloadError(f"{shown(shown_as)}: not a readable conda package ({exc})") from None
     raise OffloadError(f"{shown(shown_as)}: not a conda package (.conda or .tar.bz2)")
 
@@ -235,9 +238,8 @@ def _scan_conda(package: Path | IO[bytes], shown_as: str) -> Iterator[DeviceCode
 
 
 def _scan_tar(tar: tarfile.TarFile) -> Iterator[DeviceCode]:
-    """The ELF (and AKS2) members of a package's tar, each copied to a private temporary file and scanned there."""
-    with tar, tempfile.TemporaryDirectory(prefix="rocmlock-audit-") as tmp:
-        scratch = Path(tmp) / "member"
+    """The members of a package's tar with device code, each read once as it streams by."""
+    with tar:
         for member in tar:
             if not member.isfile() or member.size < 8:
                 continue
@@ -245,16 +247,28 @@ def _scan_tar(tar: tarfile.TarFile) -> Iterator[DeviceCode]:
             if source is None:
                 continue
             with source:
-                magic = source.read(64)
-                if classify(magic) is None:
-                    continue
-                with open(scratch, "wb") as out:
-                    out.write(magic)
-                    shutil.copyfileobj(source, out, 1 << 20)
-            code = scan_file(scratch, printable(member.name))
+                code = scan_stream(source, member.size, printable(member.name))
             if code is not None:
                 yield code
-        scratch.unlink(missing_ok=True)
+
+
+def scan_stream(source: Readable, size: int, shown_as: str) -> DeviceCode | None:
+    """The device code of a file of ``size`` bytes read once from ``source`` (gpu/stream.py): nothing is written
+    and memory is bounded, whatever the file's size."""
+    head = source.read(64)
+    kind = classify(head)
+    if kind is None:
+        return None
+    try:
+        if kind == "aks2":
+            return DeviceCode(shown_as, kind, read_aks2(head + source.read(16 + AKS2_LIMIT - len(head))))
+        if kind == "code-object":
+            return DeviceCode(shown_as, kind, (code_object_target(head),))
+        bundles = (read_bundle_file(source, size, head) if kind == "offload-bundle"
+                   else read_host_elf(source, size, head))
+    except OffloadError as exc:
+        return DeviceCode(shown_as, kind, error=str(exc))
+    return None if bundles is None else _found(shown_as, kind, bundles)
 
 
 # ----------------------------------------------------------------------------- verdicts

@@ -38,7 +38,7 @@ import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, Literal, Protocol, cast
+from typing import IO, Any, Literal, NamedTuple, Protocol, cast
 
 PLAIN_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 COMPRESSED_MAGIC = b"CCOB"
@@ -252,17 +252,25 @@ def read_fatbin(buf: Buffer, start: int = 0, end: int | None = None) -> tuple[Bu
     """Every bundle of the ``.hip_fatbin`` section ``buf[start:end]``, in order, offsets relative to ``start``;
     OffloadError naming the offset when one is damaged."""
     out: list[Bundle] = []
-    for pos, _size, bundle in iter_bundles(buf, start, len(buf) if end is None else end):
-        if isinstance(bundle, OffloadError):
-            raise bundle
-        out.append(Bundle(pos - start, bundle.compression, bundle.version, bundle.targets))
+    for found in iter_bundles(buf, start, len(buf) if end is None else end):
+        if isinstance(found.bundle, OffloadError):
+            raise found.bundle
+        out.append(Bundle(found.pos - start, found.bundle.compression, found.bundle.version, found.bundle.targets))
     return tuple(out)
 
 
-def iter_bundles(buf: Buffer, start: int, end: int, *, go_on: bool = False
-                 ) -> Iterator[tuple[int, int, Bundle | OffloadError]]:
-    """``(offset in buf, size, bundle or why it cannot be read)`` of each bundle in ``buf[start:end]``, in order;
-    after a damaged one it stops, or with ``go_on`` searches on from the byte after its magic."""
+class Found(NamedTuple):
+    """A bundle magic at ``pos`` of a buffer: the bundle's size and what it holds, or why it cannot be read."""
+
+    pos: int
+    size: int
+    compressed: bool
+    bundle: Bundle | OffloadError
+
+
+def iter_bundles(buf: Buffer, start: int, end: int, *, go_on: bool = False) -> Iterator[Found]:
+    """Each bundle of ``buf[start:end]``, in order; after a damaged one it stops, or with ``go_on`` searches on
+    from the byte after its magic."""
     pos = _next_bundle(buf, start, end)
     while pos is not None:
         compressed = buf[pos:pos + 4] == COMPRESSED_MAGIC
@@ -274,12 +282,12 @@ def iter_bundles(buf: Buffer, start: int, end: int, *, go_on: bool = False
                 targets, size = _plain(_Reader(buf, pos, end), whole=True, where=where)
                 bundle = Bundle(pos, "", 0, targets)
         except OffloadError as exc:
-            yield pos, 0, exc
+            yield Found(pos, 0, compressed, exc)
             if not go_on:
                 return
             pos = _next_bundle(buf, pos + 1, end)
             continue
-        yield pos, size, bundle
+        yield Found(pos, size, compressed, bundle)
         pos = _next_bundle(buf, pos + max(size, 1), end)
 
 
