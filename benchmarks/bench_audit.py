@@ -8,7 +8,10 @@ audited against gfx942 in a fresh process each run (interpreter start included).
 single-bundle .hip_fatbin (a hand-made zstd frame of RLE blocks, 512 KiB on disk) audited in a fresh process; its
 peak resident memory is read from ``getrusage``. The section of many bundles (issue 33): ``--bundles`` bundles of
 one small kernel each, 400 bytes apart (32,000 make a 12.8 MB section), plain and zstd-compressed, read by
-``read_fatbin`` in this process. Figures: benchmarks/README.md.
+``read_fatbin`` in this process. The large member (issue 33): a ``.conda`` of a few hundred KiB holding a
+``--member-gib`` GiB library (zeros, then a gfx942 bundle), audited in a fresh process with ``TMPDIR`` pointing at an
+empty directory: the time, the peak resident memory (``VmHWM``) and what was written there. Figures:
+benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -26,7 +29,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tools")]
 
-from devicecode_helpers import bnb_library, ccob, host_elf, plain_bundle
+from devicecode_helpers import (
+    bnb_library,
+    ccob,
+    code_objects,
+    host_elf,
+    padded_host_elf,
+    plain_bundle,
+    streamed_conda,
+)
 
 GFX942 = "hipv4-amdgcn-amd-amdhsa--gfx942"
 
@@ -93,17 +104,48 @@ def many_bundles(count: int, compressed: bool) -> float:
     return time.process_time() - start
 
 
+LARGE_MEMBER = """
+import sys, time
+from rocmlock.cli.main import main
+start = time.perf_counter()
+code = main(["audit", sys.argv[1]])
+took = time.perf_counter() - start
+peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print("figures", code, took, int(peak.split()[1]) // 1024)
+"""
+
+
+def large_member(tmp: Path, gib: int) -> tuple[int, float, int, int]:
+    """(package bytes, seconds, peak RSS MiB, bytes written to TMPDIR) for a .conda with a ``gib`` GiB library."""
+    section = ccob(plain_bundle([(GFX942, code_objects()["gfx942"])]))
+    pkg = streamed_conda(tmp / "big-1.0-rocm72_gfx942_h0_0.conda", "lib/libbig.so",
+                         padded_host_elf((gib << 30) - 4096, section))
+    scratch = tmp / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools"), "TMPDIR": str(scratch)}
+    out = subprocess.run([sys.executable, "-c", LARGE_MEMBER, str(pkg)], capture_output=True, text=True, env=env,
+                         check=True).stdout.split("figures")[1].split()
+    assert out[0] == "0", out
+    written = sum(p.stat().st_size for p in scratch.rglob("*"))
+    return pkg.stat().st_size, float(out[1]), int(out[2]), written
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=20000)
     parser.add_argument("--libs", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--bundles", type=int, default=32000)
+    parser.add_argument("--member-gib", type=int, default=4)
     args = parser.parse_args()
     for compressed in (False, True):
         took = min(many_bundles(args.bundles, compressed) for _ in range(args.runs))
         print(f"a {args.bundles * 400 / 1e6:.1f} MB section of {args.bundles} {'zstd' if compressed else 'plain'} "
               f"bundles: {took:.2f} s CPU (best of {args.runs})")
+    with tempfile.TemporaryDirectory(prefix="rocmlock-bench-audit-") as tmp:
+        size, took, rss, written = large_member(Path(tmp), args.member_gib)
+        print(f"a {size // 1024} KiB .conda holding a {args.member_gib} GiB library: {took:.1f} s, peak RSS {rss} MiB, "
+              f"{written} bytes written to TMPDIR")
     with tempfile.TemporaryDirectory(prefix="rocmlock-bench-audit-") as tmp:
         tree = make_tree(Path(tmp) / "env", args.files, args.libs)
         times = [run_audit(tree) for _ in range(args.runs)]
