@@ -1,17 +1,17 @@
 """`rocmlock audit` speed on a prefix-sized tree, and its memory on a decompression bomb.
 
-    python benchmarks/bench_audit.py [--files 20000] [--libs 200] [--runs 3]
+    python benchmarks/bench_audit.py [--files 20000] [--libs 200] [--runs 3] [--bundles 32000] [--member-gib 4]
 
 The tree: ``--files`` small non-ELF files (Python sources, as an environment is mostly made of) and ``--libs`` hard
 links to PyPI's bitsandbytes 0.50.1 ``libbitsandbytes_rocm72.so`` (25 MB, two zstd bundles; links cost no disk),
 audited against gfx942 in a fresh process each run (interpreter start included). The bomb: a 16 GiB
 single-bundle .hip_fatbin (a hand-made zstd frame of RLE blocks, 512 KiB on disk) audited in a fresh process; its
-peak resident memory is read from ``getrusage``. The section of many bundles (issue 33): ``--bundles`` bundles of
-one small kernel each, 400 bytes apart (32,000 make a 12.8 MB section), plain and zstd-compressed, read by
-``read_fatbin`` in this process. The large member (issue 33): a ``.conda`` of a few hundred KiB holding a
-``--member-gib`` GiB library (zeros, then a gfx942 bundle), audited in a fresh process with ``TMPDIR`` pointing at an
-empty directory: the time, the peak resident memory (``VmHWM``) and what was written there. Figures:
-benchmarks/README.md.
+peak resident memory is read from ``VmHWM`` (``getrusage`` would give the parent's peak: it survives exec). The
+section of many bundles (issue 33): ``--bundles`` bundles of one small kernel each, 400 bytes apart (32,000 make a
+12.8 MB section), plain and zstd-compressed, read by ``read_fatbin`` in this process. The large member (issue 33):
+a ``.conda`` of a few hundred KiB holding a ``--member-gib`` GiB library (zeros, then a gfx942 bundle), audited in
+a fresh process with ``TMPDIR`` an empty directory: the time, the peak resident memory and what was written there.
+Figures: benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -81,10 +81,11 @@ def run_audit(prefix: Path) -> float:
 
 
 def bomb_rss(prefix: Path) -> tuple[float, float]:
-    code = ("import resource, sys, time; from pathlib import Path; from rocmlock.gpu.devicecode import scan_tree\n"
+    code = ("import sys, time; from pathlib import Path; from rocmlock.gpu.devicecode import scan_tree\n"
             "t = time.perf_counter(); found = scan_tree(Path(sys.argv[1])); t = time.perf_counter() - t\n"
             "assert [str(x) for x in found[0].targets] == ['gfx942'], found\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, t)")
+            "peak = next(line for line in open('/proc/self/status') if line.startswith('VmHWM:'))\n"
+            "print(int(peak.split()[1]) / 1024, t)")
     out = subprocess.run([sys.executable, "-c", code, str(prefix)], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(REPO / "tools")}).stdout.split()
     return float(out[0]), float(out[1])
