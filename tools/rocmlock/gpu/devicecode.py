@@ -1,10 +1,14 @@
-"""Finding device code: every ELF file with a ``.hip_fatbin`` section, every AMDGPU code object and every AOTriton
-kernel archive (``.aks2``) in a directory tree or a conda package (``.conda``: a zip holding ``pkg-*.tar.zst``;
-``.tar.bz2``), read without installing, and which of them can run on a GPU target.
+"""Finding device code: every ELF file with a ``.hip_fatbin`` section, every AMDGPU code object, every code object
+file of ``hipcc --genco`` (an offload bundle file) and every AOTriton kernel archive (``.aks2``) in a directory tree
+or a conda package (``.conda``: a zip holding ``pkg-*.tar.zst``; ``.tar.bz2``), read without installing, and which
+of them can run on a GPU target.
 
 Files are read where they lie (mapped, only their headers and the section touched); a package's members are read
-once as its archive streams by (:mod:`rocmlock.gpu.stream`), with bounded memory and nothing written. A file that cannot be read is reported with the reason and
-counts as one that cannot run: an audit never passes over device code it could not read.
+once as its archive streams by (:mod:`rocmlock.gpu.stream`), with bounded memory and nothing written. A file or
+directory that cannot be read is reported with the reason and counts as one that cannot run: an audit never passes
+over device code it could not read. :func:`classify` names the container from a file's first bytes;
+:func:`read_device_code` (a mapped file) and :func:`scan_stream` (a package's member) read each kind, so a new
+container is one kind, one test of its first bytes and one reader in each.
 """
 
 from __future__ import annotations
