@@ -78,7 +78,8 @@ class AuditReport:
 def _holds(code: DeviceCode) -> str:
     if code.error:
         return f"unreadable: {code.error}"
-    where = {"fatbin": f"{code.bundles} bundle(s)", "aks2": "AOTriton archive"}.get(code.kind, "code object")
+    where = {"fatbin": f"{code.bundles} bundle(s)", "aks2": "AOTriton archive",
+             "offload-bundle": f"code object file of {code.bundles} bundle(s)"}.get(code.kind, "code object")
     return f"{', '.join(sorted_names(code.targets))} ({where})"
 
 
@@ -167,8 +168,17 @@ def _audit_package(path: Path, target: str | None) -> AuditReport:
         files = scan_package(path, path.name)
     except OffloadError as exc:
         raise InputError(f"{path.parent}/{exc}", hint="download or build the package again") from None
+    except OSError as exc:
+        raise _node_error(path, exc) from None
     return AuditReport(str(path), gpu_target(target), "the build string" if target == build_string_target(build)
                        else "--target", tuple(files))
+
+
+def _node_error(path: Path, exc: OSError) -> OperationError:
+    """A read that failed in this machine's disk or file system (EIO, EACCES, ...): not the package's fault."""
+    return OperationError(f"cannot read {path}: {exc.strerror or exc} (an error of this machine's disk or file "
+                          "system, not of the package)", hint="check the disk and the file's permissions, then run "
+                          "again")
 
 
 Opener = Callable[[str], IO[bytes]]
@@ -228,11 +238,13 @@ def _bundle_files(meta: BundleMetadata, open_package: Opener, shown_as: Path) ->
     """The device code of every package the bundle's metadata lists (names validated by bundle.parse_metadata)."""
     for package in sorted(meta.packages, key=lambda p: (p.subdir, p.filename)):
         member = f"{CHANNEL_DIR}/{package.subdir}/{package.filename}"
-        with open_package(member) as source:
-            try:
+        try:
+            with open_package(member) as source:
                 found = scan_package(source, package.filename)
-            except OffloadError as exc:
-                raise InputError(f"{shown_as}: {exc}", hint="pack the environment again") from None
+        except OffloadError as exc:
+            raise InputError(f"{shown_as}: {exc}", hint="pack the environment again") from None
+        except OSError as exc:  # scan_package lets through only the errors of a disk or file system
+            raise _node_error(shown_as / member, exc) from None
         for code in found:
             yield DeviceCode(f"{package.filename}/{code.path}", code.kind, code.targets, code.bundles, code.error)
 
