@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import rocm_bootstrap
-
 from rocmlock.errors import InputError
 from rocmlock.gpu import targets as gpu_table
 
@@ -66,11 +65,11 @@ def _table_with(tmp_path: Path, old: str, new: str) -> Path:
 
 
 @pytest.mark.parametrize(("old", "new", "message"), [
-    ('family = "gfx9"', 'family = "gfx10"', "key 'gfx908.family' is 'gfx10', but AMD's GPU table (rocm-bootstrap "
-                                            "0.3.0) says 'gfx9'"),
+    ('family = "gfx9"', 'family = "gfx10"', ("key 'gfx908.family' is 'gfx10', but AMD's GPU table (rocm-bootstrap "
+                                            "0.3.0) says 'gfx9'")),
     ('sub_family = "gfx115x"', 'sub_family = "gfx110x"', "key 'gfx1150.sub_family' is 'gfx110x', but AMD's"),
-    ('generic = ""', 'generic = "gfx9-generic"', "key 'gfx908.generic' is 'gfx9-generic', but AMD's GPU table "
-                                                 "(rocm-bootstrap 0.3.0) says ''"),
+    ('generic = ""', 'generic = "gfx9-generic"', ("key 'gfx908.generic' is 'gfx9-generic', but AMD's GPU table "
+                                                 "(rocm-bootstrap 0.3.0) says ''")),
     ('generic = "gfx12-generic"', 'generic = "gfx11-generic"', "key 'gfx1200.generic' is 'gfx11-generic'"),
     ('xnack = "supported"', 'xnack = "unsupported"', "key 'gfx908.xnack' is 'unsupported', but AMD's"),
 ])
