@@ -196,10 +196,12 @@ def test_conda_build_makes_every_target_as_the_recipes_render(example: Example) 
 
 def test_conda_build_and_rocmlock_build_make_the_same_packages(example: Example) -> None:
     ours, theirs = _repodata(example.rocmlock_build), _repodata(example.conda_build)
-    # rocmlock builds what the example's environments need (two targets); conda-build every target.
+    # rocmlock builds what the example's environments need (two targets, ROCm 7.2); conda-build every target and
+    # every ROCm version of the matrix (7.2 and 7.14).
     assert {f for f in ours if not f.startswith("python-")} == {
         "amdgpu-target-1-gfx90a.conda", "amdgpu-target-1-gfx942.conda",
-        *(f for f in theirs if f.startswith(("rocm-version-", "rocm-env-check-")))}
+        *(f for f in theirs if f.startswith(("rocm-version-7.2-", "rocm-env-check-")))}
+    assert {theirs[f]["version"] for f in theirs if f.startswith("rocm-version-")} == {"7.2", "7.14"}
     for filename, record in ours.items():
         assert {k: record.get(k) for k in FIELDS} == {k: theirs[filename].get(k) for k in FIELDS}, filename
 
