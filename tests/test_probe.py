@@ -592,6 +592,7 @@ def test_the_probes_aotriton_experimental_targets_are_the_gpu_tables() -> None:
     aot = tomllib.loads(resources.files("rocmlock").joinpath("data/aotriton.toml").read_text())
     assert aot["version"] == aotriton_release()
     assert {probe.AOTRITON_OF_TORCH[series] for series in aot["pytorch"]} == {aot["version"]}
+    assert probe.AOTRITON_OF_TORCH == aot["pytorch_releases"]
     # AOTriton 0.12b took gfx1151 out of the experimental tier; gfx1100 is supported in every listed release.
     assert "gfx1151" in probe.AOTRITON_EXPERIMENTAL["0.11.2b"] and "gfx1151" not in probe.AOTRITON_EXPERIMENTAL["0.12b"]
     assert not any("gfx1100" in targets for targets in probe.AOTRITON_EXPERIMENTAL.values())

@@ -75,8 +75,8 @@ AOTRITON_EXPERIMENTAL: dict[str, frozenset[str]] = {
     "0.12b": frozenset({"gfx1101", "gfx1102", "gfx1150", "gfx1152", "gfx1153", "gfx1200"}),
     "0.13b": frozenset({"gfx1101", "gfx1102", "gfx1150", "gfx1152", "gfx1153", "gfx1200"}),
 }
-# PyTorch series -> the AOTriton release its cmake/External/aotriton.cmake (__AOTRITON_VER) builds with: 2.12 is
-# 0.11.2b (pytorch/pytorch#174105; rocmlock's aotriton.toml, a test keeps them equal), 2.13 is 0.12b
+# PyTorch series -> the AOTriton release its cmake/External/aotriton.cmake (__AOTRITON_VER) builds with, a copy of
+# rocmlock's aotriton.toml [pytorch_releases] (a test keeps them equal): 2.12 is 0.11.2b (pytorch/pytorch#174105), 2.13 is 0.12b
 # (pytorch/pytorch#184288, in v2.13.0). A newer series than those listed takes the newest release listed: AOTriton
 # only moves forward, and from 0.12b on gfx1100 and gfx1151 are supported.
 AOTRITON_OF_TORCH: dict[str, str] = {"2.12": "0.11.2b", "2.13": "0.12b"}

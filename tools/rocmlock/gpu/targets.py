@@ -132,6 +132,28 @@ def aotriton_release() -> str:
     return expect_match(read_toml(path).get("version"), _RELEASE, path, "version", "the AOTriton release, e.g. 0.11.2b")
 
 
+def aotriton_release_for(pytorch_series: str | None) -> str:
+    """The AOTriton release a PyTorch series (``"2.13"``) builds with: its row of data/aotriton.toml's
+    [pytorch_releases]; a series newer than every row takes the newest row, and none (or an older one) the pinned
+    release (validated by ``rocmlock.build.aotriton``; here only read)."""
+    path = Path(str(resources.files("rocmlock").joinpath("data/aotriton.toml")))
+    table = read_toml(path).get("pytorch_releases")
+    rows = sorted((version_tuple(s), str(r)) for s, r in table.items()) if isinstance(table, dict) else []
+    want = version_tuple(pytorch_series or "")
+    older = [release for series, release in rows if want and series <= want]
+    return older[-1] if older else aotriton_release()
+
+
+def aotriton_tier_for(target: GpuTarget, release: str) -> AotritonTier:
+    """How AOTriton ``release`` classes ``target``; an InputError naming the key when the table does not say."""
+    tier = target.aotriton_tier(release)
+    if tier is None:
+        raise InputError(f"{NAME}: key '{key(target.gfx, 'aotriton_tier')}' has no entry for AOTriton {release}",
+                         hint=f'add "{release}" = "supported" (or "experimental", "none") from AOTriton '
+                              f"{release}'s v3src/util.cc isArchExperimentallySupported()")
+    return tier
+
+
 def pinned_aotriton_tier(target: GpuTarget) -> AotritonTier:
     """How the pinned AOTriton release classes ``target``; an InputError naming the key when not recorded."""
     release = aotriton_release()
