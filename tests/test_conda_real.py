@@ -87,6 +87,9 @@ def test_conda_render_gives_the_variants_rocmlock_renders(conda26: Conda, recipe
     ours = render_recipe(RECIPES / recipe / "recipe.yaml", load_matrix(RECIPES))
     assert got == sorted((v.package, v.version, v.build_string, v.run_constraints) for v in ours)
     assert len(got) == len(set(got)), "conda-build rendered a variant twice (zip_keys not applied)"
+    # Where the recipe varies by ROCm, both ROCm versions of the matrix, 7.2 and 7.14: conda-render gave them too.
+    rocms = {v.variant_value("rocm_version") for v in ours} - {None}
+    assert rocms in (set(), {"7.2", "7.14"}), rocms
 
 
 def test_conda_render_takes_a_config_narrowed_to_one_target(conda26: Conda, tmp_path: Path,
@@ -98,8 +101,9 @@ def test_conda_render_takes_a_config_narrowed_to_one_target(conda26: Conda, tmp_
     out = _ok(conda26.run("conda-render", str(RECIPES / "flash-attn-rocm"), "-m", str(tmp_path / "gfx1100.yaml")),
               "conda-render flash-attn-rocm")
     docs = [yaml.safe_load(d) for d in re.split(r"(?m)^(?=schema_version: )", out) if d.strip()]
-    assert sorted(d["build"]["string"].split("_h")[0] for d in docs) == [
-        "rocm72_gfx1100_py311", "rocm72_gfx1100_py312", "rocm72_gfx1100_py313"]
+    # Both ROCm versions of the matrix (7.2 and 7.14), every python.
+    assert sorted(d["build"]["string"].split("_h")[0] for d in docs) == sorted(
+        f"rocm{rocm}_gfx1100_py{py}" for rocm in ("72", "714") for py in ("311", "312", "313"))
     assert {d["build"]["script"]["env"]["ROCMLOCK_FLASH_ATTN_BACKEND"] for d in docs} == {"triton"}
 
 
@@ -192,10 +196,12 @@ def test_conda_build_makes_every_target_as_the_recipes_render(example: Example) 
 
 def test_conda_build_and_rocmlock_build_make_the_same_packages(example: Example) -> None:
     ours, theirs = _repodata(example.rocmlock_build), _repodata(example.conda_build)
-    # rocmlock builds what the example's environments need (two targets); conda-build every target.
+    # rocmlock builds what the example's environments need (two targets, ROCm 7.2); conda-build every target and
+    # every ROCm version of the matrix (7.2 and 7.14).
     assert {f for f in ours if not f.startswith("python-")} == {
         "amdgpu-target-1-gfx90a.conda", "amdgpu-target-1-gfx942.conda",
-        *(f for f in theirs if f.startswith(("rocm-version-", "rocm-env-check-")))}
+        *(f for f in theirs if f.startswith(("rocm-version-7.2-", "rocm-env-check-")))}
+    assert {theirs[f]["version"] for f in theirs if f.startswith("rocm-version-")} == {"7.2", "7.14"}
     for filename, record in ours.items():
         assert {k: record.get(k) for k in FIELDS} == {k: theirs[filename].get(k) for k in FIELDS}, filename
 

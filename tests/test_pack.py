@@ -419,7 +419,7 @@ def test_with_installer_a_node_without_rocmlock_installs_the_bundle(locked_ws: P
     x = tmp_path / "x"
     shutil.unpack_archive(tmp_path / "b.tar", x, format="tar")
     wheels = sorted(p.name for p in (x / "installer/wheels").iterdir())
-    assert [w.split("-")[0] for w in wheels] == ["py_rattler", "rocmlock", "tomli"]
+    assert [w.split("-")[0] for w in wheels] == ["py_rattler", "rocm_bootstrap", "rocmlock", "tomli"]
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {"PATH": os.defpath, "HOME": str(tmp_path), "TMPDIR": str(scratch), "PYTHON": python}

@@ -255,3 +255,21 @@ def test_an_aotriton_experimental_target_trains_with_flash_attns_triton_backend(
     (note,) = [n for n in bare.notes if n.startswith("flash_attn:")]
     assert dict(bare.settings)["flash_attn"] == "sdpa"
     assert "has no flash-attn; warning: AOTriton 0.11.2b" in note and "math kernel" in note
+
+
+@pytest.mark.parametrize(("pytorch", "expected", "release"), [
+    ("2.12.*", "fa2", "0.11.2b"), ("2.13.*", "sdpa", "0.12b"), ("2.14.*", "sdpa", "0.12b"), ("2.11.*", "fa2", "0.11.2b"),
+])
+def test_the_attention_follows_the_aotriton_release_of_the_environments_pytorch(
+        tmp_path: Path, pytorch: str, expected: str, release: str) -> None:
+    """AOTriton 0.12b (PyTorch 2.13 on, aotriton.toml [pytorch_releases]) supports gfx1151: the fused SDPA serves
+    it, so the preset keeps sdpa; with 2.12 (0.11.2b) it is experimental and flash-attn's Triton backend trains."""
+    from rocmlock.gpu.targets import aotriton_release_for
+
+    assert aotriton_release_for(pytorch[:-2]) == release
+    text = _manifest_with("gfx1151", "11.5.1", "halo", ("rocm72", "gfx1151", "train"))
+    (tmp_path / "pixi.toml").write_text(text.replace('pytorch = "2.12.*"', f'pytorch = "{pytorch}"'))
+    preset = make_preset(load_workspace(tmp_path / "pixi.toml"), PresetRequest("halo", "lora"), cwd=tmp_path)
+    assert dict(preset.settings)["flash_attn"] == expected
+    (note,) = [n for n in preset.notes if n.startswith("flash_attn:")]
+    assert (f"AOTriton {release} classes gfx1151 experimental" in note) == (expected == "fa2"), note

@@ -57,14 +57,29 @@ TARGETS: dict[str, tuple[str, float, bool, bool]] = {
     "gfx950": ("9.5.0", 2500.0, True, True),
     "gfx1100": ("11.0.0", 122.0, False, True),
     "gfx1101": ("11.0.1", 0.0, False, True),
+    "gfx1102": ("11.0.2", 0.0, False, True),
+    "gfx1150": ("11.5.0", 0.0, False, True),
     "gfx1151": ("11.5.1", 0.0, False, True),
+    "gfx1152": ("11.5.2", 0.0, False, True),
+    "gfx1153": ("11.5.3", 0.0, False, True),
+    "gfx1200": ("12.0.0", 0.0, False, True),
     "gfx1201": ("12.0.1", 0.0, False, True),
 }
 
-# gfx -> the AOTriton release (the one rocmlock's pytorch recipe pins) that classes the target "experimental"
-# (gpu_targets.toml aotriton_tier; a test keeps the two equal). PyTorch's SDPA then runs the math kernel unless
-# TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 was set before its first SDPA call (sdp_utils.cpp reads it once).
-AOTRITON_EXPERIMENTAL: dict[str, str] = {"gfx1101": "0.11.2b", "gfx1151": "0.11.2b"}
+# AOTriton release -> the targets it classes "experimental" (gpu_targets.toml aotriton_tier, from AOTriton's
+# v3src/util.cc isArchExperimentallySupported() at each tag; a test keeps the two equal). PyTorch's SDPA then runs
+# the math kernel on them unless TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 was set before its first SDPA call
+# (sdp_utils.cpp reads it once). 0.12b moved gfx1151 out (gfx1100 left with 0.11.1b); 0.13b dropped gfx1250.
+AOTRITON_EXPERIMENTAL: dict[str, frozenset[str]] = {
+    "0.11.2b": frozenset({"gfx1101", "gfx1102", "gfx1150", "gfx1151", "gfx1152", "gfx1153", "gfx1200"}),
+    "0.12b": frozenset({"gfx1101", "gfx1102", "gfx1150", "gfx1152", "gfx1153", "gfx1200"}),
+    "0.13b": frozenset({"gfx1101", "gfx1102", "gfx1150", "gfx1152", "gfx1153", "gfx1200"}),
+}
+# PyTorch series -> the AOTriton release its cmake/External/aotriton.cmake (__AOTRITON_VER) builds with, a copy of
+# rocmlock's aotriton.toml [pytorch_releases] (a test keeps them equal): 2.12 is 0.11.2b (pytorch/pytorch#174105), 2.13 is 0.12b
+# (pytorch/pytorch#184288, in v2.13.0). A newer series than those listed takes the newest release listed: AOTriton
+# only moves forward, and from 0.12b on gfx1100 and gfx1151 are supported.
+AOTRITON_OF_TORCH: dict[str, str] = {"2.12": "0.11.2b", "2.13": "0.12b"}
 AOTRITON_VAR = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
 
 DRIVER_FIX = ("install and load the amdgpu kernel driver on the host: AMD's `amdgpu-install --usecase=dkms`, "
@@ -695,7 +710,8 @@ GENERIC_TARGETS: dict[str, tuple[str, ...]] = {
 }
 # EF_AMDGPU_MACH of the table's targets and the generic ones (llvm/include/llvm/BinaryFormat/ELF.h).
 ELF_MACH = {0x30: "gfx908", 0x3F: "gfx90a", 0x4C: "gfx942", 0x4F: "gfx950", 0x41: "gfx1100", 0x46: "gfx1101",
-            0x4A: "gfx1151", 0x4E: "gfx1201", 0x51: "gfx9-generic", 0x52: "gfx10-1-generic",
+            0x47: "gfx1102", 0x43: "gfx1150", 0x4A: "gfx1151", 0x55: "gfx1152", 0x58: "gfx1153", 0x48: "gfx1200",
+            0x4E: "gfx1201", 0x51: "gfx9-generic", 0x52: "gfx10-1-generic",
             0x53: "gfx10-3-generic", 0x54: "gfx11-generic", 0x59: "gfx12-generic", 0x5F: "gfx9-4-generic"}
 KERNEL_HEADER_LIMIT = 1 << 20
 
@@ -1005,14 +1021,33 @@ def check_sdpa(ctx: Context) -> Outcome:
               f"{_aotriton_tier(ctx)}", out_err=out_err, grad_err=grad_err)
 
 
+def aotriton_of_torch(version: str) -> str | None:
+    """The AOTriton release a PyTorch ``version`` (``2.13.0+rocm7.2``) was built with; None before the first series
+    listed (or an unreadable version)."""
+    try:
+        series = tuple(int(p) for p in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return None
+    known = sorted((tuple(int(p) for p in s.split(".")), release) for s, release in AOTRITON_OF_TORCH.items())
+    older = [release for s, release in known if s <= series]
+    return older[-1] if older else None
+
+
+def _experimental_targets(torch: Any) -> tuple[str, list[str]]:
+    """The AOTriton release of ``torch`` and which of its GPUs that release classes experimental."""
+    release = aotriton_of_torch(str(getattr(torch, "__version__", ""))) or ""
+    tier = AOTRITON_EXPERIMENTAL.get(release, frozenset())
+    return release, sorted({g for g in _device_targets(torch) if g in tier})
+
+
 def _aotriton_tier(ctx: Context) -> str:
     """For a GPU whose AOTriton kernels are experimental: which SDPA kernel ran, and what the variable risks."""
     if ctx.device in (None, "cpu") or not ctx.is_rocm:
         return ""
-    experimental = sorted({g for g in _device_targets(ctx.torch) if g in AOTRITON_EXPERIMENTAL})
+    release, experimental = _experimental_targets(ctx.torch)
     if not experimental:
         return ""
-    tier = f"; AOTriton {AOTRITON_EXPERIMENTAL[experimental[0]]} classes {', '.join(experimental)} experimental"
+    tier = f"; AOTriton {release} classes {', '.join(experimental)} experimental"
     if ctx.environ.get(AOTRITON_VAR) == "1":
         return f"{tier}, {AOTRITON_VAR}=1: AOTriton's kernels ran and are checked above"
     return (f"{tier} and {AOTRITON_VAR} is not 1: SDPA ran the math kernel (correct, unfused: slow, O(seq^2) "
@@ -1116,8 +1151,9 @@ def check_sdpa_kernel(ctx: Context) -> Outcome:
     if not expected and not fused_ran:
         return warn(evidence + f": only the math kernel serves this GPU ({why})",
                     "attention is slow and its memory grows with seq^2: train with shorter sequences", **data)
-    fix = (f"set {EXPERIMENTAL_AOTRITON}=1: AOTriton treats {gpu} as experimental and PyTorch uses it only then"
-           if ctx.is_rocm and gpu.startswith("gfx1") and EXPERIMENTAL_AOTRITON not in ctx.environ else
+    release, experimental = _experimental_targets(torch) if ctx.is_rocm else ("", [])
+    fix = (f"set {EXPERIMENTAL_AOTRITON}=1: AOTriton {release} treats {gpu} as experimental and PyTorch uses it only "
+           "then" if gpu in experimental and EXPERIMENTAL_AOTRITON not in ctx.environ else
            "install the pytorch built with AOTriton for this GPU (USE_FLASH_ATTENTION / USE_MEM_EFF_ATTENTION; "
            "rocmlock's pytorch recipe does); a forced backend that runs shows the kernels exist")
     return fail(evidence + f": the math kernel, though {why}" + (f" and {', '.join(fused_ran)} ran when forced"

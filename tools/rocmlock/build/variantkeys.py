@@ -73,6 +73,8 @@ def derived(gpu_targets: Sequence[str], rocm_versions: Sequence[str], data: Path
     rows = gpu_table.read_targets(table_path)
     aot = aotriton.read_table(data / aotriton.NAME, {gfx: t.aotriton for gfx, t in rows.items()})
     aotriton.check_tiers(aot.version, rows, table_path)  # the presets and the probe read the tiers
+    for release in dict.fromkeys(r for _, r in aot.pytorch_releases if r != aot.version):
+        aotriton.check_tiers(release, rows, table_path, pinned=False)
     images, runtime = dict(aot.images), dict(aot.runtime)
     for rocm in rocm_versions:  # it becomes a label in variants.yaml and a lookup key: major.minor only
         if not gpu_table.ROCM_SERIES.fullmatch(rocm):

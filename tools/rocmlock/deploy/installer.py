@@ -2,8 +2,8 @@
 
 ``installer/wheels/`` holds a wheel of rocmlock (built from this checkout), py-rattler's wheel for the
 bundle's platform (``pip download``: py-rattler is an abi3 wheel with no dependencies, one file for every
-CPython >= 3.10) and tomli's (pure Python; ``tomllib`` on a 3.10, see :mod:`rocmlock.util.toml`); ``unpack``
-imports nothing else. ``installer/install.sh`` makes a temporary venv with the node's python3 (>= 3.10:
+CPython >= 3.10), tomli's (pure Python; ``tomllib`` on a 3.10, see :mod:`rocmlock.util.toml`) and rocm-bootstrap's
+(pure Python, no dependencies: the GPU table is checked against it when read); ``unpack`` imports nothing else. ``installer/install.sh`` makes a temporary venv with the node's python3 (>= 3.10:
 Ubuntu 22.04's, a ROCm 7.2 platform; rocmlock itself asks for 3.11, so on 3.10 pip is told to install it
 anyway, for ``unpack`` alone), installs the wheels with ``--no-index`` and runs ``rocmlock unpack`` on the
 extracted bundle with the arguments it was given.
@@ -45,7 +45,7 @@ trap 'rm -rf "$venv"' EXIT
 "$py" -m venv "$venv"
 # rocmlock asks for Python 3.11; `rocmlock unpack` runs on 3.10 too, with tomli for tomllib.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \\
-    --ignore-requires-python --find-links "$here/{installer}/wheels" rocmlock py-rattler tomli
+    --ignore-requires-python --find-links "$here/{installer}/wheels" rocmlock py-rattler tomli rocm-bootstrap
 "$venv/bin/python" -m rocmlock unpack "$here" "$@"
 """
 
@@ -108,7 +108,8 @@ def build_failure(output: str, lines: int = 3) -> str:
 
 
 def _download_wheels(dest: Path, subdir: str) -> None:
-    """py-rattler's wheel for ``subdir`` and tomli's, the versions installed here (one bundle, one set of bytes)."""
+    """py-rattler's wheel for ``subdir``, tomli's and rocm-bootstrap's, the versions installed here (one bundle, one
+    set of bytes)."""
     from importlib.metadata import version
 
     platforms = MANYLINUX.get(subdir)
@@ -117,8 +118,11 @@ def _download_wheels(dest: Path, subdir: str) -> None:
     tags = [arg for p in platforms for arg in ("--platform", p)]
     _pip(["download", f"py-rattler=={rattler_version}", "--no-deps", "--only-binary=:all:", "--python-version",
           "3.10", "--implementation", "cp", *tags, "--dest", str(dest)], dict(os.environ))
-    _pip(["download", f"tomli=={version('tomli')}", "--no-deps", "--only-binary=:all:", "--python-version",
-          "3.10", "--implementation", "cp", "--dest", str(dest)], dict(os.environ))
+    # Pure Python: tomli (tomllib on a 3.10) and rocm-bootstrap (AMD's GPU table, which the GPU table is checked
+    # against whenever rocmlock reads it, unpack included).
+    for name in ("tomli", "rocm-bootstrap"):
+        _pip(["download", f"{name}=={version(name)}", "--no-deps", "--only-binary=:all:", "--python-version",
+              "3.10", "--implementation", "cp", "--dest", str(dest)], dict(os.environ))
 
 
 def _pip(args: list[str], env: dict[str, str]) -> None:

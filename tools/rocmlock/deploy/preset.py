@@ -24,9 +24,9 @@ from rocmlock.errors import InputError
 from rocmlock.gpu.targets import (
     AOTRITON_EXPERIMENTAL_VAR,
     GpuTarget,
-    aotriton_release,
+    aotriton_release_for,
+    aotriton_tier_for,
     minor_version,
-    pinned_aotriton_tier,
 )
 from rocmlock.util.fs import relative_path, write_set_atomic
 from rocmlock.workspace.model import Environment, Workspace
@@ -61,6 +61,8 @@ class Capabilities:
     bitsandbytes: bool
     deepspeed: bool
     flash_attn: bool
+    # The PyTorch series the environment asks (its `pytorch` spec), for the AOTriton release its SDPA runs.
+    pytorch_series: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,10 @@ def capabilities(env: Environment) -> Capabilities:
     names = {d.name for plat in env.platforms for d in env.dependencies_for(plat)}
     rocm = env.dependency("rocm-version")
     rocm_version = minor_version(rocm.version) if rocm else None
+    torch = env.dependency("pytorch")
+    series = minor_version(torch.version) if torch else None
     return Capabilities(env.name, env.gpu_target, rocm_version or None, "bitsandbytes" in names,
-                        "deepspeed" in names, "flash-attn" in names)
+                        "deepspeed" in names, "flash-attn" in names, series or None)
 
 
 def attention(caps: Capabilities) -> tuple[str, str]:
@@ -127,8 +131,11 @@ def attention(caps: Capabilities) -> tuple[str, str]:
     gfx = caps.target.gfx
     if caps.flash_attn and caps.target.flash_attn_ck:
         return "fa2", f"flash-attn's CK kernels support {gfx} (flash_attn_ck)"
-    tier = pinned_aotriton_tier(caps.target)
-    gate = (f"AOTriton {aotriton_release()} classes {gfx} experimental, so PyTorch SDPA runs its math kernel "
+    # The AOTriton release of the environment's PyTorch (aotriton.toml [pytorch_releases]): from 2.13 on (0.12b)
+    # gfx1151 is supported, so SDPA is fused there; with the pinned 2.12 (0.11.2b) it is experimental.
+    release = aotriton_release_for(caps.pytorch_series)
+    tier = aotriton_tier_for(caps.target, release)
+    gate = (f"AOTriton {release} classes {gfx} experimental, so PyTorch SDPA runs its math kernel "
             f"(unfused; on an H200 27x slower, 20x the memory at sequence 4096) unless {AOTRITON_EXPERIMENTAL_VAR}=1")
     if caps.flash_attn and caps.target.flash_attn_triton:
         if tier == "experimental":
