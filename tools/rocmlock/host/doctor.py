@@ -26,6 +26,7 @@ from rocmlock.host.doctor_toolchain import (
     check_compiler,
     check_device_libs,
     check_gpu_driver,
+    check_gpus,
     check_hip_path,
     check_hip_platform,
     check_offload_arch,
@@ -199,6 +200,8 @@ def run_doctor(
     checks = [hip_check, check_rocm_version(version, source, rocm_wanted, build),
               check_device_libs(host, compiler, device_libs, how, build), check_hip_platform(host, build),
               check_gpu_driver(host)]
+    gpus = check_gpus(host, targets, build)
+    checks.extend([gpus] if gpus else [])
     jobs = 1
     if build:
         resources = resources or detect_resources(workdir)

@@ -49,6 +49,8 @@ class Host:
     runner: Runner = run_command
     which: Which = field(default=lambda name, path: shutil.which(name, path=path))
     kfd: Path = Path("/dev/kfd")
+    # Stands for / where /sys is read (the GPUs in KFD's topology), so tests can describe another machine.
+    sysroot: Path = Path("/")
 
     def find(self, name: str) -> str | None:
         return self.which(name, self.env.get("PATH", os.defpath))
