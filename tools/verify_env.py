@@ -542,6 +542,16 @@ def check_rocm_path(ctx: Context) -> Outcome:
                   "environment is activated: `pixi shell -e ENV`, `conda activate ENV`)")
     if not set_vars:
         default = ctx.path("/opt/rocm")
+        sdk = therock_rocm(ctx)
+        if sdk is not None:
+            root, version = sdk
+            if root is None:
+                return warn(f"HIP_PATH and ROCM_PATH are unset; TheRock's ROCm {version or '?'} runtime packages "
+                            "(rocm-sdk) without rocm-sdk-devel: torch runs, building a HIP extension does not",
+                            "pip install 'rocm[devel]' (TheRock's index for this release), then activate the "
+                            "environment")
+            return warn(f"HIP_PATH and ROCM_PATH are unset; TheRock's ROCm {version or '?'} (rocm-sdk path --root: "
+                        f"{root})", export_fix.replace("/opt/rocm", str(root)), version=version)
         if (default / "include/hip/hip_runtime.h").is_file():
             return warn("HIP_PATH and ROCM_PATH are unset; /opt/rocm exists", export_fix)
         distro = distro_rocm(ctx)
@@ -574,6 +584,27 @@ def check_rocm_path(ctx: Context) -> Outcome:
     return ok(f"{described}: ROCm {version} ({source})", version=version)
 
 
+def therock_rocm(ctx: Context) -> tuple[Path | None, str | None] | None:
+    """(devel tree or None, version) of TheRock's Python packages (ROCm 7.14 and later) when ``rocm-sdk`` is on PATH.
+
+    ``rocm-sdk path --root`` prints ``<site-packages>/_rocm_sdk_devel`` and fails without ``rocm[devel]`` (a node
+    that only runs needs none); ``rocm-sdk version`` prints the release (TheRock's rocm_sdk/__main__.py).
+    """
+    exe = shutil.which("rocm-sdk", path=ctx.environ.get("PATH", ""))
+    if not exe:
+        return None
+    code, out = run_tool(ctx, [exe, "path", "--root"], timeout=600.0)
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("/")]
+    root = Path(lines[-1]) if code == 0 and lines else None
+    root = root if root is not None and (root / "include/hip/hip_runtime.h").is_file() else None
+    version = (rocm_version(root) or (None, ""))[0] if root is not None else None
+    if version is None:
+        code, out = run_tool(ctx, [exe, "version"])
+        found = re.match(r"\s*(\d+\.\d+(?:\.\d+)?)", out) if code == 0 else None
+        version = found.group(1) if found else None
+    return root, version
+
+
 def distro_rocm(ctx: Context) -> Path | None:
     """A distribution's ROCm in /usr (Debian's 7.2.4: include/hip/hip_runtime.h and rocm-core there), else None."""
     usr = ctx.path("/usr")
@@ -581,7 +612,8 @@ def distro_rocm(ctx: Context) -> Path | None:
 
 
 def host_rocm(ctx: Context) -> tuple[Path, str | None] | None:
-    """(root, version) of the ROCm the environment uses: ROCM_PATH, HIP_PATH, else /opt/rocm, else /usr.
+    """(root, version) of the ROCm the environment uses: ROCM_PATH, HIP_PATH, else TheRock's Python packages
+    (``rocm-sdk``), else /opt/rocm, else /usr.
 
     ROCM_PATH first, as the rocm-version activation, rocm-build-env.sh and doctor take them; /opt/rocm only where it
     holds ROCm (include/hip/hip_runtime.h), as rocm.path decides: a directory left behind by an uninstalled ROCm
@@ -591,6 +623,9 @@ def host_rocm(ctx: Context) -> tuple[Path, str | None] | None:
         if ctx.environ.get(var):
             root = Path(ctx.environ[var])
             return root, (rocm_version(root) or (None, ""))[0]
+    sdk = therock_rocm(ctx)
+    if sdk is not None and sdk[1] is not None:
+        return sdk[0] or Path("rocm-sdk"), sdk[1]
     default = ctx.path("/opt/rocm")
     if (default / "include/hip/hip_runtime.h").is_file():
         return default, (rocm_version(default) or (None, ""))[0]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rocmlock.gpu.targets import GpuTarget, all_targets, get_target, minor_version
 from rocmlock.host import rocm as rocm_host
-from rocmlock.host.doctor_components import check_magma, check_rocm_components
+from rocmlock.host.doctor_components import check_magma, check_rocm_components, check_therock
 from rocmlock.host.doctor_report import Check, DoctorReport, render_report
 from rocmlock.host.doctor_toolchain import (
     check_compiler,
@@ -201,7 +201,8 @@ def run_doctor(
               check_device_libs(host, compiler, device_libs, how, build), check_hip_platform(host, build),
               check_gpu_driver(host)]
     gpus = check_gpus(host, targets, build)
-    checks.extend([gpus] if gpus else [])
+    therock_check = check_therock(rocm, tuple(t.gfx for t in targets), build)
+    checks.extend(c for c in (gpus, therock_check) if c is not None)
     jobs = 1
     if build:
         resources = resources or detect_resources(workdir)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rocmlock.gpu.targets import GpuTarget, version_tuple
 from rocmlock.host import rocm as rocm_host
+from rocmlock.host import therock
 from rocmlock.host.doctor_report import Check, Status
 from rocmlock.host.node import KFD_NODES, gpu_choice, rattler_pick, read_gpus
 from rocmlock.host.rocm import HIP_HEADER, Host, holds_device_libs, holds_header
@@ -56,6 +57,17 @@ def check_hip_path(host: Host, build: bool, device_libs: Path | None = None) -> 
     if candidate == rocm_host.DEFAULT_ROCM:
         return Check("hip-path", "ok", f"HIP_PATH/ROCM_PATH unset; the default {candidate} holds {HIP_HEADER}"), \
             candidate
+    if candidate is not None and therock.is_python_tree(candidate):
+        # rocm-build-env.sh and the rocm-version activation ask `rocm-sdk path --root` too and export it.
+        return Check("hip-path", "ok", f"HIP_PATH/ROCM_PATH unset; TheRock's Python packages: `rocm-sdk path "
+                     f"--root` is {candidate}, which holds {HIP_HEADER}"), candidate
+    if host.find(therock.ROCM_SDK):
+        # TheRock's packages are this environment's ROCm, but without rocm-sdk-devel there is nothing to build with.
+        used = f"; the ROCm at {candidate} would be used instead" if candidate else ""
+        return Check("hip-path", "fail" if build else "warn",
+                     f"{therock.ROCM_SDK} is on PATH but `rocm-sdk path --root` names no ROCm tree: "
+                     f"{therock.DEVEL_PACKAGE} (the headers and tools) is not installed{used}",
+                     therock.package_fix([therock.DEVEL_PACKAGE])), candidate
     if candidate is not None and rocm_host.is_distro_layout(candidate):
         # The compiler's and CMake's default search paths include /usr: nothing needs the variables, and
         # rocm-build-env.sh / the rocm-version activation export them (with HIP_DEVICE_LIB_PATH) where needed.
