@@ -6,7 +6,6 @@ describe it (tests/therock_layout.py says which file says what); ``rocm-sdk`` is
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from rocmlock.gpu.targets import get_target
 from rocmlock.host import therock
 from rocmlock.host.doctor import run_doctor
 from rocmlock.host.doctor_report import Check
+from rocmlock.host.node import read_node
 from rocmlock.host.rocm import Host, discover_prefix, find_device_libs, find_version
 from test_probe import load_probe
 from therock_layout import COMPONENT_HEADERS, install_tree, path_with, rocm_sdk_stub, site_packages
@@ -160,6 +160,24 @@ def test_doctor_on_a_therock_tarball_through_rocm_path(tmp_path: Path) -> None:
     assert fix.startswith("this TheRock tree lacks MIOpen: extract TheRock's full SDK tarball")
 
 
+# ----------------------------------------------------------------------------- a node (unpack's ROCm check)
+
+
+def test_a_node_reads_the_rocm_of_therock_packages_with_or_without_devel(tmp_path: Path,
+                                                                          sdk: tuple[Path, Path]) -> None:
+    tree, bindir = sdk
+    node = read_node(Path("/"), {"PATH": str(bindir)})
+    assert (node.rocm_root, node.rocm_version) == (tree, "7.14.0")
+    site = tmp_path / "runtime/site-packages"
+    site_packages(site, devel=False)
+    runtime_bin = rocm_sdk_stub(tmp_path / "runtime/bin", site).parent
+    node = read_node(Path("/"), {"PATH": str(runtime_bin)})
+    assert (node.rocm_root, node.rocm_version) == (runtime_bin / "rocm-sdk", "7.14.0")
+    # ROCM_PATH set wins, as everywhere.
+    other = install_tree(tmp_path / "therock-dist", version="7.2.4")
+    assert read_node(Path("/"), {"PATH": str(runtime_bin), "ROCM_PATH": str(other)}).rocm_version == "7.2.4"
+
+
 # ----------------------------------------------------------------------------- rocm-build-env.sh and the activation
 
 
@@ -233,4 +251,5 @@ def test_probe_on_a_node_with_runtime_packages_only(tmp_path: Path) -> None:
     out = probe.check_rocm_path(ctx)
     assert out.status == "warn" and "runtime packages (rocm-sdk) without rocm-sdk-devel" in out.evidence
     assert probe.check_rocm_version(ctx).status == "ok"
-    assert json.loads((site / "_rocm_sdk_core/share/therock/dist_info.json").read_text())
+    ctx.expect_rocm = "7.2"
+    assert probe.check_rocm_version(ctx).evidence.startswith(f"host ROCm 7.14.0 at {tmp_path / 'bin/rocm-sdk'};")

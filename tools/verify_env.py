@@ -544,7 +544,7 @@ def check_rocm_path(ctx: Context) -> Outcome:
         default = ctx.path("/opt/rocm")
         sdk = therock_rocm(ctx)
         if sdk is not None:
-            root, version = sdk
+            root, version, _exe = sdk
             if root is None:
                 return warn(f"HIP_PATH and ROCM_PATH are unset; TheRock's ROCm {version or '?'} runtime packages "
                             "(rocm-sdk) without rocm-sdk-devel: torch runs, building a HIP extension does not",
@@ -584,8 +584,9 @@ def check_rocm_path(ctx: Context) -> Outcome:
     return ok(f"{described}: ROCm {version} ({source})", version=version)
 
 
-def therock_rocm(ctx: Context) -> tuple[Path | None, str | None] | None:
-    """(devel tree or None, version) of TheRock's Python packages (ROCm 7.14 and later) when ``rocm-sdk`` is on PATH.
+def therock_rocm(ctx: Context) -> tuple[Path | None, str | None, str] | None:
+    """(devel tree or None, version, the rocm-sdk command) of TheRock's Python packages (ROCm 7.14 and later) when
+    ``rocm-sdk`` is on PATH.
 
     ``rocm-sdk path --root`` prints ``<site-packages>/_rocm_sdk_devel`` and fails without ``rocm[devel]`` (a node
     that only runs needs none); ``rocm-sdk version`` prints the release (TheRock's rocm_sdk/__main__.py).
@@ -602,7 +603,7 @@ def therock_rocm(ctx: Context) -> tuple[Path | None, str | None] | None:
         code, out = run_tool(ctx, [exe, "version"])
         found = re.match(r"\s*(\d+\.\d+(?:\.\d+)?)", out) if code == 0 else None
         version = found.group(1) if found else None
-    return root, version
+    return root, version, exe
 
 
 def distro_rocm(ctx: Context) -> Path | None:
@@ -625,7 +626,7 @@ def host_rocm(ctx: Context) -> tuple[Path, str | None] | None:
             return root, (rocm_version(root) or (None, ""))[0]
     sdk = therock_rocm(ctx)
     if sdk is not None and sdk[1] is not None:
-        return sdk[0] or Path("rocm-sdk"), sdk[1]
+        return sdk[0] or Path(sdk[2]), sdk[1]
     default = ctx.path("/opt/rocm")
     if (default / "include/hip/hip_runtime.h").is_file():
         return default, (rocm_version(default) or (None, ""))[0]

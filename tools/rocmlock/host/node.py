@@ -10,8 +10,9 @@ takes the highest ISA. :func:`gpu_choice` says what each picks.
 The GPUs are read the way the post-install probe reads them (tools/verify_env.py ``check_driver``; the probe
 is standalone and imports nothing of ours, so the few lines are repeated here):
 ``/sys/class/kfd/kfd/topology/nodes/*/properties`` ``gfx_target_version`` (0 for CPU nodes). ROCm is found
-as doctor finds it (:mod:`rocmlock.host.rocm`: ``$HIP_PATH`` / ``$ROCM_PATH`` / ``/opt/rocm`` / a
-distribution's ``/usr``; the version from ``.info/version``, rocm-core's header or ``hipconfig``). ``root``
+as doctor finds it (:mod:`rocmlock.host.rocm`: ``$HIP_PATH`` / ``$ROCM_PATH`` / ``rocm-sdk path --root`` /
+``/opt/rocm`` / a distribution's ``/usr``; the version from ``.info/version``, rocm-core's header or ``hipconfig``);
+TheRock's runtime packages without a devel tree by ``rocm-sdk version``. ``root``
 stands for ``/`` so tests (and a container with the host mounted) can show another machine.
 """
 
@@ -23,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmlock.gpu.targets import all_targets, minor_version
-from rocmlock.host.rocm import Host, discover_prefix, find_version, holds_header
+from rocmlock.host import therock
+from rocmlock.host.rocm import Host, discover_prefix, find_version, holds_header, sdk_runtime
 
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 
@@ -140,6 +142,13 @@ def read_node(root: Path, env: Mapping[str, str]) -> Node:
     Below another root no command of this host runs: its ``hipconfig`` would describe this host."""
     host = Host(env) if root == Path("/") else Host(env, which=lambda _name, _path: None)
     prefix = _rocm_prefix(root, env, host)
+    if root == Path("/") and not any(env.get(v) for v in ("HIP_PATH", "ROCM_PATH")) \
+            and (prefix is None or not therock.is_python_tree(prefix)):
+        # TheRock's runtime packages without rocm-sdk-devel (all a node that only runs needs): no tree to name,
+        # but `rocm-sdk version` says which ROCm the environment's PyTorch will load.
+        runtime = sdk_runtime(host)
+        if runtime is not None:
+            return Node(read_gpus(root), Path(runtime[0]), runtime[1])
     version, _source = find_version(host, prefix)
     return Node(read_gpus(root), prefix, version)
 

@@ -126,6 +126,16 @@ def sdk_root(host: Host) -> Path | None:
     return root if root is not None and root.is_absolute() and holds_header(root) else None
 
 
+def sdk_runtime(host: Host) -> tuple[str, str] | None:
+    """(``rocm-sdk`` command, ROCm version) of TheRock's Python packages on PATH, devel tree or not: a node that only
+    runs needs rocm-sdk-core and -libraries, whose version ``rocm-sdk version`` prints (the ``rocm`` package's, PEP
+    440: ``7.14.0``, ``7.13.0a20260430`` is 7.13, which is the ROCm release). None without ``rocm-sdk``."""
+    exe = host.find(therock.ROCM_SDK)
+    out = host.output([exe, "version"]) if exe else None
+    parts = version_tuple(out.splitlines()[-1].strip()) if out else ()
+    return (exe, ".".join(str(p) for p in parts[:3])) if exe and len(parts) >= 2 else None
+
+
 def discover_prefix(host: Host) -> Path | None:
     """Where ROCm is when HIP_PATH/ROCM_PATH do not say: ``rocm-sdk path --root``, else /opt/rocm, else
     ``hipconfig --path``, else /usr."""
@@ -173,11 +183,9 @@ def find_version(host: Host, prefix: Path | None) -> tuple[str | None, str]:
         version = _version_from_header(prefix)
         if version:
             return version, f"{prefix}/{VERSION_HEADER}"
-    sdk = host.find(therock.ROCM_SDK) if prefix is not None and therock.is_python_tree(prefix) else None
-    out = host.output([sdk, "version"]) if sdk else None
-    if out and version_tuple(out.splitlines()[-1]):
-        # The rocm package's version (PEP 440: 7.14.0, 7.13.0a20260430) is the ROCm release.
-        return ".".join(str(p) for p in version_tuple(out.splitlines()[-1])[:3]), "rocm-sdk version"
+    runtime = sdk_runtime(host) if prefix is not None and therock.is_python_tree(prefix) else None
+    if runtime is not None:
+        return runtime[1], "rocm-sdk version"
     hipconfig = _hipconfig(host, prefix)
     out = host.output([hipconfig, "--version"]) if hipconfig else None
     if out and version_tuple(out.splitlines()[-1]):
