@@ -253,3 +253,14 @@ def test_probe_on_a_node_with_runtime_packages_only(tmp_path: Path) -> None:
     assert probe.check_rocm_version(ctx).status == "ok"
     ctx.expect_rocm = "7.2"
     assert probe.check_rocm_version(ctx).evidence.startswith(f"host ROCm 7.14.0 at {tmp_path / 'bin/rocm-sdk'};")
+
+
+def test_probe_on_a_therock_tarball_through_rocm_path(tmp_path: Path) -> None:
+    tree = install_tree(tmp_path / "therock-dist-linux-gfx94X-dcgpu-7.14.0")
+    probe = load_probe()
+    ctx = probe.Context(root=tmp_path / "root", prefix=tmp_path / "env",
+                        environ={"PATH": "/nonexistent", "ROCM_PATH": str(tree), "HIP_PATH": str(tree)},
+                        expect_rocm="7.14", expect_rocm_source="--expect-rocm")
+    out = probe.check_rocm_path(ctx)
+    assert (out.status, out.evidence) == ("ok", f"HIP_PATH={tree}, ROCM_PATH={tree}: ROCm 7.14.0 (.info/version)")
+    assert probe.check_rocm_version(ctx).status == "ok"

@@ -59,27 +59,23 @@ def check_therock(rocm: Path | None, targets: tuple[str, ...], build: bool) -> C
     tree was built for (``share/therock/dist_info.json``). None on another layout."""
     if rocm is None or not therock.is_therock(rocm):
         return None
-    layout = therock.layout_of(rocm)
+    what = f"TheRock's ROCm ({therock.layout_of(rocm)}) at {rocm}"
     missing = therock.missing_packages(rocm, targets)
     built = therock.dist_targets(rocm)
     lacking = [t for t in targets if built is not None and t not in built]
-    host_missing = [p for p in missing if not p.startswith("rocm-sdk-device-")]
-    if host_missing or lacking or missing:
-        why = []
-        if missing:
-            why.append(f"{', '.join(missing)} not installed in {rocm.parent}")
+    if missing or lacking:
+        why = [f"{', '.join(missing)} not installed in {rocm.parent}"] if missing else []
         if lacking:
             why.append(f"built for {', '.join(built or ())}, not {', '.join(lacking)} (its libraries carry no "
                        "kernels for them)")
-        # Headers and tools are what a build needs; device code is what a run on the GPU needs.
-        status: Status = "fail" if build and host_missing else "warn"
+        # Headers and tools are what a build needs (a fail); device code is what a run on the GPU needs (a warning).
+        needed = any(not p.startswith("rocm-sdk-device-") for p in missing)
         fix = therock.package_fix(missing) if missing else \
             f"use TheRock's packages or tarball built for {', '.join(lacking)}"
-        return Check("therock", status, f"TheRock's ROCm ({layout}) at {rocm}: {'; '.join(why)}", fix)
-    packages = f"; {therock.CORE}, {therock.LIBRARIES}, {therock.DEVEL_PACKAGE}" + \
-        "".join(f", rocm-sdk-device-{t}" for t in targets) + " installed" if layout == "therock-python" else ""
-    targets_said = f"; built for {', '.join(built)}" if built else ""
-    return Check("therock", "ok", f"TheRock's ROCm ({layout}) at {rocm}{packages}{targets_said}")
+        return Check("therock", "fail" if build and needed else "warn", f"{what}: {'; '.join(why)}", fix)
+    installed = [therock.CORE, therock.LIBRARIES, therock.DEVEL_PACKAGE, *(f"rocm-sdk-device-{t}" for t in targets)]
+    said = f"; {', '.join(installed)} installed" if therock.is_python_tree(rocm) else ""
+    return Check("therock", "ok", what + said + (f"; built for {', '.join(built)}" if built else ""))
 
 
 MAGMA_FIX = ("apt-get install libmagma-rocm-dev where it is built for this ROCm (Debian sid's 2.9.0+ds-3 is ROCm 6's), "
