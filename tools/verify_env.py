@@ -243,6 +243,43 @@ def gfx_from_kfd_version(value: int) -> str:
     return f"gfx{major}{minor:x}{step:x}"
 
 
+def kfd_gpus(ctx: Context) -> list[tuple[str, tuple[int, int, int], int | None]]:
+    """(gfx, ISA version, compute units or None) of every GPU node of KFD's topology, in node order.
+
+    Compute units are ``simd_count / simd_per_cu``, as rattler counts them (conda/rattler#2806, amdgpu.rs).
+    """
+    def node(path: str) -> int:
+        name = Path(path).parent.name
+        return int(name) if name.isdigit() else 1 << 30
+
+    gpus = []
+    for props in sorted(glob.glob(str(ctx.path("/sys/class/kfd/kfd/topology/nodes/*/properties"))), key=node):
+        text = read_text(Path(props)) or ""
+        found = {k: int(v) for k, v in re.findall(r"^(gfx_target_version|simd_count|simd_per_cu)\s+(\d+)\s*$",
+                                                   text, re.MULTILINE)}
+        value = found.get("gfx_target_version", 0)
+        if value:
+            units = found["simd_count"] // found["simd_per_cu"] if found.get("simd_count") is not None \
+                and found.get("simd_per_cu") else None
+            gpus.append((gfx_from_kfd_version(value), (value // 10000 % 100, value // 100 % 100, value % 100), units))
+    return gpus
+
+
+def rattler_pick(gpus: Sequence[tuple[str, tuple[int, int, int], int | None]]) -> str:
+    """The GPU target rattler/pixi report as ``__amdgpu_arch``: the most compute units (unknown below any known),
+    ties to the highest ISA (conda/rattler#2806, amdgpu.rs select_device)."""
+    return max(gpus, key=lambda g: (g[2] is not None, g[2] or 0, g[1]))[0]
+
+
+def amdgpu_arch_picks(gpus: Sequence[tuple[str, tuple[int, int, int], int | None]]) -> str:
+    """What ``__amdgpu_arch`` is on a node of several targets: rattler/pixi take the GPU with the most compute
+    units, ties to the highest ISA (conda/rattler#2806); the CEP draft the highest ISA (conda/ceps#189)."""
+    rattler = next(g for g in gpus if g[0] == rattler_pick(gpus))
+    cep = max(gpus, key=lambda g: g[1])
+    return (f"__amdgpu_arch is {'.'.join(map(str, rattler[1]))} ({rattler[0]}) for rattler/pixi (most compute "
+            f"units) and {'.'.join(map(str, cep[1]))} ({cep[0]}) under the CEP draft (highest ISA)")
+
+
 def major_minor(version: str) -> tuple[int, ...]:
     nums = re.findall(r"\d+", version)
     return tuple(int(n) for n in nums[:2])
@@ -367,14 +404,11 @@ def exc_text(exc: BaseException) -> str:
 # ----------------------------------------------------------------------------- host
 
 
-@check("host.driver", "amdgpu kernel driver loaded")
+@check("host.driver", "amdgpu kernel driver loaded; the environment's target among the GPUs")
 def check_driver(ctx: Context) -> Outcome:
     module = ctx.path("/sys/module/amdgpu")
-    gpus = []
-    for props in sorted(glob.glob(str(ctx.path("/sys/class/kfd/kfd/topology/nodes/*/properties")))):
-        m = re.search(r"^gfx_target_version\s+(\d+)", read_text(Path(props)) or "", re.MULTILINE)
-        if m and int(m.group(1)):
-            gpus.append(gfx_from_kfd_version(int(m.group(1))))
+    found = kfd_gpus(ctx)
+    gpus = [g[0] for g in found]
     if not module.is_dir():
         nvidia = " (an NVIDIA driver is loaded: not ROCm)" if ctx.path("/sys/module/nvidia").is_dir() else ""
         return fail(f"/sys/module/amdgpu does not exist: the amdgpu driver is not loaded{nvidia}", DRIVER_FIX)
@@ -385,6 +419,18 @@ def check_driver(ctx: Context) -> Outcome:
         return warn("amdgpu is loaded but KFD lists no GPU node (/sys/class/kfd/kfd/topology)",
                     "a GPU without compute support, or KFD disabled; check `dmesg | grep -i kfd`")
     summary = _tally(gpus)
+    if ctx.expect_arch and ctx.expect_arch not in gpus:
+        return fail(f"amdgpu loaded; KFD GPUs: {summary}; the environment is for {ctx.expect_arch} "
+                    f"({ctx.expect_arch_source}), which is none of them",
+                    f"install the environment built for {rattler_pick(found)} "
+                    "(its amdgpu-target) on this node", gfx=gpus)
+    if len(set(gpus)) > 1:
+        mine = [str(i) for i, g in enumerate(gpus) if g == ctx.expect_arch]
+        listed = ", ".join(f"GPU {i} {g} ({u if u is not None else '?'} CUs)" for i, (g, _isa, u) in enumerate(found))
+        fix = (f"export HIP_VISIBLE_DEVICES={','.join(mine)} (the {ctx.expect_arch} GPUs) so the environment uses "
+               "only its target" if mine else "pass --expect-arch or install the environment's amdgpu-target package")
+        return warn(f"amdgpu loaded; GPUs of {len(set(gpus))} targets: {listed}; {amdgpu_arch_picks(found)}", fix,
+                    gfx=gpus)
     return ok(f"amdgpu loaded; KFD GPUs: {summary}", gfx=gpus)
 
 
@@ -511,6 +557,16 @@ def check_rocm_path(ctx: Context) -> Outcome:
                   "environment is activated: `pixi shell -e ENV`, `conda activate ENV`)")
     if not set_vars:
         default = ctx.path("/opt/rocm")
+        sdk = therock_rocm(ctx)
+        if sdk is not None:
+            root, version, _exe = sdk
+            if root is None:
+                return warn(f"HIP_PATH and ROCM_PATH are unset; TheRock's ROCm {version or '?'} runtime packages "
+                            "(rocm-sdk) without rocm-sdk-devel: torch runs, building a HIP extension does not",
+                            "pip install 'rocm[devel]' (TheRock's index for this release), then activate the "
+                            "environment")
+            return warn(f"HIP_PATH and ROCM_PATH are unset; TheRock's ROCm {version or '?'} (rocm-sdk path --root: "
+                        f"{root})", export_fix.replace("/opt/rocm", str(root)), version=version)
         if (default / "include/hip/hip_runtime.h").is_file():
             return warn("HIP_PATH and ROCM_PATH are unset; /opt/rocm exists", export_fix)
         distro = distro_rocm(ctx)
@@ -543,6 +599,28 @@ def check_rocm_path(ctx: Context) -> Outcome:
     return ok(f"{described}: ROCm {version} ({source})", version=version)
 
 
+def therock_rocm(ctx: Context) -> tuple[Path | None, str | None, str] | None:
+    """(devel tree or None, version, the rocm-sdk command) of TheRock's Python packages (ROCm 7.14 and later) when
+    ``rocm-sdk`` is on PATH.
+
+    ``rocm-sdk path --root`` prints ``<site-packages>/_rocm_sdk_devel`` and fails without ``rocm[devel]`` (a node
+    that only runs needs none); ``rocm-sdk version`` prints the release (TheRock's rocm_sdk/__main__.py).
+    """
+    exe = shutil.which("rocm-sdk", path=ctx.environ.get("PATH", ""))
+    if not exe:
+        return None
+    code, out = run_tool(ctx, [exe, "path", "--root"], timeout=600.0)
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("/")]
+    root = Path(lines[-1]) if code == 0 and lines else None
+    root = root if root is not None and (root / "include/hip/hip_runtime.h").is_file() else None
+    version = (rocm_version(root) or (None, ""))[0] if root is not None else None
+    if version is None:
+        code, out = run_tool(ctx, [exe, "version"])
+        found = re.match(r"\s*(\d+\.\d+(?:\.\d+)?)", out) if code == 0 else None
+        version = found.group(1) if found else None
+    return root, version, exe
+
+
 def distro_rocm(ctx: Context) -> Path | None:
     """A distribution's ROCm in /usr (Debian's 7.2.4: include/hip/hip_runtime.h and rocm-core there), else None."""
     usr = ctx.path("/usr")
@@ -550,7 +628,8 @@ def distro_rocm(ctx: Context) -> Path | None:
 
 
 def host_rocm(ctx: Context) -> tuple[Path, str | None] | None:
-    """(root, version) of the ROCm the environment uses: ROCM_PATH, HIP_PATH, else /opt/rocm, else /usr.
+    """(root, version) of the ROCm the environment uses: ROCM_PATH, HIP_PATH, else TheRock's Python packages
+    (``rocm-sdk``), else /opt/rocm, else /usr.
 
     ROCM_PATH first, as the rocm-version activation, rocm-build-env.sh and doctor take them; /opt/rocm only where it
     holds ROCm (include/hip/hip_runtime.h), as rocm.path decides: a directory left behind by an uninstalled ROCm
@@ -560,6 +639,9 @@ def host_rocm(ctx: Context) -> tuple[Path, str | None] | None:
         if ctx.environ.get(var):
             root = Path(ctx.environ[var])
             return root, (rocm_version(root) or (None, ""))[0]
+    sdk = therock_rocm(ctx)
+    if sdk is not None and sdk[1] is not None:
+        return sdk[0] or Path(sdk[2]), sdk[1]
     default = ctx.path("/opt/rocm")
     if (default / "include/hip/hip_runtime.h").is_file():
         return default, (rocm_version(default) or (None, ""))[0]
@@ -670,10 +752,16 @@ def check_torch_arch(ctx: Context) -> Outcome:
         return warn(f"GPUs: {found}; no expected target", "pass --expect-arch, or install the environment's "
                     "amdgpu-target package (rocmlock environments have one)", gfx=targets)
     wrong = sorted({t for t in targets if t != ctx.expect_arch})
-    if wrong:
+    if wrong and ctx.expect_arch not in targets:
         return fail(f"GPUs: {found}; the environment is for {ctx.expect_arch} ({ctx.expect_arch_source})",
                     f"install the environment built for {wrong[0]}; HSA_OVERRIDE_GFX_VERSION only hides this",
                     gfx=targets)
+    if wrong:
+        # A node of several targets: the environment's GPUs work, kernels launched on the others fail.
+        mine = ",".join(str(i) for i, t in enumerate(targets) if t == ctx.expect_arch)
+        return warn(f"GPUs: {found}; the environment is for {ctx.expect_arch} ({ctx.expect_arch_source}): torch "
+                    f"device(s) {mine} only", f"export HIP_VISIBLE_DEVICES so torch sees only the {ctx.expect_arch} "
+                    "GPUs (without it, work on the others fails with 'invalid device function')", gfx=targets)
     if override:
         return warn(f"GPUs: {found}, but HSA_OVERRIDE_GFX_VERSION={override} is set",
                     "unset HSA_OVERRIDE_GFX_VERSION: it is a diagnostic workaround, not a fix", gfx=targets)
@@ -876,6 +964,8 @@ def _without_kernels(files: Mapping[str, list[str]], gpus: list[str]) -> dict[st
 @check("kernels.prefix", "the environment's GPU code has kernels for this GPU")
 def check_kernels(ctx: Context) -> Outcome:
     gpus = _gpu_names(ctx)
+    # On a node of several targets the environment serves the GPUs of its own (host.driver names the others).
+    gpus = [g for g in gpus if gfx_of(g) == ctx.expect_arch] or gpus
     if not gpus:
         return skip("no AMD GPU seen (no ROCm device in torch, no GPU node in /sys/class/kfd): nothing to check "
                     "the environment's GPU code against; `rocmlock audit --prefix DIR --target GFX` checks it anywhere")

@@ -39,7 +39,7 @@ from rocmlock.deploy.pkgcheck import check_packages
 from rocmlock.deploy.signing import Signer
 from rocmlock.deploy.wheels import bundled_wheels, install_wheels
 from rocmlock.errors import InputError, OperationError, RocmlockError
-from rocmlock.host.node import node_problem, read_node
+from rocmlock.host.node import gpu_choice, node_problem, read_node
 from rocmlock.lock.exports import explicit_name, render_explicit
 from rocmlock.lock.lockfile import LockedPlatform
 from rocmlock.util.credentials import one_line, redact_text
@@ -262,10 +262,12 @@ def _check_node(meta: BundleMetadata, root: Path, env: Mapping[str, str], force:
     """A line for the log; raises when the node cannot run the bundle (unless ``force``)."""
     if meta.gpu_target is None:
         return f"node check: '{meta.environment}' has no GPU target; nothing to check"
-    problem = node_problem(read_node(root, env), meta.gpu_target, meta.rocm_version)
+    node = read_node(root, env)
+    problem = node_problem(node, meta.gpu_target, meta.rocm_version)
     if problem is None:
         rocm = f", ROCm {meta.rocm_version}" if meta.rocm_version else ""
-        return f"node check: a {meta.gpu_target} GPU{rocm} found, as the bundle needs"
+        mixed = gpu_choice(node.gpus, meta.gpu_target)
+        return f"node check: a {meta.gpu_target} GPU{rocm} found, as the bundle needs" + (f"; {mixed}" if mixed else "")
     if force:
         return f"node check skipped (--force): {problem}"
     raise OperationError(problem, hint="--force installs anyway (the integrity check still runs)")
