@@ -88,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RocmlockError as exc:
         # A name from a bundle or a lock may hold a newline or an escape sequence: one line, nothing moved.
         err(f"error: {escape(str(exc))}")
+        for line in exc.details:  # each on a line of its own, escaped as the message is
+            err(f"  {escape(line)}")
         if exc.hint:
             err(f"hint: {escape(exc.hint)}")
         return exc.exit_code
