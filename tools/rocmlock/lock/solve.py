@@ -91,12 +91,21 @@ def virtual_packages_for(env: Environment, platform: Platform) -> tuple[VirtualP
 
 def make_job(ws: Workspace, env: Environment, platform: Platform,
              locked: Sequence[RepoDataRecord] = ()) -> SolveJob:
-    """The solve of ``env`` on ``platform``; ``locked`` are the previous lock's records (kept when possible)."""
+    """The solve of ``env`` on ``platform``; ``locked`` are the previous lock's records (kept when possible).
+
+    An environment with no channels (pixi accepts ``channels = []``) is refused only when it has dependencies on
+    ``platform``: with none there is nothing to solve, and its lock entry is empty, as pixi writes it."""
+    specs = tuple(d.matchspec() for d in env.dependencies_for(platform))
+    if specs and not env.channels:
+        names = ", ".join(sorted({d.name for d in env.dependencies_for(platform)}))
+        raise InputError(f"{ws.path}: environment '{env.name}' has dependencies on platform '{platform.name}' "
+                         f"({names}) but no channels to solve them from",
+                         hint="name the channels in [workspace] channels = [...] (or in a feature of the environment)")
     return SolveJob(
         key=(env.name, platform.name),
         platform=platform,
         channels=tuple(ws.channel_url(c) for c in env.channels),
-        specs=tuple(d.matchspec() for d in env.dependencies_for(platform)),
+        specs=specs,
         virtual_packages=virtual_packages_for(env, platform),
         channel_priority=env.channel_priority,
         target=env.gpu_target,

@@ -128,9 +128,6 @@ def resolve_environment(ws: Workspace, spec: EnvironmentSpec) -> Environment:
     feats = _features(ws, spec)
     where = f"{ws.path}: environment '{spec.name}'"
     channels = _merge_channels(ws, _group_features(ws, spec))
-    if not channels:  # every feature says `channels = []` (no-default-feature): nothing to solve from
-        raise InputError(f"{where} has no channels: each of its features sets channels = []",
-                         hint="name a channel in one of its features, or drop no-default-feature")
     platforms = _environment_platforms(ws, feats, where)
     deps_by_platform = [(plat.name, _platform_specs(feats, plat)) for plat in platforms]
     target = _gpu_target(platforms, deps_by_platform, where)
