@@ -190,7 +190,7 @@ def test_an_environment_named_after_its_method_is_not_named_twice(tmp_path: Path
     (["-e", "mi300x-deepspeed", "--method", "qlora"], "has no bitsandbytes"),
     (["-e", "default", "--method", "lora"], "has no GPU target"),
     (["-e", "nope", "--method", "lora"], "unknown environment 'nope'"),
-    (["--method", "lora"], "needs an environment"),
+    (["--method", "lora"], "the following arguments are required: -e/--environment"),
     (["-e", "mi300x", "--method", "lora", "-o", "preset.txt"], "must end in .yaml"),
 ])
 def test_bad_requests_are_input_errors(args: list[str], message: str, tmp_path: Path,

@@ -60,8 +60,8 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path: Path) -> None:
                            capture_output=True, text=True, timeout=300, check=False)
     assert again.returncode == 2, again.stderr
     assert again.stderr.strip().splitlines() == [
-        f"quickstart: --workdir {work} holds an earlier run (its workspace, lock and environments would be "
-        "overwritten); pass --replace to start it afresh, or give another --workdir"]
+        (f"quickstart: --workdir {work} holds an earlier run (its workspace, lock and environments would be "
+         "overwritten); pass --replace to start it afresh, or give another --workdir")]
     assert _snapshot(work) == before
 
 

@@ -16,16 +16,12 @@ if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmloc
 
 def _locked_manifest(args: argparse.Namespace, command: str) -> Path:
     """The resolved manifest of a command that installs one ``-e`` environment from the pixi.lock beside it."""
-    from rocmlock.errors import InputError
     from rocmlock.lock.noop import manifest_file
 
-    manifest = manifest_file(args.manifest_path).resolve()
-    if not args.environment:
-        raise InputError(f"rocmlock {command} needs -e/--environment", hint=_environments_hint(manifest))
-    return manifest
+    return manifest_file(args.manifest_path).resolve()  # -e is required (argparse; main adds the hint)
 
 
-def _environments_hint(manifest: Path) -> str:
+def environments_hint(manifest: Path) -> str:
     """Which environments ``-e`` can name: those of the manifest, or how to see them when it cannot be read."""
     from rocmlock.errors import InputError
     from rocmlock.workspace.manifest import load_workspace
@@ -39,7 +35,7 @@ def _environments_hint(manifest: Path) -> str:
 
 def add_install(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
-    env_arg(p, multiple=False)
+    env_arg(p, multiple=False, required=True)
     platform_arg(p)
     p.add_argument("--prefix", type=Path, required=True, metavar="DIR", help="where to create the environment")
     p.add_argument("--json", action="store_true", help="print what was installed as JSON on stdout")
@@ -63,7 +59,7 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 def add_pack(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
-    env_arg(p, multiple=False)
+    env_arg(p, multiple=False, required=True)
     platform_arg(p)
     p.add_argument("-o", "--output", type=Path, metavar="FILE",
                    help="the bundle to write (default: ./<env>-<platform>.tar)")
@@ -263,7 +259,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def add_preset(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
-    env_arg(p, multiple=False)
+    env_arg(p, multiple=False, required=True)
     p.add_argument("--method", required=True, choices=["lora", "qlora", "full"],
                    help="LoRA, QLoRA (4-bit bitsandbytes) or full fine-tuning")
     p.add_argument("--model", default=None, metavar="PATH",
@@ -284,11 +280,8 @@ def cmd_preset(args: argparse.Namespace) -> int:
         make_preset,
         write_preset,
     )
-    from rocmlock.errors import InputError
     from rocmlock.workspace.manifest import load_workspace
 
-    if not args.environment:
-        raise InputError("rocmlock preset needs an environment", hint="pass -e ENV (e.g. -e mi300x-qlora)")
     request = PresetRequest(args.environment, args.method, args.model or DEFAULT_MODEL,
                             args.template or DEFAULT_TEMPLATE, args.dataset or DEFAULT_DATASET, args.output)
     preset = make_preset(load_workspace(args.manifest_path), request)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rocmlock.errors import InputError
 from rocmlock.gpu.targets import GpuTarget, get_target, target_for_isa
+from rocmlock.util.tables import did_you_mean
 from rocmlock.workspace.dependencies import Dependency
 from rocmlock.workspace.pixi_compat import channel_base_url
 from rocmlock.workspace.pixi_keys import LockRefusal
@@ -91,7 +92,8 @@ class Workspace:
         spec = self.environment_specs.get(name)
         if spec is None:
             known = ", ".join(self.environment_specs)
-            raise InputError(f"{self.path}: unknown environment '{name}'", hint=f"known environments: {known}")
+            raise InputError(f"{self.path}: unknown environment '{name}'{did_you_mean(name, self.environment_specs)}",
+                             hint=f"known environments: {known}")
         return resolve_environment(self, spec)
 
     def environments(self, names: list[str] | None = None) -> list[Environment]:
