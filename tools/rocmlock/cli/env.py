@@ -268,6 +268,9 @@ def add_preset(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default=None, help="LLaMA-Factory dataset name(s) (default: alpaca_en_demo)")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
                    help="the YAML to write (default: presets/<env>-<method>.yaml beside pixi.toml)")
+    p.add_argument("--gpu-memory", default=None, metavar="SIZE",
+                   help="the GPU's memory, e.g. 48GiB (default: that of the target's smallest product, "
+                        "e.g. 24 GiB for gfx1100: a Radeon PRO W7900 has 48)")
     p.add_argument("--json", action="store_true", help="print what was written and why as JSON on stdout")
 
 
@@ -278,12 +281,15 @@ def cmd_preset(args: argparse.Namespace) -> int:
         DEFAULT_TEMPLATE,
         PresetRequest,
         make_preset,
+        parse_gpu_memory,
         write_preset,
     )
     from rocmlock.workspace.manifest import load_workspace
 
+    memory = parse_gpu_memory(args.gpu_memory) if args.gpu_memory is not None else None
     request = PresetRequest(args.environment, args.method, args.model or DEFAULT_MODEL,
-                            args.template or DEFAULT_TEMPLATE, args.dataset or DEFAULT_DATASET, args.output)
+                            args.template or DEFAULT_TEMPLATE, args.dataset or DEFAULT_DATASET, args.output,
+                            memory)
     preset = make_preset(load_workspace(args.manifest_path), request)
     write_preset(preset)
     for note in preset.notes:
