@@ -61,3 +61,31 @@ def test_the_command_reference_fits_the_code_box() -> None:
     wide = [line for block in blocks for line in block.split("```", 1)[0].splitlines()
             if len(line) > reference.CODE_COLUMNS]
     assert wide == []
+
+
+def test_the_product_table_of_adding_a_gpu_target_is_the_gpu_tables() -> None:
+    from rocmlock.gpu.targets import all_targets
+
+    text = (REPO / "docs" / "recipes.md").read_text()
+    table = text.split("<!-- product-table:", 1)[1].split("\n\n", 1)[0].splitlines()[3:]
+    assert table == [f"| {p} | `{t.gfx}` | `{t.isa}` |" for t in all_targets().values() for p in t.products]
+    # The steps say that the new target's packages are built and published before the lock can solve.
+    steps = text.split("## Adding a GPU target", 1)[1].split("\n## ", 1)[0]
+    assert "rocmlock build -e" in steps and "rocmlock publish" in steps and "before you lock" in steps
+
+
+def test_the_pixi_toml_of_adding_a_gpu_target_locks_its_environment_for_that_target(tmp_path: Path) -> None:
+    from rocmlock.workspace.manifest import load_workspace
+
+    text = (REPO / "docs" / "recipes.md").read_text()
+    snippet = text.split("The `pixi.toml` of step 5", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    platform = next(line.strip().rstrip(",") for line in snippet.splitlines() if "linux-64-gfx1201" in line)
+    feature = snippet.split("[feature.gfx1201]", 1)[1].split("[environments]", 1)[0]
+    root = (REPO / "pixi.toml").read_text()
+    root = root.replace("platforms = [\n", f"platforms = [\n    {platform},\n", 1)
+    root = root.replace("[environments]\n", f"[feature.gfx1201]{feature}[environments]\nrx9070 = "
+                        '["rocm72", "gfx1201", "train"]\n', 1)
+    (tmp_path / "pixi.toml").write_text(root)
+    env = load_workspace(tmp_path / "pixi.toml").environment("rx9070")
+    assert env.gpu_target is not None and (env.gpu_target.gfx, env.gpu_target.isa) == ("gfx1201", "12.0.1")
+    assert [p.name for p in env.platforms] == ["linux-64-gfx1201"]
