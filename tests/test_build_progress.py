@@ -80,3 +80,10 @@ def test_build_piped_names_each_variant_and_its_log(tmp_path: Path, capsys: pyte
         assert line.endswith(f"(log: {out.resolve() / 'logs' / f'{variant}.log'})")
         assert (out / "logs" / f"{variant}.log").is_file()
         assert any(done.startswith("built") and f" {variant} in " in done for done in err)
+
+
+def test_packs_download_bar_shows_the_time_left() -> None:
+    from rich.progress import TimeRemainingColumn
+    from rocmlock.cli.env import _DownloadProgress
+
+    assert any(isinstance(c, TimeRemainingColumn) for c in _DownloadProgress().progress.columns)

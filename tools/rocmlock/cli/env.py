@@ -89,16 +89,23 @@ def _seconds(text: str) -> float:
 
 
 class _DownloadProgress:
-    """rich progress on stderr: bytes fetched of the lock's total, and the rate."""
+    """rich progress on stderr: bytes fetched of the lock's total, the rate and the time left."""
 
     def __init__(self) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
 
         console = Console(stderr=True)
         # Not on a terminal (a log, CI): no bar, and no empty line where it was.
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                 TransferSpeedColumn(), console=console, transient=True,
+                                 TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True,
                                  disable=not console.is_terminal)
         self.task: Any = None
 
