@@ -265,8 +265,8 @@ def test_the_gpus_memory_can_be_given_and_the_assumed_one_is_said(tmp_path: Path
     base = ["preset", "--manifest-path", str(manifest), "-e", "w7900", "--method", "lora"]
     assert main([*base, "-o", str(tmp_path / "table.yaml")]) == 0
     err = capsys.readouterr().err
-    assert ("sized for a 7-8B model on 24 GiB, the smallest gfx1100 product's (Radeon PRO W7900, Radeon RX 7900 "
-            "XTX); pass --gpu-memory for a GPU with more") in err
+    assert ("sized for a 7-8B model on 24 GiB, the GPU table's size for gfx1100 (Radeon PRO W7900, Radeon RX 7900 "
+            "XTX); --gpu-memory SIZE when yours differs") in err
     assert main([*base, "--gpu-memory", "48GiB", "-o", str(tmp_path / "w7900.yaml")]) == 0
     assert "sized for a 7-8B model on 48 GiB (--gpu-memory)" in capsys.readouterr().err
     small = yaml.safe_load((tmp_path / "table.yaml").read_text())

@@ -233,9 +233,8 @@ class PresetRequest:
 def _memory_note(target: GpuTarget, memory_gib: float | None) -> str:
     if memory_gib is not None:
         return f"{memory_gib:g} GiB (--gpu-memory)"
-    products = ", ".join(target.products)
-    more = "; pass --gpu-memory for a GPU with more" if len(target.products) > 1 else ""
-    return f"{target.memory_gib} GiB, the smallest {target.gfx} product's ({products}){more}"
+    return (f"{target.memory_gib} GiB, the GPU table's size for {target.gfx} ({', '.join(target.products)}); "
+            "--gpu-memory SIZE when yours differs")
 
 
 def make_preset(workspace: Workspace, request: PresetRequest, cwd: Path | None = None) -> Preset:
