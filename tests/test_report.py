@@ -250,3 +250,24 @@ def test_a_trailing_newline_is_no_valid_name(field: str, edit: Any, tmp_path: Pa
     assert main(["report", str(d), "--json"]) == 0
     node = next(n for n in json.loads(capsys.readouterr().out)["nodes"] if n["node"] == "gpu10")
     assert node.get("expected_arch") is None, node
+
+
+def test_reports_of_one_hostname_are_told_apart_and_a_long_fix_is_cut_between_words(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 35: three VMs named "vm" were three identical rows; the fix line was cut inside a word at 200 chars.
+    long_fix = " ".join(["reinstall the environment built for gfx90a"] * 30)
+    for name, gpu in (("a", "gfx942"), ("b", "gfx942"), ("c", "gfx90a")):
+        report = probe_report("vm", [gpu] * 8, ("tools.rocminfo",) if gpu == "gfx90a" else ())
+        report["checks"][1]["fix"] = long_fix
+        write(tmp_path / f"vm-{name}.json", report)
+    write(tmp_path / "other.json", probe_report("gpu01"))
+    assert main(["report", *(str(p) for p in sorted(tmp_path.glob("*.json")))]) == 1
+    out = capsys.readouterr().out
+    rows = [line.split()[0:3] for line in out.splitlines() if line.startswith(("vm", "gpu01"))]
+    assert rows == [["gpu01", "gfx942", "x8"], ["vm", "(gfx942,", "vm-a.json)"], ["vm", "(gfx942,", "vm-b.json)"],
+                    ["vm", "(gfx942,", "vm-c.json)"]], out
+    assert "1 node(s) fail tools.rocminfo: vm (gfx942, vm-c.json)" in out
+    (fix,) = [line.strip() for line in out.splitlines() if line.strip().startswith("fix:")]
+    shown = fix.removeprefix("fix: ").removesuffix("...")
+    assert fix.endswith("...") and 300 < len(shown) <= 600
+    assert long_fix.startswith(shown) and long_fix[len(shown)] == " "  # cut where a word ends

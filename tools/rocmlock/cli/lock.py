@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rocmlock.cli.common import env_arg, err, manifest_arg, print_json
+from rocmlock.errors import RocmlockError
+from rocmlock.util.credentials import redact_text
 
 if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
     from rocmlock.lock.result import LockResult
@@ -54,6 +57,21 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
     return 0
 
 
+def _json_on_failure(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """With ``--json``, a failure also prints a JSON object on stdout (``error``, ``hint``, ``details``,
+    ``exit_code``) before the CLI reports it on stderr as usual, so a script reading stdout never gets nothing."""
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except RocmlockError as exc:
+            if args.json:
+                print_json({"error": redact_text(str(exc)), "hint": redact_text(exc.hint or ""),
+                            "details": [redact_text(line) for line in exc.details], "exit_code": exc.exit_code})
+            raise
+    return wrapped
+
+
+@_json_on_failure
 def cmd_lock(args: argparse.Namespace) -> int:
     if not (args.environments or args.platforms or args.update is not None or args.discard_lock):
         from rocmlock.lock.noop import lock_if_unchanged
@@ -80,6 +98,7 @@ def add_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
 
+@_json_on_failure
 def cmd_export(args: argparse.Namespace) -> int:
     from rocmlock.lock.pipeline import export_workspace
 

@@ -30,7 +30,9 @@ from rocmlock.gpu.devicecode import (
     scan_tree,
 )
 from rocmlock.gpu.offload import OffloadError, TargetId, parse_target_id, shown, sorted_names
+from rocmlock.gpu.targets import all_targets
 from rocmlock.util.fs import open_regular, read_regular
+from rocmlock.util.tables import did_you_mean
 from rocmlock.util.text import escape, format_table
 
 _AMDGPU_TARGET = re.compile(r"amdgpu-target-[^-]+-(gfx[0-9]+[0-9a-f]{2})\.json")
@@ -88,7 +90,8 @@ def gpu_target(text: str, where: str = "--target") -> TargetId:
     try:
         target = parse_target_id(text)
     except ValueError as exc:
-        raise InputError(f"{where}: {exc}", hint=_TARGET_HINT) from None
+        raise InputError(f"{where}: {exc}{did_you_mean(text.split(':', 1)[0].lower(), all_targets())}",
+                         hint=_TARGET_HINT) from None
     if target.generic or target.processor == "amdgcnspirv":
         raise InputError(f"{where}: '{text}' is a compilation target, not a GPU", hint=_TARGET_HINT)
     return target

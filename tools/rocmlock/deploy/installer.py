@@ -61,12 +61,13 @@ def _source_tree() -> Path:
     return root
 
 
-def _build_rocmlock_wheel(dest: Path) -> None:
+def _build_rocmlock_wheel(dest: Path, python: str = sys.executable) -> None:
     """A wheel of this checkout, built in a copy (nothing is written into the checkout), timestamps fixed.
 
     Built as pip builds it: PEP 517 in an isolated environment that pip fills with pyproject.toml's declared
-    ``[build-system] requires`` (setuptools>=68), not with whatever setuptools this Python has (a fresh 3.11
-    venv's 65.5 has no ``bdist_wheel``). A failure shows the build's own last lines, not pip's "See above"."""
+    ``[build-system] requires`` (setuptools>=68 and wheel, which gives setuptools before 70.1 its
+    ``bdist_wheel``), not with whatever setuptools ``python`` has (a fresh 3.11 venv's 65.5 has no
+    ``bdist_wheel``). A failure shows the build's own last lines, not pip's "See above"."""
     root = _source_tree()
     with tempfile.TemporaryDirectory(prefix="rocmlock-wheel-") as tmp:
         src = Path(tmp) / "src"
@@ -77,10 +78,15 @@ def _build_rocmlock_wheel(dest: Path) -> None:
         # The zip records each file's mode: the checkout's (its umask) and, for what setuptools writes, ours.
         for path in src.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
-        env = {**os.environ, "SOURCE_DATE_EPOCH": str(FIXED_MTIME), "PIP_NO_BUILD_ISOLATION": "0"}
+        # No PIP_NO_BUILD_ISOLATION: pip assigns a boolean option's environment value to its dest as it is
+        # (pip/_internal/cli/parser.py, _update_defaults, strtobool), and the dest of --no-build-isolation is
+        # build_isolation, so "0" (which this once set) turns isolation off and builds with this python's own
+        # setuptools ("invalid command 'bdist_wheel'" under 70.1). A user's setting is dropped for the same reason.
+        env = {k: v for k, v in os.environ.items() if k != "PIP_NO_BUILD_ISOLATION"}
+        env["SOURCE_DATE_EPOCH"] = str(FIXED_MTIME)
         old_umask = os.umask(0o022)
         try:
-            res = run_command([sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-deps",
+            res = run_command([python, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-deps",
                                "--wheel-dir", str(dest), str(src)], env=env, timeout=900, check=False)
         except CommandError as exc:
             raise OperationError(f"--with-installer: {exc}") from None
@@ -88,8 +94,8 @@ def _build_rocmlock_wheel(dest: Path) -> None:
             os.umask(old_umask)
         if not res.ok:
             raise OperationError(f"--with-installer: building rocmlock's wheel failed: {build_failure(res.stdout + res.stderr)}",
-                                 hint="the build needs setuptools>=68 from PyPI (or PIP_FIND_LINKS / PIP_INDEX_URL "
-                                      "pointing at a mirror holding it)")
+                                 hint="the build needs setuptools>=68 and wheel from PyPI (or PIP_FIND_LINKS / PIP_INDEX_URL "
+                                      "pointing at a mirror holding them)")
 
 
 # pip's own lines around a failed build's output (pip/_internal/exceptions.py, InstallationSubprocessError and

@@ -18,7 +18,7 @@ from typing import Any
 
 from rocmlock.errors import InputError
 from rocmlock.util.fs import open_regular
-from rocmlock.util.text import printable
+from rocmlock.util.text import printable, printable_words
 
 PROBE = "rocm-env-check"
 # The newest report schema this rocmlock reads (tools/verify_env.py SCHEMA_VERSION).
@@ -183,8 +183,8 @@ def _checks(data: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _failure(check_id: str, by_id: Mapping[str, Mapping[str, Any]]) -> Failure:
     check = by_id.get(check_id, {})
     evidence, fix = check.get("evidence"), check.get("fix")
-    return Failure(check_id, printable(evidence) if isinstance(evidence, str) else "",
-                   printable(fix) if isinstance(fix, str) else "")
+    return Failure(check_id, printable_words(evidence) if isinstance(evidence, str) else "",
+                   printable_words(fix) if isinstance(fix, str) else "")
 
 
 def _node_name(data: Mapping[str, Any], path: Path) -> str:

@@ -131,12 +131,15 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
         # Issue 25: the packages' GPU code against this node's GPUs (deploy/audit.py).
         say(check_bundle_for_node(where, meta, tuple(g.gfx for g in read_node(root, env).gpus), force))
         wheels = bundled_wheels(meta)
+        say(f"installing {len(meta.packages)} packages into {prefix}")
         _install(_records(where, meta), prefix, meta, fresh, scratch / "cache",
                  then=(lambda: install_wheels(where, prefix, meta, scratch, fresh=fresh)) if wheels else None)
         pypi = f" and {len(wheels)} PyPI wheel(s)" if wheels else ""
         say(f"installed {len(meta.packages)} packages{pypi} into {prefix}")
         kept = bundle.absolute() if bundle.is_dir() else _keep(where, keep)
     explicit = _write_explicit(kept, meta, say) if kept is not None else None
+    if verify and meta.probe:
+        say(f"running {meta.probe} of the new environment")
     probe = _run_probe(prefix, meta, env) if verify and meta.probe else None
     if verify and not meta.probe:
         say(f"not verified: '{meta.environment}' has no rocm-env-check package (add it to the environment)")

@@ -119,7 +119,8 @@ def render_environment_yml(env: str, channels: Sequence[str], platform: LockedPl
     if other_platforms:
         lines.append(f"# other platforms: {', '.join(other_platforms)} (see conda-<platform>.lock)")
     lines += _skipped_comment(skipped)
-    lines += [*YML_NOTES, *_pip_notes(records, pins), f"name: {env}", "channels:"]
+    # `channels:` alone is null; an environment with no channels (pixi accepts `channels = []`) gets a list.
+    lines += [*YML_NOTES, *_pip_notes(records, pins), f"name: {env}", "channels:" if channels else "channels: []"]
     lines += [f"  - {redact_url(c).rstrip('/')}" for c in channels]
     # conda 26.7 (conda/env/env.py, dependencies_validation) wants a list: `dependencies:` alone is null.
     lines.append("dependencies:" if records or pins else "dependencies: []")
