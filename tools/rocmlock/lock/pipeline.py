@@ -212,7 +212,8 @@ def render_outputs(ws: Workspace, locked: LockedWorkspace, envs: Iterable[Enviro
         # conda reads a relative channel path against the current directory, so exports name it absolutely.
         channels = [channel_base_url(c, ws.root) if is_local_channel(c) else c for c in lenv.channels]
         files.update(render_exports(ws.root / ENVS_DIR, env.name, channels, plats, lenv.records,
-                                    lenv.pypi, env.pypi_indexes, lenv.sources))
+                                    lenv.pypi, env.pypi_indexes, lenv.sources,
+                                    env.gpu_target.gfx if env.gpu_target else None))
     return files
 
 
