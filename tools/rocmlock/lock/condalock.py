@@ -43,8 +43,8 @@ def _package(record: RepoDataRecord, subdir: str) -> dict[str, Any]:
     assert record.md5 is not None  # _solutions leaves out a platform with a record lacking one
     hashes = {"md5": record.md5.hex(), **({"sha256": record.sha256.hex()} if record.sha256 else {})}
     # `build` (optional in the model) keeps the GPU build string (rocm72_gfx942_...) beside the URL's
-    return {"name": record.name.normalized, "version": str(record.version), "build": record.build, "manager": "conda",
-            "platform": subdir, "dependencies": _dependencies(record), "url": redact_url(record.url),
+    return {"name": record.name.normalized, "version": str(record.version), "build": str(record.build),
+            "manager": "conda", "platform": subdir, "dependencies": _dependencies(record), "url": redact_url(record.url),
             "hash": hashes, "category": "main", "optional": False}
 
 
