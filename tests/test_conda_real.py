@@ -309,3 +309,22 @@ def test_conda_lock_locks_an_exported_environment_yml_to_the_same_pins(example: 
         assert p["url"] == f"{example.conda_build.as_uri()}/noarch/{filename}"
         got[p["name"]] = (str(p["version"]), build, p["hash"]["sha256"])
     assert got == _locked(example.workspace, "mi300x")
+
+
+@pytest.mark.parametrize("env", sorted(EXPORTS))
+def test_conda_lock_installs_the_exported_conda_lock_yml(example: Example, conda26: Conda, env: str,
+                                                         tmp_path: Path) -> None:
+    # envs/<env>/conda-lock.yml (issue 36): conda-lock 4.0.3 parses it with its strict v1 models, renders the
+    # linux-64 solution to an explicit file and has conda create exactly the locked packages.
+    wrapper = tmp_path / "conda"
+    wrapper.write_text(f'#!/bin/sh\nexec "{conda26.bin / "python"}" -m conda "$@"\n')
+    wrapper.chmod(0o755)
+    lockfile = example.workspace / "envs" / env / "conda-lock.yml"
+    meta = yaml.safe_load(lockfile.read_text())["metadata"]
+    assert meta["platforms"] == ["linux-64"]
+    assert meta["custom_metadata"].get("amdgpu-target") == {"mi250": "gfx90a", "mi300x": "gfx942"}.get(env)
+    assert meta["custom_metadata"]["rocmlock-platforms.linux-64"] == ", ".join(EXPORTS[env])
+    prefix = tmp_path / "env"
+    _ok(conda26.run("conda-lock", "install", "--conda", str(wrapper), "-p", str(prefix), str(lockfile),
+                    cwd=tmp_path, **NO_PIP), "conda-lock install")
+    assert _installed(prefix) == _locked(example.workspace, env)
