@@ -214,7 +214,7 @@ def test_rocmlock_locks_from_the_conda_build_channel(example: Example) -> None:
             assert pins["amdgpu-target"] == ("1", platform.rsplit("-", 1)[1])
     written = {p.relative_to(example.workspace / "envs").as_posix()
                for p in (example.workspace / "envs").rglob("*") if p.is_file()}
-    assert written == {f"{env}/environment.yml" for env in EXPORTS} | {
+    assert written == {f"{env}/{name}" for env in EXPORTS for name in ("environment.yml", "conda-lock.yml")} | {
         f"{env}/conda-{platform}.lock" for env, platform in EXPLICIT}
 
 

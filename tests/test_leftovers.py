@@ -33,7 +33,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 def test_lock_removes_the_exports_of_a_removed_environment(ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mi250 = ws_copy / "envs" / "mi250"
     generated = sorted(p.name for p in mi250.iterdir())
-    assert generated == ["conda-linux-64-gfx90a.lock", "environment.yml"]
+    assert generated == ["conda-linux-64-gfx90a.lock", "conda-lock.yml", "environment.yml"]
     (mi250 / "NOTES.md").write_text("mine\n")  # a user's file: never touched
     manifest = str(ws_copy / "pixi.toml")
     _drop_mi250(ws_copy)
@@ -70,7 +70,8 @@ def test_lock_removes_the_export_of_a_removed_platform(tmp_path: Path, channels:
     code, err = _run(capsys, "lock", "--check", "--manifest-path", str(manifest))
     assert code == 1 and "stale: envs/default/conda-linux-64-gfx90a.lock (no longer generated)" in err
     assert main(["lock", "--manifest-path", str(manifest)]) == 0
-    assert sorted(p.name for p in gone.parent.iterdir()) == ["conda-linux-64-gfx942.lock", "environment.yml"]
+    assert sorted(p.name for p in gone.parent.iterdir()) == ["conda-linux-64-gfx942.lock", "conda-lock.yml",
+                                                             "environment.yml"]
     assert _run(capsys, "export", "--check", "--manifest-path", str(manifest))[0] == 0
 
 
