@@ -20,7 +20,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-PINS = ("pixi-diff-to-markdown==0.3.10", "pixi-sbom==1.15.0", "pixi-policy==0.3.0", "cyclonedx-python-lib==11.12.0")
+PINS = ("pixi-diff-to-markdown==0.3.10", "pixi-sbom==1.15.0", "pixi-policy==0.3.0",
+        # json-validation: its JsonStrictValidator needs jsonschema
+        "cyclonedx-python-lib[json-validation]==11.12.0")
 
 
 class ToolsUnavailable(RuntimeError):

@@ -18,8 +18,6 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from rocmlock.errors import InputError
 
 PackageType = Literal["conda", "pypi"]
@@ -71,6 +69,8 @@ def _make_entry(ref: Mapping[str, Any], entries: Mapping[tuple[str, str], dict[s
 
 def lock_packages(text: str, source: str) -> LockPackages:
     """What ``text`` (a pixi.lock; ``source`` names it in errors) locks, per environment and platform."""
+    import yaml  # here: the no-op lock (rocmlock.lock.noop, through rocmlock.lock.result) imports this module
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
