@@ -9,7 +9,8 @@ conda-index 0.12.1 + conda-lock 4.0.3, and conda 24.11.3), offline, against chan
   ``rocmlock lock`` locks the offline example (examples/offline) from that channel to the same pins;
 - conda 26.7.1 and 24.11.3 install every export of that lock (environment.yml, the ``@EXPLICIT`` files, a bundle's
   environment.yml with its documented offline command), and the installed ``conda-meta`` is the lock;
-- conda-lock 4.0.3 locks an exported environment.yml with conda 26.7.1 to the same pins.
+- conda-lock 4.0.3 locks an exported environment.yml with conda 26.7.1 to the same pins, and installs the exported
+  conda-lock.yml; conda-lockfiles 0.2.2 has conda 26.7.1 create it (`conda env create -f conda-lock.yml`).
 
 Without the mirrors (../shared/mirrors or ROCMLOCK_MIRRORS) these tests fail under CI=true and skip elsewhere.
 """
@@ -327,4 +328,16 @@ def test_conda_lock_installs_the_exported_conda_lock_yml(example: Example, conda
     prefix = tmp_path / "env"
     _ok(conda26.run("conda-lock", "install", "--conda", str(wrapper), "-p", str(prefix), str(lockfile),
                     cwd=tmp_path, **NO_PIP), "conda-lock install")
+    assert _installed(prefix) == _locked(example.workspace, env)
+
+
+@pytest.mark.parametrize("env", sorted(EXPORTS))
+def test_conda_env_create_installs_the_conda_lock_yml_with_conda_lockfiles(example: Example, conda26: Conda, env: str,
+                                                                          tmp_path: Path) -> None:
+    # conda-lockfiles 0.2.2 (conda's plugin for lock files, in the conda26 venv) reads conda-lock.yml for
+    # `conda env create -f`; it refuses a custom_metadata without `created_by` ("missing required field").
+    prefix = tmp_path / "env"
+    _ok(conda26.run("conda", "env", "create", "-p", str(prefix), "-f",
+                    str(example.workspace / "envs" / env / "conda-lock.yml"), **NO_PIP),
+        "conda env create -f conda-lock.yml")
     assert _installed(prefix) == _locked(example.workspace, env)

@@ -8,7 +8,7 @@ solution per subdir: written when the environment's platforms of one subdir lock
 per environment, the usual case); an environment whose platforms of one subdir differ (several GPU targets) gets
 none, its ``conda-<platform>.lock`` files say it. The GPU target and rocmlock's platform go into
 ``metadata.custom_metadata`` (a ``dict[str, str]`` in conda_lock/lockfile/v1/models.py ``LockMeta``), the only
-place the format has for them, and into a comment. The models are strict (``StrictModel``: extra keys refused);
+place the format has for them (with the ``created_by`` conda-lockfiles requires), and into a comment. The models are strict (``StrictModel``: extra keys refused);
 a conda package needs its md5 (``validate_hash``). PyPI packages are not written (a ``pip`` entry needs the
 archive's URL, which no export writes): a comment points at ``requirements-<platform>.txt``.
 """
@@ -69,7 +69,9 @@ def _solutions(platforms: Sequence[LockedPlatform], records: Mapping[str, Sequen
 
 
 def _custom_metadata(by_subdir: Mapping[str, list[LockedPlatform]], gpu_target: str | None) -> dict[str, str]:
-    meta = {"generated-by": "rocmlock lock / rocmlock export, from pixi.lock"}
+    # conda-lockfiles 0.2.2 reads custom_metadata as a model with a required `created_by` (conda_lock/v1.py,
+    # CondaLockV1CustomMetadata): without it, `conda env create -f conda-lock.yml` refuses the file.
+    meta = {"created_by": "rocmlock"}
     if gpu_target:
         meta["amdgpu-target"] = gpu_target
     for subdir, plats in sorted(by_subdir.items()):
