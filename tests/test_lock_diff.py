@@ -138,3 +138,63 @@ def test_pixi_diff_to_markdown_reads_lock_json_and_prints_our_markdown(tools: Pa
     assert ours == theirs.replace("**numpy**", "numpy")  # lock --json marks numpy explicit: pixi.toml names it
     # its default layout (tables merged across environments) takes the JSON too
     assert "Minor Downgrade" in _to_markdown(tools, data, cwd)
+
+
+FORGE = "https://conda.anaconda.org/conda-forge/linux-64"
+PYPI = "https://files.pythonhosted.org/packages/ab/cd"
+
+
+def _lock_text(envs: dict[str, dict[str, list[tuple[str, str, str]]]]) -> str:
+    """A pixi.lock v7 text: env -> platform -> (name, version, build); build "pypi" makes a wheel."""
+    packages: dict[str, dict[str, Any]] = {}
+    body: dict[str, Any] = {}
+    for env, plats in envs.items():
+        body[env] = {"channels": [{"url": "https://conda.anaconda.org/conda-forge/"}], "packages": {}}
+        for plat, pkgs in plats.items():
+            refs = []
+            for name, version, build in pkgs:
+                if build == "pypi":
+                    url = f"{PYPI}/{name}-{version}-py3-none-any.whl"
+                    packages[url] = {"pypi": url, "name": name, "version": version, "sha256": "0" * 64}
+                    refs.append({"pypi": url})
+                else:
+                    url = f"{FORGE}/{name}-{version}-{build}.conda"
+                    packages[url] = {"conda": url, "sha256": "1" * 64, "md5": "2" * 32, "license": "MIT"}
+                    refs.append({"conda": url})
+            body[env]["packages"][plat] = refs
+    return yaml.safe_dump({"version": 7, "environments": body, "packages": list(packages.values())}, sort_keys=False)
+
+
+def test_markdown_equals_pixi_diff_to_markdown_for_every_kind_of_change(tools: Path, tmp_path: Path) -> None:
+    from rocmlock.lock.diff import diff_json, diff_locks, diff_markdown, lock_packages
+
+    many = [(f"lib{i:02d}", "1.0", "h0_0") for i in range(12)]  # more than 10 rows: the tables fold
+    old = _lock_text({
+        "gpu": {"linux-64": [("major", "1.2.3", "h0_0"), ("minor", "1.2.3", "h0_0"), ("patch", "1.2.3", "h0_0"),
+                             ("build", "1.0", "h0_0"), ("gone", "1.0", "h0_0"), ("Wheel-Pkg", "1.0", "pypi"),
+                             ("deep", "1.2.3.4", "h0_0")],
+                "osx-64": [("only-here", "2.0", "h1_0")]},
+        "old-env": {"linux-64": [("solo", "3.0", "h0_0")]},
+        "big": {"linux-64": many}})
+    new = _lock_text({
+        "gpu": {"linux-64": [("major", "2.0.0", "h0_0"), ("minor", "1.1.0", "h0_0"), ("patch", "1.2.4", "h0_0"),
+                             ("build", "1.0", "h1_1"), ("new", "0.1", "h0_0"), ("Wheel-Pkg", "1.1", "pypi"),
+                             ("deep", "1.2.3.5", "h0_0")]},
+        "big": {"linux-64": [(n, "1.1", b) for n, _, b in many]}})
+    diff = diff_locks(lock_packages(old, "old"), lock_packages(new, "new"))
+    data = diff_json(diff)
+    assert list(data["environment"]) == ["gpu", "big", "old-env"]  # removed environments last, as pixi
+    assert list(data["environment"]["gpu"]) == ["linux-64", "osx-64"]  # so is a removed platform
+    wheel = next(r for r in data["environment"]["gpu"]["linux-64"] if r["type"] == "pypi")
+    assert wheel["name"] == "wheel_pkg" and set(wheel["before"]) == {"pypi", "version"}
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    theirs = _to_markdown(tools, json.dumps(data), cwd, "--merge-dependencies", "no")
+    assert theirs == diff_markdown(diff) + "\n"
+    link = "(https://prefix.dev/channels/conda-forge/packages/{})".format
+    for row in (f"|[major]{link('major')}|1.2.3|2.0.0|Major Upgrade|",
+                f"|[minor]{link('minor')}[^2]|1.2.3|1.1.0|Minor Downgrade|",
+                f"|[build]{link('build')}|h0_0|h1_1|Only build string|", f"|[deep]{link('deep')}|1.2.3.4|1.2.3.5|Other|",
+                "|[wheel_pkg](https://pypi.org/project/wheel_pkg)|1.0|1.1|Minor Upgrade|", "|gone|1.0||Removed|",
+                "<details>\n<summary>linux-64</summary>", "<details open>\n<summary>osx-64</summary>"):
+        assert row in theirs
