@@ -198,3 +198,22 @@ def test_markdown_equals_pixi_diff_to_markdown_for_every_kind_of_change(tools: P
                 "|[wheel_pkg](https://pypi.org/project/wheel_pkg)|1.0|1.1|Minor Upgrade|", "|gone|1.0||Removed|",
                 "<details>\n<summary>linux-64</summary>", "<details open>\n<summary>osx-64</summary>"):
         assert row in theirs
+
+
+def test_a_secret_in_either_lock_never_reaches_the_diff() -> None:
+    from rocmlock.lock.diff import diff_json, diff_locks, diff_markdown, diff_text, lock_packages
+
+    clean = _lock_text({"e": {"linux-64": [("a", "1.0", "h0_0"), ("w", "1.0", "pypi")]}})
+    secret = (clean.replace("https://conda.anaconda.org/", "https://bot:Pw-s3cr3t-9@conda.anaconda.org/t/tk-s3cr3t-8/")
+              .replace("-py3-none-any.whl", "-py3-none-any.whl?X-Amz-Signature=sig-s3cr3t-7"))
+    changed = _lock_text({"e": {"linux-64": [("a", "2.0", "h0_0"), ("w", "2.0", "pypi")]}})
+    # the conda package differs only by its credentials: no change (rocmlock writes the lock without them); the
+    # wheel's URL differs by a query, which is masked, not dropped
+    rows = diff_locks(lock_packages(secret, "old"), lock_packages(clean, "new"))["e"]["linux-64"]
+    assert [r.package.name for r in rows] == ["w"]
+    assert rows[0].before is not None and rows[0].before.location.endswith(".whl?***")
+    for old, new in ((secret, changed), (changed, secret)):
+        diff = diff_locks(lock_packages(old, "old"), lock_packages(new, "new"))
+        assert len(diff["e"]["linux-64"]) == 2
+        for text in (json.dumps(diff_json(diff)), diff_markdown(diff), "\n".join(diff_text(diff))):
+            assert "s3cr3t" not in text

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rocmlock.errors import InputError
+from rocmlock.util.credentials import mask_queries
 
 PackageType = Literal["conda", "pypi"]
 # (environment, platform, type, name) -> whether the manifest names it: pixi's `explicit`.
@@ -53,9 +54,22 @@ def _conda_identity(location: str, entry: Mapping[str, Any]) -> tuple[str, str, 
     return (str(entry.get("name", guess[0])), str(entry.get("version", guess[1])), str(entry.get("build", guess[2])))
 
 
+def _clean(value: Any) -> Any:
+    """``value`` (a lock entry, as read) with every URL's credentials removed and its query masked: a lock pixi
+    wrote may hold both (rocmlock.lock.lockfile), and the diff is printed. The same package with and without
+    credentials is then one location, as rocmlock re-writes such a lock without them."""
+    if isinstance(value, str):
+        return mask_queries(value) if "://" in value else value
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    return value
+
+
 def _make_entry(ref: Mapping[str, Any], entries: Mapping[tuple[str, str], dict[str, Any]], source: str) -> LockedEntry:
     kind: PackageType = "conda" if "conda" in ref else "pypi"
-    location = ref.get(kind)
+    location = _clean(ref.get(kind))
     if not isinstance(location, str):
         raise _bad(source, f"an environment's package reference has no conda: or pypi: location ({sorted(ref)})")
     entry = entries.get((kind, location))
@@ -83,6 +97,7 @@ def lock_packages(text: str, source: str) -> LockPackages:
         kind = "conda" if isinstance(entry, dict) and "conda" in entry else "pypi"
         if not isinstance(entry, dict) or not isinstance(entry.get(kind), str):
             raise _bad(source, "a packages: entry without a conda: or pypi: location")
+        entry = _clean(entry)
         entries.setdefault((kind, entry[kind]), entry)
     out: LockPackages = {}
     for env, body in (data.get("environments") or {}).items():
