@@ -84,6 +84,9 @@ def test_diff_of_two_lock_files_is_the_same_diff_without_explicit(ws_copy: Path,
     old.write_bytes((ws_copy / "pixi.lock").read_bytes())
     _pin_numpy(ws_copy)
     locked = _json(["lock", "--manifest-path", str(ws_copy / "pixi.toml"), "--json"], capsys)
+    with_manifest = _json(["diff", str(old), str(ws_copy / "pixi.lock"), "--json", "--manifest-path",
+                           str(ws_copy / "pixi.toml")], capsys)
+    assert with_manifest == {"version": 1, "environment": locked["environment"]}
     diffed = _json(["diff", str(old), str(ws_copy / "pixi.lock"), "--json"], capsys)
     assert list(diffed) == ["version", "environment"]
     for plats in locked["environment"].values():  # no manifest: nothing is explicit

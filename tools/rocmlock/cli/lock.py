@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocmlock.cli.common import env_arg, err, manifest_arg
@@ -109,15 +110,17 @@ def cmd_export(args: argparse.Namespace) -> int:
 def add_diff(p: argparse.ArgumentParser) -> None:
     p.add_argument("old", metavar="OLD", help="the pixi.lock before (e.g. `git show origin/main:pixi.lock > old.lock`)")
     p.add_argument("new", metavar="NEW", help="the pixi.lock after")
+    p.add_argument("--manifest-path", type=Path, default=None,
+                   help="mark the packages this pixi.toml names as explicit, as `rocmlock lock --json` does "
+                        "(default: none is)")
     _diff_output(p, "the changes")
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from rocmlock.lock.diff import diff_json, diff_markdown, diff_text
+    from rocmlock.lock.pipeline import diff_workspace_locks
 
-    from rocmlock.lock.diff import diff_json, diff_lock_files, diff_markdown, diff_text
-
-    diff = diff_lock_files(Path(args.old), Path(args.new))
+    diff = diff_workspace_locks(Path(args.old), Path(args.new), args.manifest_path)
     if args.json:
         _print_pixi_json(diff_json(diff))
     elif args.markdown:

@@ -292,10 +292,10 @@ def diff_markdown(diff: LockDiff) -> str:
     return "\n".join(lines) + "\n" + FOOTNOTES
 
 
-def diff_lock_files(old: Path, new: Path) -> LockDiff:
+def diff_lock_files(old: Path, new: Path, explicit: Explicit | None = None) -> LockDiff:
     """pixi's diff from the pixi.lock ``old`` to ``new`` (``rocmlock diff``). Each is read by rattler first
-    (:func:`rocmlock.lock.lockfile.read_lockfile`: a lock it cannot read is an input error naming the file); no
-    manifest, so no package is ``explicit``."""
+    (:func:`rocmlock.lock.lockfile.read_lockfile`: a lock it cannot read is an input error naming the file);
+    without ``explicit`` (no manifest) no package is explicit."""
     from rocmlock.lock.lockfile import read_lockfile  # loads rattler: not on the no-op lock's path
 
     texts = []
@@ -303,7 +303,7 @@ def diff_lock_files(old: Path, new: Path) -> LockDiff:
         if read_lockfile(path) is None:
             raise InputError(f"{path}: no such file", hint="pass the old and the new pixi.lock")
         texts.append(path.read_text(encoding="utf-8"))
-    return diff_locks(lock_packages(texts[0], str(old)), lock_packages(texts[1], str(new)))
+    return diff_locks(lock_packages(texts[0], str(old)), lock_packages(texts[1], str(new)), explicit)
 
 
 def diff_text(diff: LockDiff) -> list[str]:

@@ -18,7 +18,7 @@ from rattler import RepoDataRecord
 
 from rocmlock.errors import InputError, OperationError
 from rocmlock.lock import stamp
-from rocmlock.lock.diff import LockDiff, PackageType, diff_locks, lock_packages
+from rocmlock.lock.diff import Explicit, LockDiff, PackageType, diff_lock_files, diff_locks, lock_packages
 from rocmlock.lock.exports import render_exports
 from rocmlock.lock.lockfile import (
     LockedEnvironment,
@@ -238,17 +238,29 @@ def _finish(ws: Workspace, files: dict[Path, str], changes: list[Change], solved
                       warnings=tuple(warnings), removed=removed)
 
 
-def pixi_diff(envs: Sequence[Environment], before: str | None, after: str, lock_path: Path) -> LockDiff:
-    """pixi's diff from the lock text ``before`` (None: no readable lock) to ``after``; a conda package the
-    environment's manifest dependencies name on that platform is ``explicit`` (rocmlock has no PyPI dependencies of
-    its own to mark)."""
+def explicit_marks(envs: Sequence[Environment]) -> Explicit:
+    """pixi's ``explicit``: a conda package the environment's manifest dependencies name on that platform (rocmlock
+    models no PyPI dependencies of its own to mark)."""
     named = {(e.name, p.name): {d.name.lower() for d in e.dependencies_for(p)} for e in envs for p in e.platforms}
 
     def explicit(env: str, platform: str, kind: PackageType, name: str) -> bool:
         return kind == "conda" and name in named.get((env, platform), ())
 
+    return explicit
+
+
+def pixi_diff(envs: Sequence[Environment], before: str | None, after: str, lock_path: Path) -> LockDiff:
+    """pixi's diff from the lock text ``before`` (None: no readable lock) to ``after``."""
     old = lock_packages(before, str(lock_path)) if before is not None else None
-    return diff_locks(old, lock_packages(after, str(lock_path)), explicit)
+    return diff_locks(old, lock_packages(after, str(lock_path)), explicit_marks(envs))
+
+
+def diff_workspace_locks(old: Path, new: Path, manifest_path: str | Path | None = None) -> LockDiff:
+    """``rocmlock diff``: pixi's diff between two lock files, ``explicit`` marked from ``manifest_path``'s
+    pixi.toml when one is given."""
+    if manifest_path is None:
+        return diff_lock_files(old, new)
+    return diff_lock_files(old, new, explicit_marks(load_workspace(existing_manifest(manifest_path)).environments()))
 
 
 def _check_update_names(ws: Workspace, old: LockedWorkspace | None, update: Sequence[str] | None) -> None:
