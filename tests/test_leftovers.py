@@ -93,7 +93,7 @@ def test_export_removes_leftovers_within_what_it_exports(ws_copy: Path, locked_w
 
 
 @pytest.mark.parametrize("name", ["environment.yml", "conda-linux-64.lock", "requirements-linux-64.txt",
-                                  "conda-linux-64-gfx942.lock"])
+                                  "conda-linux-64-gfx942.lock", "conda-lock.yml"])
 def test_a_file_is_generated_by_name_and_header(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     path.write_text(f"{HEADER}\nname: x\n")
