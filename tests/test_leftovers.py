@@ -131,3 +131,16 @@ def test_the_no_op_fast_path_sees_a_leftover(ws_copy: Path, capsys: pytest.Captu
     assert code == 1 and "stale: envs/ghost/environment.yml (no longer generated)" in err
     assert main(["lock", "--manifest-path", manifest]) == 0
     assert not ghost.exists()
+
+
+def test_conda_lock_yml_goes_when_the_platforms_of_its_subdir_lock_different_packages(
+        ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `default` locks the same packages on both linux-64 GPU platforms: one conda-lock.yml solution. A package on
+    # one of them only leaves conda-lock's format (one solution per subdir) without a way to hold it.
+    yml = ws_copy / "envs" / "default" / "conda-lock.yml"
+    assert yml.is_file()
+    manifest = ws_copy / "pixi.toml"
+    manifest.write_text(manifest.read_text() + '\n[target.linux-64-gfx942.dependencies]\nrequests = "*"\n')
+    code, err = _run(capsys, "lock", "--manifest-path", str(manifest))
+    assert code == 0 and "removed 1 no longer generated" in err
+    assert not yml.exists() and (ws_copy / "envs" / "mi300x" / "conda-lock.yml").is_file()
