@@ -220,3 +220,20 @@ def test_a_secret_in_either_lock_never_reaches_the_diff() -> None:
         assert len(diff["e"]["linux-64"]) == 2
         for text in (json.dumps(diff_json(diff)), diff_markdown(diff), "\n".join(diff_text(diff))):
             assert "s3cr3t" not in text
+
+
+def test_a_changed_entry_keeps_the_keys_that_differ_and_nulls_those_it_lost() -> None:
+    from rocmlock.lock.diff import diff_json, diff_locks, lock_packages
+
+    old = yaml.safe_load(_lock_text({"e": {"linux-64": [("a", "1.0", "h0_0"), ("b", "1.0", "h0_0")]}}))
+    new = yaml.safe_load(_lock_text({"e": {"linux-64": [("a", "1.1", "h0_0"), ("b", "1.0", "h0_0")]}}))
+    old["packages"][0]["license"], old["packages"][0]["depends"] = "BSD", ["python"]
+    new["packages"][0].pop("license")
+    new["packages"][0]["depends"], new["packages"][0]["size"] = ["python"], 7
+    diff = diff_locks(lock_packages(yaml.safe_dump(old), "old"), lock_packages(yaml.safe_dump(new), "new"),
+                      lambda env, plat, kind, name: name == "b")
+    (row,) = diff_json(diff)["environment"]["e"]["linux-64"]  # b is unchanged: no row, explicit or not
+    assert row == {"name": "a", "type": "conda",
+                   "before": {"conda": f"{FORGE}/a-1.0-h0_0.conda", "license": "BSD"},
+                   "after": {"conda": f"{FORGE}/a-1.1-h0_0.conda", "size": 7, "license": None}}
+    assert list(row) == ["name", "before", "after", "type"]  # pixi's key order; no `explicit` when false
