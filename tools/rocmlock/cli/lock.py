@@ -25,14 +25,14 @@ def add_lock(p: argparse.ArgumentParser) -> None:
     p.add_argument("--discard-lock", action="store_true",
                    help="ignore pixi.lock (unreadable or merge-conflicted too) and re-solve every environment from "
                         "pixi.toml; says how many pins it drops (with --check: writes nothing)")
-    _diff_output(p, "pixi.lock's changes")
+    _diff_output(p, "pixi.lock's changes", " and rocmlock's own keys beside it")
 
 
-def _diff_output(p: argparse.ArgumentParser, what: str) -> None:
+def _diff_output(p: argparse.ArgumentParser, what: str, extra: str = "") -> None:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true",
-                     help=f"print {what} as JSON on stdout: pixi's diff (`pixi update --json`: version, environment) "
-                          "and rocmlock's own keys beside it")
+                     help=f"print {what} as JSON on stdout: pixi's diff (`pixi update --json`: version, "
+                          f"environment){extra}")
     out.add_argument("--markdown", action="store_true",
                      help=f"print {what} on stdout as the markdown tables pixi-diff-to-markdown makes (one per "
                           "environment and platform), for a pull request comment")
