@@ -28,7 +28,12 @@ def _record(name: str, build: str = "h0_0", depends: tuple[str, ...] = (), subdi
 def test_one_gpu_platform_is_one_linux_64_solution_with_its_target_recorded() -> None:
     torch = _record("pytorch", "rocm72_gfx942_py312_h1_0", ("python >=3.12,<3.13", "amdgpu-target * gfx942"))
     text = render_conda_lock("mi300x", [CHANNEL + "/"], [GFX942], {GFX942.name: [torch, _record("python")]}, "gfx942")
-    assert text is not None and text.splitlines()[0] == HEADER
+    assert text is not None and text.splitlines()[:3] == [
+        HEADER, "# environment: mi300x, GPU target gfx942; conda-lock v1 format, one solution per conda subdir:",
+        "#   conda-lock install -p <prefix> conda-lock.yml"]
+    # conda-lock's own layout: its key order, block style, one line per value however long
+    assert "\nversion: 1\nmetadata:\n  content_hash:\n    linux-64: " in text
+    assert "\n  dependencies:\n    python: '>=3.12,<3.13'\n    amdgpu-target: '* gfx942'\n  url: " in text
     data = yaml.safe_load(text)
     assert data["version"] == 1
     meta = data["metadata"]
@@ -56,7 +61,10 @@ def test_platforms_of_one_subdir_are_one_solution_only_when_they_lock_the_same()
     assert text is not None
     data = yaml.safe_load(text)
     assert len(data["package"]) == 1
-    assert data["metadata"]["custom_metadata"]["rocmlock-platforms.linux-64"] == "linux-64-gfx90a, linux-64-gfx942"
+    # two GPU platforms in one solution: neither's virtual packages, no GPU target named
+    assert data["metadata"]["custom_metadata"] == {"created_by": "rocmlock",
+                                                   "rocmlock-platforms.linux-64": "linux-64-gfx90a, linux-64-gfx942"}
+    assert text.splitlines()[1] == "# environment: default; conda-lock v1 format, one solution per conda subdir:"
     differ = {GFX90A.name: [_record("amdgpu-target", "gfx90a")], GFX942.name: [_record("amdgpu-target", "gfx942")]}
     assert render_conda_lock("both", [CHANNEL], [GFX90A, GFX942], differ) is None
 
@@ -69,6 +77,15 @@ def test_two_subdirs_are_two_solutions() -> None:
     assert data["metadata"]["platforms"] == ["linux-64", "linux-aarch64"]
     assert sorted(p["platform"] for p in data["package"]) == ["linux-64", "linux-aarch64"]
     assert sorted(data["metadata"]["content_hash"]) == ["linux-64", "linux-aarch64"]
+
+
+def test_a_package_without_sha256_has_its_md5_only_and_pypi_is_pointed_to() -> None:
+    record = PackageRecord("a", "1.0", BuildString("h0_0"), 0, "linux-64", md5=b"\x02" * 16)
+    rec = RepoDataRecord(record, "a-1.0-h0_0.conda", f"{CHANNEL}/linux-64/a-1.0-h0_0.conda", CHANNEL)
+    text = render_conda_lock("e", [CHANNEL], [GFX942], {GFX942.name: [rec]}, pypi_platforms=[GFX942.name, ARM.name])
+    assert text is not None and yaml.safe_load(text)["package"][0]["hash"] == {"md5": "02" * 16}
+    assert ("# PyPI packages are not in it: then pip install --require-hashes -r requirements-<platform>.txt "
+            "(linux-64-gfx942, linux-aarch64)") in text.splitlines()
 
 
 @pytest.mark.parametrize("why", ["no-md5", "not-locked"])
