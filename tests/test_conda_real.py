@@ -9,7 +9,8 @@ conda-index 0.12.1 + conda-lock 4.0.3, and conda 24.11.3), offline, against chan
   ``rocmlock lock`` locks the offline example (examples/offline) from that channel to the same pins;
 - conda 26.7.1 and 24.11.3 install every export of that lock (environment.yml, the ``@EXPLICIT`` files, a bundle's
   environment.yml with its documented offline command), and the installed ``conda-meta`` is the lock;
-- conda-lock 4.0.3 locks an exported environment.yml with conda 26.7.1 to the same pins.
+- conda-lock 4.0.3 locks an exported environment.yml with conda 26.7.1 to the same pins, and installs the exported
+  conda-lock.yml; conda-lockfiles 0.2.2 has conda 26.7.1 create it (`conda env create -f conda-lock.yml`).
 
 Without the mirrors (../shared/mirrors or ROCMLOCK_MIRRORS) these tests fail under CI=true and skip elsewhere.
 """
@@ -220,7 +221,7 @@ def test_rocmlock_locks_from_the_conda_build_channel(example: Example) -> None:
             assert pins["amdgpu-target"] == ("1", platform.rsplit("-", 1)[1])
     written = {p.relative_to(example.workspace / "envs").as_posix()
                for p in (example.workspace / "envs").rglob("*") if p.is_file()}
-    assert written == {f"{env}/environment.yml" for env in EXPORTS} | {
+    assert written == {f"{env}/{name}" for env in EXPORTS for name in ("environment.yml", "conda-lock.yml")} | {
         f"{env}/conda-{platform}.lock" for env, platform in EXPLICIT}
 
 
@@ -315,3 +316,34 @@ def test_conda_lock_locks_an_exported_environment_yml_to_the_same_pins(example: 
         assert p["url"] == f"{example.conda_build.as_uri()}/noarch/{filename}"
         got[p["name"]] = (str(p["version"]), build, p["hash"]["sha256"])
     assert got == _locked(example.workspace, "mi300x")
+
+
+@pytest.mark.parametrize("env", sorted(EXPORTS))
+def test_conda_lock_installs_the_exported_conda_lock_yml(example: Example, conda26: Conda, env: str,
+                                                         tmp_path: Path) -> None:
+    # envs/<env>/conda-lock.yml (issue 36): conda-lock 4.0.3 parses it with its strict v1 models, renders the
+    # linux-64 solution to an explicit file and has conda create exactly the locked packages.
+    wrapper = tmp_path / "conda"
+    wrapper.write_text(f'#!/bin/sh\nexec "{conda26.bin / "python"}" -m conda "$@"\n')
+    wrapper.chmod(0o755)
+    lockfile = example.workspace / "envs" / env / "conda-lock.yml"
+    meta = yaml.safe_load(lockfile.read_text())["metadata"]
+    assert meta["platforms"] == ["linux-64"]
+    assert meta["custom_metadata"].get("amdgpu-target") == {"mi250": "gfx90a", "mi300x": "gfx942"}.get(env)
+    assert meta["custom_metadata"]["rocmlock-platforms.linux-64"] == ", ".join(EXPORTS[env])
+    prefix = tmp_path / "env"
+    _ok(conda26.run("conda-lock", "install", "--conda", str(wrapper), "-p", str(prefix), str(lockfile),
+                    cwd=tmp_path, **NO_PIP), "conda-lock install")
+    assert _installed(prefix) == _locked(example.workspace, env)
+
+
+@pytest.mark.parametrize("env", sorted(EXPORTS))
+def test_conda_env_create_installs_the_conda_lock_yml_with_conda_lockfiles(example: Example, conda26: Conda, env: str,
+                                                                          tmp_path: Path) -> None:
+    # conda-lockfiles 0.2.2 (conda's plugin for lock files, in the conda26 venv) reads conda-lock.yml for
+    # `conda env create -f`; it refuses a custom_metadata without `created_by` ("missing required field").
+    prefix = tmp_path / "env"
+    _ok(conda26.run("conda", "env", "create", "-p", str(prefix), "-f",
+                    str(example.workspace / "envs" / env / "conda-lock.yml"), **NO_PIP),
+        "conda env create -f conda-lock.yml")
+    assert _installed(prefix) == _locked(example.workspace, env)

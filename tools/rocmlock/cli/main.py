@@ -3,8 +3,8 @@
 Exit codes: 0 ok, 1 an operation failed, 2 bad input.
 This module parses and dispatches; each subcommand is a pair ``add_<name>(parser)`` / ``cmd_<name>(args) -> int``
 in the module of its group (``rocmlock.cli.build``: plan, doctor, build, sources, publish; ``.lock``: lock,
-export; ``.env``: install, pack, unpack, audit, verify, report, preset; ``.upstream``: outdated, bump), imported only when one
-of its commands runs, and ``rocmlock.cli.common`` holds their shared output helpers and options. Core modules
+export, diff; ``.env``: install, pack, unpack, audit, verify, report, preset; ``.upstream``: outdated, bump),
+imported only when one of its commands runs, and ``rocmlock.cli.common`` holds their shared output helpers and options. Core modules
 take data, return data and raise :class:`rocmlock.errors.RocmlockError`; the handlers import them when they run,
 so ``rocmlock --help`` stays quick and a command loads only its own stage.
 """
@@ -52,6 +52,8 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
      "build"),
     ("lock", "solve every environment x platform; write pixi.lock and envs/ exports", "lock"),
     ("export", "regenerate envs/<env>/ conda (and PyPI) exports from any pixi.lock without solving", "lock"),
+    ("diff", "what changed between two pixi.lock files, as pixi's diff JSON or pixi-diff-to-markdown's tables",
+     "lock"),
     ("doctor", "check this host's ROCm toolchain before building or running", "build"),
     ("build", "build the plan's variants in dependency order (skips what exists, resumes)", "build"),
     ("sources", "fill (fetch) or check a source cache for building on a host without network", "build"),
