@@ -1,12 +1,17 @@
 """`rocmlock audit` speed on a prefix-sized tree, and its memory on a decompression bomb.
 
-    python benchmarks/bench_audit.py [--files 20000] [--libs 200] [--runs 3]
+    python benchmarks/bench_audit.py [--files 20000] [--libs 200] [--runs 3] [--bundles 32000] [--member-gib 4]
 
 The tree: ``--files`` small non-ELF files (Python sources, as an environment is mostly made of) and ``--libs`` hard
 links to PyPI's bitsandbytes 0.50.1 ``libbitsandbytes_rocm72.so`` (25 MB, two zstd bundles; links cost no disk),
 audited against gfx942 in a fresh process each run (interpreter start included). The bomb: a 16 GiB
 single-bundle .hip_fatbin (a hand-made zstd frame of RLE blocks, 512 KiB on disk) audited in a fresh process; its
-peak resident memory is read from ``getrusage``. Figures: benchmarks/README.md.
+peak resident memory is read from ``VmHWM`` (``getrusage`` would give the parent's peak: it survives exec). The
+section of many bundles (issue 33): ``--bundles`` bundles of one small kernel each, 400 bytes apart (32,000 make a
+12.8 MB section), plain and zstd-compressed, read by ``read_fatbin`` in this process. The large member (issue 33):
+a ``.conda`` of a few hundred KiB holding a ``--member-gib`` GiB library (zeros, then a gfx942 bundle), audited in
+a fresh process with ``TMPDIR`` an empty directory: the time, the peak resident memory and what was written there.
+Figures: benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -24,7 +29,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tools")]
 
-from devicecode_helpers import bnb_library, host_elf, plain_bundle
+from devicecode_helpers import (
+    bnb_library,
+    ccob,
+    code_objects,
+    host_elf,
+    padded_host_elf,
+    plain_bundle,
+    streamed_conda,
+)
 
 GFX942 = "hipv4-amdgcn-amd-amdhsa--gfx942"
 
@@ -68,13 +81,54 @@ def run_audit(prefix: Path) -> float:
 
 
 def bomb_rss(prefix: Path) -> tuple[float, float]:
-    code = ("import resource, sys, time; from pathlib import Path; from rocmlock.gpu.devicecode import scan_tree\n"
+    code = ("import sys, time; from pathlib import Path; from rocmlock.gpu.devicecode import scan_tree\n"
             "t = time.perf_counter(); found = scan_tree(Path(sys.argv[1])); t = time.perf_counter() - t\n"
             "assert [str(x) for x in found[0].targets] == ['gfx942'], found\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, t)")
+            "peak = next(line for line in open('/proc/self/status') if line.startswith('VmHWM:'))\n"
+            "print(int(peak.split()[1]) / 1024, t)")
     out = subprocess.run([sys.executable, "-c", code, str(prefix)], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(REPO / "tools")}).stdout.split()
     return float(out[0]), float(out[1])
+
+
+def many_bundles(count: int, compressed: bool) -> float:
+    """Seconds to read a section of ``count`` one-kernel bundles, each padded to 400 bytes."""
+    from rocmlock.gpu.offload import read_fatbin
+
+    code_object = (b"\x7fELF\x02\x01\x01\x40\x04" + b"\0" * 9 + struct.pack("<H", 224) + b"\0" * 28
+                   + struct.pack("<I", 0x34C) + b"\0" * 12)  # EM_AMDGPU, gfx942 (V4+: xnack/sramecc any)
+    one = plain_bundle([(GFX942, code_object)])
+    one = ccob(one) if compressed else one
+    section = (one + b"\0" * (400 - len(one))) * count
+    start = time.process_time()  # CPU time: the figure of the reader, not of the other processes of the machine
+    assert len(read_fatbin(section)) == count
+    return time.process_time() - start
+
+
+LARGE_MEMBER = """
+import sys, time
+from rocmlock.cli.main import main
+start = time.perf_counter()
+code = main(["audit", sys.argv[1]])
+took = time.perf_counter() - start
+peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print("figures", code, took, int(peak.split()[1]) // 1024)
+"""
+
+
+def large_member(tmp: Path, gib: int) -> tuple[int, float, int, int]:
+    """(package bytes, seconds, peak RSS MiB, bytes written to TMPDIR) for a .conda with a ``gib`` GiB library."""
+    section = ccob(plain_bundle([(GFX942, code_objects()["gfx942"])]))
+    pkg = streamed_conda(tmp / "big-1.0-rocm72_gfx942_h0_0.conda", "lib/libbig.so",
+                         padded_host_elf((gib << 30) - 4096, section))
+    scratch = tmp / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools"), "TMPDIR": str(scratch)}
+    out = subprocess.run([sys.executable, "-c", LARGE_MEMBER, str(pkg)], capture_output=True, text=True, env=env,
+                         check=True).stdout.split("figures")[1].split()
+    assert out[0] == "0", out
+    written = sum(p.stat().st_size for p in scratch.rglob("*"))
+    return pkg.stat().st_size, float(out[1]), int(out[2]), written
 
 
 def main() -> None:
@@ -82,7 +136,17 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=20000)
     parser.add_argument("--libs", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--bundles", type=int, default=32000)
+    parser.add_argument("--member-gib", type=int, default=4)
     args = parser.parse_args()
+    for compressed in (False, True):
+        took = min(many_bundles(args.bundles, compressed) for _ in range(args.runs))
+        print(f"a {args.bundles * 400 / 1e6:.1f} MB section of {args.bundles} {'zstd' if compressed else 'plain'} "
+              f"bundles: {took:.2f} s CPU (best of {args.runs})")
+    with tempfile.TemporaryDirectory(prefix="rocmlock-bench-audit-") as tmp:
+        size, took, rss, written = large_member(Path(tmp), args.member_gib)
+        print(f"a {size // 1024} KiB .conda holding a {args.member_gib} GiB library: {took:.1f} s, peak RSS {rss} MiB, "
+              f"{written} bytes written to TMPDIR")
     with tempfile.TemporaryDirectory(prefix="rocmlock-bench-audit-") as tmp:
         tree = make_tree(Path(tmp) / "env", args.files, args.libs)
         times = [run_audit(tree) for _ in range(args.runs)]

@@ -7,14 +7,24 @@ rocmlock_die() {
     exit 1
 }
 
-# Where the build host's ROCm is: ROCM_PATH, else HIP_PATH, else /opt/rocm (AMD's packages), else what
-# `hipconfig --path` says, else /usr (a distribution's packages: Debian's ROCm 7.2.4 lives there).
-# The same search as rocmlock doctor (tools/rocmlock/host/rocm.py).
+# Where the build host's ROCm is: ROCM_PATH, else HIP_PATH, else TheRock's Python packages (`rocm-sdk path --root`:
+# <site-packages>/_rocm_sdk_devel, the ROCm the build environment's own PyTorch runs on), else /opt/rocm (AMD's
+# packages), else what `hipconfig --path` says, else /usr (a distribution's packages: Debian's ROCm 7.2.4 lives there).
+# A TheRock tarball is used through ROCM_PATH. The same search as rocmlock doctor (tools/rocmlock/host/rocm.py).
 rocmlock_find_rocm() {
     local p
     for p in "${ROCM_PATH:-}" "${HIP_PATH:-}"; do
         [ -n "${p}" ] && { echo "${p}"; return; }
     done
+    if command -v rocm-sdk >/dev/null 2>&1; then
+        # Its last line: the first call also unpacks the devel tarball, which may print before it.
+        p="$(rocm-sdk path --root 2>/dev/null | tail -n 1 || true)"
+        if [ -n "${p}" ] && [ -f "${p}/include/hip/hip_runtime.h" ]; then
+            echo "${p}"
+            return
+        fi
+        echo "rocm-build-env: rocm-sdk is on PATH but \`rocm-sdk path --root\` names no ROCm (rocm-sdk-devel missing?): pip install 'rocm[devel]', then rocm-sdk init" >&2
+    fi
     if [ -f /opt/rocm/include/hip/hip_runtime.h ]; then
         echo /opt/rocm
         return
@@ -91,7 +101,7 @@ rocmlock_rocm_env() {
     fi
     ROCM_PATH="$(rocmlock_find_rocm)"
     [ "${ROCM_PATH}" = / ] || ROCM_PATH="${ROCM_PATH%/}"  # /usr/ is /usr: no // in the paths built from it
-    [ -n "${ROCM_PATH}" ] || rocmlock_die "no ROCm found (ROCM_PATH, HIP_PATH, /opt/rocm, hipconfig --path, /usr); install ROCm ${ROCMLOCK_ROCM_VERSION} or set ROCM_PATH"
+    [ -n "${ROCM_PATH}" ] || rocmlock_die "no ROCm found (ROCM_PATH, HIP_PATH, rocm-sdk path --root, /opt/rocm, hipconfig --path, /usr); install ROCm ${ROCMLOCK_ROCM_VERSION} or set ROCM_PATH"
     [ -z "${from}" ] || [ -d "${given}" ] \
         || rocmlock_die "${from}=${given} does not exist; point it at a ROCm ${ROCMLOCK_ROCM_VERSION} install, or unset it to use /opt/rocm or /usr"
     case "${ROCM_PATH}" in

@@ -8,7 +8,7 @@ git metadata), and their PyPI dependencies come pinned from tests/conda-constrai
 ``menuinst`` (Windows shortcuts) and ``conda-libmamba-solver`` (not on PyPI): the tests use conda's classic solver.
 
 Two venvs, as one venv holds one conda: ``conda26`` (conda 26.7.1, conda-build 26.7.1, conda-index 0.12.1,
-py-rattler-build, conda-lock 4.0.3) and ``conda24`` (conda 24.11.3). They live under
+py-rattler-build, conda-lock 4.0.3, conda-lockfiles 0.2.2) and ``conda24`` (conda 24.11.3). They live under
 ``~/.cache/rocmlock-tests/conda-<name>-py3X-<hash of the constraints and archives>``; .ci/run makes them before the
 suite (``python tests/conda_tools.py``).
 """
@@ -50,7 +50,9 @@ VENVS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                  "beautifulsoup4", "chardet", "filelock", "jinja2", "jsonschema", "libarchive-c", "pkginfo",
                  "psutil", "pyyaml", "evalidate", "conda-package-streaming", "zstandard",
                  # conda-build builds v1 recipes through it; conda-lock locks environment.yml with this conda
-                 "py-rattler-build", "conda-lock")),
+                 "py-rattler-build", "conda-lock",
+                 # conda's plugin for `conda env create -f conda-lock.yml` (the exported envs/<env>/conda-lock.yml)
+                 "conda-lockfiles")),
     "conda24": (("conda-24.11.3.tar.gz",), (*_CONDA, "jsonpatch", "zstandard")),
 }
 

@@ -163,3 +163,63 @@ def aks2(kernels: list[tuple[str, bytes]]) -> bytes:
         offset += len(blob)
     body = directory + b"".join(blob for _, blob in kernels)
     return b"AKS2" + struct.pack("<III", len(body), len(kernels), len(directory)) + lzma.compress(body)
+
+
+class _Zeros:
+    """A file of ``head``, then ``count`` zero bytes, then ``tail``, made as it is read (never held whole)."""
+
+    def __init__(self, head: bytes, count: int, tail: bytes) -> None:
+        self.head, self.left, self.tail = head, count, tail
+
+    def read(self, size: int) -> bytes:
+        out = bytearray()
+        while len(out) < size and (self.head or self.left or self.tail):
+            want = size - len(out)
+            if self.head:
+                out += self.head[:want]
+                self.head = self.head[want:]
+            elif self.left:
+                n = min(want, self.left)
+                out += bytes(n)
+                self.left -= n
+            else:
+                out += self.tail[:want]
+                self.tail = self.tail[want:]
+        return bytes(out)
+
+
+def padded_host_elf(pad: int, section: bytes) -> tuple[bytes, int, bytes]:
+    """A host ELF of ``pad`` zero bytes of code (.text) then a ``.hip_fatbin`` section ``section``, as (first 64
+    bytes, zero bytes after them, the rest): the shape of a large HIP library, made without holding it."""
+    names = b"\0.text\0.hip_fatbin\0.shstrtab\0"
+    text_off, fatbin_off = 64, 64 + pad
+    names_off = fatbin_off + len(section)
+    shoff = -(-(names_off + len(names)) // 8) * 8
+    ehdr = (b"\x7fELF\x02\x01\x01" + b"\0" * 9 + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 56, 0,
+                                                                 64, 4, 3))
+    def sh(name: int, kind: int, offset: int, size: int) -> bytes:
+        return struct.pack("<IIQQQQIIQQ", name, kind, 0, 0, offset, size, 0, 0, 1, 0)
+    table = (b"\0" * 64 + sh(1, 1, text_off, pad) + sh(7, 1, fatbin_off, len(section))
+             + sh(19, 3, names_off, len(names)))
+    tail = section + names + b"\0" * (shoff - names_off - len(names)) + table
+    return ehdr, pad, tail
+
+
+def streamed_conda(path: Path, member: str, parts: tuple[bytes, int, bytes]) -> Path:
+    """A .conda (a zip of pkg-*.tar.zst) whose one file ``member`` is ``parts`` (head, zero bytes, tail), written
+    as a stream: a 4 GiB member costs a few hundred KiB of disk and no memory."""
+    import tarfile
+
+    import zstandard
+
+    head, count, tail = parts
+    stem = path.name.removesuffix(".conda")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("metadata.json", '{"conda_pkg_format_version": 2}')
+        with archive.open(f"pkg-{stem}.tar.zst", "w", force_zip64=True) as raw, \
+                zstandard.ZstdCompressor(level=1).stream_writer(raw, closefd=False) as zst, \
+                tarfile.open(fileobj=zst, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            info = tarfile.TarInfo(member)
+            info.size, info.mtime = len(head) + count + len(tail), 0
+            tar.addfile(info, _Zeros(head, count, tail))  # type: ignore[arg-type]
+    return path

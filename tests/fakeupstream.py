@@ -34,6 +34,8 @@ class Reply:
     content_type: str = "application/octet-stream"
     # When set, the Authorization header this reply needs (else 401).
     authorization: str | None = None
+    # Extra response headers (GitHub's Link header for paging).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 class FakeUpstream:
@@ -115,6 +117,8 @@ def _handler(fake: FakeUpstream) -> type[BaseHTTPRequestHandler]:
                 self.send_response(reply.status)
                 self.send_header("Content-Type", reply.content_type)
                 self.send_header("Content-Length", str(len(reply.body)))
+                for name, value in reply.headers:
+                    self.send_header(name, value)
                 self.end_headers()
                 if body:
                     self.wfile.write(reply.body)

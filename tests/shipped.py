@@ -26,9 +26,9 @@ def variant_grid(matrix: Matrix) -> set[tuple[str, str, str]]:
     }
 
 
-def script_env(matrix: Matrix, recipe: str, gfx: str = "gfx942") -> dict[str, str]:
-    """The ``build.script.env`` that ``recipe`` renders for ``gfx`` and python 3.12."""
-    one = matrix.narrowed({"gpu_target": [gfx], "python": ["3.12"]})
+def script_env(matrix: Matrix, recipe: str, gfx: str = "gfx942", rocm: str = "7.2") -> dict[str, str]:
+    """The ``build.script.env`` that ``recipe`` renders for ``gfx``, ROCm ``rocm`` and python 3.12."""
+    one = matrix.narrowed({"gpu_target": [gfx], "python": ["3.12"], "rocm_version": [rocm]})
     (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / recipe / "recipe.yaml")).render(
         one.to_variant_config(), render_config()
     )

@@ -76,6 +76,8 @@ WRONG_TYPES = [
     (("targets",), ["amd-gfx942"], "must be a table of a kernel image names", "got list"),
     (("targets", "gfx942"), 942, "must be a kernel image name", "got int"),
     (("targets", "gfx942"), ["amd-gfx942"], "must be a kernel image name", "got list"),
+    (("pytorch_releases",), ["0.12b"], "must be a table of an AOTriton release strings", "got list"),
+    (("pytorch_releases", "2.13"), 13, "must be an AOTriton release string", "got int"),
 ]
 
 
@@ -83,7 +85,8 @@ WRONG_TYPES = [
                          ids=[f"{'.'.join(map(str, k))}={type(v).__name__}" for k, v, _, _ in WRONG_TYPES])
 def test_every_key_of_a_wrong_type_is_named(tmp_path: Path, key: tuple[str | int, ...], value: Any, message: str,
                                             got: str) -> None:
-    shown = {("pytorch", 0): "pytorch[0]", ("runtime", "7.2"): 'runtime."7.2"'}.get(key, ".".join(map(str, key)))
+    shown = {("pytorch", 0): "pytorch[0]", ("runtime", "7.2"): 'runtime."7.2"',
+             ("pytorch_releases", "2.13"): 'pytorch_releases."2.13"'}.get(key, ".".join(map(str, key)))
     error = _refused(_changed(tmp_path, key, value))
     assert str(error).startswith(f"{tmp_path}/aotriton.toml: key '{shown}' {message}"), str(error)
     assert str(error).endswith(got), str(error)
@@ -112,6 +115,12 @@ BAD_VALUES = [
     (("images", "gfx942"), SHIPPED["images"]["amd-gfx942"], "key 'images.gfx942' is not a kernel image name", "name"),
     (("targets", "mi300x"), "amd-gfx942", "key 'targets.mi300x' is not a gfx target name", "name"),
     (("surprise",), 1, "key 'surprise' is not one aotriton.toml takes", "takes"),
+    (("pytorch_releases", "2.12"), "0.12b", ("key 'pytorch_releases.\"2.12\"' must be \"0.11.2b\": series 2.12 is "
+     "listed in 'pytorch' for this release"), "release"),
+    (("pytorch_releases", "2.12"), ..., "key 'pytorch_releases.\"2.12\"' must be \"0.11.2b\"", "release"),
+    (("pytorch_releases", "2"), "0.12b", "key 'pytorch_releases.2' is not a PyTorch series", "(major.minor)"),
+    (("pytorch_releases", "2.13"), "0.12 b", "key 'pytorch_releases.\"2.13\"' must be an AOTriton release",
+     "got '0.12 b'"),
 ]
 
 
@@ -193,3 +202,18 @@ def test_plan_refuses_a_broken_table_in_one_line(tmp_path: Path, capsys: pytest.
     first = out.err.splitlines()[0]
     assert first.startswith(f"error: {table}: {message}"), out.err
     assert len(out.err.splitlines()) <= 2  # the error, and a hint where there is one
+
+
+def test_a_pytorch_release_without_tiers_in_the_gpu_table_is_refused(tmp_path: Path) -> None:
+    """The presets read the tier of the AOTriton release of an environment's PyTorch: every release of
+    [pytorch_releases] needs one in every gpu_targets.toml row (0.12b has them; 0.14b does not exist)."""
+    from rocmlock.build import variantkeys
+
+    shutil.copytree(DATA, tmp_path / "data")
+    write_toml(tmp_path / "data/aotriton.toml", changed(SHIPPED, ("pytorch_releases", "2.14"), "0.14b"))
+    with pytest.raises(InputError) as exc:
+        variantkeys.derived(["gfx942"], ["7.2"], tmp_path / "data")
+    assert str(exc.value) == (f"{tmp_path}/data/gpu_targets.toml: key 'gfx908.aotriton_tier' has no entry for "
+                              "AOTriton 0.14b, the release of a PyTorch series in aotriton.toml [pytorch_releases]")
+    # 0.12b's tiers are recorded: the shipped table passes, and 0.11b's "none" for gfx1152 is no kernel rule there.
+    assert variantkeys.derived(["gfx1152"], ["7.14"], DATA)["gpu_aotriton"] == ["1"]

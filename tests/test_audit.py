@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -368,3 +371,125 @@ def test_code_objects_beside_their_alternatives_pass_where_one_serves_the_gpu(
     assert main(["publish", "--from", str(out_dir), "--to", str(tmp_path / "channel")]) == 0
     assert "device code of linux-64/pytorch-1.0-rocm72_gfx1100_py312_h0_0.conda: 3 file(s), all for gfx1100" in \
         capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- issue 33: hostile and odd input
+
+
+def test_code_object_files_of_hipcc_genco_are_device_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`hipcc --genco` writes an offload bundle file (compressed with --offload-compress), which hipModuleLoad
+    loads: it was "no device code found", exit 0. Real ones: tests/test_rocm72_devicecode.py."""
+    from devicecode_helpers import ccob, plain_bundle
+
+    objects = code_objects()
+    host = ("host-x86_64-unknown-linux-gnu-", b"")
+    files: dict[str, Path] = {}
+    for name, data in {"plain.co": plain_bundle([host, ("hipv4-amdgcn-amd-amdhsa--gfx90a", objects["gfx90a"])]),
+                       "zstd.co": ccob(plain_bundle([host, ("hipv4-amdgcn-amd-amdhsa--gfx1100", objects["gfx1100"])])),
+                       "zlib-v2.hsaco": ccob(plain_bundle([("hip-amdgcn-amd-amdhsa--gfx1201", objects["gfx1201"])]),
+                                             method=0, version=2),
+                       "notes.txt": b"CCOB is not a bundle: not every file starting so is one\n"}.items():
+        files[f"share/kernels/{name}"] = tmp_path / name
+        files[f"share/kernels/{name}"].write_bytes(data)
+    prefix = _prefix(tmp_path / "env", "gfx942", files)
+    code, out, _ = _audit(capsys, "--prefix", str(prefix), "--json")
+    report = json.loads(out)
+    assert code == 1 and report["cannot_run"] == [f"share/kernels/{n}" for n in ("plain.co", "zlib-v2.hsaco",
+                                                                                  "zstd.co")]
+    assert [(f["kind"], f["targets"], f["bundles"]) for f in report["files"]] == [
+        ("offload-bundle", ["gfx90a"], 1), ("offload-bundle", ["gfx1201"], 1), ("offload-bundle", ["gfx1100"], 1)]
+    assert _audit(capsys, "--prefix", str(prefix), "--target", "gfx90a")[0] == 0  # one of the directory serves it
+    # Inside a package, against its build string; a damaged one is unreadable, never "no device code".
+    pkg = make_package(tmp_path / "out", "kernels", "rocm72_gfx1100_h0_0",
+                       {"share/k/zstd.co": files["share/kernels/zstd.co"],
+                        "share/k/cut.co": files["share/kernels/plain.co"].read_bytes()[:300]})
+    code, out, _ = _audit(capsys, str(pkg))
+    assert code == 1 and re.search(r"ok +share/k/zstd.co +gfx1100 \(code object file of 1 bundle\(s\)\)", out)
+    assert re.search(r"FAIL +share/k/cut.co +unreadable: bundle at offset 0: entry '.*gfx90a' claims", out)
+
+
+# Root reads every directory through CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH: the audit runs without them
+# (setpriv(1) drops them), so mode bits apply as they do to a user (as in tests/test_publish_concurrent.py).
+NO_OVERRIDE = ("setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search")
+
+
+def _audit_as_a_user(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`rocmlock audit ARGV` in a child process to which mode bits apply (as root: without the overrides)."""
+    cmd: tuple[str, ...] = (sys.executable, "-m", "rocmlock", "audit", *argv)
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("needs setpriv(1) to run the audit as root without its override of mode bits")
+        cmd = NO_OVERRIDE + cmd
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent / "tools")})
+
+
+def test_an_unreadable_directory_fails_the_audit_naming_it(tmp_path: Path, kernels: dict[str, Path]) -> None:
+    """Issue 33: a directory the user may not list was skipped and the audit passed."""
+    prefix = _prefix(tmp_path / "env", "gfx942", {"lib/ok.hsaco": kernels["gfx942"],
+                                                  "lib/secret/k.hsaco": kernels["gfx90a"],
+                                                  "lib/nosearch/k.hsaco": kernels["gfx90a"]})
+    (prefix / "lib/secret").chmod(0)
+    (prefix / "lib/nosearch").chmod(0o644)  # its names can be listed, its files not opened
+    try:
+        proc = _audit_as_a_user("--prefix", str(prefix))
+    finally:
+        (prefix / "lib/secret").chmod(0o755)
+        (prefix / "lib/nosearch").chmod(0o755)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert re.search(r"FAIL +lib/secret/ +unreadable: cannot list this directory \(Permission denied\)", out), out
+    assert re.search(r"FAIL +lib/nosearch/k.hsaco +unreadable: cannot read it \(Permission denied\)", out), out
+    assert re.search(r"ok +lib/ok.hsaco +gfx942", out)
+    assert out.rstrip().endswith("2 of 3 file(s) with device code cannot run on gfx942: lib/nosearch/k.hsaco, "
+                                 "lib/secret/")
+
+
+_SMALL_DISK = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full /tmp
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+from rocmlock.cli.main import main
+code = main(["audit", *sys.argv[1:]])
+# VmHWM, not getrusage: ru_maxrss keeps the peak of the process before exec (pytest's, hundreds of MB).
+peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print("peak-rss-mib", int(peak.split()[1]) // 1024)
+sys.exit(code)
+"""
+
+
+def test_a_package_is_read_as_a_stream_without_disk_and_in_bounded_memory(tmp_path: Path) -> None:
+    """Issue 33: each ELF member was copied whole to $TMPDIR (4 GiB for a 128 KiB .conda), and where /tmp was
+    small the package was blamed ("not a readable conda package"). A 96 MiB library (a gfx942 bundle after 96 MiB
+    of code) in a 30 KiB .conda, audited where no file may grow past 1 MiB."""
+    from devicecode_helpers import ccob, padded_host_elf, plain_bundle, streamed_conda
+
+    section = ccob(plain_bundle([("hipv4-amdgcn-amd-amdhsa--gfx942", code_objects()["gfx942"])]))
+    pkg = streamed_conda(tmp_path / "big-1.0-rocm72_gfx942_h0_0.conda", "lib/libbig.so",
+                         padded_host_elf(96 << 20, section))
+    assert pkg.stat().st_size < 200_000
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(scratch), "PYTHONPATH": str(Path(__file__).parent.parent / "tools")}
+    proc = subprocess.run([sys.executable, "-c", _SMALL_DISK, str(pkg)], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"ok +lib/libbig.so +gfx942 \(1 bundle\(s\)\)", proc.stdout), proc.stdout
+    assert int(proc.stdout.split("peak-rss-mib")[1]) < 150  # the interpreter, zstandard and a window of 8-16 MiB
+    assert not list(scratch.iterdir())
+
+
+def test_a_package_this_machine_cannot_read_is_not_blamed_on_the_package(tmp_path: Path,
+                                                                        kernels: dict[str, Path]) -> None:
+    """Issue 33: an error of the machine reading a package (here: the user may not open it; a full or failing disk
+    alike) was "not a readable conda package", exit 2, "download or build the package again"."""
+    pkg = make_package(tmp_path / "out", "mylib", "rocm72_gfx942_py312_h0_0", {"lib/k.hsaco": kernels["gfx942"]})
+    pkg.chmod(0)
+    try:
+        proc = _audit_as_a_user(str(pkg))
+    finally:
+        pkg.chmod(0o644)
+    error = (f"error: cannot read {pkg}: Permission denied (an error of this machine's disk or file system, not "
+             "of the package)")
+    assert proc.returncode == 1 and not proc.stdout, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [error, "hint: check the disk and the file's permissions, then run again"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,49 @@ def test_blocked_by_doctor_per_target_and_general() -> None:
     blocked = blocked_by_doctor(general, targets)
     assert blocked["gfx90a"] == "hip-path: no header"
     assert blocked["gfx942"].startswith("too old (+1 more")
+
+
+# A command in a path: `cd` up from the build's work directory (<output>/bld/rattler-build_<name>_<epoch>/work) to
+# the output's parent, then write a file there. No '/', so it can be one directory's name.
+INJECTED = "`cd ..;cd ..;cd ..;cd ..;echo>INJECTED`"
+
+
+def test_rattler_build_runs_a_command_in_the_output_path(manifest: Path, tmp_path: Path) -> None:
+    """Why rocmlock refuses such paths (issue 33 item 16): py-rattler-build 0.73 writes the work directory into
+    its build script in double quotes (`source "<work>/build_env.sh"`), so bash runs what the path holds. When
+    this fails, rattler-build quotes its paths: check_build_paths may then let them through."""
+    plan = _plan(manifest, ["mi300x"])
+    variant = next(v for v in plan.variants if v.id == "amdgpu-target-1-gfx942")
+    with pytest.raises(Exception, match="Script execution failed"):  # the prefixes name a directory not there
+        rattler_build_variant(plan, variant, tmp_path / f"out{INJECTED}", [], lambda line: None)
+    assert (tmp_path / "INJECTED").is_file()
+
+
+def test_a_path_bash_would_run_is_refused_before_anything_is_built(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ws = tmp_path / f"ws{INJECTED}"
+    ws.mkdir()
+    (ws / "pixi.toml").write_text(WORKSPACE)
+    for output in ([], ["--output", str(tmp_path / "out$(id)")], ["--output", str(tmp_path / 'out"x')]):
+        code = main(["build", "--manifest-path", str(ws / "pixi.toml"), "--recipes-dir", str(RECIPES),
+                     "-e", "mi300x", *output])
+        err = capsys.readouterr().err.splitlines()
+        assert code == 2 and len(err) == 2 and err[0].startswith("error: --output: the path "), err
+        assert "rattler-build's build script would run as shell code" in err[0], err
+        assert err[1] == "hint: move the workspace, recipes and --output to a path without $ ` \" or \\"
+    recipes = tmp_path / "recipes$HOME"
+    shutil.copytree(RECIPES / "amdgpu-target", recipes / "amdgpu-target")
+    shutil.copytree(RECIPES / "rocm-version", recipes / "rocm-version")
+    shutil.copy(RECIPES / "variants.yaml", recipes / "variants.yaml")
+    (tmp_path / "tools").symlink_to(REPO / "tools")
+    code = main(["build", "--manifest-path", str(manifest_at(tmp_path / "plain")), "--recipes-dir", str(recipes),
+                 "--stage", "amdgpu-target", "-e", "mi300x", "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and err[0].startswith("error: recipe ") and "recipes$HOME/amdgpu-target holds '$'" in err[0]
+    assert not list(tmp_path.rglob("INJECTED")) and not (tmp_path / "out").exists()
+
+
+def manifest_at(root: Path) -> Path:
+    root.mkdir()
+    (root / "pixi.toml").write_text(WORKSPACE)
+    return root / "pixi.toml"

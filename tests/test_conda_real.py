@@ -9,7 +9,8 @@ conda-index 0.12.1 + conda-lock 4.0.3, and conda 24.11.3), offline, against chan
   ``rocmlock lock`` locks the offline example (examples/offline) from that channel to the same pins;
 - conda 26.7.1 and 24.11.3 install every export of that lock (environment.yml, the ``@EXPLICIT`` files, a bundle's
   environment.yml with its documented offline command), and the installed ``conda-meta`` is the lock;
-- conda-lock 4.0.3 locks an exported environment.yml with conda 26.7.1 to the same pins.
+- conda-lock 4.0.3 locks an exported environment.yml with conda 26.7.1 to the same pins, and installs the exported
+  conda-lock.yml; conda-lockfiles 0.2.2 has conda 26.7.1 create it (`conda env create -f conda-lock.yml`).
 
 Without the mirrors (../shared/mirrors or ROCMLOCK_MIRRORS) these tests fail under CI=true and skip elsewhere.
 """
@@ -87,6 +88,9 @@ def test_conda_render_gives_the_variants_rocmlock_renders(conda26: Conda, recipe
     ours = render_recipe(RECIPES / recipe / "recipe.yaml", load_matrix(RECIPES))
     assert got == sorted((v.package, v.version, v.build_string, v.run_constraints) for v in ours)
     assert len(got) == len(set(got)), "conda-build rendered a variant twice (zip_keys not applied)"
+    # Where the recipe varies by ROCm, both ROCm versions of the matrix, 7.2 and 7.14: conda-render gave them too.
+    rocms = {v.variant_value("rocm_version") for v in ours} - {None}
+    assert rocms in (set(), {"7.2", "7.14"}), rocms
 
 
 def test_conda_render_takes_a_config_narrowed_to_one_target(conda26: Conda, tmp_path: Path,
@@ -98,8 +102,9 @@ def test_conda_render_takes_a_config_narrowed_to_one_target(conda26: Conda, tmp_
     out = _ok(conda26.run("conda-render", str(RECIPES / "flash-attn-rocm"), "-m", str(tmp_path / "gfx1100.yaml")),
               "conda-render flash-attn-rocm")
     docs = [yaml.safe_load(d) for d in re.split(r"(?m)^(?=schema_version: )", out) if d.strip()]
-    assert sorted(d["build"]["string"].split("_h")[0] for d in docs) == [
-        "rocm72_gfx1100_py311", "rocm72_gfx1100_py312", "rocm72_gfx1100_py313"]
+    # Both ROCm versions of the matrix (7.2 and 7.14), every python.
+    assert sorted(d["build"]["string"].split("_h")[0] for d in docs) == sorted(
+        f"rocm{rocm}_gfx1100_py{py}" for rocm in ("72", "714") for py in ("311", "312", "313"))
     assert {d["build"]["script"]["env"]["ROCMLOCK_FLASH_ATTN_BACKEND"] for d in docs} == {"triton"}
 
 
@@ -192,10 +197,12 @@ def test_conda_build_makes_every_target_as_the_recipes_render(example: Example) 
 
 def test_conda_build_and_rocmlock_build_make_the_same_packages(example: Example) -> None:
     ours, theirs = _repodata(example.rocmlock_build), _repodata(example.conda_build)
-    # rocmlock builds what the example's environments need (two targets); conda-build every target.
+    # rocmlock builds what the example's environments need (two targets, ROCm 7.2); conda-build every target and
+    # every ROCm version of the matrix (7.2 and 7.14).
     assert {f for f in ours if not f.startswith("python-")} == {
         "amdgpu-target-1-gfx90a.conda", "amdgpu-target-1-gfx942.conda",
-        *(f for f in theirs if f.startswith(("rocm-version-", "rocm-env-check-")))}
+        *(f for f in theirs if f.startswith(("rocm-version-7.2-", "rocm-env-check-")))}
+    assert {theirs[f]["version"] for f in theirs if f.startswith("rocm-version-")} == {"7.2", "7.14"}
     for filename, record in ours.items():
         assert {k: record.get(k) for k in FIELDS} == {k: theirs[filename].get(k) for k in FIELDS}, filename
 
@@ -214,7 +221,7 @@ def test_rocmlock_locks_from_the_conda_build_channel(example: Example) -> None:
             assert pins["amdgpu-target"] == ("1", platform.rsplit("-", 1)[1])
     written = {p.relative_to(example.workspace / "envs").as_posix()
                for p in (example.workspace / "envs").rglob("*") if p.is_file()}
-    assert written == {f"{env}/environment.yml" for env in EXPORTS} | {
+    assert written == {f"{env}/{name}" for env in EXPORTS for name in ("environment.yml", "conda-lock.yml")} | {
         f"{env}/conda-{platform}.lock" for env, platform in EXPLICIT}
 
 
@@ -309,3 +316,34 @@ def test_conda_lock_locks_an_exported_environment_yml_to_the_same_pins(example: 
         assert p["url"] == f"{example.conda_build.as_uri()}/noarch/{filename}"
         got[p["name"]] = (str(p["version"]), build, p["hash"]["sha256"])
     assert got == _locked(example.workspace, "mi300x")
+
+
+@pytest.mark.parametrize("env", sorted(EXPORTS))
+def test_conda_lock_installs_the_exported_conda_lock_yml(example: Example, conda26: Conda, env: str,
+                                                         tmp_path: Path) -> None:
+    # envs/<env>/conda-lock.yml (issue 36): conda-lock 4.0.3 parses it with its strict v1 models, renders the
+    # linux-64 solution to an explicit file and has conda create exactly the locked packages.
+    wrapper = tmp_path / "conda"
+    wrapper.write_text(f'#!/bin/sh\nexec "{conda26.bin / "python"}" -m conda "$@"\n')
+    wrapper.chmod(0o755)
+    lockfile = example.workspace / "envs" / env / "conda-lock.yml"
+    meta = yaml.safe_load(lockfile.read_text())["metadata"]
+    assert meta["platforms"] == ["linux-64"]
+    assert meta["custom_metadata"].get("amdgpu-target") == {"mi250": "gfx90a", "mi300x": "gfx942"}.get(env)
+    assert meta["custom_metadata"]["rocmlock-platforms.linux-64"] == ", ".join(EXPORTS[env])
+    prefix = tmp_path / "env"
+    _ok(conda26.run("conda-lock", "install", "--conda", str(wrapper), "-p", str(prefix), str(lockfile),
+                    cwd=tmp_path, **NO_PIP), "conda-lock install")
+    assert _installed(prefix) == _locked(example.workspace, env)
+
+
+@pytest.mark.parametrize("env", sorted(EXPORTS))
+def test_conda_env_create_installs_the_conda_lock_yml_with_conda_lockfiles(example: Example, conda26: Conda, env: str,
+                                                                          tmp_path: Path) -> None:
+    # conda-lockfiles 0.2.2 (conda's plugin for lock files, in the conda26 venv) reads conda-lock.yml for
+    # `conda env create -f`; it refuses a custom_metadata without `created_by` ("missing required field").
+    prefix = tmp_path / "env"
+    _ok(conda26.run("conda", "env", "create", "-p", str(prefix), "-f",
+                    str(example.workspace / "envs" / env / "conda-lock.yml"), **NO_PIP),
+        "conda env create -f conda-lock.yml")
+    assert _installed(prefix) == _locked(example.workspace, env)

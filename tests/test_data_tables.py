@@ -125,7 +125,8 @@ SAMPLES: dict[str, Any] = {"str": "x", "int": 7, "float": 1.5, "bool": True, "li
 S, I, N, B, L, D = ("str",), ("int",), ("int", "float"), ("bool",), ("list",), ("dict",)
 KINDS: dict[str, dict[tuple[str | int, ...], tuple[str, ...]]] = {
     GPU: {
-        ("gfx942",): D, ("gfx942", "isa"): S, ("gfx942", "family"): S, ("gfx942", "products"): L,
+        ("gfx942",): D, ("gfx942", "isa"): S, ("gfx942", "architecture"): S, ("gfx942", "family"): S,
+        ("gfx942", "sub_family"): S, ("gfx942", "generic"): S, ("gfx942", "xnack"): S, ("gfx942", "products"): L,
         ("gfx942", "products", 0): S, ("gfx942", "first_rocm"): S, ("gfx942", "flash_attn_ck"): B,
         ("gfx942", "flash_attn_triton"): B, ("gfx942", "aotriton"): B, ("gfx942", "bf16"): B,
         ("gfx942", "peak_bf16_tflops"): N, ("gfx942", "memory_gib"): I, ("gfx942", "bnb_first_rocm"): S,
@@ -261,7 +262,11 @@ GPU_VALUES = [
                                        "decimal), got '9.4.3'")),
     ('isa = "9.0.10"', 'isa = "9.0.a"', ("key 'gfx90a.isa' must be the __amdgpu_arch version, major.minor.stepping "
                                         "in decimal, got '9.0.a'")),
-    ('family = "cdna3"', 'family = "CDNA 3"', "key 'gfx942.family' must be the architecture family"),
+    ('architecture = "cdna3"', 'architecture = "CDNA 3"', "key 'gfx942.architecture' must be AMD's architecture"),
+    ('family = "gfx9"', 'family = "cdna3"', "key 'gfx908.family' must be the target's family in AMD's hierarchy"),
+    ('sub_family = "gfx9_4"', 'sub_family = "gfx94"', "key 'gfx942.sub_family' must be the target's sub-family"),
+    ('generic = "gfx9-4-generic"', 'generic = "gfx9.4-generic"', "key 'gfx942.generic' must be the LLVM generic"),
+    ('xnack = "supported"', 'xnack = "on"', "key 'gfx908.xnack' must be one of"),
     ('first_rocm = "6.0"', 'first_rocm = "6"', ("key 'gfx942.first_rocm' must be the first ROCm (major.minor) that "
                                                "supports the target, e.g. 6.0, got '6'")),
     ('bnb_first_rocm = "7.14"', 'bnb_first_rocm = "7.14.0"', "key 'gfx908.bnb_first_rocm' must be the first ROCm"),

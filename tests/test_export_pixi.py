@@ -88,8 +88,10 @@ def test_export_writes_pip_pins_and_a_hash_checked_requirements_file(
     base, hashes = index
     assert main(["export", "--manifest-path", str(pypi_ws / "pixi.toml")]) == 0
     out = pypi_ws / "envs" / "default"
-    assert sorted(p.name for p in out.iterdir()) == ["conda-linux-64.lock", "environment.yml",
+    assert sorted(p.name for p in out.iterdir()) == ["conda-linux-64.lock", "conda-lock.yml", "environment.yml",
                                                       "requirements-linux-64.txt"]
+    # conda-lock.yml holds the conda packages only; its header sends pip to the requirements file
+    assert "requirements-<platform>.txt (linux-64)" in (out / "conda-lock.yml").read_text()
     env = yaml.safe_load((out / "environment.yml").read_text())
     conda, pip = env["dependencies"][:-1], env["dependencies"][-1]["pip"]
     # conda/env/env.py adds an unpinned `pip` to a pip: section's environment that lists none: said in the file.

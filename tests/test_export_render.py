@@ -126,8 +126,9 @@ def test_render_exports_takes_the_first_platform_the_lock_has_and_names_the_othe
     out = render_exports(tmp_path, "mi300x", [CHANNEL], platforms, records,
                          pypi={"linux-64-gfx1100": [PIN]}, indexes=DEFAULT_INDEXES)
     names = sorted(p.name for p in out)
+    # three GPU platforms of one subdir locking the same packages: one conda-lock.yml solution for linux-64
     assert names == ["conda-linux-64-gfx1100.lock", "conda-linux-64-gfx942.lock", "conda-linux-64-gfx950.lock",
-                     "environment.yml", "requirements-linux-64-gfx1100.txt"]
+                     "conda-lock.yml", "environment.yml", "requirements-linux-64-gfx1100.txt"]
     assert {p.parent for p in out} == {tmp_path / "mi300x"}
     yml = out[tmp_path / "mi300x" / "environment.yml"].splitlines()
     assert "# platform: linux-64-gfx942 (linux-64)" in yml

@@ -126,8 +126,10 @@ def test_a_missing_environment_lists_the_environments(command: list[str], tmp_pa
                                         '[environments]\nmi250 = []\nmi300x = []\n')
     assert main([*command, "--manifest-path", str(tmp_path)]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[0] == f"error: rocmlock {command[0]} needs -e/--environment"
-    assert err[1] == "hint: pass -e ENV, one of: default, mi250, mi300x"
+    # issue 35: the command's usage shows -e as required; argparse's line, then the environments.
+    assert err[0].startswith(f"usage: rocmlock {command[0]} ") and " -e ENV" in err[0] and "[-e ENV]" not in err[0]
+    assert err[-2] == f"rocmlock {command[0]}: error: the following arguments are required: -e/--environment"
+    assert err[-1] == "hint: pass -e ENV, one of: default, mi250, mi300x"
 
 
 

@@ -72,7 +72,8 @@ def test_pipx_install_gives_a_working_rocmlock(tmp_path: Path) -> None:
     out = subprocess.run([str(rocmlock_bin), "--version"], capture_output=True, text=True, check=False)
     assert (out.returncode, out.stdout.strip()) == (0, f"rocmlock {rocmlock.__version__}"), out.stderr
     (tmp_path / "ws").mkdir()
-    (tmp_path / "ws" / "pixi.toml").write_text('[workspace]\nname = "w"\nchannels = []\nplatforms = ["linux-64"]\n')
+    (tmp_path / "ws" / "pixi.toml").write_text('[workspace]\nname = "w"\nchannels = []\nplatforms = ["linux-64"]\n'
+                                                '[dependencies]\npython = "*"\n')
     out = subprocess.run([str(rocmlock_bin), "lock", "--manifest-path", str(tmp_path / "ws")], capture_output=True,
                          text=True, check=False, cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.startswith("error: ") and "channels" in out.stderr, out.stderr

@@ -9,11 +9,13 @@ real code objects of those archives.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import shutil
 import struct
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,14 @@ import pytest
 from devicecode_helpers import make_package
 from rocmlock.cli.main import main
 from rocmlock.gpu import kpack
-from rocmlock.gpu.devicecode import package_identity, scan_file, scan_tree
+from rocmlock.gpu.devicecode import (
+    DeviceCode,
+    package_identity,
+    scan_file,
+    scan_package,
+    scan_stream,
+    scan_tree,
+)
 from rocmlock.gpu.offload import parse_target_id
 
 REAL = Path(__file__).parent / "kpack_fixtures/real"
@@ -452,3 +461,122 @@ def test_the_probes_messagepack_reader_agrees_with_msgpack() -> None:
                   {"toc": {"a#0": {"gfx942": {"ordinal": 0}}}, "gfx_arches": ["gfx942"]}, list(range(70000))):
         packed = msgpack.packb(value)
         assert probe.unpack_msgpack(packed) == (value, len(packed))
+
+
+# ----------------------------------------------------------------------------- a package's member, read as it streams by
+
+
+def _streamed(data: bytes, name: str) -> DeviceCode | None:
+    """What a package's member of these bytes reads as (gpu/stream.py: one pass, forwards only)."""
+    return scan_stream(io.BufferedReader(io.BytesIO(data)), len(data), name)  # type: ignore[arg-type]
+
+
+def _mapped(tmp_path: Path, data: bytes, name: str) -> DeviceCode | None:
+    path = _write(tmp_path / name, data)
+    return scan_file(path, name)
+
+
+def _same(streamed: DeviceCode | None, mapped: DeviceCode | None) -> None:
+    assert streamed is not None and mapped is not None
+    assert (streamed, streamed.via) == (mapped, mapped.via)
+    if isinstance(mapped.kpack, kpack.Archive):
+        assert isinstance(streamed.kpack, kpack.Archive)
+        assert (streamed.kpack.arches, streamed.kpack.entries) == (mapped.kpack.arches, mapped.kpack.entries)
+    else:
+        assert streamed.kpack == mapped.kpack
+
+
+@pytest.mark.parametrize("name", [LIB, "lib/libtwo.so", "fat-libaxpy.so", ".kpack/axpy_lib_gfx942.kpack",
+                                  ".kpack/axpy_lib_gfx1100.kpack", "axpy_lib_gfx942-zstd.kpack"])
+def test_a_member_streamed_reads_as_the_file_mapped(name: str) -> None:
+    streamed = _streamed((REAL / name).read_bytes(), name)
+    _same(streamed, scan_file(REAL / name, name))
+    assert streamed is not None and not streamed.error
+    assert streamed.kind == ("fatbin" if name.startswith("fat") else "kpack" if name.endswith(".so") else
+                             "kpack-archive")
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_ARCHIVES))
+def test_a_hostile_archive_streamed_fails_as_mapped(tmp_path: Path, case: str) -> None:
+    data, message = HOSTILE_ARCHIVES[case]
+    start = time.perf_counter()
+    streamed = _streamed(data, "x.kpack")
+    assert time.perf_counter() - start < 5.0
+    _same(streamed, _mapped(tmp_path, data, "x.kpack"))
+    assert streamed is not None and message in streamed.error
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_MARKERS))
+def test_a_hostile_marker_streamed_fails_as_mapped(tmp_path: Path, case: str) -> None:
+    marker, wrapper, message = HOSTILE_MARKERS[case]
+    data = marked_library(marker, wrapper)
+    streamed = _streamed(data, "lib.so")
+    _same(streamed, _mapped(tmp_path, data, "lib.so"))
+    assert streamed is not None and streamed.kind == "kpack" and message in streamed.error
+
+
+def test_entries_that_lie_streamed_read_as_mapped() -> None:
+    zstd = (REAL / "axpy_lib_gfx942-zstd.kpack").read_bytes()
+    toc_at, = struct.unpack_from("<Q", zstd, 8)
+    toc = msgpack.unpackb(zstd[toc_at:])
+    toc["toc"]["other#0"] = {"gfx942": {"ordinal": 5}}
+    toc["zstd_size"] -= 100  # the last frame now runs past the blob's end
+    for data in (zstd[:toc_at] + msgpack.packb(toc),
+                 archive(["gfx942", "gfx1100"], {KEY: {"gfx942": real_code_object("gfx942"), "gfx1100": b"x" * 80},
+                                                 "k#1": {"gfx942": b"\x7fELF" + b"\0" * 30}})):
+        mapped = kpack.read_archive(data)
+        streamed = _streamed(data, "x.kpack")
+        assert streamed is not None and isinstance(streamed.kpack, kpack.Archive)
+        assert streamed.kpack.entries == mapped.entries and any(e for a in mapped.entries.values() for e in a.values())
+
+
+def test_what_one_pass_cannot_follow_is_unreadable_never_clean(tmp_path: Path) -> None:
+    # The marker 2 MiB before the end (kpack's tool appends it; the pass keeps the last MiB).
+    padded = (REAL / LIB).read_bytes() + b"\0" * (2 << 20)
+    mapped, streamed = _mapped(tmp_path, padded, "lib.so"), _streamed(padded, "lib.so")
+    assert mapped is not None and not mapped.error and isinstance(mapped.kpack, kpack.Marker)
+    assert streamed is not None and streamed.kind == "kpack" and streamed.error == (
+        "its .rocm_kpack_ref section lies more than 1 MiB before its end (kpack appends it there; it is read in one "
+        "pass)")
+    # A zstd blob 64 bytes later than kpack's writer puts it.
+    zstd = (REAL / "axpy_lib_gfx942-zstd.kpack").read_bytes()
+    toc_at, = struct.unpack_from("<Q", zstd, 8)
+    toc = msgpack.unpackb(zstd[toc_at:])
+    toc["zstd_offset"] += 64
+    moved = struct.pack("<4sIQ", b"KPAK", 1, toc_at + 64) + zstd[16:64] + b"\0" * 64 + zstd[64:toc_at] \
+        + msgpack.packb(toc)
+    assert kpack.read_archive(moved).entries == kpack.read_archive(zstd).entries
+    streamed = _streamed(moved, "x.kpack")
+    assert streamed is not None and streamed.error == ("its zstd blob starts at offset 128, not at 64 where kpack "
+                                                       "writes it (it is read in one pass)")
+    assert not streamed.runs_on(parse_target_id("gfx942"))
+
+
+def test_a_large_archive_streams_in_bounded_memory() -> None:
+    small = archive(["gfx942"], {KEY: {"gfx942": real_code_object("gfx942")}})
+    toc_at, = struct.unpack_from("<Q", small, 8)
+    filler = 48 << 20
+    data = struct.pack("<4sIQ", b"KPAK", 1, toc_at + filler) + small[16:toc_at] + b"\0" * filler + small[toc_at:]
+    tracemalloc.start()
+    try:
+        streamed = _streamed(data, "x.kpack")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert streamed is not None and not streamed.error and streamed.targets == (parse_target_id("gfx942"),)
+    assert peak < 8 << 20, peak
+
+
+@pytest.mark.parametrize("bz2", [False, True], ids=["conda", "tar.bz2"])
+def test_a_package_streamed_reads_as_its_installed_tree(tmp_path: Path, bz2: bool) -> None:
+    files = {**therock(**BOTH), "lib/libtwo.so": REAL / "lib/libtwo.so", "lib/fat.so": REAL / "fat-libaxpy.so"}
+    mapped = scan_tree(tree(tmp_path / "env", files, gfx=None))
+    package = make_package(tmp_path / "out", "axpy", "rocm72_gfx942_h0_0", files, bz2=bz2)
+    streamed = sorted(scan_package(package, package.name), key=lambda c: c.path)
+
+    def rows(codes: list[DeviceCode]) -> list[tuple[object, ...]]:
+        return [(c.path, c.kind, c.targets, c.error, c.via) for c in codes]
+
+    assert rows(streamed) == rows(mapped)
+    assert [c.path for c in streamed if c.kind == "kpack"] == [LIB, "lib/libtwo.so"]
+    assert next(c for c in streamed if c.path == LIB).via == "kpack, 2 archive(s)"

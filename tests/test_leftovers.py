@@ -33,7 +33,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 def test_lock_removes_the_exports_of_a_removed_environment(ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mi250 = ws_copy / "envs" / "mi250"
     generated = sorted(p.name for p in mi250.iterdir())
-    assert generated == ["conda-linux-64-gfx90a.lock", "environment.yml"]
+    assert generated == ["conda-linux-64-gfx90a.lock", "conda-lock.yml", "environment.yml"]
     (mi250 / "NOTES.md").write_text("mine\n")  # a user's file: never touched
     manifest = str(ws_copy / "pixi.toml")
     _drop_mi250(ws_copy)
@@ -70,7 +70,8 @@ def test_lock_removes_the_export_of_a_removed_platform(tmp_path: Path, channels:
     code, err = _run(capsys, "lock", "--check", "--manifest-path", str(manifest))
     assert code == 1 and "stale: envs/default/conda-linux-64-gfx90a.lock (no longer generated)" in err
     assert main(["lock", "--manifest-path", str(manifest)]) == 0
-    assert sorted(p.name for p in gone.parent.iterdir()) == ["conda-linux-64-gfx942.lock", "environment.yml"]
+    assert sorted(p.name for p in gone.parent.iterdir()) == ["conda-linux-64-gfx942.lock", "conda-lock.yml",
+                                                             "environment.yml"]
     assert _run(capsys, "export", "--check", "--manifest-path", str(manifest))[0] == 0
 
 
@@ -92,7 +93,7 @@ def test_export_removes_leftovers_within_what_it_exports(ws_copy: Path, locked_w
 
 
 @pytest.mark.parametrize("name", ["environment.yml", "conda-linux-64.lock", "requirements-linux-64.txt",
-                                  "conda-linux-64-gfx942.lock"])
+                                  "conda-linux-64-gfx942.lock", "conda-lock.yml"])
 def test_a_file_is_generated_by_name_and_header(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     path.write_text(f"{HEADER}\nname: x\n")
@@ -130,3 +131,16 @@ def test_the_no_op_fast_path_sees_a_leftover(ws_copy: Path, capsys: pytest.Captu
     assert code == 1 and "stale: envs/ghost/environment.yml (no longer generated)" in err
     assert main(["lock", "--manifest-path", manifest]) == 0
     assert not ghost.exists()
+
+
+def test_conda_lock_yml_goes_when_the_platforms_of_its_subdir_lock_different_packages(
+        ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `default` locks the same packages on both linux-64 GPU platforms: one conda-lock.yml solution. A package on
+    # one of them only leaves conda-lock's format (one solution per subdir) without a way to hold it.
+    yml = ws_copy / "envs" / "default" / "conda-lock.yml"
+    assert yml.is_file()
+    manifest = ws_copy / "pixi.toml"
+    manifest.write_text(manifest.read_text() + '\n[target.linux-64-gfx942.dependencies]\nrequests = "*"\n')
+    code, err = _run(capsys, "lock", "--manifest-path", str(manifest))
+    assert code == 0 and "removed 1 no longer generated" in err
+    assert not yml.exists() and (ws_copy / "envs" / "mi300x" / "conda-lock.yml").is_file()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -480,6 +481,23 @@ def test_error_unsolvable_environment(ws_copy: Path, capsys: pytest.CaptureFixtu
     code, err = _error_case(ws_copy, capsys, [])
     assert code == 1 and "cannot solve environment" in err and "flash-attn" in err
     assert "GPU target gfx9" in err and "platform 'linux-64-gfx9" in err
+    # Every environment that cannot be solved is named, not only the first; rattler's explanation follows on lines
+    # of its own (no literal "\\n"), and the hint says what to run.
+    first = err.splitlines()[0]
+    failing = sorted(set(re.findall(r"environment '([^']+)'", first)))
+    assert len(failing) >= 2, first
+    assert "\\n" not in err
+    for env in failing:
+        assert f"-e {env}" in err
+    assert "rocmlock plan" in err and "rocmlock build" in err and "rocmlock publish --to" in err
+    details = err.splitlines()[1:-1]
+    assert details and all(line.startswith("  ") for line in details)
+    # --json: the failure is a JSON object on stdout too.
+    capsys.readouterr()
+    assert main(["lock", "--manifest-path", str(ws_copy / "pixi.toml"), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["exit_code"] == 1 and data["error"] == first.removeprefix("error: ")
+    assert "rocmlock build" in data["hint"] and any("flash-attn" in line for line in data["details"])
 
 
 def test_error_unreachable_channel(ws_copy: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

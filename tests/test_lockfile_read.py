@@ -49,7 +49,7 @@ def test_environment_options_are_read_from_every_shape_of_the_block(tmp_path: Pa
                                                                       options: dict[str, dict[str, str]]) -> None:
     lock = tmp_path / "pixi.lock"
     lock.write_text(LOCK_HEAD + block + PACKAGES, encoding="utf-8")
-    assert _environment_options(lock) == options
+    assert _environment_options(lock.read_bytes()) == options
 
 
 def test_top_level_keys_outside_the_block_are_not_read_as_environments(tmp_path: Path) -> None:
@@ -58,7 +58,7 @@ def test_top_level_keys_outside_the_block_are_not_read_as_environments(tmp_path:
     lock.write_text(LOCK_HEAD + "other:\n  default:\n    options:\n      channel-priority: disabled\n"
                     "environments:\n  default:\n    options:\n      channel-priority: strict\n"
                     "more:\n  x:\n    options:\n      solve-strategy: lowest\n" + PACKAGES, encoding="utf-8")
-    assert _environment_options(lock) == {"default": {"channel-priority": "strict"}}
+    assert _environment_options(lock.read_bytes()) == {"default": {"channel-priority": "strict"}}
 
 
 def _record(url: str, channel: str) -> RepoDataRecord:

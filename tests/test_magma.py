@@ -179,7 +179,7 @@ def test_recipe_passes_the_key_and_marks_the_build(monkeypatch: pytest.MonkeyPat
     import rattler_build as rb
     from rocmlock.build.recipes import load_matrix, render_config
 
-    one = load_matrix(RECIPES).narrowed({"gpu_target": ["gfx942"], "python": ["3.12"]})
+    one = load_matrix(RECIPES).narrowed({"gpu_target": ["gfx942"], "python": ["3.12"], "rocm_version": ["7.2"]})
 
     def rendered() -> dict:  # type: ignore[type-arg]
         (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / "pytorch-rocm/recipe.yaml")).render(

@@ -216,3 +216,75 @@ def test_tritons_commit_is_read_at_the_pinned_pytorchs_pin_file(
         "triton": f"commit {rev} (at pytorch {pins['pytorch']})",
         "triton-llvm": f"commit {llvm}; sha256 unknown (unreachable)",
     }
+
+
+# ----------------------------------------------------------------------------- ROCm releases and newer PyTorch
+
+TAGS = "/api/repos/ROCm/TheRock/tags"
+
+
+def _tags(*names: str) -> bytes:
+    return json.dumps([{"name": n, "commit": {"sha": "0" * 40}} for n in names]).encode()
+
+
+def test_rocm_releases_newer_than_the_matrix_and_pytorch_releases_newer_than_the_pins(
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pins = publish_all(fake, recipes, {"pytorch": "2.15.0"})
+    # Every release between the pin and the newest, a pre-release and a yanked one that do not count.
+    fake.add_project("torch", {v: [fake.file(f"torch-{v}.tar.gz", v.encode(), packagetype="bdist_wheel",
+                                             yanked=v == "2.14.0")]
+                               for v in (pins["pytorch"], "2.13.0", "2.14.0", "2.14.1", "2.15.0", "2.16.0rc1")})
+    # ROCm/TheRock's tags over two pages (GitHub's Link header), with tags that are no release.
+    page2 = f"{fake.url}{TAGS}/page2"
+    fake.add(TAGS, Reply(body=_tags("therock-7.9.0", "pytorch-triage/apr20-green", "therock-7.14"),
+                         content_type="application/json", headers=(("Link", f'<{page2}>; rel="next"'),)))
+    fake.add(f"{TAGS}/page2", Reply(body=_tags("therock-10.0", "therock-10.1.1", "therock-10.1", "therock-x"),
+                                    content_type="application/json"))
+    assert outdated(recipes, fake.url, fake.url, "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = {r["name"]: r for r in report["upstreams"]}
+    assert rows["pytorch"]["newer"] == ["2.13.0", "2.14.1", "2.15.0"]
+    assert report["rocm"] == {"matrix": ["7.2", "7.14"], "released": ["7.9", "7.14", "10.0", "10.1"],
+                              "newer": ["10.0", "10.1"], "source": "github.com/ROCm/TheRock tags", "error": None}
+    assert outdated(recipes, fake.url, fake.url) == 0
+    out = capsys.readouterr().out
+    assert "  newer than the pins: 2.13.0, 2.14.1, 2.15.0\n" in out
+    assert ("rocm: matrix 7.2, 7.14; newer releases 10.0, 10.1 (ROCm/TheRock's tags): add them to rocm_version in "
+            "recipes/variants.yaml once their pins are known") in out
+
+
+@pytest.mark.parametrize(("reply", "error"), [
+    (Reply(body=b'{"message": "rate limited"}', content_type="application/json"), "not a list of tags"),
+    (Reply(body=b"[1, 2]", content_type="application/json"), "not a list of tags"),
+    (Reply(body=b"<html>", content_type="text/html"), "not a list of tags"),
+    (Reply(status=403), "HTTP 403"),
+])
+def test_a_bad_tags_answer_is_the_rocm_lines_error_only(
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str], reply: Reply, error: str
+) -> None:
+    publish_all(fake, recipes, {})
+    fake.add(TAGS, reply)
+    assert outdated(recipes, fake.url, fake.url, "--json") == 0
+    rocm = json.loads(capsys.readouterr().out)["rocm"]
+    assert rocm["newer"] == [] and error in rocm["error"]
+
+
+def test_rocm_releases_unreachable_are_unknown_not_a_failure(
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish_all(fake, recipes, {})
+    assert outdated(recipes, fake.url, closed_port_url()) == 0
+    assert "rocm: matrix 7.2, 7.14; newer releases unknown (unreachable) (ROCm/TheRock's tags)" in \
+        capsys.readouterr().out
+
+
+def test_a_link_header_to_another_host_is_not_followed(
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    publish_all(fake, recipes, {})
+    fake.add(TAGS, Reply(body=_tags("therock-7.14"), content_type="application/json",
+                         headers=(("Link", f'<{closed_port_url()}/next>; rel="next"'),)))
+    assert outdated(recipes, fake.url, fake.url, "--json") == 0
+    rocm = json.loads(capsys.readouterr().out)["rocm"]
+    assert rocm["released"] == ["7.14"] and rocm["error"] is None

@@ -273,7 +273,9 @@ def test_packing_an_environment_missing_from_the_lock_is_a_clear_error(locked_ws
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     assert pack(locked_ws, tmp_path / "x.tar", env="mi355x") == 2
     err = capsys.readouterr().err
-    assert err.splitlines()[0] == f"error: {locked_ws / 'pixi.lock'}: no environment 'mi355x'"
+    # The nearest locked name is suggested (issue 35).
+    assert err.splitlines()[0] == (f"error: {locked_ws / 'pixi.lock'}: no environment 'mi355x' "
+                                   "(did you mean 'mi300x'?)")
     assert "Traceback" not in err and not list(tmp_path.iterdir())
 
 
@@ -419,7 +421,7 @@ def test_with_installer_a_node_without_rocmlock_installs_the_bundle(locked_ws: P
     x = tmp_path / "x"
     shutil.unpack_archive(tmp_path / "b.tar", x, format="tar")
     wheels = sorted(p.name for p in (x / "installer/wheels").iterdir())
-    assert [w.split("-")[0] for w in wheels] == ["py_rattler", "rocmlock", "tomli"]
+    assert [w.split("-")[0] for w in wheels] == ["py_rattler", "rocm_bootstrap", "rocmlock", "tomli"]
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {"PATH": os.defpath, "HOME": str(tmp_path), "TMPDIR": str(scratch), "PYTHON": python}

@@ -69,7 +69,12 @@ def test_unpack_installs_the_bundles_wheels_offline(bundle: Path, tmp_path: Path
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     prefix = tmp_path / "env"
     assert main(["unpack", str(bundle), "--prefix", str(prefix), "--json"]) == 0
-    assert "installed 1 packages and 2 PyPI wheel(s) into" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "installed 1 packages and 2 PyPI wheel(s) into" in err
+    # issue 35: each long step is announced before it runs, in order.
+    steps = ["bundle ok:", f"installing 1 packages into {prefix}", "installed 1 packages"]
+    at = [err.index(step) for step in steps]
+    assert at == sorted(at), err
     run = subprocess.run([str(prefix / "bin" / "python"), "-c",
                           "import rlk_alpha, rlk_beta, sys; print(sys.prefix, rlk_alpha.VERSION, rlk_beta.VERSION)"],
                          capture_output=True, text=True, check=False, env={"PATH": os.environ["PATH"]})

@@ -437,3 +437,28 @@ def test_unpack_into_a_non_empty_directory_says_what_to_do_and_writes_nothing(
         assert err.strip().splitlines()[-1].startswith("hint: choose a new directory"), err
         assert [p.name for p in prefix.iterdir()] == ["notes.txt"]
         assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rocmlock")]
+
+
+def test_rocmlocks_wheel_builds_with_a_pythons_old_setuptools_under_a_constraint(tmp_path: Path) -> None:
+    # Issue 35: a fresh 3.11 venv (ensurepip's setuptools 65.5, no wheel) with a cluster's pip constraint holding
+    # setuptools under 70.1 failed with "invalid command 'bdist_wheel'": the build ran without isolation. pip
+    # fills the isolated build environment from pyproject.toml's requires (setuptools, and wheel for <70.1).
+    import venv
+
+    from rocmlock.deploy.installer import _build_rocmlock_wheel
+
+    venv.create(tmp_path / "venv", with_pip=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    old = subprocess.run([str(python), "-c", "import setuptools; print(setuptools.__version__)"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert tuple(int(p) for p in old.split(".")[:2]) < (70, 1), old
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("setuptools<70.1\n")
+    dest = tmp_path / "wheels"
+    dest.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PIP_CONSTRAINT", str(constraints))
+        mp.setenv("PIP_NO_BUILD_ISOLATION", "0")  # a user's setting: pip reads it as "isolation off"
+        _build_rocmlock_wheel(dest, python=str(python))
+    (wheel,) = dest.iterdir()
+    assert wheel.name.startswith("rocmlock-") and wheel.name.endswith("-py3-none-any.whl")

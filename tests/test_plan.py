@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from channels import Pkg, build_channel
 from rocmlock.build.plan import Plan, make_plan, render_plan
-from rocmlock.build.recipes import recipe_packages
+from rocmlock.build.recipes import load_matrix, recipe_packages
 from rocmlock.cli.main import main
 from rocmlock.errors import InputError
 from rocmlock.gpu.targets import get_target
@@ -151,6 +151,43 @@ def test_impossible_variants_are_reported_with_their_reason(tmp_path: Path) -> N
     assert by[("llamafactory", None)].skip_reason is None
     text = render_plan(plan)
     assert "skipped pytorch-2.12.1-rocm64_gfx950_py312_" in text and "3 skipped" in text
+
+
+def test_every_target_plans_for_both_rocm_versions_with_a_reason_for_each_skip(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 34: the shipped matrix holds ROCm 7.2 and 7.14; an environment that leaves ROCm open plans both, for
+    every shipped target, and every variant that cannot be built says why."""
+    mirror(tmp_path, (*OURS, "bitsandbytes-rocm"))
+    targets = load_matrix(tmp_path / "recipes").get("gpu_target")
+    assert {"gfx1102", "gfx1150", "gfx1152", "gfx1153", "gfx1200"} <= set(targets)
+    manifest = workspace(tmp_path, {gfx: (gfx, "*", "3.12.*") for gfx in targets}, deps='bitsandbytes = "*"')
+    plan = make_plan(load_workspace(manifest))
+    assert_dependency_order(plan)
+    by = {(v.stage, dict(v.variant).get("gpu_target"), dict(v.variant).get("rocm_version")): v
+          for v in plan.variants}
+    for gfx in targets:
+        target = get_target(gfx)
+        for rocm in ("7.2", "7.14"):
+            for stage in ("pytorch", "flash-attn", "bitsandbytes"):
+                v = by[(stage, gfx, rocm)]
+                assert v.build_string.startswith(f"rocm{rocm.replace('.', '')}_{gfx}_py312_h"), v.id
+                buildable = target.supports_rocm(rocm) and (
+                    stage != "flash-attn" or target.flash_attn_ck or target.flash_attn_triton) and (
+                    stage != "bitsandbytes" or target.supports_bitsandbytes(rocm))
+                assert (v.skip_reason is None) == buildable, (v.id, v.skip_reason)
+    # The reasons, one per kind: a target newer than the ROCm, no flash-attn backend, no bitsandbytes build.
+    assert "gfx1152 needs ROCm >= 7.14" in by[("pytorch", "gfx1152", "7.2")].skip_reason
+    assert by[("pytorch", "gfx1152", "7.14")].skip_reason is None
+    assert "no CK kernels for gfx908" in by[("flash-attn", "gfx908", "7.14")].skip_reason
+    assert "bnb_first_rocm" in by[("bitsandbytes", "gfx908", "7.2")].skip_reason
+    assert by[("bitsandbytes", "gfx908", "7.14")].skip_reason is None
+    assert main(["plan", "--manifest-path", str(manifest)]) == 0
+    out = capsys.readouterr().out
+    assert "rocm714_gfx1151_py312_h" in out and "rocm72_gfx1151_py312_h" in out
+    skipped = [line for line in out.splitlines() if line.startswith("skipped ")]
+    assert len(skipped) == len(plan.skipped) == 9 and all(": " in line for line in skipped)
+    assert any(line.startswith("skipped pytorch-2.12.1-rocm72_gfx1153_py312_") and line.endswith(
+        "gfx1153 needs ROCm >= 7.14 (first_rocm in gpu_targets.toml); this variant asks ROCm 7.2") for line in skipped)
 
 
 def test_a_variant_whose_every_dependency_is_skipped_is_skipped(tmp_path: Path) -> None:

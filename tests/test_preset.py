@@ -190,7 +190,7 @@ def test_an_environment_named_after_its_method_is_not_named_twice(tmp_path: Path
     (["-e", "mi300x-deepspeed", "--method", "qlora"], "has no bitsandbytes"),
     (["-e", "default", "--method", "lora"], "has no GPU target"),
     (["-e", "nope", "--method", "lora"], "unknown environment 'nope'"),
-    (["--method", "lora"], "needs an environment"),
+    (["--method", "lora"], "the following arguments are required: -e/--environment"),
     (["-e", "mi300x", "--method", "lora", "-o", "preset.txt"], "must end in .yaml"),
 ])
 def test_bad_requests_are_input_errors(args: list[str], message: str, tmp_path: Path,
@@ -255,3 +255,47 @@ def test_an_aotriton_experimental_target_trains_with_flash_attns_triton_backend(
     (note,) = [n for n in bare.notes if n.startswith("flash_attn:")]
     assert dict(bare.settings)["flash_attn"] == "sdpa"
     assert "has no flash-attn; warning: AOTriton 0.11.2b" in note and "math kernel" in note
+
+
+@pytest.mark.parametrize(("pytorch", "expected", "release"), [
+    ("2.12.*", "fa2", "0.11.2b"), ("2.13.*", "sdpa", "0.12b"), ("2.14.*", "sdpa", "0.12b"), ("2.11.*", "fa2", "0.11.2b"),
+])
+def test_the_attention_follows_the_aotriton_release_of_the_environments_pytorch(
+        tmp_path: Path, pytorch: str, expected: str, release: str) -> None:
+    """AOTriton 0.12b (PyTorch 2.13 on, aotriton.toml [pytorch_releases]) supports gfx1151: the fused SDPA serves
+    it, so the preset keeps sdpa; with 2.12 (0.11.2b) it is experimental and flash-attn's Triton backend trains."""
+    from rocmlock.gpu.targets import aotriton_release_for
+
+    assert aotriton_release_for(pytorch[:-2]) == release
+    text = _manifest_with("gfx1151", "11.5.1", "halo", ("rocm72", "gfx1151", "train"))
+    (tmp_path / "pixi.toml").write_text(text.replace('pytorch = "2.12.*"', f'pytorch = "{pytorch}"'))
+    preset = make_preset(load_workspace(tmp_path / "pixi.toml"), PresetRequest("halo", "lora"), cwd=tmp_path)
+    assert dict(preset.settings)["flash_attn"] == expected
+    (note,) = [n for n in preset.notes if n.startswith("flash_attn:")]
+    assert (f"AOTriton {release} classes gfx1151 experimental" in note) == (expected == "fa2"), note
+
+
+def test_the_gpus_memory_can_be_given_and_the_assumed_one_is_said(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 35: gfx1100's table size is the RX 7900 XTX's 24 GiB; a Radeon PRO W7900 has 48.
+    manifest = tmp_path / "pixi.toml"
+    manifest.write_text((ROOT / "pixi.toml").read_text())
+    base = ["preset", "--manifest-path", str(manifest), "-e", "w7900", "--method", "lora"]
+    assert main([*base, "-o", str(tmp_path / "table.yaml")]) == 0
+    err = capsys.readouterr().err
+    assert ("sized for a 7-8B model on 24 GiB, the GPU table's size for gfx1100 (Radeon PRO W7900, Radeon RX 7900 "
+            "XTX); --gpu-memory SIZE when yours differs") in err
+    assert main([*base, "--gpu-memory", "48GiB", "-o", str(tmp_path / "w7900.yaml")]) == 0
+    assert "sized for a 7-8B model on 48 GiB (--gpu-memory)" in capsys.readouterr().err
+    small = yaml.safe_load((tmp_path / "table.yaml").read_text())
+    big = yaml.safe_load((tmp_path / "w7900.yaml").read_text())
+    assert (big["cutoff_len"], big["per_device_train_batch_size"]) > (small["cutoff_len"],
+                                                                      small["per_device_train_batch_size"])
+    assert "48 GiB (--gpu-memory)" in (tmp_path / "w7900.yaml").read_text()  # the header says so too
+    for spelling in ("48", "48G", "48gb", " 48 GiB "):
+        assert main([*base, "--gpu-memory", spelling, "-o", str(tmp_path / "x.yaml")]) == 0
+        assert (tmp_path / "x.yaml").read_text() == (tmp_path / "w7900.yaml").read_text()
+    for bad in ("lots", "0", "-4GiB", "48TB"):
+        assert main([*base, f"--gpu-memory={bad}", "-o", str(tmp_path / "bad.yaml")]) == 2
+        assert f"error: --gpu-memory: '{bad}' is no memory size" in capsys.readouterr().err
+        assert not (tmp_path / "bad.yaml").exists()

@@ -10,6 +10,8 @@ import os
 import socket
 import subprocess
 import sys
+import tomllib
+from importlib import resources
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
@@ -582,9 +584,26 @@ def test_a_fake_root_names_its_node_by_its_etc_hostname(tmp_path: Path) -> None:
 def test_the_probes_aotriton_experimental_targets_are_the_gpu_tables() -> None:
     from rocmlock.gpu.targets import all_targets, aotriton_release
 
-    release = aotriton_release()
-    table = {t.gfx: release for t in all_targets().values() if t.aotriton_tier(release) == "experimental"}
-    assert probe.AOTRITON_EXPERIMENTAL == table and table  # gfx1101, gfx1151 for AOTriton 0.11.2b
+    for release, targets in probe.AOTRITON_EXPERIMENTAL.items():
+        table = {t.gfx for t in all_targets().values() if t.aotriton_tier(release) == "experimental"}
+        assert targets == table and table, release
+    # Every release the GPU table records from the pinned one on, and the pinned one for its PyTorch series.
+    assert {"0.11.2b", "0.12b", "0.13b"} <= set(probe.AOTRITON_EXPERIMENTAL)
+    aot = tomllib.loads(resources.files("rocmlock").joinpath("data/aotriton.toml").read_text())
+    assert aot["version"] == aotriton_release()
+    assert {probe.AOTRITON_OF_TORCH[series] for series in aot["pytorch"]} == {aot["version"]}
+    assert probe.AOTRITON_OF_TORCH == aot["pytorch_releases"]
+    # AOTriton 0.12b took gfx1151 out of the experimental tier; gfx1100 is supported in every listed release.
+    assert "gfx1151" in probe.AOTRITON_EXPERIMENTAL["0.11.2b"] and "gfx1151" not in probe.AOTRITON_EXPERIMENTAL["0.12b"]
+    assert not any("gfx1100" in targets for targets in probe.AOTRITON_EXPERIMENTAL.values())
+
+
+@pytest.mark.parametrize(("version", "release"), [
+    ("2.12.1", "0.11.2b"), ("2.12.0+rocm7.14.0", "0.11.2b"), ("2.13.0", "0.12b"), ("2.14.1+rocm7.14", "0.12b"),
+    ("2.11.0", None), ("nonsense", None),
+])
+def test_the_aotriton_release_of_a_torch(version: str, release: str | None) -> None:
+    assert probe.aotriton_of_torch(version) == release
 
 
 @pytest.mark.parametrize(("archs", "value", "expected"), [
@@ -604,6 +623,22 @@ def test_the_sdpa_check_names_an_experimental_aotriton_tier(tmp_path: Path, arch
     note = probe._aotriton_tier(ctx)
     assert note.startswith(expected) if expected.startswith(";") else expected in note
     assert bool(note) == bool(expected)
+
+
+@pytest.mark.parametrize(("torch_version", "arch", "expected"), [
+    ("2.13.0", "gfx1151", ""),  # AOTriton 0.12b: supported, the fused SDPA serves it
+    ("2.14.1+rocm7.14", "gfx1151", ""),
+    ("2.14.1+rocm7.14", "gfx1100", ""),
+    ("2.14.1+rocm7.14", "gfx1150", "; AOTriton 0.12b classes gfx1150 experimental and TORCH_ROCM_AOTRITON_ENABLE_"),
+    ("2.12.1", "gfx1200", "; AOTriton 0.11.2b classes gfx1200 experimental and TORCH_ROCM_AOTRITON_ENABLE_"),
+])
+def test_the_tier_follows_the_aotriton_release_of_the_installed_torch(tmp_path: Path, torch_version: str, arch: str,
+                                                                      expected: str) -> None:
+    ctx = ctx_for(tmp_path)
+    ctx.facts["torch"] = fake_torch("7.2.0", None, [arch], [arch])
+    ctx.facts["torch"].__version__ = torch_version
+    note = probe._aotriton_tier(ctx)
+    assert note.startswith(expected) and bool(note) == bool(expected)
 
 
 def test_wrong_experimental_aotriton_kernels_fail_the_sdpa_check_with_the_way_out(

@@ -166,9 +166,16 @@ def test_a_silent_math_fallback_fails_where_a_fused_kernel_exists(tmp_path: Path
                                    "cudnn unavailable, math 109.10 ms) on AMD Instinct MI300X")
     assert "gfx942 has AOTriton kernels (gpu_targets.toml) and flash, efficient ran when forced" in out.evidence
     assert "built with AOTriton" in out.fix
-    # RDNA3: AOTriton is experimental there and PyTorch uses it only when asked.
-    out = probe.check_sdpa_kernel(_gpu_ctx(tmp_path, "gfx1100", monkeypatch, dict(MATH_ONLY_DEFAULT)))
-    assert out.status == "fail" and out.fix.startswith("set TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1")
+    # Strix Halo with torch 2.12 (AOTriton 0.11.2b): experimental there, PyTorch uses it only when asked.
+    out = probe.check_sdpa_kernel(_gpu_ctx(tmp_path, "gfx1151", monkeypatch, dict(MATH_ONLY_DEFAULT)))
+    assert out.status == "fail" and out.fix.startswith("set TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1: AOTriton "
+                                                       "0.11.2b treats gfx1151 as experimental")
+    # With torch 2.13 on (AOTriton 0.12b, 0.13b) it is supported, like gfx1100 in every release: math is a wrong build.
+    for arch, version in (("gfx1151", "2.13.0"), ("gfx1151", "2.14.1+rocm7.14"), ("gfx1100", "2.12.1")):
+        ctx = _gpu_ctx(tmp_path, arch, monkeypatch, dict(MATH_ONLY_DEFAULT))
+        ctx.facts["torch"].__version__ = version
+        out = probe.check_sdpa_kernel(ctx)
+        assert out.status == "fail" and "built with AOTriton" in out.fix, (arch, version)
 
 
 def test_math_on_a_gpu_without_fused_kernels_only_warns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,9 +55,15 @@ def test_every_variant_renders_and_skips_follow_the_table(matrix: Matrix, recipe
 
 
 def test_bitsandbytes_skip_reasons_name_the_table_column(matrix: Matrix) -> None:
-    at_72 = {v.variant_value("gpu_target"): v.skip_reason for v in render("bitsandbytes-rocm", matrix)}
+    at_72 = {v.variant_value("gpu_target"): v.skip_reason
+             for v in render("bitsandbytes-rocm", matrix.narrowed({"rocm_version": ["7.2"]}))}
     assert "bnb_first_rocm" in at_72["gfx908"] and "7.14" in at_72["gfx908"]
-    assert {gfx for gfx, reason in at_72.items() if reason} == {"gfx908"}
+    # gfx1152 and gfx1153 need ROCm 7.14 itself (first_rocm); gfx908 has bitsandbytes from 7.14 on.
+    assert {gfx for gfx, reason in at_72.items() if reason} == {"gfx908", "gfx1152", "gfx1153"}
+    assert "first_rocm" in at_72["gfx1152"] and "bnb_first_rocm" not in at_72["gfx1152"]
+    at_714 = {v.variant_value("gpu_target"): v.skip_reason
+              for v in render("bitsandbytes-rocm", matrix.narrowed({"rocm_version": ["7.14"]}))}
+    assert not any(at_714.values()), at_714
     at_64 = {v.variant_value("gpu_target"): v.skip_reason
              for v in render("bitsandbytes-rocm", matrix.narrowed({"rocm_version": ["6.4"]}))}
     assert "needs ROCm >= 7.0" in at_64["gfx950"] and not at_64["gfx1201"] and not at_64["gfx942"]
@@ -70,17 +76,18 @@ def test_identity_and_exact_pytorch_pin(matrix: Matrix, recipe: str) -> None:
     assert len({v.build_string for v in variants}) == len(variants)
     for v in variants:
         m = ARCH_BUILD.match(v.build_string)
-        gfx, python = v.variant_value("gpu_target"), v.variant_value("python")
-        assert m and m["gfx"] == gfx and m["rocm"] == "72" and m["py"] == python.replace(".", "")
+        gfx, python, rocm = (v.variant_value(k) for k in ("gpu_target", "python", "rocm_version"))
+        short = rocm.replace(".", "")
+        assert m and m["gfx"] == gfx and m["rocm"] == short and m["py"] == python.replace(".", "")
         run = v.specs("run")
-        assert f"amdgpu-target * {gfx}" in run and "rocm-version 7.2.*" in run
+        assert f"amdgpu-target * {gfx}" in run and f"rocm-version {rocm}.*" in run
         assert v.run_constraints == (f"__amdgpu_arch =={get_target(gfx).isa}",)
         (pin,) = [s for s in run if s.startswith("pytorch ")]
         assert pin in v.specs("host")
         _, version, build = pin.split()
         matching = [b for b, t in torches.items() if fnmatch.fnmatchcase(b, build) and f"=={t.version}" == version]
         assert len(matching) == 1, (pin, matching)
-        assert matching[0].startswith(f"rocm72_{gfx}_py{python.replace('.', '')}_h")
+        assert matching[0].startswith(f"rocm{short}_{gfx}_py{python.replace('.', '')}_h")
 
 
 def test_bitsandbytes_source_is_the_release_commit_and_cmake_is_hip(matrix: Matrix) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "examples" / "offline" / "quickstart.sh"
@@ -44,6 +48,21 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path: Path) -> None:
     # port its lock names, with the password from the auth file.
     assert f"sh {summary['serve_again']}" in proc.stderr
     _serve_again_answers(Path(summary["serve_again"]), summary["channel_url"], password)
+    # conda's copy of the password (a netrc: conda reads no RATTLER_AUTH_FILE), private like the auth file.
+    netrc = work / "auth" / "netrc"
+    assert netrc.read_text() == f"machine 127.0.0.1 login quickstart password {password}\n"
+    assert netrc.stat().st_mode & 0o077 == 0 and (work / "auth" / "credentials.json").stat().st_mode & 0o077 == 0
+    # Run again on the kept, edited work directory: refused (exit 2), nothing touched.
+    manifest = work / "workspace" / "pixi.toml"
+    manifest.write_text(manifest.read_text() + "# my edit\n")
+    before = _snapshot(work)
+    again = subprocess.run(["bash", str(SCRIPT), "--workdir", str(work)], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert again.returncode == 2, again.stderr
+    assert again.stderr.strip().splitlines() == [
+        (f"quickstart: --workdir {work} holds an earlier run (its workspace, lock and environments would be "
+         "overwritten); pass --replace to start it afresh, or give another --workdir")]
+    assert _snapshot(work) == before
 
 
 def _serve_again_answers(script: Path, url: str, password: str) -> None:
@@ -61,3 +80,46 @@ def _serve_again_answers(script: Path, url: str, password: str) -> None:
     finally:
         server.terminate()
         server.wait(10)
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _quickstart(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "examples/offline/quickstart.py"), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_quickstart_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me\n")
+    for extra in ([], ["--replace"]):
+        proc = _quickstart("--workdir", str(mine), *extra, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip() == (f"quickstart: --workdir {mine} is not empty and was not made by the "
+                                       "quickstart; give a new or empty directory")
+        assert _snapshot(mine) == {"notes.txt": b"keep me\n"}
+    proc = _quickstart("--replace", cwd=tmp_path)
+    assert proc.returncode == 2 and "--replace needs --workdir" in proc.stderr
+
+
+def test_replace_starts_a_kept_work_directory_afresh(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("quickstart", REPO / "examples/offline/quickstart.py")
+    assert spec is not None and spec.loader is not None
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
+    work = tmp_path / "work"
+    quickstart.prepare_workdir(work, replace=False)  # new: made, and marked as the quickstart's
+    (work / "workspace").mkdir()
+    (work / "workspace" / "pixi.toml").write_text("# edited\n")
+    with pytest.raises(SystemExit) as exc:
+        quickstart.prepare_workdir(work, replace=False)
+    assert exc.value.code == 2 and (work / "workspace" / "pixi.toml").is_file()
+    quickstart.prepare_workdir(work, replace=True)
+    assert sorted(p.name for p in work.iterdir()) == [quickstart.MARKER]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    quickstart.prepare_workdir(empty, replace=False)  # an empty directory is fine
+    assert (empty / quickstart.MARKER).is_file()

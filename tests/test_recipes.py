@@ -58,7 +58,9 @@ def test_shipped_matrix_renders_every_valid_variant_and_no_invalid_one(
     assert gfx908 and all("no CK kernels for gfx908" in v.skip_reason for v in gfx908)
     assert len(rendered["llamafactory"]) == 1 and not rendered["llamafactory"][0].skipped
     assert {v.build_string for v in rendered["amdgpu-target"]} == set(matrix.get("gpu_target"))
-    assert [v.version for v in rendered["rocm-version"]] == list(matrix.get("rocm_version"))
+    # One rocm-version package per ROCm of the matrix (7.2 and 7.14: rattler-build orders them as strings).
+    assert sorted(v.version for v in rendered["rocm-version"]) == sorted(matrix.get("rocm_version"))
+    assert {"7.2", "7.14"} <= set(matrix.get("rocm_version"))
 
 
 def test_gfx950_needs_rocm_7_and_the_reason_says_so(matrix: Matrix) -> None:
@@ -148,7 +150,7 @@ def test_llamafactory_is_noarch_with_upstream_bounds(rendered: dict) -> None:
 def test_sources_pinned_by_url_and_sha256(matrix: Matrix) -> None:
     from rocmlock.build.recipes import render_config
 
-    one = matrix.narrowed({"gpu_target": ["gfx942"], "python": ["3.12"]})
+    one = matrix.narrowed({"gpu_target": ["gfx942"], "python": ["3.12"], "rocm_version": ["7.2"]})
     versions = dict(one.values)
     for name, key in (
         ("pytorch-rocm", "pytorch"),
@@ -417,10 +419,10 @@ def test_flash_attn_triton_activation_sets_the_import_switch() -> None:
 # ----------------------------------------------------------------------------- issue 13's recipe findings
 
 
-def _rendered(matrix: Matrix, recipe: str, gfx: str = "gfx942") -> dict:  # type: ignore[type-arg]
+def _rendered(matrix: Matrix, recipe: str, gfx: str = "gfx942", rocm: str = "7.2") -> dict:  # type: ignore[type-arg]
     from rocmlock.build.recipes import render_config
 
-    one = matrix.narrowed({"gpu_target": [gfx], "python": ["3.12"]})
+    one = matrix.narrowed({"gpu_target": [gfx], "python": ["3.12"], "rocm_version": [rocm]})
     (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / recipe / "recipe.yaml")).render(
         one.to_variant_config(), render_config())
     return rv.recipe.to_dict()  # type: ignore[no-any-return]

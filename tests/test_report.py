@@ -201,3 +201,73 @@ def test_bad_input_exits_2(argv: list[str], message: str, tmp_path: Path, capsys
     argv = [str(tmp_path) if a == "EMPTY" else a for a in argv]
     assert main(argv) == 2
     assert capsys.readouterr().err.splitlines()[0] == message.replace("EMPTY", str(tmp_path))
+
+
+def test_numbers_too_long_or_too_large_cost_only_their_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33 item 13: 5000 digits is past Python's int() limit (4300, a ValueError json.loads lets through);
+    10**400 fits that limit but no float (an OverflowError in the checks). Each is one line; the rest merges."""
+    d = tmp_path / "reports"
+    write(d / "good.json", probe_report("good01", gemm=600.0))
+    write(d / "digits.json", json.dumps(probe_report("digits01")).replace('"schema": 1', '"schema": ' + "9" * 5000))
+    write(d / "overflow.json", json.dumps(probe_report("overflow01", gemm=1.0)).replace(
+        '"tflops": 1.0', '"tflops": 1' + "0" * 400))
+    write(d / "schema.json", json.dumps(probe_report("schema01")).replace('"schema": 1', '"schema": 1' + "0" * 400))
+    assert main(["report", str(d), "--json"]) == 1  # a report not merged fails the fleet
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert [n["node"] for n in report["nodes"]] == ["good01"]
+    reasons = {Path(u["source"]).name: u["reason"] for u in report["unreadable"]}
+    assert reasons == {"digits.json": "not a probe report: a number of thousands of digits",
+                       "overflow.json": "key 'bench.gemm.data.tflops' must be a non-negative number",
+                       "schema.json": "schema of many digits: this rocmlock reads schema 1 to 1 (upgrade rocmlock)"}
+    assert len(err.splitlines()) == 3 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("field", "edit"), [
+    ("hostname", lambda r: r.update(hostname="gpu09\n")),
+    ("gfx", lambda r: r["checks"][0]["data"].update(gfx=["gfx942\n"])),
+    ("rocm", lambda r: r.update(rocm="7.2.4\n")),
+    ("check id", lambda r: r.update(failed=["tools.rocminfo\n"])),
+])
+def test_a_trailing_newline_is_no_valid_name(field: str, edit: Any, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33 item 14: `re.match` with `$` accepted "gpu09\\n" (`$` matches before a final newline), which split
+    the table's row; the patterns now match whole strings."""
+    d = tmp_path / "reports"
+    write(d / "good.json", probe_report("good01"))
+    bad = probe_report("gpu09")
+    edit(bad)
+    write(d / "bad.json", bad)
+    main(["report", str(d)])
+    out = capsys.readouterr().out
+    assert "1 unreadable report(s)" in out, field
+    assert all(not line.startswith(("7.2", "gfx942", "tools.rocminfo")) for line in out.splitlines()), out
+    # The expected arch is not a table column: one with a newline is dropped, the node still read.
+    expected = probe_report("gpu10")
+    expected["expected"]["arch"] = "gfx942\n"
+    write(d / "bad.json", expected)
+    assert main(["report", str(d), "--json"]) == 0
+    node = next(n for n in json.loads(capsys.readouterr().out)["nodes"] if n["node"] == "gpu10")
+    assert node.get("expected_arch") is None, node
+
+
+def test_reports_of_one_hostname_are_told_apart_and_a_long_fix_is_cut_between_words(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 35: three VMs named "vm" were three identical rows; the fix line was cut inside a word at 200 chars.
+    long_fix = " ".join(["reinstall the environment built for gfx90a"] * 30)
+    for name, gpu in (("a", "gfx942"), ("b", "gfx942"), ("c", "gfx90a")):
+        report = probe_report("vm", [gpu] * 8, ("tools.rocminfo",) if gpu == "gfx90a" else ())
+        report["checks"][1]["fix"] = long_fix
+        write(tmp_path / f"vm-{name}.json", report)
+    write(tmp_path / "other.json", probe_report("gpu01"))
+    assert main(["report", *(str(p) for p in sorted(tmp_path.glob("*.json")))]) == 1
+    out = capsys.readouterr().out
+    rows = [line.split()[0:3] for line in out.splitlines() if line.startswith(("vm", "gpu01"))]
+    assert rows == [["gpu01", "gfx942", "x8"], ["vm", "(gfx942,", "vm-a.json)"], ["vm", "(gfx942,", "vm-b.json)"],
+                    ["vm", "(gfx942,", "vm-c.json)"]], out
+    assert "1 node(s) fail tools.rocminfo: vm (gfx942, vm-c.json)" in out
+    (fix,) = [line.strip() for line in out.splitlines() if line.strip().startswith("fix:")]
+    shown = fix.removeprefix("fix: ").removesuffix("...")
+    assert fix.endswith("...") and 300 < len(shown) <= 600
+    assert long_fix.startswith(shown) and long_fix[len(shown)] == " "  # cut where a word ends

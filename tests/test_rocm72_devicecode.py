@@ -1,9 +1,10 @@
 """The device-code audit on libraries ROCm 7.2.4's hipcc compiles in the test chroot (tests/rocm72chroot.py):
 one target (a plain bundle), two targets with --offload-compress (CCOB v3 zstd, and v2 with
 COMPRESSED_BUNDLE_FORMAT_VERSION=2), a generic target (--offload-arch=gfx9-4-generic), target features
-(gfx942:xnack+), a standalone code object (--cuda-device-only), each checked against `llvm-objdump --offloading`;
+(gfx942:xnack+), a standalone code object (--cuda-device-only), each checked against `llvm-objdump --offloading`,
+and code object files of `--genco` (plain and compressed bundles) against `clang-offload-bundler --list`;
 then a gfx90a library in a gfx942 prefix is named by `rocmlock audit`, and a bundle carrying it is refused on a
-fake gfx942 node. Cost: six small hipcc runs, about 1 min on 2 shared cores.
+fake gfx942 node. Cost: eight small hipcc runs, about 1 min on 2 shared cores.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
         env = f"COMPRESSED_BUNDLE_FORMAT_VERSION={version} " if version else ""
         script.append(f"{env}hipcc -shared -fPIC {flags} -o {out} k.hip")
     script.append("hipcc --cuda-device-only --no-gpu-bundle-output --offload-arch=gfx942 -o kernel.hsaco k.hip")
+    # Code object files for hipModuleLoad (issue 33): --genco writes an offload bundle file, compressed on request.
+    script.append("hipcc --genco --offload-arch=gfx90a --offload-arch=gfx942 -o genco.co k.hip")
+    script.append("hipcc --genco --offload-compress --offload-arch=gfx90a --offload-arch=gfx1100 -o genco-z.co k.hip")
     proc = rocm72chroot.run(["sh", "-c", "\n".join(script)], env={"HIP_PLATFORM": "amd"}, work=work, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return work
@@ -68,6 +72,37 @@ def test_hipcc_libraries_read_as_llvm_objdump_lists_them(built: Path, name: str,
     assert sorted(str(t) for t in code.targets) == sorted(_objdump(built, name)) == sorted(targets)
     data = (built / name).read_bytes()
     assert compressed in data if compressed else b"CCOB" not in data
+
+
+def _bundler_list(work: Path, name: str) -> set[str]:
+    """The AMDGPU target IDs clang-offload-bundler lists in a code object file (llvm-objdump reads only ELF)."""
+    proc = rocm72chroot.run(["clang-offload-bundler-22", "--list", "--type=o", f"--input=/mnt/work/{name}"],
+                            work=work)
+    assert proc.returncode == 0, proc.stderr
+    return {m.split("--", 1)[1] for m in re.findall(r"hipv4-amdgcn-amd-amdhsa--[\w:+-]+", proc.stdout)}
+
+
+@pytest.mark.parametrize(("name", "targets", "magic"), [
+    ("genco.co", ["gfx90a", "gfx942"], b"__CLANG_OFFLOAD_BUNDLE__"),
+    ("genco-z.co", ["gfx90a", "gfx1100"], b"CCOB\x03\x00"),
+])
+def test_hipcc_genco_code_object_files_are_device_code(built: Path, tmp_path: Path, name: str, targets: list[str],
+                                                       magic: bytes, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33: a `hipcc --genco` file (what hipModuleLoad loads) was "no device code found", exit 0."""
+    assert (built / name).read_bytes().startswith(magic)
+    code = scan_file(built / name, name)
+    assert code is not None and code.kind == "offload-bundle" and not code.error, code
+    assert sorted(str(t) for t in code.targets) == sorted(_bundler_list(built, name)) == sorted(targets)
+    prefix = tmp_path / "env"
+    (prefix / "conda-meta").mkdir(parents=True)
+    (prefix / "conda-meta/amdgpu-target-1-gfx942.json").write_text("{}")
+    (prefix / "share/kernels").mkdir(parents=True)
+    (prefix / "share/kernels" / name).write_bytes((built / name).read_bytes())
+    capsys.readouterr()
+    assert main(["audit", "--prefix", str(prefix)]) == (0 if "gfx942" in targets else 1)
+    out = capsys.readouterr().out
+    verdict = "ok" if "gfx942" in targets else "FAIL"
+    assert re.search(rf"{verdict} +share/kernels/{name} +{', '.join(targets)} \(code object file of 1 bundle", out)
 
 
 def test_generic_and_feature_code_runs_where_amdgpuusage_says(built: Path) -> None:

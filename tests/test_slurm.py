@@ -465,3 +465,21 @@ def test_on_the_nodes_the_environments_own_probe_comes_first(tmp_path: Path) -> 
     (tmp_path / PREFIX_PROBE).write_text("")
     assert probe_script(target, prefer_prefix=True) == tmp_path / PREFIX_PROBE
     assert probe_script(target) == REPO_PROBE
+
+
+def test_what_sbatch_would_expand_or_bash_would_run_is_refused(
+        build_ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33 items 15 and 16, and 14's `$`: sbatch expands %j (the job id), %x, ... in #SBATCH --output, so the
+    summary named a log that did not exist; a `$(...)` in the output path runs in every job's build; a partition
+    "gpu\\n" passed the `^...$` check and split the #SBATCH line."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # a dry run sized by this host: no Slurm needed
+    for argv, message in (
+            (["--output", str(tmp_path / "out-%j")], "holds a '%', which sbatch expands in the jobs' log path"),
+            (["--output", str(tmp_path / "out$(id)")], "holds '$', which rattler-build's build script would run"),
+            (["--partition", "gpu\n"], "Slurm's #SBATCH lines cannot hold spaces or quotes")):
+        code = main(["build", "--manifest-path", str(build_ws), "--recipes-dir", str(build_ws.parent / "recipes"),
+                     "--slurm", "--dry-run", "--output", str(build_ws.parent / "output"), *argv])
+        out, err = capsys.readouterr()
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert code == 2 and len(errors) == 1 and message in errors[0], err
+        assert "#!/bin/bash" not in out

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from channels import Pkg, build_channel
 from lockhelpers import by_name, make_workspace, manifest, snapshot
 from rattler import BuildString, PackageRecord, RepoDataRecord
@@ -389,33 +390,67 @@ def test_a_solve_option_changed_in_the_manifest_is_never_up_to_date(
 # ----------------------------------------------------------------------------- channels = []
 
 
-@pytest.mark.parametrize("command", [
-    ["lock"], ["lock", "--check"], ["export"], ["plan"], ["install", "-e", "mi300x", "--prefix", "PREFIX"],
-    ["pack", "-e", "mi300x", "-o", "BUNDLE"], ["preset", "-e", "mi300x", "--method", "lora"]])
-def test_empty_channels_are_refused_by_every_command(
-        ws_copy: Path, tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    """A relock of `channels = []` used to write `channels: []` into pixi.lock and a null `channels:` into
-    environment.yml; every command that reads the manifest now refuses it, before doing anything."""
-    text = (ws_copy / "pixi.toml").read_text()
+def _no_channels(ws: Path) -> None:
+    text = (ws / "pixi.toml").read_text()
     start = text.index("channels = [")
-    (ws_copy / "pixi.toml").write_text(text[:start] + "channels = []" + text[text.index("]", start) + 1:])
+    (ws / "pixi.toml").write_text(text[:start] + "channels = []" + text[text.index("]", start) + 1:])
+
+
+@pytest.mark.parametrize("command", [["lock"], ["lock", "--check"]])
+def test_empty_channels_are_refused_where_dependencies_must_be_solved(
+        ws_copy: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """pixi accepts `channels = []` (its tests/data/workspaces/host-dependency); an environment with dependencies
+    has nothing to solve them from: refused in one line naming it, before anything is written."""
+    _no_channels(ws_copy)
     before = snapshot(ws_copy)
-    argv = [a.replace("PREFIX", str(tmp_path / "prefix")).replace("BUNDLE", str(tmp_path / "b.tar")) for a in command]
     capsys.readouterr()
-    assert main([*argv, "--manifest-path", str(ws_copy / "pixi.toml")]) == 2
+    assert main([*command, "--manifest-path", str(ws_copy / "pixi.toml")]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[0] == f"error: {ws_copy / 'pixi.toml'}: key 'workspace.channels' is empty", err
-    assert len(err) <= 2 and all(line.startswith(("error:", "hint:")) for line in err), err
+    assert err[0].startswith(f"error: {ws_copy / 'pixi.toml'}: environment '"), err
+    assert err[0].endswith("but no channels to solve them from") and "(python" in err[0], err
+    assert len(err) == 2 and err[1].startswith("hint: name the channels"), err
     assert snapshot(ws_copy) == before
-    assert not (tmp_path / "prefix").exists() and not (tmp_path / "b.tar").exists()
 
 
-def test_an_environment_whose_features_all_drop_the_channels_is_refused(ws_copy: Path,
-                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("command", [
+    ["export"], ["install", "-e", "mi300x", "--prefix", "PREFIX"], ["pack", "-e", "mi300x", "-o", "BUNDLE"],
+    ["preset", "-e", "mi300x", "--method", "lora"]])
+def test_empty_channels_are_no_error_for_what_reads_the_lock(
+        ws_copy: Path, tmp_path: Path, command: list[str]) -> None:
+    _no_channels(ws_copy)
+    argv = [a.replace("PREFIX", str(tmp_path / "prefix")).replace("BUNDLE", str(tmp_path / "b.tar")) for a in command]
+    assert main([*argv, "--manifest-path", str(ws_copy / "pixi.toml")]) == 0
+
+
+def test_pixis_workspace_without_channels_locks_and_exports(tmp_path: Path) -> None:
+    # prefix-dev/pixi tests/data/workspaces/host-dependency/pixi.toml, and its pixi.lock (`channels: []`).
+    (tmp_path / "pixi.toml").write_text('[workspace]\nchannels = []\nplatforms = []\npreview = ["pixi-build"]\n')
+    (tmp_path / "pixi.lock").write_text("version: 6\nenvironments:\n  default:\n    channels: []\n    options:\n"
+                                        "      pypi-prerelease-mode: if-necessary-or-explicit\n    packages: {}\n"
+                                        "packages: []\n")
+    manifest = ["--manifest-path", str(tmp_path / "pixi.toml")]
+    assert main(["export", *manifest]) == 0
+    assert main(["lock", *manifest]) == 0
+    assert main(["lock", "--check", *manifest]) == 0
+    assert "    channels: []\n    packages: {}\n" in (tmp_path / "pixi.lock").read_text()
+    # With a platform, an environment of no packages: environment.yml's channels are an empty list, not null.
+    (tmp_path / "pixi.toml").write_text('[workspace]\nchannels = []\nplatforms = ["linux-64"]\n')
+    assert main(["lock", *manifest]) == 0
+    data = yaml.safe_load((tmp_path / "envs/default/environment.yml").read_text())
+    assert data["channels"] == [] and data["dependencies"] == []
+
+
+def test_an_environment_whose_features_all_drop_the_channels_and_has_no_dependencies_locks(
+        ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _edit(ws_copy / "pixi.toml", "[environments]\n",
           '[feature.none]\nchannels = []\n\n[environments]\nbare = { features = ["none"], no-default-feature = true }\n')
-    assert main(_args(ws_copy, "--check")) == 2
-    assert "environment 'bare' has no channels" in capsys.readouterr().err
+    assert main(_args(ws_copy)) == 0
+    assert main(_args(ws_copy, "--check")) == 0
+    _edit(ws_copy / "pixi.toml", "[feature.none]\nchannels = []\n", '[feature.none]\nchannels = []\n'
+          '[feature.none.dependencies]\npython = "*"\n')
+    capsys.readouterr()
+    assert main(_args(ws_copy)) == 2
+    assert "environment 'bare' has dependencies on platform" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- solve groups

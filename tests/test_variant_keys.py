@@ -88,9 +88,12 @@ def _checkout(root: Path) -> Path:
 def test_a_table_change_makes_the_copy_stale_until_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     table = _checkout(tmp_path)
     text = table.read_text()
-    old = '[gfx942]\nisa = "9.4.2"\nfamily = "cdna3"\nproducts = ["MI300A", "MI300X", "MI325X"]\nfirst_rocm = "6.0"'
+    old = '[gfx942]\nisa = "9.4.2"\narchitecture = "cdna3"\nfamily = "gfx9"\nsub_family = "gfx9_4"\n'
+    old += 'generic = "gfx9-4-generic"\nxnack = "supported"\nproducts = ["MI300A", "MI300X", "MI325X"]\nfirst_rocm = "6.0"'
     assert old in text
     table.write_text(text.replace(old, old.replace('first_rocm = "6.0"', 'first_rocm = "6.1"')))
+    # gfx950 to gfx1201, in variants.yaml's gpu_target order.
+    rest = "'7.0', '6.0', '6.1', '7.2', '7.2', '7.0', '7.14', '7.14', '6.4', '6.4'"
     variants = tmp_path / "recipes/variants.yaml"
     plan = ["plan", "--manifest-path", str(tmp_path / "pixi.toml"), "-e", "mi300x", "--json"]
     capsys.readouterr()
@@ -98,8 +101,8 @@ def test_a_table_change_makes_the_copy_stale_until_written(tmp_path: Path, capsy
     out = capsys.readouterr()
     assert out.out == "" and "Traceback" not in out.err
     assert out.err.splitlines() == [
-        (f"error: {variants}: key 'gpu_first_rocm' is ['5.0', '5.0', '6.0', '7.0', '6.0', '6.1', '7.0', '6.4'], but the "
-        f"tables in {table.parent} give ['5.0', '5.0', '6.1', '7.0', '6.0', '6.1', '7.0', '6.4']"),
+        (f"error: {variants}: key 'gpu_first_rocm' is ['5.0', '5.0', '6.0', {rest}], but the "
+        f"tables in {table.parent} give ['5.0', '5.0', '6.1', {rest}]"),
         f"hint: {variantkeys.FIX}"]
     before = variants.read_text()
     assert main(["variants", "--check", "--manifest-path", str(tmp_path / "pixi.toml")]) == 1
@@ -180,3 +183,28 @@ def test_bad_variants_arguments_are_one_line_and_print_nothing(args: list[str], 
     assert out.err.splitlines()[0].startswith(message), out.err
     assert len(out.err.splitlines()) <= 2
     assert (RECIPES / "variants.yaml").read_text() == before
+
+
+def test_a_merge_that_left_a_second_block_or_key_is_refused(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33 item 17: `--write` rewrites the first generated block, while PyYAML, rattler-build and conda-build
+    take a key's last value: a stale second block (or a key given twice) passed `--check` and was built from."""
+    _checkout(tmp_path)
+    variants = tmp_path / "recipes/variants.yaml"
+    text = variants.read_text()
+    block = text[text.index(variantkeys.BEGIN):text.index(variantkeys.END) + len(variantkeys.END) + 1]
+    stale = block.replace('  - "6.0"  # gfx942', '  - "6.1"  # gfx942')
+    manifest = ["--manifest-path", str(tmp_path / "pixi.toml")]
+    begin, end = text[:text.index(variantkeys.BEGIN)].count("\n") + 1, text.count("\n") + 1
+    two_blocks = (f"{variants}: the generated block's line '{variantkeys.BEGIN[:40]}...' is there 2 times "
+                  f"(lines {begin}, {end}): a merge left two blocks")
+    two_keys = f"{variants}: key 'python' at line {end} is there already (line 33); YAML readers take the last one silently"
+    for doubled, first in ((text + stale, two_blocks), (text + 'python: ["3.11"]\n', two_keys)):
+        variants.write_text(doubled)
+        for mode in ("--check", "--write"):
+            assert main(["variants", mode, *manifest]) == 2
+            out, err = capsys.readouterr()
+            assert out == "" and err.splitlines()[0] == f"error: {first}", err
+            assert len(err.splitlines()) == 2 and variants.read_text() == doubled
+    variants.write_text(text)
+    assert main(["variants", "--check", *manifest]) == 0

@@ -57,14 +57,29 @@ TARGETS: dict[str, tuple[str, float, bool, bool]] = {
     "gfx950": ("9.5.0", 2500.0, True, True),
     "gfx1100": ("11.0.0", 122.0, False, True),
     "gfx1101": ("11.0.1", 0.0, False, True),
+    "gfx1102": ("11.0.2", 0.0, False, True),
+    "gfx1150": ("11.5.0", 0.0, False, True),
     "gfx1151": ("11.5.1", 0.0, False, True),
+    "gfx1152": ("11.5.2", 0.0, False, True),
+    "gfx1153": ("11.5.3", 0.0, False, True),
+    "gfx1200": ("12.0.0", 0.0, False, True),
     "gfx1201": ("12.0.1", 0.0, False, True),
 }
 
-# gfx -> the AOTriton release (the one rocmlock's pytorch recipe pins) that classes the target "experimental"
-# (gpu_targets.toml aotriton_tier; a test keeps the two equal). PyTorch's SDPA then runs the math kernel unless
-# TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 was set before its first SDPA call (sdp_utils.cpp reads it once).
-AOTRITON_EXPERIMENTAL: dict[str, str] = {"gfx1101": "0.11.2b", "gfx1151": "0.11.2b"}
+# AOTriton release -> the targets it classes "experimental" (gpu_targets.toml aotriton_tier, from AOTriton's
+# v3src/util.cc isArchExperimentallySupported() at each tag; a test keeps the two equal). PyTorch's SDPA then runs
+# the math kernel on them unless TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 was set before its first SDPA call
+# (sdp_utils.cpp reads it once). 0.12b moved gfx1151 out (gfx1100 left with 0.11.1b); 0.13b dropped gfx1250.
+AOTRITON_EXPERIMENTAL: dict[str, frozenset[str]] = {
+    "0.11.2b": frozenset({"gfx1101", "gfx1102", "gfx1150", "gfx1151", "gfx1152", "gfx1153", "gfx1200"}),
+    "0.12b": frozenset({"gfx1101", "gfx1102", "gfx1150", "gfx1152", "gfx1153", "gfx1200"}),
+    "0.13b": frozenset({"gfx1101", "gfx1102", "gfx1150", "gfx1152", "gfx1153", "gfx1200"}),
+}
+# PyTorch series -> the AOTriton release its cmake/External/aotriton.cmake (__AOTRITON_VER) builds with, a copy of
+# rocmlock's aotriton.toml [pytorch_releases] (a test keeps them equal): 2.12 is 0.11.2b (pytorch/pytorch#174105), 2.13 is 0.12b
+# (pytorch/pytorch#184288, in v2.13.0). A newer series than those listed takes the newest release listed: AOTriton
+# only moves forward, and from 0.12b on gfx1100 and gfx1151 are supported.
+AOTRITON_OF_TORCH: dict[str, str] = {"2.12": "0.11.2b", "2.13": "0.12b"}
 AOTRITON_VAR = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
 
 DRIVER_FIX = ("install and load the amdgpu kernel driver on the host: AMD's `amdgpu-install --usecase=dkms`, "
@@ -228,6 +243,43 @@ def gfx_from_kfd_version(value: int) -> str:
     return f"gfx{major}{minor:x}{step:x}"
 
 
+def kfd_gpus(ctx: Context) -> list[tuple[str, tuple[int, int, int], int | None]]:
+    """(gfx, ISA version, compute units or None) of every GPU node of KFD's topology, in node order.
+
+    Compute units are ``simd_count / simd_per_cu``, as rattler counts them (conda/rattler#2806, amdgpu.rs).
+    """
+    def node(path: str) -> int:
+        name = Path(path).parent.name
+        return int(name) if name.isdigit() else 1 << 30
+
+    gpus = []
+    for props in sorted(glob.glob(str(ctx.path("/sys/class/kfd/kfd/topology/nodes/*/properties"))), key=node):
+        text = read_text(Path(props)) or ""
+        found = {k: int(v) for k, v in re.findall(r"^(gfx_target_version|simd_count|simd_per_cu)\s+(\d+)\s*$",
+                                                   text, re.MULTILINE)}
+        value = found.get("gfx_target_version", 0)
+        if value:
+            units = found["simd_count"] // found["simd_per_cu"] if found.get("simd_count") is not None \
+                and found.get("simd_per_cu") else None
+            gpus.append((gfx_from_kfd_version(value), (value // 10000 % 100, value // 100 % 100, value % 100), units))
+    return gpus
+
+
+def rattler_pick(gpus: Sequence[tuple[str, tuple[int, int, int], int | None]]) -> str:
+    """The GPU target rattler/pixi report as ``__amdgpu_arch``: the most compute units (unknown below any known),
+    ties to the highest ISA (conda/rattler#2806, amdgpu.rs select_device)."""
+    return max(gpus, key=lambda g: (g[2] is not None, g[2] or 0, g[1]))[0]
+
+
+def amdgpu_arch_picks(gpus: Sequence[tuple[str, tuple[int, int, int], int | None]]) -> str:
+    """What ``__amdgpu_arch`` is on a node of several targets: rattler/pixi take the GPU with the most compute
+    units, ties to the highest ISA (conda/rattler#2806); the CEP draft the highest ISA (conda/ceps#189)."""
+    rattler = next(g for g in gpus if g[0] == rattler_pick(gpus))
+    cep = max(gpus, key=lambda g: g[1])
+    return (f"__amdgpu_arch is {'.'.join(map(str, rattler[1]))} ({rattler[0]}) for rattler/pixi (most compute "
+            f"units) and {'.'.join(map(str, cep[1]))} ({cep[0]}) under the CEP draft (highest ISA)")
+
+
 def major_minor(version: str) -> tuple[int, ...]:
     nums = re.findall(r"\d+", version)
     return tuple(int(n) for n in nums[:2])
@@ -352,14 +404,11 @@ def exc_text(exc: BaseException) -> str:
 # ----------------------------------------------------------------------------- host
 
 
-@check("host.driver", "amdgpu kernel driver loaded")
+@check("host.driver", "amdgpu kernel driver loaded; the environment's target among the GPUs")
 def check_driver(ctx: Context) -> Outcome:
     module = ctx.path("/sys/module/amdgpu")
-    gpus = []
-    for props in sorted(glob.glob(str(ctx.path("/sys/class/kfd/kfd/topology/nodes/*/properties")))):
-        m = re.search(r"^gfx_target_version\s+(\d+)", read_text(Path(props)) or "", re.MULTILINE)
-        if m and int(m.group(1)):
-            gpus.append(gfx_from_kfd_version(int(m.group(1))))
+    found = kfd_gpus(ctx)
+    gpus = [g[0] for g in found]
     if not module.is_dir():
         nvidia = " (an NVIDIA driver is loaded: not ROCm)" if ctx.path("/sys/module/nvidia").is_dir() else ""
         return fail(f"/sys/module/amdgpu does not exist: the amdgpu driver is not loaded{nvidia}", DRIVER_FIX)
@@ -370,6 +419,18 @@ def check_driver(ctx: Context) -> Outcome:
         return warn("amdgpu is loaded but KFD lists no GPU node (/sys/class/kfd/kfd/topology)",
                     "a GPU without compute support, or KFD disabled; check `dmesg | grep -i kfd`")
     summary = _tally(gpus)
+    if ctx.expect_arch and ctx.expect_arch not in gpus:
+        return fail(f"amdgpu loaded; KFD GPUs: {summary}; the environment is for {ctx.expect_arch} "
+                    f"({ctx.expect_arch_source}), which is none of them",
+                    f"install the environment built for {rattler_pick(found)} "
+                    "(its amdgpu-target) on this node", gfx=gpus)
+    if len(set(gpus)) > 1:
+        mine = [str(i) for i, g in enumerate(gpus) if g == ctx.expect_arch]
+        listed = ", ".join(f"GPU {i} {g} ({u if u is not None else '?'} CUs)" for i, (g, _isa, u) in enumerate(found))
+        fix = (f"export HIP_VISIBLE_DEVICES={','.join(mine)} (the {ctx.expect_arch} GPUs) so the environment uses "
+               "only its target" if mine else "pass --expect-arch or install the environment's amdgpu-target package")
+        return warn(f"amdgpu loaded; GPUs of {len(set(gpus))} targets: {listed}; {amdgpu_arch_picks(found)}", fix,
+                    gfx=gpus)
     return ok(f"amdgpu loaded; KFD GPUs: {summary}", gfx=gpus)
 
 
@@ -496,6 +557,16 @@ def check_rocm_path(ctx: Context) -> Outcome:
                   "environment is activated: `pixi shell -e ENV`, `conda activate ENV`)")
     if not set_vars:
         default = ctx.path("/opt/rocm")
+        sdk = therock_rocm(ctx)
+        if sdk is not None:
+            root, version, _exe = sdk
+            if root is None:
+                return warn(f"HIP_PATH and ROCM_PATH are unset; TheRock's ROCm {version or '?'} runtime packages "
+                            "(rocm-sdk) without rocm-sdk-devel: torch runs, building a HIP extension does not",
+                            "pip install 'rocm[devel]' (TheRock's index for this release), then activate the "
+                            "environment")
+            return warn(f"HIP_PATH and ROCM_PATH are unset; TheRock's ROCm {version or '?'} (rocm-sdk path --root: "
+                        f"{root})", export_fix.replace("/opt/rocm", str(root)), version=version)
         if (default / "include/hip/hip_runtime.h").is_file():
             return warn("HIP_PATH and ROCM_PATH are unset; /opt/rocm exists", export_fix)
         distro = distro_rocm(ctx)
@@ -528,6 +599,28 @@ def check_rocm_path(ctx: Context) -> Outcome:
     return ok(f"{described}: ROCm {version} ({source})", version=version)
 
 
+def therock_rocm(ctx: Context) -> tuple[Path | None, str | None, str] | None:
+    """(devel tree or None, version, the rocm-sdk command) of TheRock's Python packages (ROCm 7.14 and later) when
+    ``rocm-sdk`` is on PATH.
+
+    ``rocm-sdk path --root`` prints ``<site-packages>/_rocm_sdk_devel`` and fails without ``rocm[devel]`` (a node
+    that only runs needs none); ``rocm-sdk version`` prints the release (TheRock's rocm_sdk/__main__.py).
+    """
+    exe = shutil.which("rocm-sdk", path=ctx.environ.get("PATH", ""))
+    if not exe:
+        return None
+    code, out = run_tool(ctx, [exe, "path", "--root"], timeout=600.0)
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("/")]
+    root = Path(lines[-1]) if code == 0 and lines else None
+    root = root if root is not None and (root / "include/hip/hip_runtime.h").is_file() else None
+    version = (rocm_version(root) or (None, ""))[0] if root is not None else None
+    if version is None:
+        code, out = run_tool(ctx, [exe, "version"])
+        found = re.match(r"\s*(\d+\.\d+(?:\.\d+)?)", out) if code == 0 else None
+        version = found.group(1) if found else None
+    return root, version, exe
+
+
 def distro_rocm(ctx: Context) -> Path | None:
     """A distribution's ROCm in /usr (Debian's 7.2.4: include/hip/hip_runtime.h and rocm-core there), else None."""
     usr = ctx.path("/usr")
@@ -535,7 +628,8 @@ def distro_rocm(ctx: Context) -> Path | None:
 
 
 def host_rocm(ctx: Context) -> tuple[Path, str | None] | None:
-    """(root, version) of the ROCm the environment uses: ROCM_PATH, HIP_PATH, else /opt/rocm, else /usr.
+    """(root, version) of the ROCm the environment uses: ROCM_PATH, HIP_PATH, else TheRock's Python packages
+    (``rocm-sdk``), else /opt/rocm, else /usr.
 
     ROCM_PATH first, as the rocm-version activation, rocm-build-env.sh and doctor take them; /opt/rocm only where it
     holds ROCm (include/hip/hip_runtime.h), as rocm.path decides: a directory left behind by an uninstalled ROCm
@@ -545,6 +639,9 @@ def host_rocm(ctx: Context) -> tuple[Path, str | None] | None:
         if ctx.environ.get(var):
             root = Path(ctx.environ[var])
             return root, (rocm_version(root) or (None, ""))[0]
+    sdk = therock_rocm(ctx)
+    if sdk is not None and sdk[1] is not None:
+        return sdk[0] or Path(sdk[2]), sdk[1]
     default = ctx.path("/opt/rocm")
     if (default / "include/hip/hip_runtime.h").is_file():
         return default, (rocm_version(default) or (None, ""))[0]
@@ -655,10 +752,16 @@ def check_torch_arch(ctx: Context) -> Outcome:
         return warn(f"GPUs: {found}; no expected target", "pass --expect-arch, or install the environment's "
                     "amdgpu-target package (rocmlock environments have one)", gfx=targets)
     wrong = sorted({t for t in targets if t != ctx.expect_arch})
-    if wrong:
+    if wrong and ctx.expect_arch not in targets:
         return fail(f"GPUs: {found}; the environment is for {ctx.expect_arch} ({ctx.expect_arch_source})",
                     f"install the environment built for {wrong[0]}; HSA_OVERRIDE_GFX_VERSION only hides this",
                     gfx=targets)
+    if wrong:
+        # A node of several targets: the environment's GPUs work, kernels launched on the others fail.
+        mine = ",".join(str(i) for i, t in enumerate(targets) if t == ctx.expect_arch)
+        return warn(f"GPUs: {found}; the environment is for {ctx.expect_arch} ({ctx.expect_arch_source}): torch "
+                    f"device(s) {mine} only", f"export HIP_VISIBLE_DEVICES so torch sees only the {ctx.expect_arch} "
+                    "GPUs (without it, work on the others fails with 'invalid device function')", gfx=targets)
     if override:
         return warn(f"GPUs: {found}, but HSA_OVERRIDE_GFX_VERSION={override} is set",
                     "unset HSA_OVERRIDE_GFX_VERSION: it is a diagnostic workaround, not a fix", gfx=targets)
@@ -695,7 +798,8 @@ GENERIC_TARGETS: dict[str, tuple[str, ...]] = {
 }
 # EF_AMDGPU_MACH of the table's targets and the generic ones (llvm/include/llvm/BinaryFormat/ELF.h).
 ELF_MACH = {0x30: "gfx908", 0x3F: "gfx90a", 0x4C: "gfx942", 0x4F: "gfx950", 0x41: "gfx1100", 0x46: "gfx1101",
-            0x4A: "gfx1151", 0x4E: "gfx1201", 0x51: "gfx9-generic", 0x52: "gfx10-1-generic",
+            0x47: "gfx1102", 0x43: "gfx1150", 0x4A: "gfx1151", 0x55: "gfx1152", 0x58: "gfx1153", 0x48: "gfx1200",
+            0x4E: "gfx1201", 0x51: "gfx9-generic", 0x52: "gfx10-1-generic",
             0x53: "gfx10-3-generic", 0x54: "gfx11-generic", 0x59: "gfx12-generic", 0x5F: "gfx9-4-generic"}
 KERNEL_HEADER_LIMIT = 1 << 20
 
@@ -992,6 +1096,8 @@ def _without_kernels(files: Mapping[str, list[str]], gpus: list[str]) -> dict[st
 @check("kernels.prefix", "the environment's GPU code has kernels for this GPU")
 def check_kernels(ctx: Context) -> Outcome:
     gpus = _gpu_names(ctx)
+    # On a node of several targets the environment serves the GPUs of its own (host.driver names the others).
+    gpus = [g for g in gpus if gfx_of(g) == ctx.expect_arch] or gpus
     if not gpus:
         return skip("no AMD GPU seen (no ROCm device in torch, no GPU node in /sys/class/kfd): nothing to check "
                     "the environment's GPU code against; `rocmlock audit --prefix DIR --target GFX` checks it anywhere")
@@ -1137,14 +1243,33 @@ def check_sdpa(ctx: Context) -> Outcome:
               f"{_aotriton_tier(ctx)}", out_err=out_err, grad_err=grad_err)
 
 
+def aotriton_of_torch(version: str) -> str | None:
+    """The AOTriton release a PyTorch ``version`` (``2.13.0+rocm7.2``) was built with; None before the first series
+    listed (or an unreadable version)."""
+    try:
+        series = tuple(int(p) for p in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return None
+    known = sorted((tuple(int(p) for p in s.split(".")), release) for s, release in AOTRITON_OF_TORCH.items())
+    older = [release for s, release in known if s <= series]
+    return older[-1] if older else None
+
+
+def _experimental_targets(torch: Any) -> tuple[str, list[str]]:
+    """The AOTriton release of ``torch`` and which of its GPUs that release classes experimental."""
+    release = aotriton_of_torch(str(getattr(torch, "__version__", ""))) or ""
+    tier = AOTRITON_EXPERIMENTAL.get(release, frozenset())
+    return release, sorted({g for g in _device_targets(torch) if g in tier})
+
+
 def _aotriton_tier(ctx: Context) -> str:
     """For a GPU whose AOTriton kernels are experimental: which SDPA kernel ran, and what the variable risks."""
     if ctx.device in (None, "cpu") or not ctx.is_rocm:
         return ""
-    experimental = sorted({g for g in _device_targets(ctx.torch) if g in AOTRITON_EXPERIMENTAL})
+    release, experimental = _experimental_targets(ctx.torch)
     if not experimental:
         return ""
-    tier = f"; AOTriton {AOTRITON_EXPERIMENTAL[experimental[0]]} classes {', '.join(experimental)} experimental"
+    tier = f"; AOTriton {release} classes {', '.join(experimental)} experimental"
     if ctx.environ.get(AOTRITON_VAR) == "1":
         return f"{tier}, {AOTRITON_VAR}=1: AOTriton's kernels ran and are checked above"
     return (f"{tier} and {AOTRITON_VAR} is not 1: SDPA ran the math kernel (correct, unfused: slow, O(seq^2) "
@@ -1248,8 +1373,9 @@ def check_sdpa_kernel(ctx: Context) -> Outcome:
     if not expected and not fused_ran:
         return warn(evidence + f": only the math kernel serves this GPU ({why})",
                     "attention is slow and its memory grows with seq^2: train with shorter sequences", **data)
-    fix = (f"set {EXPERIMENTAL_AOTRITON}=1: AOTriton treats {gpu} as experimental and PyTorch uses it only then"
-           if ctx.is_rocm and gpu.startswith("gfx1") and EXPERIMENTAL_AOTRITON not in ctx.environ else
+    release, experimental = _experimental_targets(torch) if ctx.is_rocm else ("", [])
+    fix = (f"set {EXPERIMENTAL_AOTRITON}=1: AOTriton {release} treats {gpu} as experimental and PyTorch uses it only "
+           "then" if gpu in experimental and EXPERIMENTAL_AOTRITON not in ctx.environ else
            "install the pytorch built with AOTriton for this GPU (USE_FLASH_ATTENTION / USE_MEM_EFF_ATTENTION; "
            "rocmlock's pytorch recipe does); a forced backend that runs shows the kernels exist")
     return fail(evidence + f": the math kernel, though {why}" + (f" and {', '.join(fused_ran)} ran when forced"

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import rattler_build as rb
 from rocmlock.channel.serve import serving
@@ -130,8 +131,13 @@ def pipeline(work: Path) -> dict[str, object]:
     password = secrets.token_urlsafe(16)
     auth = work / "auth" / "credentials.json"
     auth.parent.mkdir(parents=True, exist_ok=True)
+    auth.touch(0o600)
     auth.write_text(json.dumps({"127.0.0.1": {"BasicHTTP": {"username": "quickstart", "password": password}}}))
-    auth.chmod(0o600)
+    # The same password for conda, which reads a netrc (requests' get_netrc_auth: $NETRC, else ~/.netrc) and not
+    # rattler's auth file: conda 26.7.1 conda/gateways/connection/session.py, CondaHttpAuth._apply_basic_auth.
+    netrc = work / "auth" / "netrc"
+    netrc.touch(0o600)
+    netrc.write_text(f"machine 127.0.0.1 login quickstart password {password}\n")
     with serving(channel, CHANNEL_NAME, "quickstart", password) as url:
         print(f"serving {url} (credentials in {auth})", file=sys.stderr)
         env = {**env, "RATTLER_AUTH_FILE": str(auth)}
@@ -160,13 +166,45 @@ def pipeline(work: Path) -> dict[str, object]:
             "seconds": round(time.monotonic() - started, 1)}
 
 
+MARKER = ".rocmlock-quickstart"
+
+
+def refuse(message: str) -> NoReturn:
+    """Bad input: one line, exit 2, nothing written."""
+    print(f"quickstart: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def prepare_workdir(work: Path, replace: bool) -> None:
+    """Make ``work`` ready: a new or empty directory; a kept one of an earlier run only with ``replace``.
+
+    A kept work directory is one the user works in (edits pixi.toml, locks, installs): it is never overwritten
+    silently, and a directory the quickstart did not make is never deleted, even with ``--replace``."""
+    if work.exists() and not work.is_dir():
+        refuse(f"--workdir {work} is not a directory")
+    if work.is_dir() and any(work.iterdir()):
+        if not (work / MARKER).is_file():
+            refuse(f"--workdir {work} is not empty and was not made by the quickstart; give a new or empty directory")
+        if not replace:
+            refuse(f"--workdir {work} holds an earlier run (its workspace, lock and environments would be "
+                   "overwritten); pass --replace to start it afresh, or give another --workdir")
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / MARKER).write_text("made by examples/offline/quickstart.py; --replace deletes this directory\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", type=Path, help="keep everything here (default: a temporary directory)")
+    parser.add_argument("--workdir", type=Path, help="keep everything here (default: a temporary directory); "
+                        "a new or empty directory, or one of an earlier run with --replace")
+    parser.add_argument("--replace", action="store_true",
+                        help="delete the --workdir of an earlier quickstart run and start afresh")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     args = parser.parse_args(argv)
+    if args.replace and args.workdir is None:
+        parser.error("--replace needs --workdir")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="rocmlock-quickstart-"))
-    work.mkdir(parents=True, exist_ok=True)
+    prepare_workdir(work, args.replace)
     try:
         summary = pipeline(work.resolve())
     finally:

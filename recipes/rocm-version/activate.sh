@@ -1,8 +1,9 @@
 # shellcheck shell=sh
 # rocm-version @ROCM_VERSION@: sourced on activation (conda, mamba, pixi).
 # ROCm comes from the host. When ROCM_PATH/HIP_PATH are unset, point them at the host's ROCm (PyTorch
-# extensions fail with "hip_runtime.h not found" otherwise): /opt/rocm (AMD's packages), else what
-# `hipconfig --path` says, else /usr (a distribution's packages). Never at a path without ROCm: with none found
+# extensions fail with "hip_runtime.h not found" otherwise): TheRock's Python packages (`rocm-sdk path --root`,
+# <site-packages>/_rocm_sdk_devel), else /opt/rocm (AMD's packages), else what `hipconfig --path` says, else /usr
+# (a distribution's packages); a TheRock tarball through ROCM_PATH. Never at a path without ROCm: with none found
 # nothing is exported, and a ROCM_PATH or HIP_PATH that names no directory is said and not copied into the other.
 # With ROCM_PATH set, clang looks for the device libraries in $ROCM_PATH/amdgcn/bitcode only; where they are
 # elsewhere (Debian: its clang's resource directory) HIP_DEVICE_LIB_PATH is exported too.
@@ -39,7 +40,17 @@ if [ -n "${_rocmlock_var}" ]; then
             ;;
     esac
 else
-    if [ -f /opt/rocm/include/hip/hip_runtime.h ]; then
+    # TheRock's Python packages first (`rocm-sdk path --root`: the ROCm this environment's PyTorch runs on).
+    if command -v rocm-sdk >/dev/null 2>&1; then
+        _rocmlock_rocm="$(rocm-sdk path --root 2>/dev/null | tail -n 1 || true)"
+        if [ -z "${_rocmlock_rocm}" ] || [ ! -f "${_rocmlock_rocm}/include/hip/hip_runtime.h" ]; then
+            echo "rocm-version: rocm-sdk is on PATH but \`rocm-sdk path --root\` names no ROCm (rocm-sdk-devel missing?): pip install 'rocm[devel]', then rocm-sdk init" >&2
+            _rocmlock_rocm=""
+        fi
+    fi
+    if [ -n "${_rocmlock_rocm}" ]; then
+        :
+    elif [ -f /opt/rocm/include/hip/hip_runtime.h ]; then
         _rocmlock_rocm=/opt/rocm
     else
         _rocmlock_rocm="$(hipconfig --path 2>/dev/null || true)"
@@ -51,7 +62,7 @@ else
         fi
     fi
     if [ -z "${_rocmlock_rocm}" ]; then
-        echo "rocm-version: no ROCm found (ROCM_PATH, HIP_PATH, /opt/rocm, hipconfig --path, /usr); this environment needs the host's ROCm @ROCM_VERSION@" >&2
+        echo "rocm-version: no ROCm found (ROCM_PATH, HIP_PATH, rocm-sdk path --root, /opt/rocm, hipconfig --path, /usr); this environment needs the host's ROCm @ROCM_VERSION@" >&2
     fi
 fi
 if [ -n "${_rocmlock_rocm}" ] && [ -z "${ROCM_PATH:-}" ]; then

@@ -14,14 +14,16 @@ _U = TypeVar("_U")
 
 
 class RocmlockError(Exception):
-    """Base class: ``str(err)`` is the one-line message, ``hint`` the fix."""
+    """Base class: ``str(err)`` is the one-line message, ``hint`` the fix, ``details`` lines printed below it
+    (a solver's explanation: each printed on a line of its own, never joined into the message)."""
 
     exit_code = 1
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, details: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.details = details
 
     def __str__(self) -> str:
         return self.message

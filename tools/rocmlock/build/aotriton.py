@@ -35,7 +35,7 @@ _STRINGS = {
     "manylinux": (re.compile(r"manylinux_\d+_\d+"), "the runtime's manylinux tag, e.g. manylinux_2_28"),
     "arch": (re.compile(r"[a-z0-9_]+"), "the runtime's CPU architecture, e.g. x86_64"),
 }
-_TABLES = ("runtime", "images", "targets")
+_TABLES = ("runtime", "images", "targets", "pytorch_releases")
 KEYS = ("pytorch", *_STRINGS, *_TABLES)
 
 
@@ -52,6 +52,8 @@ class AotritonTable:
     runtime: tuple[tuple[str, str], ...]  # ROCm major.minor -> sha256 of the runtime tarball
     images: tuple[tuple[str, str], ...]  # kernel image (amd-gfx942) -> sha256, in aotriton.cmake's (matching) order
     targets: tuple[tuple[str, str], ...]  # gfx -> kernel image, for the targets gpu_targets.toml gives kernels
+    # PyTorch series -> the AOTriton release its aotriton.cmake names (for the tiers the presets expect)
+    pytorch_releases: tuple[tuple[str, str], ...] = ()
 
     def image_for(self, gfx: str) -> str | None:
         """The kernel image ``gfx`` takes, or None (a target without AOTriton kernels pins none)."""
@@ -136,26 +138,39 @@ def read_table(path: Path, kernels: Mapping[str, bool] | None = None) -> Aotrito
                      "a kernel image name")
     _sha256s(runtime, path, "runtime")
     _sha256s(images, path, "images")
+    releases = _table(data, path, "pytorch_releases", (SERIES, "a PyTorch series (major.minor)",
+                                                         '"2.13" = "0.12b" (quoted: a bare 2.13 is a nested key)'),
+                      "an AOTriton release string")
+    for series, release in releases.items():
+        expect_match(release, _STRINGS["version"][0], path, _key("pytorch_releases", series),
+                     "an AOTriton release, e.g. 0.12b")
+    for series in pytorch:
+        if releases.get(series) != strings["version"]:
+            raise InputError(f"{path}: key '{_key('pytorch_releases', series)}' must be \"{strings['version']}\": "
+                             f"series {series} is listed in 'pytorch' for this release",
+                             hint=f'write "{series}" = "{strings["version"]}" under [pytorch_releases]')
     kernels = kernels if kernels is not None else {gfx: t.aotriton for gfx, t in all_targets().items()}
     _check_targets(targets, images, path, kernels)
     return AotritonTable(
         path=path, pytorch=pytorch, version=strings["version"], base_url=strings["base_url"],
         manylinux=strings["manylinux"], arch=strings["arch"], runtime=tuple(runtime.items()),
-        images=tuple(images.items()), targets=tuple(targets.items()))
+        images=tuple(images.items()), targets=tuple(targets.items()), pytorch_releases=tuple(releases.items()))
 
 
-def check_tiers(release: str, gpus: Mapping[str, GpuTarget], gpu_path: Path) -> None:
-    """Every target of ``gpus`` records how AOTriton ``release`` classes it, "none" exactly where it has no kernels
-    (``aotriton = false``): the presets and the probe's expectations read that tier."""
+def check_tiers(release: str, gpus: Mapping[str, GpuTarget], gpu_path: Path, pinned: bool = True) -> None:
+    """Every target of ``gpus`` records how AOTriton ``release`` classes it: the presets and the probe's expectations
+    read that tier. For the ``pinned`` release (whose kernel images the recipe pins), "none" exactly where the target
+    has no kernels (``aotriton = false``); another release of [pytorch_releases] only needs its tier recorded."""
     for gfx, target in gpus.items():
         tier = target.aotriton_tier(release)
         where = _key(gfx, "aotriton_tier", release)
         if tier is None:
+            why = f"the release {NAME} pins" if pinned else f"the release of a PyTorch series in {NAME} [pytorch_releases]"
             raise InputError(f"{gpu_path}: key '{_key(gfx, 'aotriton_tier')}' has no entry for AOTriton {release}, "
-                             f"the release {NAME} pins",
+                             f"{why}",
                              hint=f'add "{release}" = "supported" (or "experimental", "none") from AOTriton '
                                   f"{release}'s v3src/util.cc isArchExperimentallySupported()")
-        if (tier == "none") == target.aotriton:
+        if pinned and (tier == "none") == target.aotriton:
             raise InputError(f"{gpu_path}: key '{where}' is \"{tier}\" but {gfx} has aotriton = "
                              f"{str(target.aotriton).lower()}",
                              hint='"none" exactly where the release ships no kernels for the target (aotriton = false)')

@@ -18,7 +18,7 @@ build.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
@@ -32,7 +32,7 @@ from rocmlock.gpu.offload import sorted_names
 from rocmlock.gpu.targets import GpuTarget, get_target
 from rocmlock.host import magma
 from rocmlock.util.credentials import redact_text
-from rocmlock.util.text import format_table
+from rocmlock.util.text import escape, format_table
 from rocmlock.workspace.model import Workspace
 from rocmlock.workspace.pixi_compat import is_local_channel
 
@@ -276,13 +276,39 @@ def check_device_code(output: Path, variant: Variant, log: Callable[[str], None]
                       hint=f"build it for {gfx} only (PYTORCH_ROCM_ARCH / GPU_ARCHS / --offload-arch={gfx})")
 
 
+# rattler-build puts paths into the bash scripts it runs in double quotes, unescaped: the preamble of
+# conda_build.sh is `source "<work dir>/build_env.sh"` (prefix-dev/rattler-build,
+# crates/rattler_build_script/src/native_runner/bash.rs, BashNativeRunner::preamble), and build_env.sh sets
+# `export PREFIX="..."`, BUILD_PREFIX, CONDA_PREFIX the same way (rattler_shell's `Bash::set_env_var`, conda/rattler
+# crates/rattler_shell/src/shell/mod.rs: `export {env_var}="{value}"`). In double quotes bash still runs `$(...)`
+# and backquotes and expands `$NAME` and `\`; a `"` ends the string. All of these lie in the output directory
+# (default: <workspace>/output), so with py-rattler-build 0.73.0 an output path `out$(cmd)` runs cmd on every build
+# (tests/test_build.py shows it). RECIPE_DIR 0.73.0 single-quotes, but the issue saw it double-quoted: the recipe
+# directories are held to the same rule.
+SHELL_ACTIVE = ("$", "`", '"', "\\")
+
+
+def check_build_paths(plan: Plan, output: Path, variants: Iterable[Variant]) -> None:
+    """Refuse (exit 2, before anything is built or submitted) an output or recipe directory whose path the build
+    script would run as shell code (:data:`SHELL_ACTIVE`)."""
+    places = [("--output", output), ("--output", output.resolve())]
+    places += [(f"recipe {v.recipe}", plan.recipe_path(v).parent) for v in variants]
+    for what, path in places:
+        bad = next((c for c in str(path) if c in SHELL_ACTIVE), None)
+        if bad is not None:
+            raise InputError(f"{what}: the path {escape(str(path))} holds {bad!r}, which rattler-build's build "
+                             "script would run as shell code (it writes the path in double quotes)",
+                             hint="move the workspace, recipes and --output to a path without $ ` \" or \\")
+
+
 def build_plan(plan: Plan, opts: BuildOptions, builder: Builder = rattler_build_variant,
                events: Events | None = None) -> BuildReport:
     """Build the plan's variants in order; stop at the first failure unless ``keep_going``."""
     events = events or _NoEvents()
     started = time.monotonic()
-    opts.output.mkdir(parents=True, exist_ok=True)
     variants = _selected(plan, opts.stage)
+    check_build_paths(plan, opts.output, variants)
+    opts.output.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}
     outcomes: list[Outcome] = []
     stopped = False

@@ -39,7 +39,7 @@ from rocmlock.workspace.model import Environment, Workspace
 
 # Which environment dependency narrows which variant key.
 KEY_DEPENDENCY = {"rocm_version": "rocm-version", "python": "python"}
-_PLAIN_VERSION = re.compile(r"^(?:==)?\s*(\d+(?:\.\d+)*)(?:\.\*)?$")
+_PLAIN_VERSION = re.compile(r"(?:==)?\s*(\d+(?:\.\d+)*)(?:\.\*)?")
 _NUMBER = re.compile(r"\d+(?:\.\d+)*")
 
 
@@ -266,7 +266,7 @@ def _values_for(env: Environment, dep: Dependency | None, shipped: tuple[str, ..
     """The minor versions an environment's spec asks for (``"7.2.*"`` -> ``["7.2"]``)."""
     if dep is None or dep.version.strip() in ("", "*"):
         return list(shipped)
-    plain = _PLAIN_VERSION.match(dep.version.strip())
+    plain = _PLAIN_VERSION.fullmatch(dep.version.strip())
     if plain:
         # An exact minor version is a request, even when the shipped matrix does not list it.
         return [".".join(plain.group(1).split(".")[:2])]

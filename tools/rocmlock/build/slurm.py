@@ -33,6 +33,7 @@ from rocmlock.build.builder import (
     Events,
     Outcome,
     build_plan,
+    check_build_paths,
     package_file,
     pending,
     rattler_build_variant,
@@ -46,9 +47,9 @@ from rocmlock.util.fs import write_atomic
 from rocmlock.util.runner import Runner, run_command
 from rocmlock.util.text import printable
 
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 # What an #SBATCH line can hold unquoted (sbatch splits its options at whitespace).
-_SBATCH_SAFE = re.compile(r"^[^\s'\"\\#]+$")
+_SBATCH_SAFE = re.compile(r"[^\s'\"\\#]+")
 MIB_PER_GIB = 1024
 # squeue failures in a row that waiting survives.
 MAX_MISSES = 5
@@ -93,10 +94,11 @@ def plan_jobs(plan: Plan, output: Path, node: tuple[int, int], env: Mapping[str,
               stage: str | None = None) -> list[Job]:
     """The jobs of the variants still to build, in plan order, each after the submitted variants it needs."""
     todo = pending(plan, output, stage)
+    check_build_paths(plan, output, todo)
     ids = {v.id for v in todo}
     jobs = []
     for variant in todo:
-        if not _SAFE_ID.match(variant.id):
+        if not _SAFE_ID.fullmatch(variant.id):
             raise InputError(f"variant id {variant.id!r} is no safe file or job name",
                              hint="recipe names, versions and build strings use letters, digits, . _ + -")
         cpus, mem = job_size(variant, node, env)
@@ -105,17 +107,28 @@ def plan_jobs(plan: Plan, output: Path, node: tuple[int, int], env: Mapping[str,
 
 
 def _sbatch_value(value: str, what: str) -> str:
-    if not _SBATCH_SAFE.match(value):
+    if not _SBATCH_SAFE.fullmatch(value):
         raise InputError(f"{what} {value!r}: Slurm's #SBATCH lines cannot hold spaces or quotes",
                          hint="use a path without spaces, quotes, # or backslashes")
     return value
+
+
+def _log_dir(build: SlurmBuild) -> str:
+    """The jobs' log directory for ``#SBATCH --output``. sbatch expands ``%j``, ``%x``, ``%%`` ... in that path
+    (sbatch(1), "filename pattern"), so a '%' in it would put the log elsewhere than rocmlock says: refused."""
+    logs = str(build.output / "logs" / "slurm")
+    if "%" in logs:
+        raise InputError(f"--output {build.output}: holds a '%', which sbatch expands in the jobs' log path "
+                         "(%j is the job id), so their logs would not be where the summary says",
+                         hint="use an output directory without '%'")
+    return _sbatch_value(logs, "--output")
 
 
 def batch_script(job: Job, build: SlurmBuild, job_ids: Mapping[str, str], env: Mapping[str, str]) -> str:
     """The batch script of ``job``; ``job_ids`` maps the variants it waits for to their Slurm job ids."""
     v, logs = job.variant, build.output / "logs" / "slurm"
     lines = ["#!/bin/bash", f"#SBATCH --job-name=rocmlock-{v.id}", f"#SBATCH --cpus-per-task={job.cpus}",
-             f"#SBATCH --mem={job.mem_mb}M", f"#SBATCH --output={_sbatch_value(str(logs), '--output')}/{v.id}.out"]
+             f"#SBATCH --mem={job.mem_mb}M", f"#SBATCH --output={_log_dir(build)}/{v.id}.out"]
     lines += [f"#SBATCH --partition={_sbatch_value(build.partition, '--partition')}"] if build.partition else []
     lines += [f"#SBATCH --time={_sbatch_value(build.time, '--time')}"] if build.time else []
     if job.after:

@@ -34,7 +34,7 @@ from rattler.index import index_fs
 from rocmlock.errors import OperationError
 from rocmlock.util.fs import write_atomic
 
-_UPLOAD = re.compile(r"^/(?P<channel>[^/]+)/(?P<subdir>[a-z0-9-]+)/(?P<file>[^/]+\.(?:conda|tar\.bz2))$")
+_UPLOAD = re.compile(r"/(?P<channel>[^/]+)/(?P<subdir>[a-z0-9-]+)/(?P<file>[^/]+\.(?:conda|tar\.bz2))")
 _INDEX_LOCK = threading.Lock()
 
 
@@ -114,7 +114,7 @@ class ChannelHandler(SimpleHTTPRequestHandler):
     def do_PUT(self) -> None:
         if not self._authorized():
             return
-        match = _UPLOAD.match(self._strip_path_token(self.path.split("?", 1)[0]) or "")
+        match = _UPLOAD.fullmatch(self._strip_path_token(self.path.split("?", 1)[0]) or "")
         if match is None or match["channel"] != self.channel:
             self.send_error(404, "upload to /<channel>/<subdir>/<package file>")
             return

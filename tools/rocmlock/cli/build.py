@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -170,6 +174,74 @@ class _BuildProgress:
         self.progress.stop()
 
 
+class PlainProgress:
+    """Progress for a log that is no terminal (CI, ``| tee``, a Slurm job's output): rich draws nothing there, and
+    a PyTorch build is hours of silence. A line when a variant starts (with its log), one every ``interval`` seconds
+    while it builds (elapsed time, lines in its log), one when it finishes."""
+
+    def __init__(self, output: Path, interval: float, write: Callable[[str], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.output, self.interval, self.write, self.clock = output, interval, write, clock
+        self.current: tuple[str, float] | None = None
+        self.due = 0.0
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="rocmlock-build-progress", daemon=True)
+        self.thread.start()
+
+    def _log(self, variant_id: str) -> Path:
+        return self.output / "logs" / f"{variant_id}.log"
+
+    def start(self, variant: Any, index: int, total: int) -> None:
+        with self.lock:
+            self.current = (variant.id, self.clock())
+            self.due = self.clock() + self.interval
+        self.write(f"[{index}/{total}] building {variant.id} (log: {self._log(variant.id)})")
+
+    def tick(self) -> None:
+        """Write a progress line when one is due (the thread calls this; tests call it with their clock)."""
+        with self.lock:
+            if self.current is None or self.clock() < self.due:
+                return
+            variant_id, started = self.current
+            self.due = self.clock() + self.interval
+        try:
+            with self._log(variant_id).open("rb") as fh:
+                lines = f"{sum(1 for _ in fh)} lines"
+        except OSError:
+            lines = "not written yet"
+        minutes = int(self.clock() - started) // 60
+        self.write(f"still building {variant_id}: {minutes // 60}h {minutes % 60:02d}m so far "
+                   f"(log: {self._log(variant_id)}, {lines})")
+
+    def _run(self) -> None:
+        while not self.stopped.wait(min(self.interval, 60.0)):
+            self.tick()
+
+    def finish(self, outcome: Any) -> None:
+        with self.lock:
+            self.current = None
+        reason = f"  ({outcome.reason})" if outcome.reason else ""
+        self.write(f"{outcome.status:<8} {outcome.id} in {round(outcome.seconds)}s{reason}")
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+
+def _progress(output: Path) -> PlainProgress | _BuildProgress:
+    """rich on a terminal; plain lines (every ROCMLOCK_PROGRESS_SECONDS, default 300) otherwise."""
+    import os
+
+    if sys.stderr.isatty():
+        return _BuildProgress()
+    try:
+        interval = float(os.environ.get("ROCMLOCK_PROGRESS_SECONDS", "300"))
+    except ValueError:
+        interval = 300.0
+    return PlainProgress(output, interval if interval > 0 else 300.0, err)
+
+
 def _build_doctor(ws: Workspace, plan: Plan, args: argparse.Namespace, output: Path) -> dict[str, str]:
     import os
 
@@ -205,6 +277,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         BuildOptions,
         build_channels,
         build_plan,
+        check_build_paths,
         check_magma_home,
         render_summary,
         select_variant,
@@ -219,13 +292,14 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.variant:
         plan = select_variant(plan, args.variant)
     output = (args.output or ws.root / "output").resolve()
+    check_build_paths(plan, output, plan.variants)
     for warning in check_magma_home(plan, output, args.stage, os.environ):
         err(f"warning: {warning}")
     if args.sources is not None:
         _build_sources(plan, args, output)
     blocked = _build_doctor(ws, plan, args, output)
     opts = BuildOptions(output, build_channels(ws, args.channel), args.stage, args.keep_going, blocked)
-    progress = _BuildProgress()
+    progress = _progress(output)
     try:
         if args.variant:  # a job of --slurm, beside the other jobs that write the same output
             from rocmlock.build.slurm import build_in_job

@@ -35,17 +35,19 @@ def print_report(args: argparse.Namespace, data: Any, text: str) -> None:
 
 def manifest_arg(parser: argparse.ArgumentParser) -> None:
     """``--manifest-path``: the workspace's pixi.toml."""
-    parser.add_argument("--manifest-path", type=Path, default=Path("pixi.toml"),
-                        help="the workspace's pixi.toml (default: ./pixi.toml)")
+    parser.add_argument("--manifest-path", type=Path, default=None,
+                        help="the workspace's pixi.toml (default: found as pixi finds it, in this directory or the "
+                             "nearest parent with a workspace's pixi.toml or pyproject.toml)")
 
 
-def env_arg(parser: argparse.ArgumentParser, multiple: bool = True) -> None:
+def env_arg(parser: argparse.ArgumentParser, multiple: bool = True, required: bool = False) -> None:
     """``-e/--environment``: repeatable into ``args.environments``, or one into ``args.environment``."""
     if multiple:
         parser.add_argument("-e", "--environment", action="append", default=[], dest="environments",
                             metavar="ENV", help="only this environment (repeatable; default: all)")
     else:
-        parser.add_argument("-e", "--environment", dest="environment", metavar="ENV", help="the environment")
+        parser.add_argument("-e", "--environment", dest="environment", metavar="ENV", required=required,
+                            help="the environment")
 
 
 def platform_arg(parser: argparse.ArgumentParser) -> None:

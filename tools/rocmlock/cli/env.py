@@ -16,16 +16,12 @@ if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmloc
 
 def _locked_manifest(args: argparse.Namespace, command: str) -> Path:
     """The resolved manifest of a command that installs one ``-e`` environment from the pixi.lock beside it."""
-    from rocmlock.errors import InputError
     from rocmlock.lock.noop import manifest_file
 
-    manifest = manifest_file(args.manifest_path).resolve()
-    if not args.environment:
-        raise InputError(f"rocmlock {command} needs -e/--environment", hint=_environments_hint(manifest))
-    return manifest
+    return manifest_file(args.manifest_path).resolve()  # -e is required (argparse; main adds the hint)
 
 
-def _environments_hint(manifest: Path) -> str:
+def environments_hint(manifest: Path) -> str:
     """Which environments ``-e`` can name: those of the manifest, or how to see them when it cannot be read."""
     from rocmlock.errors import InputError
     from rocmlock.workspace.manifest import load_workspace
@@ -39,7 +35,7 @@ def _environments_hint(manifest: Path) -> str:
 
 def add_install(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
-    env_arg(p, multiple=False)
+    env_arg(p, multiple=False, required=True)
     platform_arg(p)
     p.add_argument("--prefix", type=Path, required=True, metavar="DIR", help="where to create the environment")
     p.add_argument("--json", action="store_true", help="print what was installed as JSON on stdout")
@@ -63,7 +59,7 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 def add_pack(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
-    env_arg(p, multiple=False)
+    env_arg(p, multiple=False, required=True)
     platform_arg(p)
     p.add_argument("-o", "--output", type=Path, metavar="FILE",
                    help="the bundle to write (default: ./<env>-<platform>.tar)")
@@ -93,16 +89,23 @@ def _seconds(text: str) -> float:
 
 
 class _DownloadProgress:
-    """rich progress on stderr: bytes fetched of the lock's total, and the rate."""
+    """rich progress on stderr: bytes fetched of the lock's total, the rate and the time left."""
 
     def __init__(self) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
 
         console = Console(stderr=True)
         # Not on a terminal (a log, CI): no bar, and no empty line where it was.
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                 TransferSpeedColumn(), console=console, transient=True,
+                                 TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True,
                                  disable=not console.is_terminal)
         self.task: Any = None
 
@@ -263,7 +266,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def add_preset(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
-    env_arg(p, multiple=False)
+    env_arg(p, multiple=False, required=True)
     p.add_argument("--method", required=True, choices=["lora", "qlora", "full"],
                    help="LoRA, QLoRA (4-bit bitsandbytes) or full fine-tuning")
     p.add_argument("--model", default=None, metavar="PATH",
@@ -272,6 +275,9 @@ def add_preset(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default=None, help="LLaMA-Factory dataset name(s) (default: alpaca_en_demo)")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
                    help="the YAML to write (default: presets/<env>-<method>.yaml beside pixi.toml)")
+    p.add_argument("--gpu-memory", default=None, metavar="SIZE",
+                   help="the GPU's memory, e.g. 48GiB (default: that of the target's smallest product, "
+                        "e.g. 24 GiB for gfx1100: a Radeon PRO W7900 has 48)")
     p.add_argument("--json", action="store_true", help="print what was written and why as JSON on stdout")
 
 
@@ -282,15 +288,15 @@ def cmd_preset(args: argparse.Namespace) -> int:
         DEFAULT_TEMPLATE,
         PresetRequest,
         make_preset,
+        parse_gpu_memory,
         write_preset,
     )
-    from rocmlock.errors import InputError
     from rocmlock.workspace.manifest import load_workspace
 
-    if not args.environment:
-        raise InputError("rocmlock preset needs an environment", hint="pass -e ENV (e.g. -e mi300x-qlora)")
+    memory = parse_gpu_memory(args.gpu_memory) if args.gpu_memory is not None else None
     request = PresetRequest(args.environment, args.method, args.model or DEFAULT_MODEL,
-                            args.template or DEFAULT_TEMPLATE, args.dataset or DEFAULT_DATASET, args.output)
+                            args.template or DEFAULT_TEMPLATE, args.dataset or DEFAULT_DATASET, args.output,
+                            memory)
     preset = make_preset(load_workspace(args.manifest_path), request)
     write_preset(preset)
     for note in preset.notes:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocmlock.cli.common import env_arg, err, manifest_arg, print_json
+from rocmlock.errors import RocmlockError
+from rocmlock.util.credentials import redact_text
 
 if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
     from rocmlock.lock.result import LockResult
@@ -23,13 +28,30 @@ def add_lock(p: argparse.ArgumentParser) -> None:
     p.add_argument("--discard-lock", action="store_true",
                    help="ignore pixi.lock (unreadable or merge-conflicted too) and re-solve every environment from "
                         "pixi.toml; says how many pins it drops (with --check: writes nothing)")
-    p.add_argument("--json", action="store_true", help="print the changes as JSON on stdout")
+    _diff_output(p, "pixi.lock's changes", " and rocmlock's own keys beside it")
+
+
+def _diff_output(p: argparse.ArgumentParser, what: str, extra: str = "") -> None:
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true",
+                     help=f"print {what} as JSON on stdout: pixi's diff (`pixi update --json`: version, "
+                          f"environment){extra}")
+    out.add_argument("--markdown", action="store_true",
+                     help=f"print {what} on stdout as the markdown tables pixi-diff-to-markdown makes (one per "
+                          "environment and platform), for a pull request comment")
+
+
+def _print_pixi_json(data: dict[str, object]) -> None:
+    # Not print_json: pixi's key order (version, environment; name, before, after, type) is kept, as pixi prints it.
+    print(json.dumps(data, indent=2))
 
 
 def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int:
     data = result.to_json()
     if args.json:
-        print_json(data)
+        _print_pixi_json(data)
+    if getattr(args, "markdown", False):
+        print(result.markdown())
     for warning in result.warnings:
         err(f"warning: {warning}")
     if result.discarded is not None:
@@ -54,6 +76,21 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
     return 0
 
 
+def _json_on_failure(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """With ``--json``, a failure also prints a JSON object on stdout (``error``, ``hint``, ``details``,
+    ``exit_code``) before the CLI reports it on stderr as usual, so a script reading stdout never gets nothing."""
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except RocmlockError as exc:
+            if args.json:
+                print_json({"error": redact_text(str(exc)), "hint": redact_text(exc.hint or ""),
+                            "details": [redact_text(line) for line in exc.details], "exit_code": exc.exit_code})
+            raise
+    return wrapped
+
+
+@_json_on_failure
 def cmd_lock(args: argparse.Namespace) -> int:
     if not (args.environments or args.platforms or args.update is not None or args.discard_lock):
         from rocmlock.lock.noop import lock_if_unchanged
@@ -80,9 +117,33 @@ def add_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
 
+@_json_on_failure
 def cmd_export(args: argparse.Namespace) -> int:
     from rocmlock.lock.pipeline import export_workspace
 
     result = export_workspace(args.manifest_path, environments=args.environments or None, check=args.check,
                               skip_source=args.skip_source, on_wait=err)
     return _report_lock(result, args, "export")
+
+
+def add_diff(p: argparse.ArgumentParser) -> None:
+    p.add_argument("old", metavar="OLD", help="the pixi.lock before (e.g. `git show origin/main:pixi.lock > old.lock`)")
+    p.add_argument("new", metavar="NEW", help="the pixi.lock after")
+    p.add_argument("--manifest-path", type=Path, default=None,
+                   help="mark the packages this pixi.toml names as explicit, as `rocmlock lock --json` does "
+                        "(default: none is)")
+    _diff_output(p, "the changes")
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from rocmlock.lock.diff import diff_json, diff_markdown, diff_text
+    from rocmlock.lock.pipeline import diff_workspace_locks
+
+    diff = diff_workspace_locks(Path(args.old), Path(args.new), args.manifest_path)
+    if args.json:
+        _print_pixi_json(diff_json(diff))
+    elif args.markdown:
+        print(diff_markdown(diff))
+    else:
+        print("\n".join(diff_text(diff)) or "no changes")
+    return 0

@@ -3,8 +3,8 @@
 Exit codes: 0 ok, 1 an operation failed, 2 bad input.
 This module parses and dispatches; each subcommand is a pair ``add_<name>(parser)`` / ``cmd_<name>(args) -> int``
 in the module of its group (``rocmlock.cli.build``: plan, doctor, build, sources, publish; ``.lock``: lock,
-export; ``.env``: install, pack, unpack, audit, verify, report, preset; ``.upstream``: outdated, bump), imported only when one
-of its commands runs, and ``rocmlock.cli.common`` holds their shared output helpers and options. Core modules
+export, diff; ``.env``: install, pack, unpack, audit, verify, report, preset; ``.upstream``: outdated, bump),
+imported only when one of its commands runs, and ``rocmlock.cli.common`` holds their shared output helpers and options. Core modules
 take data, return data and raise :class:`rocmlock.errors.RocmlockError`; the handlers import them when they run,
 so ``rocmlock --help`` stays quick and a command loads only its own stage.
 """
@@ -12,16 +12,37 @@ so ``rocmlock --help`` stays quick and a command loads only its own stage.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
 from collections.abc import Callable, Container, Sequence
+from pathlib import Path
+from typing import NoReturn
 
 from rocmlock import __version__
 from rocmlock.cli.common import err
 from rocmlock.errors import RocmlockError
+from rocmlock.util.tables import did_you_mean
 from rocmlock.util.text import escape
 
 Handler = Callable[[argparse.Namespace], int]
+
+
+class UsageError(Exception):
+    """A command line argparse refused; raised instead of argparse's exit so that main adds what would help."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors reach :func:`main` (the subcommands' parsers are of this class too)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self, message)
 
 # name, one-line help, the module of its group. `rocmlock lock ...` imports rocmlock.cli.lock alone (and, when
 # its handler runs, the lock stage): the other groups' modules, and the stages they import, stay unloaded.
@@ -31,6 +52,8 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
      "build"),
     ("lock", "solve every environment x platform; write pixi.lock and envs/ exports", "lock"),
     ("export", "regenerate envs/<env>/ conda (and PyPI) exports from any pixi.lock without solving", "lock"),
+    ("diff", "what changed between two pixi.lock files, as pixi's diff JSON or pixi-diff-to-markdown's tables",
+     "lock"),
     ("doctor", "check this host's ROCm toolchain before building or running", "build"),
     ("build", "build the plan's variants in dependency order (skips what exists, resumes)", "build"),
     ("sources", "fill (fetch) or check a source cache for building on a host without network", "build"),
@@ -57,7 +80,7 @@ def build_parser(full: Container[str] | None = None) -> argparse.ArgumentParser:
     tests); the others are listed by name and help only, which is all ``rocmlock --help`` and an unknown
     command's error need, so their modules are not imported.
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rocmlock",
         description="Per-GPU-target conda/pixi environments for LLM fine-tuning on AMD GPUs.",
     )
@@ -78,16 +101,77 @@ def _command(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    for action in parser._actions:  # argparse keeps its subparsers in the one _SubParsersAction
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]  # type: ignore[no-any-return]
+    return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed; an argument the command does not take is the command's error (its usage, the nearest
+    option), not the top-level parser's."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = _subparser(parser, getattr(args, "command", None))
+        options = [o for a in sub._actions for o in a.option_strings]
+        first = next((e for e in extra if e.startswith("-")), extra[0])
+        close = difflib.get_close_matches(first.split("=", 1)[0], options, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UsageError(sub, f"unrecognized arguments: {' '.join(extra)}{hint}")
+    return args
+
+
+def _manifest_hint(argv: list[str]) -> str:
+    """Which environments -e can name, for the manifest ``argv`` names (or the one pixi would find)."""
+    from rocmlock.cli.env import environments_hint
+
+    pre = _Parser(add_help=False)
+    pre.add_argument("--manifest-path", type=Path, default=None)
+    try:
+        given = pre.parse_known_args(argv)[0].manifest_path
+    except UsageError:
+        given = None
+    return environments_hint(given or _discovered_manifest())
+
+
+def _usage_error(exc: UsageError, argv: list[str]) -> int:
+    """argparse's message under the usage of the command it is about, and a hint where one can be given."""
+    sys.stderr.write(exc.parser.format_usage())
+    message = exc.message
+    choice = re.match(r"argument COMMAND: invalid choice: '([^']*)'", message)
+    if choice:
+        message += did_you_mean(choice.group(1), COMMANDS)
+    err(f"{exc.parser.prog}: error: {escape(message)}")
+    if message.startswith("the following arguments are required:") and "-e/--environment" in message:
+        err(f"hint: {escape(_manifest_hint(argv))}")
+    return 2
+
+
+def _discovered_manifest() -> Path:
+    """The manifest pixi would use here, or ./pixi.toml (whose absence the command reports) when there is none."""
+    from rocmlock.workspace.pyproject import discover_manifest
+
+    return discover_manifest(Path.cwd()) or Path("pixi.toml")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``rocmlock``; returns the exit code."""
     args_list = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser({_command(args_list) or ""})
-    args = parser.parse_args(args_list)
+    try:
+        args = _parse(parser, args_list)
+    except UsageError as exc:
+        return _usage_error(exc, args_list)
+    if getattr(args, "manifest_path", "") is None:  # no --manifest-path: look for it as pixi does
+        args.manifest_path = _discovered_manifest()
     try:
         return int(args.handler(args))
     except RocmlockError as exc:
         # A name from a bundle or a lock may hold a newline or an escape sequence: one line, nothing moved.
         err(f"error: {escape(str(exc))}")
+        for line in exc.details:  # each on a line of its own, escaped as the message is
+            err(f"  {escape(line)}")
         if exc.hint:
             err(f"hint: {escape(exc.hint)}")
         return exc.exit_code

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import stat
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from rocmlock.deploy.bundle import (
@@ -24,6 +25,7 @@ from rocmlock.deploy.bundle import (
     expected_members,
     parse_metadata,
 )
+from rocmlock.deploy.signing import Signer
 from rocmlock.errors import InputError, OperationError
 from rocmlock.lock.exports import explicit_name
 from rocmlock.util.fs import file_sha256
@@ -34,6 +36,15 @@ DAMAGED = "the bundle is damaged: copy it again from where it was packed (or pac
 MAX_METADATA = 256 << 20
 MAX_SIGNATURE = 64 << 10
 
+
+@dataclass(frozen=True)
+class Admitted:
+    """A bundle's metadata as admitted: parsed, its bytes, and what is known of its signature."""
+
+    meta: BundleMetadata
+    raw: bytes
+    signed: bool  # the bundle carries a signature (checked only with --trusted-signers)
+    signer: Signer | None  # who signed it, found in --trusted-signers
 
 
 def _members(tar: tarfile.TarFile, bundle: Path) -> list[tarfile.TarInfo]:
@@ -73,15 +84,16 @@ def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo | None, limit: in
 
 
 def _admit(shown: Path, files: set[str], dirs: set[str], raw: bytes | None, signature: bytes | None,
-           signers: Path | None, scratch: Path, directory: bool = False) -> tuple[BundleMetadata, bytes]:
+           signers: Path | None, scratch: Path, directory: bool = False) -> Admitted:
     """The verified metadata and its bytes: signature (when asked for), strings, then the member list."""
     if raw is None:
         raise InputError(f"{shown}: no {ROCMLOCK_METADATA}: not a bundle of `rocmlock pack`",
                          hint="a plain pixi-pack bundle installs with `pixi-unpack`")
+    signer = None
     if signers is not None:
         from rocmlock.deploy.signing import verify_bytes
 
-        verify_bytes(raw, signature, signers, shown, scratch)
+        signer = verify_bytes(raw, signature, signers, shown, scratch)
     meta = parse_metadata(raw, f"{shown}: {ROCMLOCK_METADATA}")
     wanted, wanted_dirs = expected_members(meta)
     allowed = {*wanted, ROCMLOCK_METADATA, SIGNATURE}
@@ -93,10 +105,10 @@ def _admit(shown: Path, files: set[str], dirs: set[str], raw: bytes | None, sign
     missing = sorted(set(wanted) - files)
     if missing:
         raise InputError(f"{shown}: {escape(missing[0])}: missing from the bundle", hint=DAMAGED)
-    return meta, raw
+    return Admitted(meta, raw, SIGNATURE in files, signer)
 
 
-def extract(bundle: Path, dest: Path, signers: Path | None, scratch: Path) -> tuple[BundleMetadata, bytes]:
+def extract(bundle: Path, dest: Path, signers: Path | None, scratch: Path) -> Admitted:
     """Admit the tar ``bundle`` (everything but the digests) and extract it into ``dest``."""
     try:
         with tarfile.open(bundle, mode="r:") as tar:
@@ -122,7 +134,7 @@ def extract(bundle: Path, dest: Path, signers: Path | None, scratch: Path) -> tu
                              hint=f"check that the disk of {dest.parent} has room for the bundle's size") from None
 
 
-def admit_directory(where: Path, signers: Path | None, scratch: Path) -> tuple[BundleMetadata, bytes]:
+def admit_directory(where: Path, signers: Path | None, scratch: Path) -> Admitted:
     """Admit an extracted bundle: its tree holds only directories and regular files (no link)."""
     files: set[str] = set()
     dirs: set[str] = set()

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import re
+import stat
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,7 +32,10 @@ from rocmlock.gpu.devicecode import (
     with_kpack,
 )
 from rocmlock.gpu.offload import OffloadError, TargetId, parse_target_id, shown, sorted_names
-from rocmlock.util.text import format_table
+from rocmlock.gpu.targets import all_targets
+from rocmlock.util.fs import open_regular, read_regular
+from rocmlock.util.tables import did_you_mean
+from rocmlock.util.text import escape, format_table
 
 _AMDGPU_TARGET = re.compile(r"amdgpu-target-[^-]+-(gfx[0-9]+[0-9a-f]{2})\.json")
 PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
@@ -78,7 +82,8 @@ class AuditReport:
 def _holds(code: DeviceCode) -> str:
     if code.error:
         return code.error if code.kind == "kpack" else f"unreadable: {code.error}"
-    where = code.via or {"fatbin": f"{code.bundles} bundle(s)", "aks2": "AOTriton archive"}.get(code.kind, "code object")
+    where = code.via or {"fatbin": f"{code.bundles} bundle(s)", "aks2": "AOTriton archive",
+                         "offload-bundle": f"code object file of {code.bundles} bundle(s)"}.get(code.kind, "code object")
     return f"{', '.join(sorted_names(code.targets))} ({where})"
 
 
@@ -87,7 +92,8 @@ def gpu_target(text: str, where: str = "--target") -> TargetId:
     try:
         target = parse_target_id(text)
     except ValueError as exc:
-        raise InputError(f"{where}: {exc}", hint=_TARGET_HINT) from None
+        raise InputError(f"{where}: {exc}{did_you_mean(text.split(':', 1)[0].lower(), all_targets())}",
+                         hint=_TARGET_HINT) from None
     if target.generic or target.processor == "amdgcnspirv":
         raise InputError(f"{where}: '{text}' is a compilation target, not a GPU", hint=_TARGET_HINT)
     return target
@@ -126,6 +132,7 @@ def audit_prefix(prefix: Path, target: str | None = None) -> AuditReport:
 
 def audit_path(path: Path, target: str | None = None) -> AuditReport:
     """The packages of a bundle (tar or extracted directory), or one package file, against ``target`` or theirs."""
+    _regular_or_dir(path)
     if path.is_file() and path.name.endswith(PACKAGE_SUFFIXES):
         return _audit_package(path, target)
     if path.is_dir() and not (path / ROCMLOCK_METADATA).is_file():
@@ -144,6 +151,20 @@ def audit_path(path: Path, target: str | None = None) -> AuditReport:
     return AuditReport(str(path), gpu, origin, files)
 
 
+def _regular_or_dir(path: Path) -> None:
+    """Refuse a FIFO (reading it would wait for a writer) or a device (``/dev/zero`` never ends), links to them
+    included, before anything opens ``path``."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise InputError(f"{escape(str(path))}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{escape(str(path))}: cannot read: {exc.strerror}") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise InputError(f"{escape(str(path))}: not a regular file or directory",
+                         hint="pass a bundle (its tar or the directory it was extracted to) or a package file")
+
+
 def _audit_package(path: Path, target: str | None) -> AuditReport:
     build = build_string_of(path.name)
     if target is None and (target := build_string_target(build)) is None:
@@ -152,8 +173,17 @@ def _audit_package(path: Path, target: str | None) -> AuditReport:
         files = scan_package(path, path.name)
     except OffloadError as exc:
         raise InputError(f"{path.parent}/{exc}", hint="download or build the package again") from None
+    except OSError as exc:
+        raise _node_error(path, exc) from None
     return AuditReport(str(path), gpu_target(target), "the build string" if target == build_string_target(build)
                        else "--target", tuple(files))
+
+
+def _node_error(path: Path, exc: OSError) -> OperationError:
+    """A read that failed in this machine's disk or file system (EIO, EACCES, ...): not the package's fault."""
+    return OperationError(f"cannot read {path}: {exc.strerror or exc} (an error of this machine's disk or file "
+                          "system, not of the package)", hint="check the disk and the file's permissions, then run "
+                          "again")
 
 
 Opener = Callable[[str], IO[bytes]]
@@ -164,8 +194,10 @@ def _opened_bundle(path: Path) -> Iterator[tuple[BundleMetadata, Opener]]:
     """The bundle's metadata and a way to open each of its package files, for a tar or a directory."""
     if path.is_dir():
         meta_file = path / ROCMLOCK_METADATA
-        raw = None if meta_file.is_symlink() or not meta_file.is_file() else meta_file.read_bytes()[:_METADATA_LIMIT]
-        yield _metadata(raw, path), lambda member: open(path / member, "rb")  # noqa: SIM115 - callers use `with`
+        raw = None if meta_file.is_symlink() or not meta_file.is_file() else \
+            read_regular(meta_file, _METADATA_LIMIT, "a bundle's metadata is a file")
+        yield _metadata(raw, path), lambda member: open_regular(path / member, "a bundle's package is a file",
+                                                                hint="pack the environment again")
         return
     try:
         tar = tarfile.open(path, "r:")  # noqa: SIM115 - closed by the `with tar` below
@@ -216,11 +248,13 @@ def _bundle_files(meta: BundleMetadata, open_package: Opener, shown_as: Path) ->
 def _package_files(meta: BundleMetadata, open_package: Opener, shown_as: Path) -> Iterator[DeviceCode]:
     for package in sorted(meta.packages, key=lambda p: (p.subdir, p.filename)):
         member = f"{CHANNEL_DIR}/{package.subdir}/{package.filename}"
-        with open_package(member) as source:
-            try:
+        try:
+            with open_package(member) as source:
                 found = scan_package(source, package.filename)
-            except OffloadError as exc:
-                raise InputError(f"{shown_as}: {exc}", hint="pack the environment again") from None
+        except OffloadError as exc:
+            raise InputError(f"{shown_as}: {exc}", hint="pack the environment again") from None
+        except OSError as exc:  # scan_package lets through only the errors of a disk or file system
+            raise _node_error(shown_as / member, exc) from None
         for code in found:
             yield dataclasses.replace(code, path=f"{package.filename}/{code.path}")
 

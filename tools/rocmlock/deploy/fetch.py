@@ -14,19 +14,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import stat
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from rattler import RepoDataRecord
 
-from rocmlock.errors import InputError, OperationError, RocmlockError
+from rocmlock.errors import OperationError, RocmlockError
 from rocmlock.util.credentials import mask_queries, mask_query, one_line, redact_text, redact_url
-from rocmlock.util.text import escape
+from rocmlock.util.fs import open_regular
 
 CONCURRENT_DOWNLOADS = 8
 CHUNK = 1 << 20
@@ -97,21 +96,9 @@ def _local_path(url: str, base: Path) -> Path | None:
     return None
 
 
-def open_regular(path: Path, what: str = "pack reads packages only from files") -> BinaryIO:
-    """``path`` opened for reading, refused (exit 2) when it is not a regular file. O_NONBLOCK: opening a FIFO
-    for reading would wait for a writer (and reading it might never end); fstat then tells what was opened."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    fh = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        fh.close()
-        raise InputError(f"{escape(str(path))}: not a regular file; {what}",
-                         hint="point the lock at the package file itself")
-    os.set_blocking(fd, True)
-    return fh
-
-
 def _copy(src: Path, writer: HashingWriter) -> None:
-    with open_regular(src) as fh:
+    with open_regular(src, "pack reads packages only from files", hint="point the lock at the package file itself") \
+            as fh:
         while chunk := fh.read(CHUNK):
             writer.write(chunk)
 

@@ -34,6 +34,7 @@ from rocmlock.util.credentials import (
     split_url,
 )
 from rocmlock.util.scratch import remove_tree
+from rocmlock.util.tables import did_you_mean
 from rocmlock.workspace.pypi import PypiPin, SourcePackage
 
 
@@ -110,7 +111,8 @@ def select_environment(lock_path: Path, environment: str, platform: str | None =
     env = locked.environments.get(environment)
     if env is None:
         known = ", ".join(sorted(locked.environments)) or "none"
-        raise InputError(f"{lock_path}: no environment '{environment}'", hint=f"locked environments: {known}")
+        raise InputError(f"{lock_path}: no environment '{environment}'{did_you_mean(environment, locked.environments)}",
+                         hint=f"locked environments: {known}")
     platforms = sorted(env.records)
     if platform is None:
         if len(platforms) != 1:

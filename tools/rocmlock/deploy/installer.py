@@ -2,8 +2,8 @@
 
 ``installer/wheels/`` holds a wheel of rocmlock (built from this checkout), py-rattler's wheel for the
 bundle's platform (``pip download``: py-rattler is an abi3 wheel with no dependencies, one file for every
-CPython >= 3.10) and tomli's (pure Python; ``tomllib`` on a 3.10, see :mod:`rocmlock.util.toml`); ``unpack``
-imports nothing else. ``installer/install.sh`` makes a temporary venv with the node's python3 (>= 3.10:
+CPython >= 3.10), tomli's (pure Python; ``tomllib`` on a 3.10, see :mod:`rocmlock.util.toml`) and rocm-bootstrap's
+(pure Python, no dependencies: the GPU table is checked against it when read); ``unpack`` imports nothing else. ``installer/install.sh`` makes a temporary venv with the node's python3 (>= 3.10:
 Ubuntu 22.04's, a ROCm 7.2 platform; rocmlock itself asks for 3.11, so on 3.10 pip is told to install it
 anyway, for ``unpack`` alone), installs the wheels with ``--no-index`` and runs ``rocmlock unpack`` on the
 extracted bundle with the arguments it was given.
@@ -45,7 +45,7 @@ trap 'rm -rf "$venv"' EXIT
 "$py" -m venv "$venv"
 # rocmlock asks for Python 3.11; `rocmlock unpack` runs on 3.10 too, with tomli for tomllib.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \\
-    --ignore-requires-python --find-links "$here/{installer}/wheels" rocmlock py-rattler tomli
+    --ignore-requires-python --find-links "$here/{installer}/wheels" rocmlock py-rattler tomli rocm-bootstrap
 "$venv/bin/python" -m rocmlock unpack "$here" "$@"
 """
 
@@ -61,12 +61,13 @@ def _source_tree() -> Path:
     return root
 
 
-def _build_rocmlock_wheel(dest: Path) -> None:
+def _build_rocmlock_wheel(dest: Path, python: str = sys.executable) -> None:
     """A wheel of this checkout, built in a copy (nothing is written into the checkout), timestamps fixed.
 
     Built as pip builds it: PEP 517 in an isolated environment that pip fills with pyproject.toml's declared
-    ``[build-system] requires`` (setuptools>=68), not with whatever setuptools this Python has (a fresh 3.11
-    venv's 65.5 has no ``bdist_wheel``). A failure shows the build's own last lines, not pip's "See above"."""
+    ``[build-system] requires`` (setuptools>=68 and wheel, which gives setuptools before 70.1 its
+    ``bdist_wheel``), not with whatever setuptools ``python`` has (a fresh 3.11 venv's 65.5 has no
+    ``bdist_wheel``). A failure shows the build's own last lines, not pip's "See above"."""
     root = _source_tree()
     with tempfile.TemporaryDirectory(prefix="rocmlock-wheel-") as tmp:
         src = Path(tmp) / "src"
@@ -77,10 +78,15 @@ def _build_rocmlock_wheel(dest: Path) -> None:
         # The zip records each file's mode: the checkout's (its umask) and, for what setuptools writes, ours.
         for path in src.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
-        env = {**os.environ, "SOURCE_DATE_EPOCH": str(FIXED_MTIME), "PIP_NO_BUILD_ISOLATION": "0"}
+        # No PIP_NO_BUILD_ISOLATION: pip assigns a boolean option's environment value to its dest as it is
+        # (pip/_internal/cli/parser.py, _update_defaults, strtobool), and the dest of --no-build-isolation is
+        # build_isolation, so "0" (which this once set) turns isolation off and builds with this python's own
+        # setuptools ("invalid command 'bdist_wheel'" under 70.1). A user's setting is dropped for the same reason.
+        env = {k: v for k, v in os.environ.items() if k != "PIP_NO_BUILD_ISOLATION"}
+        env["SOURCE_DATE_EPOCH"] = str(FIXED_MTIME)
         old_umask = os.umask(0o022)
         try:
-            res = run_command([sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-deps",
+            res = run_command([python, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-deps",
                                "--wheel-dir", str(dest), str(src)], env=env, timeout=900, check=False)
         except CommandError as exc:
             raise OperationError(f"--with-installer: {exc}") from None
@@ -88,8 +94,8 @@ def _build_rocmlock_wheel(dest: Path) -> None:
             os.umask(old_umask)
         if not res.ok:
             raise OperationError(f"--with-installer: building rocmlock's wheel failed: {build_failure(res.stdout + res.stderr)}",
-                                 hint="the build needs setuptools>=68 from PyPI (or PIP_FIND_LINKS / PIP_INDEX_URL "
-                                      "pointing at a mirror holding it)")
+                                 hint="the build needs setuptools>=68 and wheel from PyPI (or PIP_FIND_LINKS / PIP_INDEX_URL "
+                                      "pointing at a mirror holding them)")
 
 
 # pip's own lines around a failed build's output (pip/_internal/exceptions.py, InstallationSubprocessError and
@@ -108,7 +114,8 @@ def build_failure(output: str, lines: int = 3) -> str:
 
 
 def _download_wheels(dest: Path, subdir: str) -> None:
-    """py-rattler's wheel for ``subdir`` and tomli's, the versions installed here (one bundle, one set of bytes)."""
+    """py-rattler's wheel for ``subdir``, tomli's and rocm-bootstrap's, the versions installed here (one bundle, one
+    set of bytes)."""
     from importlib.metadata import version
 
     platforms = MANYLINUX.get(subdir)
@@ -117,8 +124,11 @@ def _download_wheels(dest: Path, subdir: str) -> None:
     tags = [arg for p in platforms for arg in ("--platform", p)]
     _pip(["download", f"py-rattler=={rattler_version}", "--no-deps", "--only-binary=:all:", "--python-version",
           "3.10", "--implementation", "cp", *tags, "--dest", str(dest)], dict(os.environ))
-    _pip(["download", f"tomli=={version('tomli')}", "--no-deps", "--only-binary=:all:", "--python-version",
-          "3.10", "--implementation", "cp", "--dest", str(dest)], dict(os.environ))
+    # Pure Python: tomli (tomllib on a 3.10) and rocm-bootstrap (AMD's GPU table, which the GPU table is checked
+    # against whenever rocmlock reads it, unpack included).
+    for name in ("tomli", "rocm-bootstrap"):
+        _pip(["download", f"{name}=={version(name)}", "--no-deps", "--only-binary=:all:", "--python-version",
+              "3.10", "--implementation", "cp", "--dest", str(dest)], dict(os.environ))
 
 
 def _pip(args: list[str], env: dict[str, str]) -> None:

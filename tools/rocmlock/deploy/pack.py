@@ -45,13 +45,13 @@ from rocmlock.deploy.bundle import (
     sort_members,
     write_tar,
 )
-from rocmlock.deploy.fetch import DEFAULT_TIMEOUTS, Progress, Timeouts, fetch_all, open_regular
+from rocmlock.deploy.fetch import DEFAULT_TIMEOUTS, Progress, Timeouts, fetch_all
 from rocmlock.deploy.install import Selected, select_environment
 from rocmlock.deploy.wheels import fetch_wheels, select_wheels
 from rocmlock.errors import InputError, OperationError
 from rocmlock.gpu.targets import all_targets, minor_version
 from rocmlock.lock.lockfile import LockedPlatform
-from rocmlock.util.fs import file_sha256, stream_sha256
+from rocmlock.util.fs import file_sha256, open_regular, stream_sha256
 from rocmlock.util.scratch import scratch_dir
 from rocmlock.util.text import escape
 

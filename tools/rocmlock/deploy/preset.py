@@ -14,6 +14,7 @@ which LLaMA-Factory enables by default, plus fp32 logits of a ~150k vocabulary).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -24,9 +25,9 @@ from rocmlock.errors import InputError
 from rocmlock.gpu.targets import (
     AOTRITON_EXPERIMENTAL_VAR,
     GpuTarget,
-    aotriton_release,
+    aotriton_release_for,
+    aotriton_tier_for,
     minor_version,
-    pinned_aotriton_tier,
 )
 from rocmlock.util.fs import relative_path, write_set_atomic
 from rocmlock.workspace.model import Environment, Workspace
@@ -61,6 +62,8 @@ class Capabilities:
     bitsandbytes: bool
     deepspeed: bool
     flash_attn: bool
+    # The PyTorch series the environment asks (its `pytorch` spec), for the AOTriton release its SDPA runs.
+    pytorch_series: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,10 @@ def capabilities(env: Environment) -> Capabilities:
     names = {d.name for plat in env.platforms for d in env.dependencies_for(plat)}
     rocm = env.dependency("rocm-version")
     rocm_version = minor_version(rocm.version) if rocm else None
+    torch = env.dependency("pytorch")
+    series = minor_version(torch.version) if torch else None
     return Capabilities(env.name, env.gpu_target, rocm_version or None, "bitsandbytes" in names,
-                        "deepspeed" in names, "flash-attn" in names)
+                        "deepspeed" in names, "flash-attn" in names, series or None)
 
 
 def attention(caps: Capabilities) -> tuple[str, str]:
@@ -127,8 +132,11 @@ def attention(caps: Capabilities) -> tuple[str, str]:
     gfx = caps.target.gfx
     if caps.flash_attn and caps.target.flash_attn_ck:
         return "fa2", f"flash-attn's CK kernels support {gfx} (flash_attn_ck)"
-    tier = pinned_aotriton_tier(caps.target)
-    gate = (f"AOTriton {aotriton_release()} classes {gfx} experimental, so PyTorch SDPA runs its math kernel "
+    # The AOTriton release of the environment's PyTorch (aotriton.toml [pytorch_releases]): from 2.13 on (0.12b)
+    # gfx1151 is supported, so SDPA is fused there; with the pinned 2.12 (0.11.2b) it is experimental.
+    release = aotriton_release_for(caps.pytorch_series)
+    tier = aotriton_tier_for(caps.target, release)
+    gate = (f"AOTriton {release} classes {gfx} experimental, so PyTorch SDPA runs its math kernel "
             f"(unfused; on an H200 27x slower, 20x the memory at sequence 4096) unless {AOTRITON_EXPERIMENTAL_VAR}=1")
     if caps.flash_attn and caps.target.flash_attn_triton:
         if tier == "experimental":
@@ -167,10 +175,18 @@ def check_method(caps: Capabilities, method: str) -> Method:
     return method
 
 
-def sizing(target: GpuTarget, method: Method, zero3: bool) -> Sizing:
-    """Batch, accumulation and cutoff for a 7-8B model on ``target``'s memory."""
+def parse_gpu_memory(text: str) -> float:
+    """``--gpu-memory``: GiB, written ``48``, ``48G``, ``48GB`` or ``48GiB`` (a GPU's "48 GB" is 48 GiB of memory)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:g|gb|gib)?\s*", text, re.IGNORECASE)
+    if match is None or float(match.group(1)) <= 0:
+        raise InputError(f"--gpu-memory: '{text}' is no memory size", hint="give the GPU's memory, e.g. --gpu-memory 48GiB")
+    return float(match.group(1))
+
+
+def sizing(target: GpuTarget, method: Method, zero3: bool, memory_gib: float | None = None) -> Sizing:
+    """Batch, accumulation and cutoff for a 7-8B model on ``memory_gib`` (default: ``target``'s smallest product)."""
     state = STATE_GIB[method] / (ZERO3_GPUS if zero3 else 1)
-    free_gib = target.memory_gib - state - RESERVE_GIB
+    free_gib = (memory_gib or target.memory_gib) - state - RESERVE_GIB
     tokens = max(0.0, free_gib) * 1024 / MIB_PER_TOKEN
     # The longest cutoff that leaves room for two sequences, then as many sequences as fit.
     cutoff = max([c for c in CUTOFFS if 2 * c <= tokens], default=CUTOFFS[0])
@@ -217,6 +233,15 @@ class PresetRequest:
     template: str = DEFAULT_TEMPLATE
     dataset: str = DEFAULT_DATASET
     output: Path | None = None
+    # The GPU's memory (--gpu-memory); None: the table's memory_gib, that of the target's smallest product.
+    memory_gib: float | None = None
+
+
+def _memory_note(target: GpuTarget, memory_gib: float | None) -> str:
+    if memory_gib is not None:
+        return f"{memory_gib:g} GiB (--gpu-memory)"
+    return (f"{target.memory_gib} GiB, the GPU table's size for {target.gfx} ({', '.join(target.products)}); "
+            "--gpu-memory SIZE when yours differs")
 
 
 def make_preset(workspace: Workspace, request: PresetRequest, cwd: Path | None = None) -> Preset:
@@ -226,18 +251,20 @@ def make_preset(workspace: Workspace, request: PresetRequest, cwd: Path | None =
     method = check_method(caps, request.method)
     flash_attn, flash_reason = attention(caps)
     stage = (3 if method == "full" else 2) if caps.deepspeed else None
-    size = sizing(caps.target, method, zero3=stage == 3)
+    size = sizing(caps.target, method, zero3=stage == 3, memory_gib=request.memory_gib)
+    memory = request.memory_gib or caps.target.memory_gib
     yaml_path = _output_path(workspace, request, cwd)
     ds_path = yaml_path.with_name(f"{yaml_path.stem}.ds_z{stage}.json") if stage else None
     settings = _settings(caps, method, request, flash_attn, size, ds_path, cwd)
     notes = [f"flash_attn: {flash_attn} ({flash_reason})",
              f"{'bf16' if caps.target.bf16 else 'fp16'} mixed precision (GPU table: bf16 = {caps.target.bf16})",
              (f"batch {size.per_device_train_batch_size} x accumulation {size.gradient_accumulation_steps}, "
-             f"cutoff_len {size.cutoff_len}: sized for a 7-8B model on {caps.target.memory_gib} GiB ({caps.target.gfx})")]
+             f"cutoff_len {size.cutoff_len}: sized for a 7-8B model on "
+             f"{_memory_note(caps.target, request.memory_gib)}")]
     if ds_path is not None:
         notes.append(f"DeepSpeed ZeRO-{stage} config: {relative_path(ds_path, cwd)}")
     if not size.fits:
-        notes.append(f"warning: {caps.target.memory_gib} GiB is below what {method} of a 7-8B model needs "
+        notes.append(f"warning: {memory:g} GiB is below what {method} of a 7-8B model needs "
                      f"(~{STATE_GIB[method]:.0f} GiB of model state); use a smaller model or ZeRO-3 sharding")
     ds_text = json.dumps(deepspeed_config(stage), indent=2) + "\n" if stage else None
     return Preset(caps.environment, method, yaml_path, render_yaml(settings, _header(caps, method, notes)),

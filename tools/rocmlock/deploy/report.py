@@ -164,11 +164,22 @@ def _metric(value: float | None, flagged: bool, median: float | None) -> str:
     return text
 
 
-def _row(row: NodeRow, fleet: FleetReport) -> tuple[str, ...]:
+def _labels(fleet: FleetReport) -> dict[str, str]:
+    """Each report's name in the text: its node, and where several reports name the same node (VMs and
+    containers share a hostname) the environment's target and the report's file name too."""
+    seen: dict[str, int] = {}
+    for row in fleet.rows:
+        seen[row.report.node] = seen.get(row.report.node, 0) + 1
+    return {row.report.source: row.report.node if seen[row.report.node] == 1 else
+            f"{row.report.node} ({row.report.expected_arch or 'no target'}, {Path(row.report.source).name})"
+            for row in fleet.rows}
+
+
+def _row(row: NodeRow, fleet: FleetReport, labels: dict[str, str]) -> tuple[str, ...]:
     r = row.report
     verdict = row.verdict.upper() if row.verdict != "pass" else "pass"
     verdict += f" ({r.warnings} warn)" if r.warnings else ""
-    return (r.node, _gpu_cell(r), r.rocm or "-", verdict, ", ".join(r.failed) or "-",
+    return (labels[r.source], _gpu_cell(r), r.rocm or "-", verdict, ", ".join(r.failed) or "-",
             _metric(r.gemm_tflops, "gemm" in row.outliers, fleet.gemm_median),
             _metric(r.step_ms, "step" in row.outliers, fleet.step_median))
 
@@ -176,11 +187,12 @@ def _row(row: NodeRow, fleet: FleetReport) -> tuple[str, ...]:
 def render_fleet(fleet: FleetReport) -> str:
     """The fleet table, then the failure groups with evidence and fix, the outliers and the unreadable reports."""
     lines: list[str] = []
+    labels = _labels(fleet)
     if fleet.rows:
         header = ("node", "gpus", "rocm", "verdict", "failed checks", "gemm TF/s", "train ms/step")
-        lines += format_table([header, *(_row(row, fleet) for row in fleet.rows)])
+        lines += format_table([header, *(_row(row, fleet, labels) for row in fleet.rows)])
     for key, rows in fleet.groups:
-        names = [r.report.node for r in rows]
+        names = [labels[r.report.source] for r in rows]
         lines += ["", f"{len(names)} node(s) fail {', '.join(key)}: {', '.join(names)}"]
         first = {f.check: f for f in rows[0].report.failures}
         for check in key:
@@ -193,7 +205,7 @@ def render_fleet(fleet: FleetReport) -> str:
                        f"/ {fleet.min_ratio:g}: a throttled or faulty GPU; `amd-smi metric` shows clocks, power and "
                        "temperature):")]
         for row in slow:
-            lines.append(f"  {row.report.node}: {_outlier_text(row, fleet)}")
+            lines.append(f"  {labels[row.report.source]}: {_outlier_text(row, fleet)}")
     if fleet.unreadable:
         lines += ["", f"{len(fleet.unreadable)} report(s) not merged:"]
         lines += [f"  {u.source}: {u.reason}" for u in fleet.unreadable]

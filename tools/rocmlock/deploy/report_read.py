@@ -11,13 +11,14 @@ import json
 import math
 import os
 import re
-import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rocmlock.util.text import printable
+from rocmlock.errors import InputError
+from rocmlock.util.fs import open_regular
+from rocmlock.util.text import printable, printable_words
 
 PROBE = "rocm-env-check"
 # The newest report schema this rocmlock reads (tools/verify_env.py SCHEMA_VERSION).
@@ -25,10 +26,11 @@ SCHEMA = 1
 # A probe report is tens of kilobytes (the train check's losses included); far more is not one.
 MAX_BYTES = 8 * 1024 * 1024
 STATUSES = ("ok", "warn", "fail", "skipped")
-HOSTNAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})$")
-CHECK_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,80}$")
-GFX = re.compile(r"^gfx[0-9a-f]{2,6}$")
-VERSION = re.compile(r"^\d+(?:\.\d+){0,3}$")
+# Whole strings (fullmatch): `$` would accept a trailing newline, "gpu09\n", which splits the table's row.
+HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})")
+CHECK_ID = re.compile(r"[A-Za-z0-9_.:-]{1,80}")
+GFX = re.compile(r"gfx[0-9a-f]{2,6}")
+VERSION = re.compile(r"\d+(?:\.\d+){0,3}")
 # Where a report names the node's GPUs, best first: KFD's list (every GPU), rocminfo's agents, torch's devices.
 GPU_CHECKS = ("host.driver", "tools.rocminfo", "torch.arch")
 
@@ -88,13 +90,13 @@ def read_report(path: Path) -> NodeReport | Unreadable:
 
 def _read_bytes(path: Path) -> bytes:
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or never end
-            raise _Bad("not a regular file")
-        if st.st_size > MAX_BYTES:
-            raise _Bad(f"{st.st_size} bytes: larger than any probe report ({MAX_BYTES // 2**20} MiB)")
-        with open(path, "rb") as fh:
+        with open_regular(path, "") as fh:  # a FIFO or a device would block or never end
+            size = os.fstat(fh.fileno()).st_size
+            if size > MAX_BYTES:
+                raise _Bad(f"{size} bytes: larger than any probe report ({MAX_BYTES // 2**20} MiB)")
             data = fh.read(MAX_BYTES + 1)
+    except InputError:
+        raise _Bad("not a regular file") from None
     except OSError as exc:
         raise _Bad(f"cannot read: {exc.strerror}") from None
     if len(data) > MAX_BYTES:
@@ -121,6 +123,8 @@ def _decode(data: bytes) -> Mapping[str, Any]:
         raise _Bad(f"{truncated}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise _Bad("not a probe report: JSON nested too deeply") from None
+    except ValueError:  # int(): more digits than sys.get_int_max_str_digits() (4300), no probe's number
+        raise _Bad("not a probe report: a number of thousands of digits") from None
     if not isinstance(value, dict) or value.get("probe") != PROBE:
         raise _Bad(f"not a probe report: no \"probe\": \"{PROBE}\" object (write one with `rocm-env-check --json`)")
     return value
@@ -137,10 +141,11 @@ def _get(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what:
 def _parse(data: Mapping[str, Any], path: Path, source: str) -> NodeReport:
     schema = _get(data, "schema", int, "an integer")
     if schema > SCHEMA or schema < 1:
-        raise _Bad(f"schema {schema}: this rocmlock reads schema 1 to {SCHEMA} (upgrade rocmlock)")
+        shown = schema if abs(schema) < 10**9 else "of many digits"
+        raise _Bad(f"schema {shown}: this rocmlock reads schema 1 to {SCHEMA} (upgrade rocmlock)")
     checks = _checks(data)
     failed = _get(data, "failed", list, "a list of check ids")
-    if not all(isinstance(c, str) and CHECK_ID.match(c) for c in failed):
+    if not all(isinstance(c, str) and CHECK_ID.fullmatch(c) for c in failed):
         raise _Bad("key 'failed' must be a list of check ids")
     by_id = {c["id"]: c for c in checks}
     failures = tuple(_failure(c, by_id) for c in failed)
@@ -153,7 +158,7 @@ def _parse(data: Mapping[str, Any], path: Path, source: str) -> NodeReport:
         failures=failures,
         warnings=sum(c["status"] == "warn" for c in checks),
         gpus=_gpus(by_id),
-        expected_arch=arch if isinstance(arch, str) and GFX.match(arch) else None,
+        expected_arch=arch if isinstance(arch, str) and GFX.fullmatch(arch) else None,
         rocm=_rocm(data, by_id),
         gemm_tflops=_number(by_id, "bench.gemm", "tflops"),
         step_ms=_step_ms(by_id),
@@ -166,7 +171,7 @@ def _checks(data: Mapping[str, Any]) -> list[dict[str, Any]]:
         where = f"checks[{i}]."
         if not isinstance(c, dict):
             raise _Bad(f"key 'checks[{i}]' must be an object, got {type(c).__name__}")
-        if not CHECK_ID.match(_get(c, "id", str, "a check id", where)):
+        if not CHECK_ID.fullmatch(_get(c, "id", str, "a check id", where)):
             raise _Bad(f"key '{where}id' must be a check id (letters, digits, . _ : -)")
         if _get(c, "status", str, "a status", where) not in STATUSES:
             raise _Bad(f"key '{where}status' must be one of {', '.join(STATUSES)}")
@@ -178,19 +183,19 @@ def _checks(data: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _failure(check_id: str, by_id: Mapping[str, Mapping[str, Any]]) -> Failure:
     check = by_id.get(check_id, {})
     evidence, fix = check.get("evidence"), check.get("fix")
-    return Failure(check_id, printable(evidence) if isinstance(evidence, str) else "",
-                   printable(fix) if isinstance(fix, str) else "")
+    return Failure(check_id, printable_words(evidence) if isinstance(evidence, str) else "",
+                   printable_words(fix) if isinstance(fix, str) else "")
 
 
 def _node_name(data: Mapping[str, Any], path: Path) -> str:
     """The report's ``hostname``; a report without one (an older probe) is named by its file."""
     if "hostname" in data and data["hostname"] is not None:
         name = data["hostname"]
-        if not isinstance(name, str) or not HOSTNAME.match(name):
+        if not isinstance(name, str) or not HOSTNAME.fullmatch(name):
             raise _Bad("key 'hostname' must be a host name (letters, digits, . _ -)")
         return name
     stem = path.name.removesuffix(".json")
-    if not HOSTNAME.match(stem):
+    if not HOSTNAME.fullmatch(stem):
         raise _Bad("no 'hostname' key, and the file name is no host name to name the node by")
     return stem
 
@@ -208,7 +213,7 @@ def _gpus(by_id: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
         gfx = _data(by_id, check_id).get("gfx")
         if gfx is None:
             continue
-        if not isinstance(gfx, list) or not all(isinstance(g, str) and GFX.match(g) for g in gfx):
+        if not isinstance(gfx, list) or not all(isinstance(g, str) and GFX.fullmatch(g) for g in gfx):
             raise _Bad(f"key '{check_id}.data.gfx' must be a list of gfx targets")
         if gfx:
             return tuple(gfx)
@@ -218,7 +223,7 @@ def _gpus(by_id: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
 def _version(value: object, key: str) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not VERSION.match(value):
+    if not isinstance(value, str) or not VERSION.fullmatch(value):
         raise _Bad(f"key '{key}' must be a version (7.2.4)")
     return value
 
@@ -232,10 +237,13 @@ def _rocm(data: Mapping[str, Any], by_id: Mapping[str, Mapping[str, Any]]) -> st
 
 
 def _finite(value: object, key: str, check: Callable[[float], bool] = lambda x: x >= 0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not check(float(value)):
+    try:  # an integer too large for a float (10**400) overflows
+        number = None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+    except OverflowError:
+        number = None
+    if number is None or not math.isfinite(number) or not check(number):
         raise _Bad(f"key '{key}' must be a non-negative number")
-    return float(value)
+    return number
 
 
 def _number(by_id: Mapping[str, Mapping[str, Any]], check_id: str, key: str) -> float | None:

@@ -22,9 +22,9 @@ from rocmlock.util import slurm
 from rocmlock.util.fs import write_atomic
 from rocmlock.util.runner import Runner, format_argv, run_command
 
-_LABELED = re.compile(r"^\s*(\d+): ?(.*)$")
+_LABELED = re.compile(r"\s*(\d+): ?(.*)")
 # The probe's top-level key (json.dumps(indent=2, sort_keys=True)): two spaces in, not a key of a check's data.
-_HOST = re.compile(r'^  "hostname": "([^"\\]*)",?$')
+_HOST = re.compile(r'  "hostname": "([^"\\]*)",?')
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def split_labeled(text: str) -> tuple[dict[int, list[str]], list[str]]:
     tasks: dict[int, list[str]] = {}
     other: list[str] = []
     for line in text.splitlines():
-        match = _LABELED.match(line)
+        match = _LABELED.fullmatch(line)
         if match:
             tasks.setdefault(int(match.group(1)), []).append(match.group(2))
         elif line.strip():
@@ -74,8 +74,8 @@ def _names(stdout: dict[int, list[str]], ranks: Sequence[int]) -> dict[int, str]
     """A file name per task: the node's host name from its JSON when that is one and unique, else ``task-N``."""
     found: dict[int, str] = {}
     for rank in ranks:
-        host = next((m.group(1) for line in stdout.get(rank, []) if (m := _HOST.match(line))), "")
-        found[rank] = host if HOSTNAME.match(host) else ""
+        host = next((m.group(1) for line in stdout.get(rank, []) if (m := _HOST.fullmatch(line))), "")
+        found[rank] = host if HOSTNAME.fullmatch(host) else ""
     taken = [n for n in found.values() if n]
     return {rank: name if name and taken.count(name) == 1 else f"task-{rank}" for rank, name in found.items()}
 

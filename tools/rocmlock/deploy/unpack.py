@@ -20,24 +20,26 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 from rattler import RepoDataRecord
 
-from rocmlock.deploy.admit import DAMAGED, admit_directory, check_digests, extract
+from rocmlock.deploy.admit import DAMAGED, Admitted, admit_directory, check_digests, extract
 from rocmlock.deploy.audit import check_bundle_for_node
 from rocmlock.deploy.bundle import (
     CHANNEL_DIR,
     PIXI_PACK_FORMAT,
     PIXI_PACK_METADATA,
+    SIGNATURE,
     BundleMetadata,
     index_mismatch,
 )
 from rocmlock.deploy.pkgcheck import check_packages
+from rocmlock.deploy.signing import Signer
 from rocmlock.deploy.wheels import bundled_wheels, install_wheels
 from rocmlock.errors import InputError, OperationError, RocmlockError
-from rocmlock.host.node import node_problem, read_node
+from rocmlock.host.node import gpu_choice, node_problem, read_node
 from rocmlock.lock.exports import explicit_name, render_explicit
 from rocmlock.lock.lockfile import LockedPlatform
 from rocmlock.util.credentials import one_line, redact_text
@@ -51,6 +53,8 @@ MARKER = ".rocmlock-unpack-incomplete"
 PROBE_TIMEOUT_S = 1800.0
 
 Log = Callable[[str], None]
+# A bundle's signature: checked against --trusted-signers, carried but not checked, or absent.
+SignatureState = Literal["verified", "not checked", "none"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ class UnpackResult:
     node: str
     explicit: Path | None
     probe: ProbeOutcome | None
+    signature: SignatureState = "none"
+    signer: Signer | None = None
 
     @property
     def ok(self) -> bool:
@@ -86,7 +92,9 @@ class UnpackResult:
         return {"prefix": str(self.prefix), "environment": meta.environment, "platform": meta.platform,
                 "gpu_target": meta.gpu_target, "rocm_version": meta.rocm_version, "node": self.node,
                 "packages": [f"{p.name}-{p.version}-{p.build}" for p in meta.packages],
-                "explicit": None if self.explicit is None else str(self.explicit), "probe": probe, "ok": self.ok}
+                "explicit": None if self.explicit is None else str(self.explicit), "probe": probe, "ok": self.ok,
+                "signature": self.signature,
+                "signer": None if self.signer is None else {"principal": self.signer.principal, "key": self.signer.key}}
 
 
 def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bool = True,
@@ -109,10 +117,12 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
     _check_arguments(bundle, prefix, keep, root)
     fresh = _check_prefix(prefix, say)
     with scratch_dir(prefix.parent, SCRATCH, say) as scratch, \
-            _opened(bundle, keep, scratch, trusted_signers, say) as (where, meta, raw):
-        if trusted_signers is not None:
-            say(f"signature ok: the metadata is signed by a key of {trusted_signers}")
-        check_digests(where, meta, raw, bundle)
+            _opened(bundle, keep, scratch, trusted_signers, say) as (where, admitted):
+        meta = admitted.meta
+        signature = _signature_line(admitted, bundle, trusted_signers)
+        if signature:
+            say(signature)
+        check_digests(where, meta, admitted.raw, bundle)
         _check_platform(where, meta, bundle)
         _check_integrity(where, meta, bundle)
         say(f"bundle ok: {len(meta.packages)} packages of '{meta.environment}' ({meta.platform}), sha256 checked")
@@ -121,16 +131,36 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
         # Issue 25: the packages' GPU code against this node's GPUs (deploy/audit.py).
         say(check_bundle_for_node(where, meta, tuple(g.gfx for g in read_node(root, env).gpus), force))
         wheels = bundled_wheels(meta)
+        say(f"installing {len(meta.packages)} packages into {prefix}")
         _install(_records(where, meta), prefix, meta, fresh, scratch / "cache",
-                 then=(lambda: install_wheels(where, prefix, meta, scratch)) if wheels else None)
+                 then=(lambda: install_wheels(where, prefix, meta, scratch, fresh=fresh)) if wheels else None)
         pypi = f" and {len(wheels)} PyPI wheel(s)" if wheels else ""
         say(f"installed {len(meta.packages)} packages{pypi} into {prefix}")
         kept = bundle.absolute() if bundle.is_dir() else _keep(where, keep)
     explicit = _write_explicit(kept, meta, say) if kept is not None else None
+    if verify and meta.probe:
+        say(f"running {meta.probe} of the new environment")
     probe = _run_probe(prefix, meta, env) if verify and meta.probe else None
     if verify and not meta.probe:
         say(f"not verified: '{meta.environment}' has no rocm-env-check package (add it to the environment)")
-    return UnpackResult(prefix, meta, node, explicit, probe)
+    return UnpackResult(prefix, meta, node, explicit, probe, _signature_state(admitted), admitted.signer)
+
+
+def _signature_state(admitted: Admitted) -> SignatureState:
+    if admitted.signer is not None:
+        return "verified"
+    return "not checked" if admitted.signed else "none"
+
+
+def _signature_line(admitted: Admitted, shown: Path, signers: Path | None) -> str | None:
+    """What is known of the bundle's signature, for the log: who signed it, or that a signature was not checked
+    (an unsigned bundle installed without --trusted-signers says nothing: that is what was asked for)."""
+    if admitted.signer is not None:
+        return f"signature ok: the metadata is signed by {admitted.signer}, a key of {signers}"
+    if admitted.signed:
+        return (f"warning: {shown} carries a signature ({SIGNATURE}) that was NOT checked: unpack checks it only "
+                "with --trusted-signers FILE (an OpenSSH allowed_signers file naming your build hosts' keys)")
+    return None
 
 
 # ----------------------------------------------------------------------------- open
@@ -176,19 +206,19 @@ def _check_writable(path: Path, flag: str) -> None:
 
 @contextlib.contextmanager
 def _opened(bundle: Path, keep: Path | None, scratch: Path, signers: Path | None,
-            say: Log) -> Iterator[tuple[Path, BundleMetadata, bytes]]:
+            say: Log) -> Iterator[tuple[Path, Admitted]]:
     """The extracted bundle and its admitted metadata (:mod:`rocmlock.deploy.admit`): the bundle itself when
     it is a directory, else extracted into ``scratch`` (beside the prefix: a bundle of many GB may not fit in
     /tmp) or, for ``--extract-dir``, into a scratch directory beside that one, from where :func:`_keep` moves
     it once the install succeeded."""
     if bundle.is_dir():
-        yield bundle.absolute(), *admit_directory(bundle.absolute(), signers, scratch)
+        yield bundle.absolute(), admit_directory(bundle.absolute(), signers, scratch)
         return
     if keep is None:
-        yield scratch / "bundle", *extract(bundle, scratch / "bundle", signers, scratch)
+        yield scratch / "bundle", extract(bundle, scratch / "bundle", signers, scratch)
         return
     with scratch_dir(keep.parent, SCRATCH, say) as beside:
-        yield beside / "bundle", *extract(bundle, beside / "bundle", signers, scratch)
+        yield beside / "bundle", extract(bundle, beside / "bundle", signers, scratch)
 
 
 def _keep(where: Path, keep: Path | None) -> Path | None:
@@ -235,10 +265,12 @@ def _check_node(meta: BundleMetadata, root: Path, env: Mapping[str, str], force:
     """A line for the log; raises when the node cannot run the bundle (unless ``force``)."""
     if meta.gpu_target is None:
         return f"node check: '{meta.environment}' has no GPU target; nothing to check"
-    problem = node_problem(read_node(root, env), meta.gpu_target, meta.rocm_version)
+    node = read_node(root, env)
+    problem = node_problem(node, meta.gpu_target, meta.rocm_version)
     if problem is None:
         rocm = f", ROCm {meta.rocm_version}" if meta.rocm_version else ""
-        return f"node check: a {meta.gpu_target} GPU{rocm} found, as the bundle needs"
+        mixed = gpu_choice(node.gpus, meta.gpu_target)
+        return f"node check: a {meta.gpu_target} GPU{rocm} found, as the bundle needs" + (f"; {mixed}" if mixed else "")
     if force:
         return f"node check skipped (--force): {problem}"
     raise OperationError(problem, hint="--force installs anyway (the integrity check still runs)")

@@ -15,7 +15,7 @@ import os
 import posixpath
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,8 +87,14 @@ def bundled_wheels(meta: BundleMetadata) -> dict[str, str]:
     return {m: d for m, d in meta.files.items() if m.startswith(f"{PYPI_DIR}/")}
 
 
-def install_wheels(where: Path, prefix: Path, meta: BundleMetadata, scratch: Path) -> int:
-    """Install the bundle's wheels into ``prefix`` with pip, offline and hash-checked; returns how many."""
+def install_wheels(where: Path, prefix: Path, meta: BundleMetadata, scratch: Path, fresh: bool = False) -> int:
+    """Install the bundle's wheels into ``prefix`` with pip, offline and hash-checked; returns how many.
+
+    pip runs isolated from the node: no PIP_* or PYTHON* variable (an HPC module's PYTHONPATH would make pip
+    take a package as "already satisfied" from outside the prefix), no pip configuration, no user site; into a
+    ``fresh`` prefix with ``--ignore-installed`` (an environment being updated keeps pip's uninstall of the
+    versions it replaces). Afterwards every wheel's ``.dist-info`` must be in the prefix.
+    """
     wheels = bundled_wheels(meta)
     if not wheels:
         return 0
@@ -96,22 +102,62 @@ def install_wheels(where: Path, prefix: Path, meta: BundleMetadata, scratch: Pat
     if not python.exists():
         raise OperationError(f"{prefix}: the bundle has {len(wheels)} PyPI wheel(s) and the environment no "
                              "bin/python to install them into", hint="add python to the environment and pack again")
+    # Paths relative to the bundle (pip's cwd), the members' names checked plain (bundle.WHEEL_NAME): a '#' or
+    # ' -' in the directory above would start a comment or an option in a requirements line.
     requirements = scratch / "pypi-requirements.txt"
-    requirements.write_text("".join(f"{where / m} --hash=sha256:{d}\n" for m, d in sorted(wheels.items())))
-    argv = [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check", "install",
-            "--no-index", "--no-deps", "--require-hashes", "--only-binary=:all:", "--no-input", "-r",
-            str(requirements)]
-    # The node's pip configuration (an index, find-links, --user) has no say: the bundle's files only.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env.update({"PIP_CONFIG_FILE": "/dev/null", "PYTHONNOUSERSITE": "1"})
+    requirements.write_text("".join(f"./{m} --hash=sha256:{d}\n" for m, d in sorted(wheels.items())))
+    argv = [sys.executable, "-I", "-m", "pip", "--python", str(python), "--disable-pip-version-check", "install",
+            "--no-index", "--no-deps", "--require-hashes", "--only-binary=:all:", "--no-input",
+            *(["--ignore-installed"] if fresh else []), "-r", str(requirements)]
     try:
-        res = run_command(argv, env=env, timeout=PIP_TIMEOUT_S, check=False)
+        res = run_command(argv, env=_pip_env(os.environ), cwd=where, timeout=PIP_TIMEOUT_S, check=False)
     except CommandError as exc:
         raise OperationError(f"installing the PyPI wheels into {prefix}: {exc}") from None
     if not res.ok:
+        raise _pip_failure(prefix, res.stdout + res.stderr)
+    _check_installed(prefix, sorted(wheels))
+    return len(wheels)
+
+
+def _pip_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The node's environment without what changes pip or the environment's python: the bundle's files only."""
+    env = {k: v for k, v in environ.items() if not k.startswith(("PIP_", "PYTHON"))}
+    env.update({"PIP_CONFIG_FILE": os.devnull, "PYTHONNOUSERSITE": "1"})
+    return env
+
+
+def _pip_failure(prefix: Path, output: str) -> OperationError:
+    """pip's own ``ERROR:`` lines (a wheel it refuses: a path out of the prefix, an unknown ``.data``
+    directory, not a zip) and the fix for what failed."""
+    errors = [escape(line.strip())[:400] for line in output.splitlines() if line.startswith("ERROR:")]
+    if any("no such option: --python" in line for line in output.splitlines()):
+        return OperationError(f"installing the PyPI wheels into {prefix} failed: this pip has no --python option",
+                              hint="pip >= 22.3 is needed beside rocmlock (`python -m pip install -U pip`)")
+    if not errors:
         from rocmlock.deploy.installer import build_failure
 
-        raise OperationError(f"installing the PyPI wheels into {prefix} failed: "
-                             f"{build_failure(res.stdout + res.stderr)}",
-                             hint="pip >= 22.3 is needed beside rocmlock (`--python`)")
-    return len(wheels)
+        return OperationError(f"installing the PyPI wheels into {prefix} failed: {build_failure(output)}",
+                              hint="check the pip beside rocmlock (`python -m pip --version`: pip >= 22.3 is needed)")
+    if any("OSError" in line for line in errors):  # pip's "Could not install packages due to an OSError"
+        hint = f"check that {prefix} is writable and its disk has room"
+    else:
+        hint = ("pip refuses a wheel of the bundle: do not install it; find out where it came from (lock and pack "
+                "it again from an index you trust)")
+    return OperationError(f"installing the PyPI wheels into {prefix} failed: pip says: {' | '.join(errors[:3])}",
+                          hint=hint)
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _check_installed(prefix: Path, members: Sequence[str]) -> None:
+    """Every wheel's ``<name>-<version>.dist-info`` is in the prefix's site-packages: pip may call a package
+    "already satisfied" by a copy it found elsewhere and install nothing."""
+    found = {_canonical(p.name.removesuffix(".dist-info")) for p in prefix.glob("lib/python*/site-packages/*.dist-info")}
+    missing = [m for m in members if _canonical("-".join(posixpath.basename(m).split("-")[:2])) not in found]
+    if missing:
+        raise OperationError(f"installing the PyPI wheels into {prefix}: pip finished, and {len(missing)} wheel(s) "
+                             f"are not in the environment: {escape(', '.join(missing))}",
+                             hint="pip found them installed outside the environment (a .pth file of its "
+                                  "site-packages): remove that, then unpack again")

@@ -1,11 +1,17 @@
 """Finding device code: every ELF file with a ``.hip_fatbin`` section, every library split by TheRock's kpack and its
-``.kpack`` archives (:mod:`rocmlock.gpu.kpack`), every AMDGPU code object and every AOTriton
-kernel archive (``.aks2``) in a directory tree or a conda package (``.conda``: a zip holding ``pkg-*.tar.zst``;
-``.tar.bz2``), read without installing, and which of them can run on a GPU target.
+``.kpack`` archives (:mod:`rocmlock.gpu.kpack`), every AMDGPU code object, every code object file of ``hipcc
+--genco`` (an offload bundle file) and every AOTriton kernel archive (``.aks2``) in a directory tree or a conda
+package (``.conda``: a zip holding ``pkg-*.tar.zst``; ``.tar.bz2``), read without installing, and which
+of them can run on a GPU target.
 
-Files are read where they lie (mapped, only their headers and the section touched); a package's ELF members are
-copied one at a time to a private temporary file. A file that cannot be read is reported with the reason and
-counts as one that cannot run: an audit never passes over device code it could not read.
+Files are read where they lie (mapped, only their headers and the section touched); a package's members are read
+once as its archive streams by (:mod:`rocmlock.gpu.stream`), with bounded memory and nothing written. A file or
+directory that cannot be read is reported with the reason and counts as one that cannot run: an audit never passes
+over device code it could not read. :func:`classify` names the container from a file's first bytes;
+:func:`read_device_code` (a mapped file) and :func:`scan_stream` (a package's member) read each kind, so a new
+container is one kind, one test of its first bytes and one reader in each. A kpacked library is a host ELF like any
+other until its section headers are read (they lie at its end): both readers report it as ``kpack`` when it has a
+``.rocm_kpack_ref`` section, and :func:`with_kpack` then looks its archives up among the files found with it.
 """
 
 from __future__ import annotations
@@ -13,10 +19,9 @@ from __future__ import annotations
 import mmap
 import os
 import re
-import shutil
+import stat
 import struct
 import tarfile
-import tempfile
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -26,10 +31,13 @@ from typing import IO, Any, Literal
 from rocmlock.gpu import kpack
 from rocmlock.gpu.offload import (
     AKS2_LIMIT,
+    Buffer,
+    Bundle,
     OffloadError,
     TargetId,
     code_object_target,
     covers,
+    is_bundle_file,
     is_code_object,
     parse_target_id,
     printable,
@@ -39,13 +47,16 @@ from rocmlock.gpu.offload import (
     shown,
     sorted_names,
 )
+from rocmlock.gpu.stream import Readable, read_bundle_file, read_host_elf, read_kpack_archive
 
 SECTION = b".hip_fatbin"
-Kind = Literal["fatbin", "code-object", "aks2", "kpack", "kpack-archive"]
+# "unreadable": a file or directory that could not be read, so what it holds is not known.
+# "kpack": a host library split by kpack (its code is in archives); "kpack-archive": a ``.kpack`` archive.
+Kind = Literal["fatbin", "offload-bundle", "code-object", "aks2", "kpack", "kpack-archive", "unreadable"]
 # Kinds that are libraries: their code is the only code they can run (a kpacked one's is in its archives).
 _LIBRARY = ("fatbin", "kpack")
 # A build string's GPU target (``rocm72_gfx942_py312_h1a2b3c4_0``, ``gfx942`` for amdgpu-target itself).
-_BUILD_GFX = re.compile(r"(?:^|_)(gfx[0-9]+[0-9a-f]{2})(?:_|$)")
+_BUILD_GFX = re.compile(r"(?:^|_)(gfx[0-9]+[0-9a-f]{2})(?:_|\Z)")
 
 
 @dataclass(frozen=True)
@@ -90,66 +101,82 @@ def build_string_target(build: str) -> str | None:
 # ----------------------------------------------------------------------------- one file
 
 
+def classify(head: bytes) -> Kind | None:
+    """What holds device code in a file that starts with ``head`` (its first 64 bytes, or all of a shorter file):
+    ``fatbin`` for a host ELF (its ``.hip_fatbin`` section may hold bundles, or its ``.rocm_kpack_ref`` section make it
+    a ``kpack`` library: the readers tell, from its section headers), None for a file that has none."""
+    if head[:4] == b"AKS2":
+        return "aks2"
+    if head[:4] == kpack.ARCHIVE_MAGIC:
+        return "kpack-archive"
+    if is_bundle_file(head):
+        return "offload-bundle"
+    if is_code_object(head):
+        return "code-object"
+    if head[:4] == b"\x7fELF" and len(head) >= 64 and head[4:6] == b"\x02\x01":
+        return "fatbin"
+    return None  # not ELF, or a 32-bit or big-endian one: no HIP host library
+
+
 def scan_file(path: Path, shown_as: str) -> DeviceCode | None:
-    """The device code of the ELF file at ``path`` (None when it has none; non-ELF files have none)."""
+    """The device code of the file at ``path`` (None when it has none)."""
     try:
         with open(path, "rb") as f:
-            magic = f.read(4)
-            if magic == b"AKS2":
-                return _scan_aks2(f.read(16 + AKS2_LIMIT), shown_as)
-            if magic not in (b"\x7fELF", kpack.ARCHIVE_MAGIC):
+            head = f.read(64)
+            kind = classify(head)
+            if kind is None:
                 return None
-            size = os.fstat(f.fileno()).st_size
-            if size < 64 and magic != kpack.ARCHIVE_MAGIC:
-                return None
+            if kind == "aks2":
+                return _scan_aks2(head + f.read(16 + AKS2_LIMIT - len(head)), shown_as)
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                return _scan_elf(data, shown_as) if magic == b"\x7fELF" else _scan_kpack_archive(data, shown_as)
+                return read_device_code(data, kind, shown_as)
     except OSError as exc:
-        return DeviceCode(shown_as, "fatbin", error=f"cannot read it ({exc.strerror or exc})")
+        return DeviceCode(shown_as, "unreadable", error=f"cannot read it ({exc.strerror or exc})")
 
 
-def _scan_aks2(rest: bytes, name: str) -> DeviceCode:
-    try:
-        return DeviceCode(name, "aks2", read_aks2(b"AKS2" + rest))
-    except OffloadError as exc:
-        return DeviceCode(name, "aks2", error=str(exc))
-
-
-def _scan_elf(data: mmap.mmap, name: str) -> DeviceCode | None:
-    head = data[:64]
-    if is_code_object(head):
+def read_device_code(data: Buffer, kind: Kind, name: str) -> DeviceCode | None:
+    """The device code of a whole file of ``kind`` (:func:`classify`) held in ``data``."""
+    if kind == "kpack-archive":
+        return _kpack_archive(data, name)
+    if kind == "code-object":
         try:
-            return DeviceCode(name, "code-object", (code_object_target(head),))
+            return DeviceCode(name, kind, (code_object_target(data[:64]),))
         except OffloadError as exc:
-            return DeviceCode(name, "code-object", error=str(exc))
-    if head[4:6] != b"\x02\x01":
-        return None  # 32-bit or big-endian: no HIP host library
+            return DeviceCode(name, kind, error=str(exc))
     try:
-        # A kpacked library's code is in its archives: its .hip_fatbin, if any is left, is no longer loaded.
-        if _section(data, kpack.MARKER_SECTION) is not None:
-            return _scan_kpack_binary(data, name)
-        section = _section(data, SECTION)
-        if section is None:
+        if kind == "offload-bundle":  # hipcc --genco: the file is bundles, as a section is
+            bundles = read_fatbin(data)
+        elif _section(data, kpack.MARKER_SECTION) is not None:
+            # A kpacked library's code is in its archives: its .hip_fatbin, if any is left, is no longer loaded.
+            return _kpack_binary(lambda: kpack.read_marker(data, lambda wanted: _section(data, wanted)), name)
+        elif (section := _section(data, SECTION)) is None:
             return None
-        bundles = read_fatbin(data, section[0], section[1])
+        else:
+            bundles = read_fatbin(data, section[0], section[1])
     except OffloadError as exc:
-        return DeviceCode(name, "fatbin", error=str(exc))
+        return DeviceCode(name, kind, error=str(exc))
+    return _found(name, kind, bundles)
+
+
+def _found(name: str, kind: Kind, bundles: Iterable[Bundle]) -> DeviceCode:
+    bundles = tuple(bundles)
     targets = tuple(dict.fromkeys(t for b in bundles for t in b.targets))
-    return DeviceCode(name, "fatbin", targets, len(bundles),
-                      "" if targets else "a .hip_fatbin section with no AMDGPU code in it")
+    holder = "a .hip_fatbin section" if kind == "fatbin" else "an offload bundle file"
+    return DeviceCode(name, kind, targets, len(bundles), "" if targets else f"{holder} with no AMDGPU code in it")
 
 
-def _scan_kpack_binary(data: mmap.mmap, name: str) -> DeviceCode:
+def _kpack_binary(read: Callable[[], kpack.Marker | None], name: str) -> DeviceCode:
     try:
-        marker = kpack.read_marker(data, lambda wanted: _section(data, wanted))
+        marker = read()
     except OffloadError as exc:
         return DeviceCode(name, "kpack", error=str(exc))
     return DeviceCode(name, "kpack", kpack=marker)
 
 
-def _scan_kpack_archive(data: mmap.mmap, name: str) -> DeviceCode:
+def _kpack_archive(data: Buffer | Callable[[], kpack.Archive], name: str) -> DeviceCode:
+    """The ``.kpack`` archive in ``data`` (or the one a stream's reader returns) as a file with device code."""
     try:
-        archive = kpack.read_archive(data)
+        archive = data() if callable(data) else kpack.read_archive(data)
     except OffloadError as exc:
         return DeviceCode(name, "kpack-archive", error=str(exc))
     targets = []
@@ -181,16 +208,24 @@ def with_kpack(found: Iterable[DeviceCode], install_path: Callable[[str], str] =
     return out
 
 
-def _section(data: mmap.mmap, wanted: bytes) -> tuple[int, int] | None:
+def _scan_aks2(rest: bytes, name: str) -> DeviceCode:
+    try:
+        return DeviceCode(name, "aks2", read_aks2(rest))
+    except OffloadError as exc:
+        return DeviceCode(name, "aks2", error=str(exc))
+
+
+def _section(data: Buffer, wanted: bytes) -> tuple[int, int] | None:
     """``(start, end)`` in the file of the section named ``wanted``; OffloadError for headers that lie."""
     try:
-        shoff, = struct.unpack_from("<Q", data, 0x28)
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+        shoff, = struct.unpack("<Q", data[0x28:0x30])
+        shentsize, shnum, shstrndx = struct.unpack("<HHH", data[0x3A:0x40])
         if shnum == 0:
             return None  # no section headers: nothing to find
         if shentsize < 64 or shstrndx >= shnum or shoff + shnum * shentsize > len(data):
             raise OffloadError("truncated or damaged ELF file (its section headers are not all there)")
-        headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+        headers = [struct.unpack("<IIQQQQ", data[shoff + i * shentsize:shoff + i * shentsize + 40])
+                   for i in range(shnum)]
     except struct.error:
         raise OffloadError("truncated or damaged ELF file (its headers point past its end)") from None
     names = headers[shstrndx][4]
@@ -210,15 +245,31 @@ def _section(data: mmap.mmap, wanted: bytes) -> tuple[int, int] | None:
 
 
 def scan_tree(root: Path) -> list[DeviceCode]:
-    """Every file with device code under ``root`` (symlinks not followed, so each file once), sorted by path."""
+    """Every file with device code under ``root`` (symlinks not followed, so each file once), sorted by path. A
+    directory that cannot be listed, or an entry that cannot be looked at (mode bits, an ACL, a dying disk), is
+    an unreadable entry: its code is not known, so it cannot pass."""
     found: list[DeviceCode] = []
-    for dirpath, dirnames, filenames in os.walk(root):
+
+    def shown_path(path: Path) -> str:
+        return printable(path.relative_to(root).as_posix())
+
+    def unlisted(exc: OSError) -> None:
+        where = Path(exc.filename) if exc.filename else root
+        found.append(DeviceCode(shown_path(where) + "/", "unreadable",
+                                error=f"cannot list this directory ({exc.strerror or exc})"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlisted):
         dirnames.sort()
         for name in sorted(filenames):
             path = Path(dirpath) / name
-            if path.is_symlink() or not path.is_file():
+            try:
+                mode = path.lstat().st_mode
+            except OSError as exc:  # listed, but not looked at: a directory without search permission
+                found.append(DeviceCode(shown_path(path), "unreadable", error=f"cannot read it ({exc.strerror})"))
                 continue
-            code = scan_file(path, printable(path.relative_to(root).as_posix()))
+            if not stat.S_ISREG(mode):
+                continue
+            code = scan_file(path, shown_path(path))
             if code is not None:
                 found.append(code)
     return sorted(with_kpack(found), key=lambda c: c.path)
@@ -234,7 +285,11 @@ def scan_package(package: Path | IO[bytes], shown_as: str) -> list[DeviceCode]:
             with (tarfile.open(package, "r:bz2") if isinstance(package, Path)
                   else tarfile.open(fileobj=package, mode="r:bz2")) as bz2:
                 return with_kpack(_scan_tar(bz2))
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
+    except OSError as exc:
+        if exc.errno is not None:  # the node's disk or file system, not the package (bz2's damage has no errno)
+            raise
+        raise OffloadError(f"{shown(shown_as)}: not a readable conda package ({exc})") from None
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
         raise OffloadError(f"{shown(shown_as)}: not a readable conda package ({exc})") from None
     raise OffloadError(f"{shown(shown_as)}: not a conda package (.conda or .tar.bz2)")
 
@@ -255,26 +310,43 @@ def _scan_conda(package: Path | IO[bytes], shown_as: str) -> Iterator[DeviceCode
 
 
 def _scan_tar(tar: tarfile.TarFile) -> Iterator[DeviceCode]:
-    """The ELF (and AKS2) members of a package's tar, each copied to a private temporary file and scanned there."""
-    with tar, tempfile.TemporaryDirectory(prefix="rocmlock-audit-") as tmp:
-        scratch = Path(tmp) / "member"
+    """The members of a package's tar with device code, each read once as it streams by."""
+    with tar:
         for member in tar:
-            if not member.isfile() or member.size < 64:
+            if not member.isfile() or member.size < 8:
                 continue
             source = tar.extractfile(member)
             if source is None:
                 continue
             with source:
-                magic = source.read(4)
-                if magic not in (b"\x7fELF", b"AKS2", kpack.ARCHIVE_MAGIC):
-                    continue
-                with open(scratch, "wb") as out:
-                    out.write(magic)
-                    shutil.copyfileobj(source, out, 1 << 20)
-            code = scan_file(scratch, printable(member.name))
+                code = scan_stream(source, member.size, printable(member.name))
             if code is not None:
                 yield code
-        scratch.unlink(missing_ok=True)
+
+
+def scan_stream(source: Readable, size: int, shown_as: str) -> DeviceCode | None:
+    """The device code of a file of ``size`` bytes read once from ``source`` (gpu/stream.py): nothing is written
+    and memory is bounded, whatever the file's size."""
+    head = source.read(64)
+    kind = classify(head)
+    if kind is None:
+        return None
+    try:
+        if kind == "aks2":
+            return DeviceCode(shown_as, kind, read_aks2(head + source.read(16 + AKS2_LIMIT - len(head))))
+        if kind == "code-object":
+            return DeviceCode(shown_as, kind, (code_object_target(head),))
+        if kind == "kpack-archive":
+            return _kpack_archive(lambda: read_kpack_archive(source, size, head), shown_as)
+        bundles = (read_bundle_file(source, size, head) if kind == "offload-bundle"
+                   else read_host_elf(source, size, head))
+    except kpack.KpackError as exc:  # the marker of a kpacked library (read_host_elf)
+        return DeviceCode(shown_as, "kpack", error=str(exc))
+    except OffloadError as exc:
+        return DeviceCode(shown_as, kind, error=str(exc))
+    if isinstance(bundles, kpack.Marker):
+        return DeviceCode(shown_as, "kpack", kpack=bundles)
+    return None if bundles is None else _found(shown_as, kind, bundles)
 
 
 # ----------------------------------------------------------------------------- verdicts

@@ -230,31 +230,47 @@ class Archive:
 def read_archive(data: Buffer) -> Archive:
     """The TOC of the ``.kpack`` archive ``data`` (bytes or an mmap of the whole file), each entry's code object
     checked by its ELF header; KpackError when the archive is damaged."""
-    if len(data) < 16 or data[:4] != ARCHIVE_MAGIC:
+    toc = parse_toc(data[archive_header(data[:16], len(data)):len(data)])
+    return build_archive(toc, blob_reader(data, toc))
+
+
+def archive_header(head: bytes, size: int) -> int:
+    """Where the TOC of an archive of ``size`` bytes starting with ``head`` lies; KpackError for a bad header."""
+    if size < 16 or len(head) < 16 or head[:4] != ARCHIVE_MAGIC:
         raise KpackError("not a kpack archive (no KPAK header)")
-    version, toc_offset = struct.unpack("<IQ", data[4:16])
+    version, toc_offset = struct.unpack("<IQ", head[4:16])
     if version != 1:
         raise KpackError(f"kpack format version {version} (this reads version 1)")
-    if not 16 <= toc_offset < len(data):
-        raise KpackError(f"its TOC offset {toc_offset} is outside the file ({len(data)} bytes)")
-    if len(data) - toc_offset > TOC_LIMIT:
-        raise KpackError(f"a TOC of {len(data) - toc_offset} bytes (more than {TOC_LIMIT >> 20} MiB)")
+    if not 16 <= toc_offset < size:
+        raise KpackError(f"its TOC offset {toc_offset} is outside the file ({size} bytes)")
+    if size - toc_offset > TOC_LIMIT:
+        raise KpackError(f"a TOC of {size - toc_offset} bytes (more than {TOC_LIMIT >> 20} MiB)")
+    return int(toc_offset)
+
+
+def parse_toc(raw: bytes) -> dict[Any, Any]:
+    """An archive's TOC (the bytes from its TOC offset to its end) decoded; KpackError when it is damaged."""
     try:
-        toc = unpack(data[toc_offset:len(data)])[0]
+        toc = unpack(raw)[0]
     except KpackError as exc:
         raise KpackError(f"its TOC is damaged ({exc})") from None
     if not isinstance(toc, dict) or not isinstance(toc.get("toc"), dict):
         raise KpackError("its TOC is not a map with a 'toc' map")
+    return toc
+
+
+def build_archive(toc: Mapping[Any, Any], blob: Callable[[int], bytes | str]) -> Archive:
+    """The archive of a decoded TOC; ``blob`` gives a kernel ordinal's first 64 bytes or why there are none."""
     arches = toc.get("gfx_arches")
     names = tuple(a for a in arches if isinstance(a, str)) if isinstance(arches, list) else ()
     family = toc.get("gfx_arch_family")
-    blob = _blob_reader(data, toc)
     entries = {key: {arch: _entry_problem(meta, arch, blob) for arch, meta in per_arch.items() if isinstance(arch, str)}
                for key, per_arch in toc["toc"].items() if isinstance(key, str) and isinstance(per_arch, dict)}
     return Archive(names, family if isinstance(family, str) else "", entries)
 
 
-def _blob_reader(data: Buffer, toc: Mapping[Any, Any]) -> Callable[[int], bytes | str]:
+def blob_reader(data: Buffer, toc: Mapping[Any, Any],
+                 zstd: Callable[[Any, Any], Callable[[int], bytes | str]] | None = None) -> Callable[[int], bytes | str]:
     """A function from a kernel's ordinal to the first 64 bytes of its code object, or why there is none."""
     scheme = toc.get("compression_scheme")
     if scheme == "none":
@@ -274,16 +290,24 @@ def _blob_reader(data: Buffer, toc: Mapping[Any, Any]) -> Callable[[int], bytes 
 
         return plain
     if scheme == "zstd-per-kernel":
+        if zstd is not None:
+            return zstd(toc.get("zstd_offset"), toc.get("zstd_size"))
         return _zstd_reader(data, toc.get("zstd_offset"), toc.get("zstd_size"))
     raise KpackError(f"compression scheme '{shown(str(scheme))}' (this reads 'none' and 'zstd-per-kernel')")
 
 
+def check_zstd_blob(start: Any, size: Any, length: int) -> tuple[int, int]:
+    """``(start, end)`` of a TOC's zstd blob in a file of ``length`` bytes; KpackError when it is not inside it."""
+    if not isinstance(start, int) or not isinstance(size, int) or start < 0 or size < 4 or start + size > length:
+        raise KpackError(f"its zstd blob (offset {start}, {size} bytes) is not inside the file ({length} bytes)")
+    return start, start + size
+
+
 def _zstd_reader(data: Buffer, start: Any, size: Any) -> Callable[[int], bytes | str]:
-    if not isinstance(start, int) or not isinstance(size, int) or start < 0 or size < 4 or start + size > len(data):
-        raise KpackError(f"its zstd blob (offset {start}, {size} bytes) is not inside the file ({len(data)} bytes)")
+    start, end = check_zstd_blob(start, size, len(data))
     count = struct.unpack("<I", data[start:start + 4])[0]
     frames: list[tuple[int, int]] = []  # walked once, lazily: a u32 size before each frame
-    pos, end = start + 4, start + size
+    pos = start + 4
 
     def frame(ordinal: int) -> bytes | str:
         nonlocal pos
@@ -295,12 +319,14 @@ def _zstd_reader(data: Buffer, start: Any, size: Any) -> Callable[[int], bytes |
                 return f"zstd frame {len(frames)} runs past the end of its blob"
             frames.append((pos + 4, length))
             pos += 4 + length
-        return _zstd_head(data[frames[ordinal][0]:frames[ordinal][0] + frames[ordinal][1]])
+        return zstd_head(data[frames[ordinal][0]:frames[ordinal][0] + frames[ordinal][1]])
 
     return frame
 
 
-def _zstd_head(frame: bytes) -> bytes | str:
+def zstd_head(frame: bytes) -> bytes | str:
+    """The first 64 bytes a zstd frame decompresses to (a frame cut short after its first blocks will do), or why
+    there are none."""
     import zstandard
 
     try:

@@ -31,13 +31,14 @@ runs in either.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Literal, Protocol, cast
+from typing import IO, Any, Literal, NamedTuple, Protocol, cast
 
 PLAIN_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 COMPRESSED_MAGIC = b"CCOB"
@@ -212,6 +213,7 @@ class Bundle:
     targets: tuple[TargetId, ...]
 
 
+@functools.lru_cache(maxsize=256)
 def entry_target(entry_id: str) -> TargetId | None:
     """The target of a bundle entry id (``hipv4-amdgcn-amd-amdhsa--gfx942:xnack-``); None for another device
     (the host entry, nvptx). The id is ``<kind>-<triple>-<target id>`` with a four-part triple whose
@@ -249,24 +251,70 @@ class Buffer(Protocol):
 def read_fatbin(buf: Buffer, start: int = 0, end: int | None = None) -> tuple[Bundle, ...]:
     """Every bundle of the ``.hip_fatbin`` section ``buf[start:end]``, in order, offsets relative to ``start``;
     OffloadError naming the offset when one is damaged."""
-    end = len(buf) if end is None else end
     out: list[Bundle] = []
-    pos = _next_bundle(buf, start, end)
-    while pos is not None:
-        where = f"{'compressed ' if buf[pos:pos + 4] == COMPRESSED_MAGIC else ''}bundle at offset {pos - start}"
-        if buf[pos:pos + 4] == COMPRESSED_MAGIC:
-            bundle, size = _compressed(buf, pos, end, where)
-        else:
-            targets, size = _plain(_Reader(buf, pos, end), whole=True, where=where)
-            bundle = Bundle(pos, "", 0, targets)
-        out.append(Bundle(pos - start, bundle.compression, bundle.version, bundle.targets))
-        pos = _next_bundle(buf, pos + max(size, 1), end)
+    for found in iter_bundles(buf, start, len(buf) if end is None else end):
+        if isinstance(found.bundle, OffloadError):
+            raise found.bundle
+        out.append(Bundle(found.pos - start, found.bundle.compression, found.bundle.version, found.bundle.targets))
     return tuple(out)
 
 
+class Found(NamedTuple):
+    """A bundle magic at ``pos`` of a buffer: the bundle's size and what it holds, or why it cannot be read."""
+
+    pos: int
+    size: int
+    compressed: bool
+    bundle: Bundle | OffloadError
+
+
+def iter_bundles(buf: Buffer, start: int, end: int, *, go_on: bool = False) -> Iterator[Found]:
+    """Each bundle of ``buf[start:end]``, in order; after a damaged one it stops, or with ``go_on`` searches on
+    from the byte after its magic."""
+    pos = _next_bundle(buf, start, end)
+    while pos is not None:
+        compressed = buf[pos:pos + 4] == COMPRESSED_MAGIC
+        where = f"{'compressed ' if compressed else ''}bundle at offset {pos - start}"
+        try:
+            if compressed:
+                bundle, size = _compressed(buf, pos, end, where)
+            else:
+                targets, size = _plain(_Reader(buf, pos, end), whole=True, where=where)
+                bundle = Bundle(pos, "", 0, targets)
+        except OffloadError as exc:
+            yield Found(pos, 0, compressed, exc)
+            if not go_on:
+                return
+            pos = _next_bundle(buf, pos + 1, end)
+            continue
+        yield Found(pos, size, compressed, bundle)
+        pos = _next_bundle(buf, pos + max(size, 1), end)
+
+
 def _next_bundle(buf: Buffer, start: int, end: int) -> int | None:
-    found = [i for i in (buf.find(PLAIN_MAGIC, start, end), buf.find(COMPRESSED_MAGIC, start, end)) if i >= 0]
-    return min(found) if found else None
+    """The first bundle magic at or after ``start``. Searched in windows that double from 256 bytes to 1 MiB, so
+    finding a bundle costs in proportion to the gap before it: searching each magic to the section's end from
+    every bundle made a section of n bundles cost n times its size (issue 33)."""
+    lo, step = start, 256
+    while lo < end:
+        hi = min(end, lo + step)
+        found = [i for magic in (PLAIN_MAGIC, COMPRESSED_MAGIC)
+                 if (i := buf.find(magic, lo, min(end, hi + len(magic) - 1))) >= 0]
+        if found:
+            return min(found)
+        lo, step = hi, min(step * 2, 1 << 20)
+    return None
+
+
+def is_bundle_file(head: bytes) -> bool:
+    """True for the start of a code object file ``hipcc --genco`` writes (what ``hipModuleLoad`` takes besides a
+    bare AMDGPU ELF): a plain offload bundle, or a compressed one whose header names a known version and method."""
+    if head.startswith(PLAIN_MAGIC):
+        return True
+    if len(head) < 8 or not head.startswith(COMPRESSED_MAGIC):
+        return False
+    version, method = struct.unpack_from("<HH", head, 4)
+    return 1 <= version <= 3 and method in (0, 1)
 
 
 class _Reader:
@@ -286,15 +334,19 @@ class _Reader:
 def _plain(data: _Reader, whole: bool, where: str) -> tuple[tuple[TargetId, ...], int]:
     """The AMDGPU targets of the plain bundle at the start of ``data`` and its size (its furthest entry's end).
 
-    ``whole``: ``data`` holds the entire bundle (check the entries' code objects); otherwise only a prefix of a
-    decompressed bundle (ids only; the caller checks the entries against the size it declares).
+    ``whole``: ``data`` holds the entire bundle (check the entries' code objects, in the order they lie, so that a
+    stream is read forwards); otherwise only a prefix of a decompressed bundle (ids only; the caller checks the
+    entries against the size it declares).
     """
     count = _u64(data, len(PLAIN_MAGIC), where)
     if count > MAX_ENTRIES:
         raise OffloadError(f"{where}: claims {count} entries (more than {MAX_ENTRIES})")
-    pos, end, targets = len(PLAIN_MAGIC) + 8, 0, []
+    pos, end, entries = len(PLAIN_MAGIC) + 8, 0, []
     for _ in range(count):
-        offset, size, id_len = (_u64(data, pos + 8 * k, where) for k in range(3))
+        raw = data.read(pos, 24)
+        if len(raw) != 24:
+            raise OffloadError(f"{where}: its header runs past the end of the data")
+        offset, size, id_len = struct.unpack("<QQQ", raw)
         if id_len > MAX_ID:
             raise OffloadError(f"{where}: an entry id of {id_len} bytes (more than {MAX_ID})")
         raw_id = data.read(pos + 24, id_len)
@@ -307,12 +359,12 @@ def _plain(data: _Reader, whole: bool, where: str) -> tuple[tuple[TargetId, ...]
             raise OffloadError(f"{where}: entry '{shown(entry)}' claims {size} bytes at offset {offset}, "
                                "past the end of the section")
         target = entry_target(entry)
-        if target is None:
-            continue
-        if whole and size:
+        if target is not None:
+            entries.append((offset, size, entry, target))
+    if whole:
+        for offset, size, entry, target in sorted(e for e in entries if e[1]):
             _check_entry(data.read(offset, min(size, 64)), target, entry, where)
-        targets.append(target)
-    return tuple(targets), max(end, pos)
+    return tuple(e[3] for e in entries), max(end, pos)
 
 
 def _check_entry(header: bytes, target: TargetId, entry: str, where: str) -> None:
@@ -375,19 +427,23 @@ class _Stream(io.RawIOBase):
         return chunk
 
 
+class _Readable(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
 def _decompress(payload: _Reader, method: int, limit: int, where: str) -> bytes:
     """At most ``limit`` bytes from the start of the compressed ``payload``."""
+    # A small payload is read at once (the bundles of one kernel each are a few hundred bytes); a large one is
+    # pulled only as far as the decompressor needs.
+    source: _Readable = io.BytesIO(payload.read(0, len(payload))) if len(payload) <= 1 << 16 else _Stream(payload)
     try:
         if method == 0:
-            return _inflate(_Stream(payload), limit)
-        import zstandard
-
+            return _inflate(source, limit)
         # clang writes single-segment frames, whose window is the whole uncompressed bundle (hundreds of MB for a
         # large library), so the limit is zstd's own maximum (ZSTD_WINDOWLOG_MAX_64, 2 GiB). The window buffer is
         # allocated but only the pages the 1 MiB read writes are touched (a 2 GiB-window frame read this way peaks
         # at 13 MB resident).
-        source = cast(IO[bytes], _Stream(payload))
-        reader = zstandard.ZstdDecompressor(max_window_size=1 << 31).stream_reader(source)
+        reader = _zstd_decompressor().stream_reader(cast(IO[bytes], source))
         return b"".join(_chunks(reader, limit))
     except zlib.error as exc:
         raise OffloadError(f"{where}: cannot decompress it ({exc})") from None
@@ -397,7 +453,16 @@ def _decompress(payload: _Reader, method: int, limit: int, where: str) -> bytes:
         raise
 
 
-def _inflate(source: _Stream, limit: int) -> bytes:
+@functools.cache
+def _zstd_decompressor() -> Any:
+    """One decompressor for every bundle: making one per bundle (and its window) cost 20 us, most of the time of
+    a section of small bundles."""
+    import zstandard
+
+    return zstandard.ZstdDecompressor(max_window_size=1 << 31)
+
+
+def _inflate(source: _Readable, limit: int) -> bytes:
     inflater, out = zlib.decompressobj(), bytearray()
     while len(out) < limit:
         chunk = inflater.unconsumed_tail or source.read(1 << 16)
@@ -407,10 +472,6 @@ def _inflate(source: _Stream, limit: int) -> bytes:
         if inflater.eof:
             break
     return bytes(out)
-
-
-class _Readable(Protocol):
-    def read(self, size: int = ..., /) -> bytes: ...
 
 
 def _chunks(reader: _Readable, limit: int) -> Iterator[bytes]:

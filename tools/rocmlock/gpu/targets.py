@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rocmlock.errors import InputError, expect_type
+from rocmlock.gpu import amd
 from rocmlock.util.tables import check_keys, expect_choice, expect_match, key, read_toml
 
 NAME = "gpu_targets.toml"
@@ -27,13 +28,22 @@ _GFX = re.compile(r"gfx([0-9]+)([0-9a-f])([0-9a-f])")
 ROCM_SERIES = re.compile(r"[0-9]+\.[0-9]+")
 _STRINGS: dict[str, tuple[re.Pattern[str], str]] = {
     "isa": (re.compile(r"[0-9]+\.[0-9]+\.[0-9]+"), "the __amdgpu_arch version, major.minor.stepping in decimal"),
-    "family": (re.compile(r"[a-z]+[0-9]+(\.[0-9]+)?"), "the architecture family, e.g. cdna3 or rdna3.5"),
+    "architecture": (re.compile(r"[a-z]+[0-9]+(\.[0-9]+)?"), "AMD's architecture name, e.g. cdna3 or rdna3.5"),
+    # AMD's target hierarchy (rocm-bootstrap's family and sub-family bundle keys, TheRock's package names).
+    "family": (re.compile(r"gfx[0-9]+"), "the target's family in AMD's hierarchy (rocm-bootstrap), e.g. gfx9 or gfx11"),
+    "sub_family": (re.compile(r"gfx[0-9]+(x|_[0-9]+)"),
+                   "the target's sub-family in AMD's hierarchy (rocm-bootstrap), e.g. gfx9_4 or gfx115x"),
+    "generic": (re.compile(r"(gfx[0-9]+(-[0-9]+)?-generic)?"),
+                'the LLVM generic target that covers it, e.g. gfx11-generic, or "" for none'),
     "first_rocm": (ROCM_SERIES, "the first ROCm (major.minor) that supports the target, e.g. 6.0"),
     "bnb_first_rocm": (re.compile(r"([0-9]+\.[0-9]+)?"),
                        'the first ROCm (major.minor) of bitsandbytes\' ROCm build for it, or "" for none'),
 }
 _FLAGS = ("flash_attn_ck", "flash_attn_triton", "aotriton", "bf16")
-KEYS = ("isa", "family", "products", "first_rocm", "flash_attn_ck", "flash_attn_triton", "aotriton", "aotriton_tier",
+# rocm-bootstrap's XnackMode values.
+XNACK_MODES = ("supported", "unsupported", "default_on")
+KEYS = ("isa", "architecture", "family", "sub_family", "generic", "xnack", "products", "first_rocm", "flash_attn_ck",
+        "flash_attn_triton", "aotriton", "aotriton_tier",
         "bf16", "peak_bf16_tflops", "memory_gib", "bnb_first_rocm", "wavefront_size")
 AotritonTier = Literal["supported", "experimental", "none"]
 AOTRITON_TIERS: tuple[AotritonTier, ...] = ("supported", "experimental", "none")
@@ -41,7 +51,9 @@ AOTRITON_TIERS: tuple[AotritonTier, ...] = ("supported", "experimental", "none")
 AOTRITON_EXPERIMENTAL_VAR = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
 _RELEASE = re.compile(r"[0-9][0-9A-Za-z.+_-]*")
 # What to write for a key a row lacks (the comment at the top of gpu_targets.toml says what each means).
-_EXAMPLES = {"family": '"cdna3"', "products": '["MI300X"]', "first_rocm": '"6.0"',
+_EXAMPLES = {"architecture": '"cdna3"', "family": '"gfx9" (rocm-bootstrap\'s family)',
+             "sub_family": '"gfx9_4" (rocm-bootstrap\'s sub-family)',
+             "generic": '"gfx9-4-generic" ("" for none)', "xnack": '"supported" (or "unsupported", "default_on")', "products": '["MI300X"]', "first_rocm": '"6.0"',
              "peak_bf16_tflops": "1307.0 (0 = unknown)", "memory_gib": "192",
              "bnb_first_rocm": '"6.3" ("" = not supported)', "wavefront_size": "64 (CDNA) or 32 (RDNA)",
              "aotriton_tier": '{ "0.11.2b" = "supported" } (per AOTriton release: supported, experimental or none)',
@@ -54,7 +66,7 @@ class GpuTarget:
 
     gfx: str
     isa: str
-    family: str
+    architecture: str
     products: tuple[str, ...]
     first_rocm: str
     flash_attn_ck: bool
@@ -68,6 +80,11 @@ class GpuTarget:
     wavefront_size: int = 64
     # (AOTriton release, tier) pairs in table order: how that release classes the target.
     aotriton_tiers: tuple[tuple[str, AotritonTier], ...] = ()
+    # AMD's hierarchy (rocm-bootstrap): family (gfx11), sub-family (gfx115x), LLVM generic target ("" for none), xnack.
+    family: str = ""
+    sub_family: str = ""
+    generic: str = ""
+    xnack: str = "unsupported"
 
     def aotriton_tier(self, release: str) -> AotritonTier | None:
         """How AOTriton ``release`` classes this target; None when the table does not record that release."""
@@ -75,7 +92,7 @@ class GpuTarget:
 
     @property
     def is_rdna(self) -> bool:
-        return self.family.startswith("rdna")
+        return self.architecture.startswith("rdna")
 
     def supports_rocm(self, rocm_version: str) -> bool:
         """True when ROCm ``rocm_version`` (``"7.2"``) can target this GPU."""
@@ -113,6 +130,28 @@ def aotriton_release() -> str:
     ``rocmlock.build.aotriton``; here only read)."""
     path = Path(str(resources.files("rocmlock").joinpath("data/aotriton.toml")))
     return expect_match(read_toml(path).get("version"), _RELEASE, path, "version", "the AOTriton release, e.g. 0.11.2b")
+
+
+def aotriton_release_for(pytorch_series: str | None) -> str:
+    """The AOTriton release a PyTorch series (``"2.13"``) builds with: its row of data/aotriton.toml's
+    [pytorch_releases]; a series newer than every row takes the newest row, and none (or an older one) the pinned
+    release (validated by ``rocmlock.build.aotriton``; here only read)."""
+    path = Path(str(resources.files("rocmlock").joinpath("data/aotriton.toml")))
+    table = read_toml(path).get("pytorch_releases")
+    rows = sorted((version_tuple(s), str(r)) for s, r in table.items()) if isinstance(table, dict) else []
+    want = version_tuple(pytorch_series or "")
+    older = [release for series, release in rows if want and series <= want]
+    return older[-1] if older else aotriton_release()
+
+
+def aotriton_tier_for(target: GpuTarget, release: str) -> AotritonTier:
+    """How AOTriton ``release`` classes ``target``; an InputError naming the key when the table does not say."""
+    tier = target.aotriton_tier(release)
+    if tier is None:
+        raise InputError(f"{NAME}: key '{key(target.gfx, 'aotriton_tier')}' has no entry for AOTriton {release}",
+                         hint=f'add "{release}" = "supported" (or "experimental", "none") from AOTriton '
+                              f"{release}'s v3src/util.cc isArchExperimentallySupported()")
+    return tier
 
 
 def pinned_aotriton_tier(target: GpuTarget) -> AotritonTier:
@@ -165,9 +204,14 @@ def _target(path: Path, gfx: str, row: Any) -> GpuTarget:
         raise InputError(f"{path}: key '{key(gfx, 'isa')}' must be \"{isa}\" for {gfx} (major.minor.stepping in "
                          f"decimal), got {text['isa']!r}",
                          hint=f"write isa = \"{isa}\", or rename the table if {text['isa']} is the target's ISA")
+    xnack = expect_choice(row["xnack"], XNACK_MODES, path, key(gfx, "xnack"))
+    # The facts AMD's own table states too must be its (rocm-bootstrap: ISA, hierarchy, generic target, xnack).
+    amd.check_row(path, gfx, {**text, "xnack": xnack})
     flags = {name: expect_type(row[name], bool, path, key(gfx, name), "true or false") for name in _FLAGS}
     return GpuTarget(
-        gfx=gfx, isa=isa, family=text["family"], products=_products(path, gfx, row["products"]),
+        gfx=gfx, isa=isa, architecture=text["architecture"], family=text["family"], sub_family=text["sub_family"],
+        generic=text["generic"], xnack=xnack,
+        products=_products(path, gfx, row["products"]),
         first_rocm=text["first_rocm"], peak_bf16_tflops=_peak(path, gfx, row["peak_bf16_tflops"]),
         memory_gib=_memory(path, gfx, row["memory_gib"]), bnb_first_rocm=text["bnb_first_rocm"],
         wavefront_size=_wavefront(path, gfx, row["wavefront_size"]),

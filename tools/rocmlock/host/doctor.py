@@ -20,12 +20,13 @@ from pathlib import Path
 
 from rocmlock.gpu.targets import GpuTarget, all_targets, get_target, minor_version
 from rocmlock.host import rocm as rocm_host
-from rocmlock.host.doctor_components import check_magma, check_rocm_components
+from rocmlock.host.doctor_components import check_magma, check_rocm_components, check_therock
 from rocmlock.host.doctor_report import Check, DoctorReport, render_report
 from rocmlock.host.doctor_toolchain import (
     check_compiler,
     check_device_libs,
     check_gpu_driver,
+    check_gpus,
     check_hip_path,
     check_hip_platform,
     check_offload_arch,
@@ -199,6 +200,9 @@ def run_doctor(
     checks = [hip_check, check_rocm_version(version, source, rocm_wanted, build),
               check_device_libs(host, compiler, device_libs, how, build), check_hip_platform(host, build),
               check_gpu_driver(host)]
+    gpus = check_gpus(host, targets, build)
+    therock_check = check_therock(rocm, tuple(t.gfx for t in targets), build)
+    checks.extend(c for c in (gpus, therock_check) if c is not None)
     jobs = 1
     if build:
         resources = resources or detect_resources(workdir)

@@ -1,5 +1,5 @@
 """The doctor's checks of what the packages to build link from the host: ROCm's libraries
-(rocm_components.toml) and MAGMA for pytorch (``ROCMLOCK_MAGMA_HOME``)."""
+(rocm_components.toml), TheRock's packages where ROCm is TheRock's, and MAGMA for pytorch (``ROCMLOCK_MAGMA_HOME``)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from rocmlock.errors import InputError
-from rocmlock.host import magma
+from rocmlock.host import magma, therock
 from rocmlock.host import rocm as rocm_host
 from rocmlock.host.doctor_report import Check, Status
 
-__all__ = ["MAGMA_FIX", "check_magma", "check_rocm_components"]
+__all__ = ["MAGMA_FIX", "check_magma", "check_rocm_components", "check_therock"]
 
 
 def check_rocm_components(rocm: Path | None, packages: Iterable[str], required: bool = True) -> Check | None:
@@ -32,9 +32,50 @@ def check_rocm_components(rocm: Path | None, packages: Iterable[str], required: 
     # names the packages to install, rocm_components.toml the header each is found by.
     message = "; ".join(f"{pkg} needs {', '.join(c.name for c in cs)}" for pkg, cs in lacking.items())
     return Check("rocm-components", "fail" if required else "warn",
-                 f"missing under {rocm}/include: {message}",
-                 f"apt-get install {' '.join(sorted(c.debian for c in comps))} (Debian/Ubuntu), or AMD's "
-                 f"{' '.join(sorted(c.amd for c in comps))}")
+                 f"missing under {rocm}/include: {message}", _components_fix(rocm, comps))
+
+
+def _components_fix(rocm: Path | None, comps: set[rocm_host.Component]) -> str:
+    """How to install the missing components on the layout the ROCm at ``rocm`` has."""
+    layout = therock.layout_of(rocm) if rocm is not None else "amd"
+    if layout == "therock-python":
+        # Every component of the table is a ROCm library: rocm-sdk-libraries has its shared library,
+        # rocm-sdk-devel its headers (the dev components go to no other package: therock.py).
+        missing = [p for p in therock.missing_packages(rocm) if p != therock.CORE] if rocm else []
+        named = missing or [therock.DEVEL_PACKAGE]
+        return (f"TheRock's {' and '.join(named)} ({', '.join(sorted(c.name for c in comps))}): "
+                f"{therock.package_fix(named)}")
+    if layout == "therock-tarball":
+        return (f"this TheRock tree lacks {', '.join(sorted(c.name for c in comps))}: extract TheRock's full SDK "
+                "tarball of this release (therock-dist-linux-<family>-<version>.tar.gz holds every library and "
+                f"header), or install the Python packages: {therock.package_fix([therock.LIBRARIES, therock.DEVEL_PACKAGE])}")
+    return (f"apt-get install {' '.join(sorted(c.debian for c in comps))} (Debian/Ubuntu), or AMD's "
+            f"{' '.join(sorted(c.amd for c in comps))}")
+
+
+def check_therock(rocm: Path | None, targets: tuple[str, ...], build: bool) -> Check | None:
+    """TheRock's ROCm: on the Python packages, each package a build and a run on ``targets`` need
+    (rocm-sdk-core, rocm-sdk-libraries, rocm-sdk-devel, rocm-sdk-device-<gfx>); on both layouts, the targets the
+    tree was built for (``share/therock/dist_info.json``). None on another layout."""
+    if rocm is None or not therock.is_therock(rocm):
+        return None
+    what = f"TheRock's ROCm ({therock.layout_of(rocm)}) at {rocm}"
+    missing = therock.missing_packages(rocm, targets)
+    built = therock.dist_targets(rocm)
+    lacking = [t for t in targets if built is not None and t not in built]
+    if missing or lacking:
+        why = [f"{', '.join(missing)} not installed in {rocm.parent}"] if missing else []
+        if lacking:
+            why.append(f"built for {', '.join(built or ())}, not {', '.join(lacking)} (its libraries carry no "
+                       "kernels for them)")
+        # Headers and tools are what a build needs (a fail); device code is what a run on the GPU needs (a warning).
+        needed = any(not p.startswith("rocm-sdk-device-") for p in missing)
+        fix = therock.package_fix(missing) if missing else \
+            f"use TheRock's packages or tarball built for {', '.join(lacking)}"
+        return Check("therock", "fail" if build and needed else "warn", f"{what}: {'; '.join(why)}", fix)
+    installed = [therock.CORE, therock.LIBRARIES, therock.DEVEL_PACKAGE, *(f"rocm-sdk-device-{t}" for t in targets)]
+    said = f"; {', '.join(installed)} installed" if therock.is_python_tree(rocm) else ""
+    return Check("therock", "ok", what + said + (f"; built for {', '.join(built)}" if built else ""))
 
 
 MAGMA_FIX = ("apt-get install libmagma-rocm-dev where it is built for this ROCm (Debian sid's 2.9.0+ds-3 is ROCm 6's), "

@@ -14,12 +14,15 @@ from pathlib import Path
 
 from rocmlock.gpu.targets import GpuTarget, version_tuple
 from rocmlock.host import rocm as rocm_host
+from rocmlock.host import therock
 from rocmlock.host.doctor_report import Check, Status
+from rocmlock.host.node import KFD_NODES, gpu_choice, rattler_pick, read_gpus
 from rocmlock.host.rocm import HIP_HEADER, Host, holds_device_libs, holds_header
 from rocmlock.util.runner import CommandResult
 
 __all__ = [
-    "KERNEL", "check_compiler", "check_device_libs", "check_gpu_driver", "check_hip_path", "check_hip_platform",
+    "KERNEL", "check_compiler", "check_device_libs", "check_gpu_driver", "check_gpus", "check_hip_path",
+    "check_hip_platform",
     "check_offload_arch", "check_rocm_version", "compiler_verdict", "find_compiler",
 ]
 
@@ -54,6 +57,17 @@ def check_hip_path(host: Host, build: bool, device_libs: Path | None = None) -> 
     if candidate == rocm_host.DEFAULT_ROCM:
         return Check("hip-path", "ok", f"HIP_PATH/ROCM_PATH unset; the default {candidate} holds {HIP_HEADER}"), \
             candidate
+    if candidate is not None and therock.is_python_tree(candidate):
+        # rocm-build-env.sh and the rocm-version activation ask `rocm-sdk path --root` too and export it.
+        return Check("hip-path", "ok", f"HIP_PATH/ROCM_PATH unset; TheRock's Python packages: `rocm-sdk path "
+                     f"--root` is {candidate}, which holds {HIP_HEADER}"), candidate
+    if host.find(therock.ROCM_SDK):
+        # TheRock's packages are this environment's ROCm, but without rocm-sdk-devel there is nothing to build with.
+        used = f"; the ROCm at {candidate} would be used instead" if candidate else ""
+        return Check("hip-path", "fail" if build else "warn",
+                     f"{therock.ROCM_SDK} is on PATH but `rocm-sdk path --root` names no ROCm tree: "
+                     f"{therock.DEVEL_PACKAGE} (the headers and tools) is not installed{used}",
+                     therock.package_fix([therock.DEVEL_PACKAGE])), candidate
     if candidate is not None and rocm_host.is_distro_layout(candidate):
         # The compiler's and CMake's default search paths include /usr: nothing needs the variables, and
         # rocm-build-env.sh / the rocm-version activation export them (with HIP_DEVICE_LIB_PATH) where needed.
@@ -211,6 +225,32 @@ def check_offload_arch(host: Host, compiler: str | None, env: Mapping[str, str],
     return Check(name, "fail", f"cannot compile for {target.gfx}: {verdict}",
                  f"run: HIP_PLATFORM=amd {Path(compiler).name} --offload-arch={target.gfx} -c probe.hip")
 
+
+
+def check_gpus(host: Host, targets: tuple[GpuTarget, ...], build: bool) -> Check | None:
+    """Every GPU KFD lists, against the targets checked: None on a host without GPUs (``gpu-driver`` says so).
+
+    Off a build host (``build`` False) a node none of whose GPUs is a target fails; a node with GPUs of several
+    targets warns, naming what rattler and the CEP draft report as ``__amdgpu_arch`` there (:mod:`rocmlock.host.node`).
+    A build host compiles for any target, so its GPUs only inform.
+    """
+    gpus = read_gpus(host.sysroot)
+    if not gpus:
+        return None
+    wanted = [t.gfx for t in targets]
+    present = [g for g in wanted if any(gpu.gfx == g for gpu in gpus)]
+    listed = ", ".join(g.describe() for g in gpus)
+    if wanted and not present and not build:
+        pick = rattler_pick(gpus) or gpus[0]
+        return Check("gpus", "fail", f"{listed}; the environments checked are for {', '.join(wanted)}: "
+                     "none of them runs on this node",
+                     f"use the environment built for {pick.gfx} (`rocmlock doctor --target {pick.gfx}`, "
+                     f"`pixi install -e <env for {pick.gfx}>`)")
+    mixed = gpu_choice(gpus, present[0] if len(present) == 1 else None)
+    if mixed:
+        return Check("gpus", "ok" if build else "warn", mixed,
+                     "" if build else "pin each job to the GPUs of its environment's target (HIP_VISIBLE_DEVICES)")
+    return Check("gpus", "ok", f"{listed} (/{KFD_NODES})")
 
 
 def check_gpu_driver(host: Host) -> Check:

@@ -1,10 +1,18 @@
 """What a node offers a bundle: its GPUs' gfx targets (from KFD's sysfs topology) and its ROCm version.
 
+A node may hold GPUs of different targets (an MI300X beside an MI210, a workstation's Radeon beside its APU).
+Each GPU's compute units are read too (``simd_count / simd_per_cu``), because the two rules that pick one GPU to
+stand for the node in ``__amdgpu_arch`` disagree there: rattler (conda/rattler#2806,
+crates/rattler_virtual_packages/src/amdgpu.rs ``select_device``) takes the GPU with the most compute units, ties
+to the highest ISA; the CEP draft (conda/ceps#189, "the highest AMDGPU ISA version among the detected devices")
+takes the highest ISA. :func:`gpu_choice` says what each picks.
+
 The GPUs are read the way the post-install probe reads them (tools/verify_env.py ``check_driver``; the probe
 is standalone and imports nothing of ours, so the few lines are repeated here):
 ``/sys/class/kfd/kfd/topology/nodes/*/properties`` ``gfx_target_version`` (0 for CPU nodes). ROCm is found
-as doctor finds it (:mod:`rocmlock.host.rocm`: ``$HIP_PATH`` / ``$ROCM_PATH`` / ``/opt/rocm`` / a
-distribution's ``/usr``; the version from ``.info/version``, rocm-core's header or ``hipconfig``). ``root``
+as doctor finds it (:mod:`rocmlock.host.rocm`: ``$HIP_PATH`` / ``$ROCM_PATH`` / ``rocm-sdk path --root`` /
+``/opt/rocm`` / a distribution's ``/usr``; the version from ``.info/version``, rocm-core's header or ``hipconfig``);
+TheRock's runtime packages without a devel tree by ``rocm-sdk version``. ``root``
 stands for ``/`` so tests (and a container with the host mounted) can show another machine.
 """
 
@@ -16,17 +24,30 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmlock.gpu.targets import all_targets, minor_version
-from rocmlock.host.rocm import Host, discover_prefix, find_version, holds_header
+from rocmlock.host import therock
+from rocmlock.host.rocm import Host, discover_prefix, find_version, holds_header, sdk_runtime
 
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 
 
 @dataclass(frozen=True)
 class Gpu:
-    """One KFD GPU node: its index among the GPUs and its gfx target."""
+    """One KFD GPU node: its index among the GPUs (as HIP_VISIBLE_DEVICES counts them), its gfx target, its ISA
+    version (``gfx_target_version`` decoded: gfx90a is (9, 0, 10)) and its compute units (None: KFD did not say)."""
 
     index: int
     gfx: str
+    isa: tuple[int, int, int] = (0, 0, 0)
+    compute_units: int | None = None
+
+    @property
+    def isa_version(self) -> str:
+        """The ``__amdgpu_arch`` version of this GPU: ``9.4.2``, ``9.0.10``, ``11.0.0``."""
+        return ".".join(str(p) for p in self.isa)
+
+    def describe(self) -> str:
+        units = f", {self.compute_units} CUs" if self.compute_units is not None else ""
+        return f"GPU {self.index} {self.gfx} ({self.isa_version}{units})"
 
 
 @dataclass(frozen=True)
@@ -48,18 +69,58 @@ def _node_index(path: Path) -> int:
     return int(path.parent.name) if path.parent.name.isdigit() else 1 << 30
 
 
+def _property(text: str, name: str) -> int | None:
+    m = re.search(rf"^{name}\s+(\d+)\s*$", text, re.MULTILINE)
+    return int(m.group(1)) if m else None
+
+
 def read_gpus(root: Path) -> tuple[Gpu, ...]:
     """The GPU nodes KFD lists below ``root``, in node order (CPU nodes report gfx_target_version 0)."""
-    gfx: list[str] = []
+    found: list[tuple[int, int | None]] = []
     for props in sorted((root / KFD_NODES).glob("*/properties"), key=_node_index):
         try:
             text = props.read_text(errors="replace")
         except OSError:
             continue
-        m = re.search(r"^gfx_target_version\s+(\d+)", text, re.MULTILINE)
-        if m and int(m.group(1)):
-            gfx.append(gfx_from_kfd_version(int(m.group(1))))
-    return tuple(Gpu(i, g) for i, g in enumerate(gfx))
+        value = _property(text, "gfx_target_version")
+        if value:
+            simds, per_cu = _property(text, "simd_count"), _property(text, "simd_per_cu")
+            found.append((value, simds // per_cu if simds is not None and per_cu else None))
+    return tuple(Gpu(i, gfx_from_kfd_version(v), (v // 10000 % 100, v // 100 % 100, v % 100), units)
+                 for i, (v, units) in enumerate(found))
+
+
+def rattler_pick(gpus: tuple[Gpu, ...]) -> Gpu | None:
+    """The GPU rattler (and pixi on it) reports as ``__amdgpu_arch``: most compute units (an unknown count below
+    any known one), ties to the highest ISA (conda/rattler#2806, amdgpu.rs ``select_device``)."""
+    return max(gpus, key=lambda g: (g.compute_units is not None, g.compute_units or 0, g.isa), default=None)
+
+
+def cep_pick(gpus: tuple[Gpu, ...]) -> Gpu | None:
+    """The GPU the CEP draft reports as ``__amdgpu_arch``: the highest ISA version (conda/ceps#189)."""
+    return max(gpus, key=lambda g: g.isa, default=None)
+
+
+def gpu_choice(gpus: tuple[Gpu, ...], gpu_target: str | None = None) -> str | None:
+    """On a node with GPUs of more than one target, a line naming every GPU, the ``__amdgpu_arch`` that rattler
+    and the CEP draft report, and for ``gpu_target`` the GPUs it runs on; None on a node of one target."""
+    if len({g.gfx for g in gpus}) < 2:
+        return None
+    rattler, cep = rattler_pick(gpus), cep_pick(gpus)
+    assert rattler is not None and cep is not None
+    line = (f"GPUs of {len({g.gfx for g in gpus})} targets: {', '.join(g.describe() for g in gpus)}; "
+            f"__amdgpu_arch is {rattler.isa_version} ({rattler.gfx}) for rattler/pixi (most compute units, "
+            f"conda/rattler#2806) and {cep.isa_version} ({cep.gfx}) under the CEP draft (highest ISA, "
+            "conda/ceps#189)")
+    mine = [g for g in gpus if g.gfx == gpu_target]
+    if not mine:
+        return line
+    line += f"; {gpu_target} is GPU {', '.join(str(g.index) for g in mine)}: export HIP_VISIBLE_DEVICES=" \
+            f"{','.join(str(g.index) for g in mine)} so the environment uses only those"
+    if rattler.gfx != gpu_target:
+        line += (f"; a solver that detects __amdgpu_arch refuses the {gpu_target} packages here: install with "
+                 f"CONDA_OVERRIDE_AMDGPU_ARCH={mine[0].isa_version}")
+    return line
 
 
 def _rocm_prefix(root: Path, env: Mapping[str, str], host: Host) -> Path | None:
@@ -81,6 +142,13 @@ def read_node(root: Path, env: Mapping[str, str]) -> Node:
     Below another root no command of this host runs: its ``hipconfig`` would describe this host."""
     host = Host(env) if root == Path("/") else Host(env, which=lambda _name, _path: None)
     prefix = _rocm_prefix(root, env, host)
+    if root == Path("/") and not any(env.get(v) for v in ("HIP_PATH", "ROCM_PATH")) \
+            and (prefix is None or not therock.is_python_tree(prefix)):
+        # TheRock's runtime packages without rocm-sdk-devel (all a node that only runs needs): no tree to name,
+        # but `rocm-sdk version` says which ROCm the environment's PyTorch will load.
+        runtime = sdk_runtime(host)
+        if runtime is not None:
+            return Node(read_gpus(root), Path(runtime[0]), runtime[1])
     version, _source = find_version(host, prefix)
     return Node(read_gpus(root), prefix, version)
 
@@ -100,8 +168,10 @@ def node_problem(node: Node, gpu_target: str | None, rocm_version: str | None) -
                 "unpack it on a GPU node (is the amdgpu driver loaded?)")
     if not any(g.gfx == gpu_target for g in node.gpus):
         seen = ", ".join(f"GPU {g.index} is {g.gfx}" for g in node.gpus)
-        return (f"{seen}; the bundle was built for {wanted}: pack the environment of this node's target "
-                f"(`rocmlock pack -e <env for {node.gpus[0].gfx}>`)")
+        # On a node of several targets, the one rattler would solve for (the most compute units) is the one to pack.
+        pick = rattler_pick(node.gpus) or node.gpus[0]
+        return (f"{seen}; the bundle was built for {wanted}, which is none of them: pack the environment of this "
+                f"node's target (`rocmlock pack -e <env for {pick.gfx}>`)")
     if rocm_version is None:
         return None
     if node.rocm_version is None:

@@ -1,5 +1,10 @@
-"""Where the host's ROCm is, which version it is, and where its device libraries are, on both layouts users have.
+"""Where the host's ROCm is, which version it is, and where its device libraries are, on every layout users have.
 
+- TheRock's Python packages (ROCm 7.14 and later, ``pip install 'rocm[libraries,devel]'``): the tree
+  ``rocm-sdk path --root`` prints (``<site-packages>/_rocm_sdk_devel``), laid out like /opt/rocm; a TheRock tarball
+  is that same tree wherever it was extracted (:mod:`rocmlock.host.therock` has the sources). A ``rocm-sdk`` on PATH
+  wins over /opt/rocm: it is the ROCm of the active environment, the one its PyTorch (rocm7.14 wheels find ROCm
+  through RPATH in the same site-packages) runs on.
 - AMD's packages: ``/opt/rocm-X.Y.Z`` (``/opt/rocm`` links to it) with ``.info/version``, ``lib/llvm/bin/clang``
   and ``amdgcn/bitcode``.
 - A distribution's (Debian/Ubuntu, ROCm 7.2.4 in Debian experimental): ROCm in ``/usr``, no ``.info/version``
@@ -28,6 +33,7 @@ from typing import Any
 
 from rocmlock.errors import InputError, expect_type
 from rocmlock.gpu.targets import version_tuple
+from rocmlock.host import therock
 from rocmlock.util.runner import CommandError, CommandResult, Runner, run_command
 from rocmlock.util.tables import check_keys, did_you_mean, expect_match, expect_unique, key, read_toml
 
@@ -49,6 +55,8 @@ class Host:
     runner: Runner = run_command
     which: Which = field(default=lambda name, path: shutil.which(name, path=path))
     kfd: Path = Path("/dev/kfd")
+    # Stands for / where /sys is read (the GPUs in KFD's topology), so tests can describe another machine.
+    sysroot: Path = Path("/")
 
     def find(self, name: str) -> str | None:
         return self.which(name, self.env.get("PATH", os.defpath))
@@ -61,9 +69,9 @@ class Host:
         except CommandError:
             return None
 
-    def output(self, argv: list[str]) -> str | None:
+    def output(self, argv: list[str], timeout: float = 60.0) -> str | None:
         """A probe command's stripped stdout, ``None`` when it fails or prints nothing."""
-        res = self.run(argv)
+        res = self.run(argv, timeout=timeout)
         return res.stdout.strip() if res is not None and res.ok and res.stdout.strip() else None
 
 
@@ -106,8 +114,34 @@ def _hipconfig(host: Host, prefix: Path | None) -> str | None:
     return host.find("hipconfig")
 
 
+# The first `rocm-sdk path --root` unpacks the devel tarball (gigabytes): give it time.
+SDK_TIMEOUT_S = 600.0
+
+
+def sdk_root(host: Host) -> Path | None:
+    """The devel tree of TheRock's Python packages (``rocm-sdk path --root``) when it holds ROCm, else None."""
+    exe = host.find(therock.ROCM_SDK)
+    out = host.output([exe, "path", "--root"], timeout=SDK_TIMEOUT_S) if exe else None
+    root = Path(out.splitlines()[-1].strip()) if out else None
+    return root if root is not None and root.is_absolute() and holds_header(root) else None
+
+
+def sdk_runtime(host: Host) -> tuple[str, str] | None:
+    """(``rocm-sdk`` command, ROCm version) of TheRock's Python packages on PATH, devel tree or not: a node that only
+    runs needs rocm-sdk-core and -libraries, whose version ``rocm-sdk version`` prints (the ``rocm`` package's, PEP
+    440: ``7.14.0``, ``7.13.0a20260430`` is 7.13, which is the ROCm release). None without ``rocm-sdk``."""
+    exe = host.find(therock.ROCM_SDK)
+    out = host.output([exe, "version"]) if exe else None
+    parts = version_tuple(out.splitlines()[-1].strip()) if out else ()
+    return (exe, ".".join(str(p) for p in parts[:3])) if exe and len(parts) >= 2 else None
+
+
 def discover_prefix(host: Host) -> Path | None:
-    """Where ROCm is when HIP_PATH/ROCM_PATH do not say: /opt/rocm, else ``hipconfig --path``, else /usr."""
+    """Where ROCm is when HIP_PATH/ROCM_PATH do not say: ``rocm-sdk path --root``, else /opt/rocm, else
+    ``hipconfig --path``, else /usr."""
+    sdk = sdk_root(host)
+    if sdk is not None:
+        return sdk
     if holds_header(DEFAULT_ROCM):
         return DEFAULT_ROCM
     hipconfig = host.find("hipconfig")
@@ -149,6 +183,9 @@ def find_version(host: Host, prefix: Path | None) -> tuple[str | None, str]:
         version = _version_from_header(prefix)
         if version:
             return version, f"{prefix}/{VERSION_HEADER}"
+    runtime = sdk_runtime(host) if prefix is not None and therock.is_python_tree(prefix) else None
+    if runtime is not None:
+        return runtime[1], "rocm-sdk version"
     hipconfig = _hipconfig(host, prefix)
     out = host.output([hipconfig, "--version"]) if hipconfig else None
     if out and version_tuple(out.splitlines()[-1]):

@@ -1,7 +1,8 @@
 """Locking: ``rocmlock lock``/``export`` as one pipeline (``pipeline``: select, stamp, read, solve, assemble,
 render, write), the solve (``solve``), pixi.lock v7 read and written (``lockfile``), pixi's satisfiability rules
 (``satisfy``), the manifest stamp (``stamp``) and the no-op answer it gives without loading rattler (``noop``,
-``result``, ``generated``), conda exports (``exports``) and the atomic output set (``outputs``).
+``result``, ``generated``), conda exports (``exports``; conda-lock.yml: ``condalock``), pixi's lock diff and
+pixi-diff-to-markdown's tables (``diff``) and the atomic output set (``outputs``).
 
 May import: rocmlock.errors, rocmlock.util, rocmlock.gpu, rocmlock.workspace.
 """

@@ -17,6 +17,7 @@ from pathlib import Path
 from rattler import PackageRecord, RepoDataRecord
 
 from rocmlock.errors import InputError
+from rocmlock.lock.condalock import CONDA_LOCK_NAME, render_conda_lock
 from rocmlock.lock.generated import HEADER
 from rocmlock.lock.lockfile import UNSAFE_HINT, LockedPlatform, pin_problem, record_problem
 from rocmlock.util.credentials import redact_url
@@ -119,7 +120,8 @@ def render_environment_yml(env: str, channels: Sequence[str], platform: LockedPl
     if other_platforms:
         lines.append(f"# other platforms: {', '.join(other_platforms)} (see conda-<platform>.lock)")
     lines += _skipped_comment(skipped)
-    lines += [*YML_NOTES, *_pip_notes(records, pins), f"name: {env}", "channels:"]
+    # `channels:` alone is null; an environment with no channels (pixi accepts `channels = []`) gets a list.
+    lines += [*YML_NOTES, *_pip_notes(records, pins), f"name: {env}", "channels:" if channels else "channels: []"]
     lines += [f"  - {redact_url(c).rstrip('/')}" for c in channels]
     # conda 26.7 (conda/env/env.py, dependencies_validation) wants a list: `dependencies:` alone is null.
     lines.append("dependencies:" if records or pins else "dependencies: []")
@@ -176,9 +178,11 @@ def render_exports(envs_dir: Path, env: str, channels: Sequence[str],
                    platforms: Sequence[LockedPlatform],
                    records: Mapping[str, Sequence[RepoDataRecord]],
                    pypi: Mapping[str, Sequence[PypiPin]] | None = None, indexes: PypiIndexes = DEFAULT_INDEXES,
-                   skipped: Mapping[str, Sequence[SourcePackage]] | None = None) -> dict[Path, str]:
-    """Every export file of ``env``: environment.yml (first platform), one explicit file per platform
-    and, where the lock holds PyPI packages, one requirements file per platform."""
+                   skipped: Mapping[str, Sequence[SourcePackage]] | None = None,
+                   gpu_target: str | None = None) -> dict[Path, str]:
+    """Every export file of ``env``: environment.yml (first platform), one explicit file per platform,
+    conda-lock.yml where its format can hold the environment (:mod:`rocmlock.lock.condalock`) and, where the lock
+    holds PyPI packages, one requirements file per platform."""
     out: dict[Path, str] = {}
     pypi, skipped = pypi or {}, skipped or {}
     present = [p for p in platforms if p.name in records]
@@ -196,6 +200,10 @@ def render_exports(envs_dir: Path, env: str, channels: Sequence[str],
             env, plat, records[plat.name], req, skipped.get(plat.name, ()))
         if req:
             out[envs_dir / env / req] = render_requirements_file(env, plat, pins, indexes)
+    conda_lock = render_conda_lock(env, channels, present, records, gpu_target,
+                                   [p.name for p in present if pypi.get(p.name)])
+    if conda_lock is not None:
+        out[envs_dir / env / CONDA_LOCK_NAME] = conda_lock
     return out
 
 

@@ -34,6 +34,7 @@ from rattler.lock.package import CondaLockedBinaryPackage
 
 from rocmlock.errors import InputError
 from rocmlock.util.credentials import has_query, mask_queries, redact_url, refuse_query
+from rocmlock.util.fs import read_regular
 from rocmlock.util.text import escape, line_problem
 from rocmlock.workspace.model import Environment
 from rocmlock.workspace.pixi_compat import customised_virtual_packages, format_virtual_package
@@ -116,19 +117,36 @@ def render_lockfile(locked: LockedWorkspace) -> str:
         return out.read_text()
 
 
+# A pixi.lock of hundreds of environments and platforms is tens of MB; far more is no lock (a link to /dev/zero).
+LOCK_LIMIT = 256 << 20
+
+
+def lock_bytes(path: Path) -> bytes:
+    """The bytes of the lock at ``path``: a regular file (a FIFO would hang the reader, ``/dev/zero`` fill the
+    memory) of at most :data:`LOCK_LIMIT` bytes, else an InputError (exit 2)."""
+    try:
+        return read_regular(path, LOCK_LIMIT, "a lock is a file",
+                            hint="put the lock file itself there (`git checkout pixi.lock`), or remove it and run "
+                                 "`rocmlock lock`")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the lock file: {exc.strerror}") from None
+
+
 def read_lockfile(path: Path) -> LockedWorkspace | None:
-    """Read ``path`` back; None when it does not exist. A lock rattler cannot parse is an input error."""
+    """Read ``path`` back; None when it does not exist. A lock rattler cannot parse is an input error, and so is
+    one that is no regular file or is too large (:func:`lock_bytes`), found before rattler opens it."""
     if not path.exists():
         return None
+    data = lock_bytes(path)
     try:
         lock = LockFile.from_path(path)
     except (ParseCondaLockError, OSError, ValueError) as exc:
-        raise unreadable_lock(path, str(exc)) from None
-    return _from_lockfile(lock, path, _environment_options(path))
+        raise unreadable_lock(path, str(exc), data) from None
+    return _from_lockfile(lock, path, _environment_options(data))
 
 
 # What git writes around each side of a conflict (git-merge(1), "HOW CONFLICTS ARE PRESENTED"; diff3 adds |||||||).
-_CONFLICT = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(?: |$)")
+_CONFLICT = re.compile(r"(<{7}|\|{7}|={7}|>{7})(?: |\Z)")
 DISCARD_HINT = "`rocmlock lock --discard-lock` re-solves every environment from pixi.toml"
 
 
@@ -137,7 +155,7 @@ def conflict_markers(text: str) -> list[tuple[int, str]]:
     return [(n, m[1]) for n, line in enumerate(text.splitlines(), 1) if (m := _CONFLICT.match(line))]
 
 
-def unreadable_lock(path: Path, parser_error: str) -> InputError:
+def unreadable_lock(path: Path, parser_error: str, data: bytes | None = None) -> InputError:
     """One line saying what is wrong with the lock at ``path`` (merge conflict markers, a YAML syntax error's line
     and column, or what rattler's parser reports) and a hint that works. Never "delete it": a lock with PyPI or
     source packages can only be made again by pixi, and a lock kept gives ``rocmlock lock`` its pins back."""
@@ -146,9 +164,11 @@ def unreadable_lock(path: Path, parser_error: str) -> InputError:
                           hint="it was written by a newer pixi than this py-rattler reads: upgrade py-rattler, or lock "
                                "with a pixi that writes format 7")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        what = exc.strerror if isinstance(exc, OSError) else f"not UTF-8 text (byte {exc.start})"
+        text = (lock_bytes(path) if data is None else data).decode("utf-8")
+    except InputError as exc:
+        return exc
+    except UnicodeDecodeError as exc:
+        what = f"not UTF-8 text (byte {exc.start})"
         return InputError(f"{path}: cannot read the lock file: {what}",
                           hint=f"restore it (`git checkout pixi.lock`), then `rocmlock lock`; or {DISCARD_HINT}")
     markers = conflict_markers(text)
@@ -188,7 +208,7 @@ def count_pins(path: Path) -> int:
     try:
         locked = read_lockfile(path)
     except InputError:
-        text = path.read_bytes().decode("utf-8", "replace")
+        text = lock_bytes(path).decode("utf-8", "replace")
         return len(re.findall(r"^\s+- (?:conda|pypi): ", text, flags=re.MULTILINE))
     if locked is None:
         return 0
@@ -249,14 +269,14 @@ def _check_strings(path: Path, where: str, records: Sequence[RepoDataRecord], pi
 
 
 
-def _environment_options(path: Path) -> dict[str, dict[str, str]]:
-    """Each environment's ``options:`` in ``path`` (py-rattler 0.28 reads them but does not expose them).
+def _environment_options(raw: bytes) -> dict[str, dict[str, str]]:
+    """Each environment's ``options:`` in the lock's bytes ``raw`` (py-rattler 0.28 reads them but does not expose them).
 
     Only the ``environments:`` block is parsed, less each environment's ``packages:`` list (its bulk); rattler
-    has already read the whole file, so it is well-formed YAML."""
+    has already read the whole file, so it is well-formed YAML (and UTF-8)."""
     kept: list[str] = []
     inside = skipping = False
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in raw.decode("utf-8", "replace").splitlines():
         if line[:1] not in ("", " ", "-", "#"):  # a top-level key
             inside, skipping = line.rstrip() == "environments:", False
         elif inside and line.strip() and len(line) - len(line.lstrip(" ")) <= 4:

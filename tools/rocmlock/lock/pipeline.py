@@ -18,6 +18,7 @@ from rattler import RepoDataRecord
 
 from rocmlock.errors import InputError, OperationError
 from rocmlock.lock import stamp
+from rocmlock.lock.diff import Explicit, LockDiff, PackageType, diff_lock_files, diff_locks, lock_packages
 from rocmlock.lock.exports import render_exports
 from rocmlock.lock.lockfile import (
     LockedEnvironment,
@@ -44,6 +45,7 @@ from rocmlock.lock.solve import (
 )
 from rocmlock.lock.stamp import default_cache_dir
 from rocmlock.util.credentials import redact_url
+from rocmlock.util.fs import open_regular
 from rocmlock.workspace.manifest import load_workspace
 from rocmlock.workspace.model import Environment, Workspace
 from rocmlock.workspace.pixi_compat import channel_base_url, is_local_channel
@@ -211,15 +213,20 @@ def render_outputs(ws: Workspace, locked: LockedWorkspace, envs: Iterable[Enviro
         # conda reads a relative channel path against the current directory, so exports name it absolutely.
         channels = [channel_base_url(c, ws.root) if is_local_channel(c) else c for c in lenv.channels]
         files.update(render_exports(ws.root / ENVS_DIR, env.name, channels, plats, lenv.records,
-                                    lenv.pypi, env.pypi_indexes, lenv.sources))
+                                    lenv.pypi, env.pypi_indexes, lenv.sources,
+                                    env.gpu_target.gfx if env.gpu_target else None))
     return files
 
 
 def _stale(files: dict[Path, str]) -> tuple[Path, ...]:
     def differs(path: Path, text: str) -> bool:
+        # Bytes, not text: an old file that is not UTF-8 (a lock `--discard-lock` replaces) just differs; read
+        # no further than the new text, and never from a FIFO or device (that would hang).
+        data = text.encode()
         try:
-            return path.read_text() != text
-        except OSError:
+            with open_regular(path, "") as fh:
+                return fh.read(len(data) + 1) != data
+        except (OSError, InputError):
             return True
 
     return tuple(sorted(p for p, t in files.items() if differs(p, t)))
@@ -234,6 +241,31 @@ def _finish(ws: Workspace, files: dict[Path, str], changes: list[Change], solved
         commit(ws.root, {p: files[p] for p in changed}, removed)
     return LockResult(ws.path, files, stale, tuple(changes), tuple(solved), bool(stale) and not check, reasons,
                       warnings=tuple(warnings), removed=removed)
+
+
+def explicit_marks(envs: Sequence[Environment]) -> Explicit:
+    """pixi's ``explicit``: a conda package the environment's manifest dependencies name on that platform (rocmlock
+    models no PyPI dependencies of its own to mark)."""
+    named = {(e.name, p.name): {d.name.lower() for d in e.dependencies_for(p)} for e in envs for p in e.platforms}
+
+    def explicit(env: str, platform: str, kind: PackageType, name: str) -> bool:
+        return kind == "conda" and name in named.get((env, platform), ())
+
+    return explicit
+
+
+def pixi_diff(envs: Sequence[Environment], before: str | None, after: str, lock_path: Path) -> LockDiff:
+    """pixi's diff from the lock text ``before`` (None: no readable lock) to ``after``."""
+    old = lock_packages(before, str(lock_path)) if before is not None else None
+    return diff_locks(old, lock_packages(after, str(lock_path)), explicit_marks(envs))
+
+
+def diff_workspace_locks(old: Path, new: Path, manifest_path: str | Path | None = None) -> LockDiff:
+    """``rocmlock diff``: pixi's diff between two lock files, ``explicit`` marked from ``manifest_path``'s
+    pixi.toml when one is given."""
+    if manifest_path is None:
+        return diff_lock_files(old, new)
+    return diff_lock_files(old, new, explicit_marks(load_workspace(existing_manifest(manifest_path)).environments()))
 
 
 def _check_update_names(ws: Workspace, old: LockedWorkspace | None, update: Sequence[str] | None) -> None:
@@ -272,18 +304,21 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
         return _lock_held(manifest, environments, platforms, update, check, cache_dir, discard_lock)
 
 
-def _previous(ws: Workspace, discard: bool) -> tuple[LockedWorkspace | None, LockedWorkspace | None, int | None]:
-    """The previous lock to keep pins from, the one to report changes against, and the pins ``discard`` drops."""
+def _previous(ws: Workspace, discard: bool
+              ) -> tuple[LockedWorkspace | None, LockedWorkspace | None, int | None, str | None]:
+    """The previous lock to keep pins from, the one to report changes against, the pins ``discard`` drops, and
+    the text of the one reported against (None: none)."""
+    path = ws.root / LOCK_NAME
     if not discard:
         old = _read_lock(ws)
-        return old, old, None
-    if not (ws.root / LOCK_NAME).exists():
-        return None, None, 0
+        return old, old, None, None if old is None else path.read_text()
+    if not path.exists():
+        return None, None, 0, None
     try:  # a readable lock still tells what moved; an unreadable one is replaced whole
         before = _read_lock(ws)
     except InputError:
         before = None
-    return None, before, count_pins(ws.root / LOCK_NAME)
+    return None, before, count_pins(path), None if before is None else path.read_text()
 
 
 def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Sequence[str] | None,
@@ -297,7 +332,7 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
     # unchanged one means the whole lock is complete and satisfied, whatever this run selects.
     if update is None and not discard and (same := unchanged(manifest, cache)) is not None:
         return same
-    old, before, discarded = _previous(ws, discard)
+    old, before, discarded, before_text = _previous(ws, discard)
     _check_update_names(ws, old, update)
     kept, jobs, reasons = _plan(ws, envs, names, plats, old, update)
     if discard:
@@ -313,7 +348,8 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
     if everything and not check:
         stamp.record(cache, manifest, files)
     missing = tuple((e.name, p.name) for e in envs for p in e.platforms if locked.records(e.name, p.name) is None)
-    return replace(result, not_locked=missing, discarded=discarded)
+    diff = pixi_diff(envs, before_text, files[ws.root / LOCK_NAME], ws.root / LOCK_NAME)
+    return replace(result, not_locked=missing, discarded=discarded, diff=diff)
 
 
 def _source_packages(lock_path: Path, locked: LockedWorkspace, envs: Sequence[Environment],

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rocmlock.lock.diff import LockDiff, diff_json, diff_markdown
 from rocmlock.util import fs as fsutil
 
 # An environment and a platform of it, by name.
@@ -50,6 +51,9 @@ class LockResult:
     removed: tuple[Path, ...] = ()
     # ``--discard-lock``: how many locked packages of the previous pixi.lock were dropped (None: not discarded).
     discarded: int | None = None
+    # pixi's diff of pixi.lock, from the lock before this run to the one it wrote (or would write): empty when
+    # the lock does not change (rocmlock.lock.diff).
+    diff: LockDiff = field(default_factory=dict, hash=False)
 
     @property
     def up_to_date(self) -> bool:
@@ -65,13 +69,19 @@ class LockResult:
             lines += [f"{env} [{plat}]", *(f"  {c.line()}" for c in changes)]
         return lines
 
+    def markdown(self) -> str:
+        """The lock's changes as the markdown table pixi-diff-to-markdown makes of :meth:`to_json`."""
+        return diff_markdown(self.diff)
+
     def to_json(self) -> dict[str, Any]:
-        """The result as plain data (``--json``): changes per environment and platform, stale files."""
+        """The result as plain data (``--json``): pixi's diff (``version``, ``environment``: what ``pixi update
+        --json`` prints, so pixi-diff-to-markdown reads it), then rocmlock's own keys (changes, stale files)."""
         envs: dict[str, dict[str, list[dict[str, str | None]]]] = defaultdict(lambda: defaultdict(list))
         for c in self.changes:
             envs[c.environment][c.platform].append({"kind": c.kind, "name": c.name, "old": c.old, "new": c.new})
         root = self.manifest.parent
         return {
+            **diff_json(self.diff),
             "manifest": str(self.manifest),
             "up_to_date": self.up_to_date,
             "written": self.written,

@@ -91,12 +91,21 @@ def virtual_packages_for(env: Environment, platform: Platform) -> tuple[VirtualP
 
 def make_job(ws: Workspace, env: Environment, platform: Platform,
              locked: Sequence[RepoDataRecord] = ()) -> SolveJob:
-    """The solve of ``env`` on ``platform``; ``locked`` are the previous lock's records (kept when possible)."""
+    """The solve of ``env`` on ``platform``; ``locked`` are the previous lock's records (kept when possible).
+
+    An environment with no channels (pixi accepts ``channels = []``) is refused only when it has dependencies on
+    ``platform``: with none there is nothing to solve, and its lock entry is empty, as pixi writes it."""
+    specs = tuple(d.matchspec() for d in env.dependencies_for(platform))
+    if specs and not env.channels:
+        names = ", ".join(sorted({d.name for d in env.dependencies_for(platform)}))
+        raise InputError(f"{ws.path}: environment '{env.name}' has dependencies on platform '{platform.name}' "
+                         f"({names}) but no channels to solve them from",
+                         hint="name the channels in [workspace] channels = [...] (or in a feature of the environment)")
     return SolveJob(
         key=(env.name, platform.name),
         platform=platform,
         channels=tuple(ws.channel_url(c) for c in env.channels),
-        specs=tuple(d.matchspec() for d in env.dependencies_for(platform)),
+        specs=specs,
         virtual_packages=virtual_packages_for(env, platform),
         channel_priority=env.channel_priority,
         target=env.gpu_target,
@@ -138,10 +147,7 @@ async def _solve_one(job: SolveJob, gateway: Gateway) -> list[RepoDataRecord]:
             channel_priority=_PRIORITY[job.channel_priority], constraints=constraints or None,
         )
     except SolverError as exc:
-        raise OperationError(
-            f"cannot solve {job.describe()}:\n{redact_text(str(exc), _secrets(job))}",
-            hint="relax the dependency versions, or build/publish the missing package for this target",
-        ) from None
+        raise Unsolvable(job, redact_text(str(exc), _secrets(job))) from None
     except GatewayError as exc:
         text = redact_text(str(exc), _secrets(job))
         if BARE_304 in text:
@@ -179,6 +185,31 @@ class NotRevalidated(OperationError):
     """A channel answered a revalidation with a 304 that rattler cannot match to its cache."""
 
 
+class Unsolvable(OperationError):
+    """One environment x platform has no solution; ``explanation`` is rattler's text (secrets removed)."""
+
+    def __init__(self, job: SolveJob, explanation: str) -> None:
+        super().__init__(f"cannot solve {job.describe()}")
+        self.job = job
+        self.explanation = explanation
+
+
+def unsolvable(failures: Sequence[Unsolvable]) -> OperationError:
+    """One error naming every environment x platform that failed, rattler's explanation of each below it, and
+    what to do: see the plan of those environments, build and publish what their target lacks, or relax a pin."""
+    failures = sorted(failures, key=lambda f: f.job.key)
+    what = " and ".join(f.job.describe() for f in failures)
+    details = tuple(line for f in failures
+                    for line in (f"{f.job.describe()}:", *(f"  {ln}" for ln in f.explanation.splitlines() if ln.strip())))
+    envs = " ".join(f"-e {env}" for env in dict.fromkeys(f.job.key[0] for f in failures))
+    gpu = any(f.job.target is not None for f in failures)
+    missing = "for that GPU target " if gpu else ""
+    hint = (f"`rocmlock plan {envs} --channel <channel>` lists the package variants these need and which the "
+            f"channel lacks; build the missing ones {missing}with `rocmlock build {envs}` and add them with "
+            "`rocmlock publish --to <channel>`, or relax the version in pixi.toml that no package matches")
+    return OperationError(f"cannot solve {what}", hint=hint, details=details)
+
+
 async def _gather(jobs: Sequence[SolveJob], gateway: Gateway) -> list[list[RepoDataRecord] | BaseException]:
     # return_exceptions: let every solve finish before reporting, so no task outlives the event loop.
     return await asyncio.gather(*(_solve_one(job, gateway) for job in jobs), return_exceptions=True)
@@ -196,6 +227,9 @@ async def _solve_all(jobs: Sequence[SolveJob], cache_dir: Path) -> list[list[Rep
         results = await _gather(jobs, Gateway(cache_dir=cache, client=client,
                                               default_config=SourceConfig(cache_action="no-cache")))
     errors = [r for r in results if isinstance(r, BaseException)]
+    failed = [e for e in errors if isinstance(e, Unsolvable)]
+    if failed and len(failed) == len([e for e in errors if "coalesced request" not in str(e)]):
+        raise unsolvable(failed)  # every environment that cannot be solved, not only the first
     if errors:
         # Solves that waited on another's fetch of the same repodata see only "a coalesced request failed"
         # (rattler's gateway); report the one that saw why it failed (a 401, say).

@@ -15,7 +15,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rocmlock import __version__
+from rocmlock.errors import InputError
 from rocmlock.util import fs as fsutil
+
+# More than any manifest or lock (rocmlock.lock.lockfile.LOCK_LIMIT): such a file is read by the slow path, which
+# says what is wrong with it.
+_LIMIT = 256 << 20
 
 
 def _stamp_path(cache_dir: Path, manifest: Path) -> Path:
@@ -27,9 +32,9 @@ def digest(manifest: Path, outputs: Iterable[Path]) -> str | None:
     """sha256 over the version, the manifest and each output (path and bytes); None if one is missing."""
     h = hashlib.sha256(f"rocmlock {__version__}\n{manifest}\n".encode())
     for path in [manifest, *sorted(outputs)]:
-        try:
-            data = path.read_bytes()
-        except OSError:
+        try:  # a FIFO or a device in an output's place is no unchanged output (and must not hang the check)
+            data = fsutil.read_regular(path, _LIMIT, "")
+        except (OSError, InputError):
             return None
         h.update(f"{path}\n{len(data)}\n".encode())
         h.update(data)

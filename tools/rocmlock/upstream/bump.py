@@ -35,8 +35,8 @@ from rocmlock.util import journal
 from rocmlock.util.credentials import mask_query
 
 Log = Callable[[str], None]
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+COMMIT = re.compile(r"[0-9a-f]{40}")
 # bump's files (variants.yaml and a recipe) go through the journal the lock outputs use (rocmlock.util.journal):
 # a kill at any step leaves the old pair or the new one, and the next bump (or outdated) finishes the write.
 RECIPES = journal.Subject("the recipes", "`rocmlock bump`")

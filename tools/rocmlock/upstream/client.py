@@ -204,12 +204,35 @@ class Client:
         answer = self._get(url, headers={"Accept": "application/vnd.github.sha"}).text.strip()
         return _commit(answer, url, f"tag {ref} of {repo}")
 
+    def github_tags(self, repo: str, pages: int = 10) -> list[str]:
+        """The tag names of ``repo`` (GitHub's ``GET /repos/{owner}/{repo}/tags``, 100 a page, at most ``pages``
+        pages through the ``Link: rel="next"`` header); an OperationError when an answer is not a list of tags."""
+        url: str | None = f"{self.hosts.github_api.rstrip('/')}/repos/{repo}/tags?per_page=100"
+        names: list[str] = []
+        for _ in range(pages):
+            if url is None:
+                break
+            response = self._get(url, headers={"Accept": "application/vnd.github+json"})
+            try:
+                answer = response.json()
+            except ValueError:
+                answer = None
+            if not isinstance(answer, list) or not all(
+                    isinstance(tag, dict) and isinstance(tag.get("name"), str) for tag in answer):
+                raise OperationError(f"{mask_query(url)}: not a list of tags (GitHub's /tags answer)",
+                                     hint="check --github-api-url: it must be GitHub's REST API or a mirror of it")
+            names += [tag["name"] for tag in answer]
+            nxt = response.links.get("next", {}).get("url")
+            # Only pages of the same API: a Link header pointing elsewhere is not followed.
+            url = nxt if isinstance(nxt, str) and nxt.startswith(self.hosts.github_api.rstrip("/") + "/") else None
+        return names
+
     def commit_in(self, url: str, what: str) -> str:
         """The commit a text file at ``url`` names first (a ``.ci_commit`` pin file), for ``what``."""
         return _commit(next(iter(self.text(url).split()), ""), url, what)
 
 
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 def _commit(text: str, url: str, what: str) -> str:

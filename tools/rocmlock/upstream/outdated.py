@@ -21,6 +21,7 @@ from rocmlock.errors import OperationError
 from rocmlock.upstream.client import Client, Unreachable
 from rocmlock.upstream.pins import Rule, Source, Table, Upstream, load_table, version_placeholder
 from rocmlock.upstream.pypijson import Project
+from rocmlock.upstream.rocmreleases import RocmLine, rocm_line
 from rocmlock.upstream.yamledit import load, values
 from rocmlock.util.text import format_table
 
@@ -38,6 +39,8 @@ class Row:
     sources: tuple[tuple[str, str], ...] = ()
     companions: tuple[str, ...] = ()
     error: str | None = None
+    # Every final release above all the pins, oldest first (PyTorch: the releases a ROCm version could move to).
+    newer: tuple[str, ...] = ()
 
     @property
     def behind(self) -> bool:
@@ -52,23 +55,27 @@ class Row:
             "behind": self.behind,
             "sources": dict(self.sources),
             "companions": list(self.companions),
+            "newer": list(self.newer),
             "error": self.error,
         }
 
 
 @dataclass(frozen=True)
 class Report:
-    """Every tracked upstream, and the version keys of variants.yaml no upstream claims."""
+    """Every tracked upstream, the version keys of variants.yaml no upstream claims, and the ROCm releases newer
+    than the matrix (a line of its own: its lookup failing fails nothing)."""
 
     rows: tuple[Row, ...]
     untracked: tuple[str, ...] = ()
+    rocm: RocmLine | None = None
 
     @property
     def ok(self) -> bool:
         return all(r.error is None for r in self.rows)
 
     def to_json(self) -> dict[str, Any]:
-        return {"upstreams": [r.to_json() for r in self.rows], "untracked": list(self.untracked)}
+        return {"upstreams": [r.to_json() for r in self.rows], "untracked": list(self.untracked),
+                "rocm": self.rocm.to_json() if self.rocm else None}
 
 
 def outdated(recipes_dir: Path, client: Client, table: Table | None = None) -> Report:
@@ -89,7 +96,8 @@ def outdated(recipes_dir: Path, client: Client, table: Table | None = None) -> R
     # {<upstream>_version} placeholders read at the pinned versions (Triton's commit at the pinned PyTorch's pin).
     companions = {version_placeholder(u.name): v[0] for u in tracked if len(v := values(doc, u.version_key)) == 1}
     rows = tuple(_row(u, tuple(values(doc, u.version_key)), client, table, companions) for u in tracked)
-    return Report(rows, untracked)
+    matrix = values(doc, "rocm_version") if "rocm_version" in doc.data else []
+    return Report(rows, untracked, rocm_line(matrix, client) if matrix else None)
 
 
 def newest_release(project: Project) -> str | None:
@@ -119,7 +127,8 @@ def _row(up: Upstream, pinned: tuple[str, ...], client: Client, table: Table, ve
 
 def _checked_row(up: Upstream, pinned: tuple[str, ...], client: Client, table: Table,
                  versions: dict[str, str]) -> Row:
-    newest = newest_release(client.project(up.pypi))
+    project = client.project(up.pypi)
+    newest = newest_release(project)
     if newest is None:
         return Row(up.name, up.pypi, pinned, None, error=f"no final release of '{up.pypi}' on the index")
     sources = tuple(_sources(up, newest, client, versions))
@@ -128,7 +137,15 @@ def _checked_row(up: Upstream, pinned: tuple[str, ...], client: Client, table: T
         complete = _newest_complete(up, client, table)
         if complete and complete != newest:
             companions.append(f"newest {up.name} with every companion released: {complete}")
-    return Row(up.name, up.pypi, pinned, newest, sources, tuple(companions))
+    return Row(up.name, up.pypi, pinned, newest, sources, tuple(companions), newer=newer_releases(project, pinned))
+
+
+def newer_releases(project: Project, pinned: tuple[str, ...]) -> tuple[str, ...]:
+    """The final releases of ``project`` (with a file that is not yanked) above every pin, oldest first."""
+    top = max(Version(p) for p in pinned)
+    found = {Version(v) for v, files in project.releases
+             if files and not all(f.yanked for f in files) and _final(v) and Version(v) > top}
+    return tuple(str(v) for v in sorted(found))
 
 
 def _sources(up: Upstream, version: str, client: Client, companions: dict[str, str]) -> list[tuple[str, str]]:
@@ -271,8 +288,12 @@ def render_report(report: Report) -> str:
         if not r.behind:
             continue
         lines.append(f"{r.name} {r.newest}:")
+        if len(r.newer) > 1:
+            lines.append(f"  newer than the pins: {', '.join(r.newer)}")
         lines += [f"  source {name}: {cell}" for name, cell in r.sources]
         lines += [f"  companion: {c}" for c in r.companions]
+    if report.rocm:
+        lines.append(report.rocm.render())
     if report.untracked:
         lines.append(
             f"not tracked (no row in tools/rocmlock/data/upstreams.toml): {', '.join(report.untracked)}"

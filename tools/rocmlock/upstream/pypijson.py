@@ -19,11 +19,11 @@ from rocmlock.errors import OperationError
 from rocmlock.util.credentials import mask_query
 
 # PEP 440 versions and the legacy ones PyPI still lists ("0.1-dev"): letters, digits and . + ! _ -.
-_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,99}$")
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,99}")
 # PyPI's file names (wheel, sdist, egg): no path separator, no space, no control character.
-_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!~-]{0,199}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_WORD = re.compile(r"^[a-z_]{0,40}$")
+_FILENAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+!~-]{0,199}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_WORD = re.compile(r"[a-z_]{0,40}")
 _SHOWN = 60
 
 

@@ -82,7 +82,7 @@ class ChannelAuth:
 def _token_and_path(scheme: str, path: str) -> tuple[str | None, str]:
     if scheme.lower() not in _TOKEN_SCHEMES:
         return None, path
-    match = re.match(r"^/t/([^/]+)(/.*)?$", path)
+    match = re.fullmatch(r"/t/([^/]+)(/.*)?", path, flags=re.DOTALL)
     if match is None:
         return None, path
     return match.group(1), match.group(2) or "/"

@@ -2,7 +2,7 @@
 
 The lock outputs (pixi.lock + envs/) have their own journal and writer lock (:mod:`rocmlock.lock.outputs`);
 these helpers serve single files and small sets (presets, stamps, a server's uploads). Also the one chunked sha256
-of a file or stream.
+of a file or stream, and the one way to open a file rocmlock did not write: regular files only, read with a bound.
 """
 
 from __future__ import annotations
@@ -10,9 +10,13 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
+
+from rocmlock.errors import InputError
+from rocmlock.util.text import escape
 
 
 def _temp_beside(path: Path, data: bytes, suffix: str = ".tmp") -> Path:
@@ -125,3 +129,34 @@ def file_sha256(path: Path) -> str:
     """The sha256 of ``path``, read in chunks."""
     with path.open("rb") as fh:
         return stream_sha256(fh)
+
+
+def open_regular(path: Path, what: str, hint: str | None = None) -> BinaryIO:
+    """``path`` opened for reading, refused (an InputError, exit 2: ``<path>: not a regular file; <what>``) when it
+    is not a regular file, a link to one included. O_NONBLOCK: opening a FIFO for reading would wait for a writer
+    (and reading one, or ``/dev/zero``, might never end); fstat then tells what was opened, so nothing can be
+    swapped in between a check and the open."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)  # before fdopen, which refuses a directory with an OSError
+        if regular:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        raise InputError(f"{escape(str(path))}: not a regular file" + (f"; {what}" if what else ""), hint=hint)
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path: Path, limit: int, what: str, hint: str | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (:func:`open_regular`), at most ``limit`` of them: a larger file is
+    an InputError, found from its size before anything is read (and from what is read, for a file that grows)."""
+    with open_regular(path, what, hint) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        data = fh.read(limit + 1) if size <= limit else b""
+    if size > limit or len(data) > limit:
+        raise InputError(f"{escape(str(path))}: {max(size, len(data))} bytes, more than {limit >> 20} MiB; {what}",
+                         hint=hint)
+    return data

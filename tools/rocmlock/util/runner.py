@@ -79,6 +79,10 @@ def run_command(
 ) -> CommandResult:
     """Run ``argv`` (no shell), log ``> cmd``, return its output; ``stdin`` is a file it reads as its input.
 
+    Its output is decoded as UTF-8 with a byte that is not (a principal of an allowed_signers file in Latin-1, a
+    node's stray byte in ``srun``'s output) replaced by U+FFFD: what a command prints is never a reason to stop
+    with a traceback, and one bad line costs no other.
+
     A missing executable or a timeout always raises :class:`CommandError`; a non-zero exit raises
     only when ``check`` is true.
     """
@@ -89,7 +93,7 @@ def run_command(
             given = stack.enter_context(stdin.open("rb")) if stdin is not None else None
             proc = subprocess.run(
                 [str(a) for a in argv], env=dict(env) if env is not None else None, cwd=cwd, stdin=given,
-                capture_output=True, text=True, timeout=timeout, check=False,
+                capture_output=True, text=True, errors="replace", timeout=timeout, check=False,
             )
     except FileNotFoundError:
         raise CommandError(f"command not found: {argv[0]}", hint=f"install {Path(argv[0]).name} or fix PATH") from None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from rocmlock.errors import OperationError
 from rocmlock.util.runner import Runner, run_command
 
-JOB_ID = re.compile(r"^(\d+)(?:;[\w.-]+)?$")
+JOB_ID = re.compile(r"(\d+)(?:;[\w.-]+)?")
 # Job states after which a job never runs again (squeue's %T).
 FINISHED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
                       "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
@@ -56,7 +56,7 @@ def parse_job_id(stdout: str) -> str:
     """The job id of ``sbatch --parsable``'s answer (``1234`` or ``1234;cluster``, on its last line: a job submit
     plugin may print more before it)."""
     lines = [line.strip() for line in stdout.splitlines() if line.strip()]
-    match = JOB_ID.match(lines[-1] if lines else "")
+    match = JOB_ID.fullmatch(lines[-1] if lines else "")
     if match is None:
         raise OperationError(f"sbatch --parsable answered {stdout.strip()[:80]!r}, not a job id")
     return match.group(1)

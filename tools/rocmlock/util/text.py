@@ -33,3 +33,13 @@ def printable(text: str, limit: int = 200) -> str:
     files rocmlock did not write."""
     shown = escape(text)
     return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def printable_words(text: str, limit: int = 600) -> str:
+    """:func:`printable`, but a text past ``limit`` is cut between words, not inside one (a fix line to act on)."""
+    shown = escape(text)
+    if len(shown) <= limit:
+        return shown
+    cut = shown[: limit - 3]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "..."

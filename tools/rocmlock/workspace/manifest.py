@@ -75,9 +75,9 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
     if "channels" not in ws:
         raise InputError(f"{path}: [{table_key}] has no 'channels'", hint=f"add channels = [...] to [{table_key}]")
     channels = parse_channels(ws["channels"], path, f"{table_key}.channels")
-    if not channels:  # nothing to solve from; a relock would write `channels: []` (conda reads it as defaults)
-        raise InputError(f"{path}: key '{table_key}.channels' is empty",
-                         hint=f'name the channels to solve from, e.g. channels = ["conda-forge"] in [{table_key}]')
+    # `channels = []` is a valid pixi workspace (prefix-dev/pixi tests/data/workspaces/host-dependency: its lock
+    # has `channels: []`); rocmlock refuses it only where an environment has something to solve
+    # (rocmlock.lock.solve.make_job).
     # pixi_manifest toml/workspace.rs: `platforms` is optional (none: every environment has no platform).
     platforms = parse_platforms(ws.get("platforms", []), path, f"{table_key}.platforms")
     priority = parse_priority(ws.get("channel-priority", "strict"), path, f"{table_key}.channel-priority")

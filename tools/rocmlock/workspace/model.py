@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rocmlock.errors import InputError
 from rocmlock.gpu.targets import GpuTarget, get_target, target_for_isa
+from rocmlock.util.tables import did_you_mean
 from rocmlock.workspace.dependencies import Dependency
 from rocmlock.workspace.pixi_compat import channel_base_url
 from rocmlock.workspace.pixi_keys import LockRefusal
@@ -91,7 +92,8 @@ class Workspace:
         spec = self.environment_specs.get(name)
         if spec is None:
             known = ", ".join(self.environment_specs)
-            raise InputError(f"{self.path}: unknown environment '{name}'", hint=f"known environments: {known}")
+            raise InputError(f"{self.path}: unknown environment '{name}'{did_you_mean(name, self.environment_specs)}",
+                             hint=f"known environments: {known}")
         return resolve_environment(self, spec)
 
     def environments(self, names: list[str] | None = None) -> list[Environment]:
@@ -128,9 +130,6 @@ def resolve_environment(ws: Workspace, spec: EnvironmentSpec) -> Environment:
     feats = _features(ws, spec)
     where = f"{ws.path}: environment '{spec.name}'"
     channels = _merge_channels(ws, _group_features(ws, spec))
-    if not channels:  # every feature says `channels = []` (no-default-feature): nothing to solve from
-        raise InputError(f"{where} has no channels: each of its features sets channels = []",
-                         hint="name a channel in one of its features, or drop no-default-feature")
     platforms = _environment_platforms(ws, feats, where)
     deps_by_platform = [(plat.name, _platform_specs(feats, plat)) for plat in platforms]
     target = _gpu_target(platforms, deps_by_platform, where)

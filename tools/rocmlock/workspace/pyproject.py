@@ -114,3 +114,39 @@ def under_tool_pixi(exc: InputError, path: Path) -> InputError:
 
     hint = _KEY.sub(spell, exc.hint) if exc.hint else exc.hint
     return InputError(prefix + _KEY.sub(spell, body) if exc.message.startswith(prefix) else exc.message, hint=hint)
+
+
+def _toml_or_none(path: Path) -> dict[str, Any] | None:
+    import tomli
+
+    try:
+        return tomli.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, RecursionError, tomli.TOMLDecodeError):
+        return None
+
+
+def discover_manifest(start: Path) -> Path | None:
+    """The workspace manifest pixi finds from ``start`` (pixi_manifest/src/discovery.rs, WorkspaceDiscoverer):
+    ``start`` and then each parent, the first directory whose ``pixi.toml`` has a ``[workspace]`` (or
+    ``[project]``) table, or, where there is no ``pixi.toml``, whose ``pyproject.toml`` has
+    ``[tool.pixi.workspace]`` (or ``[tool.pixi.project]``). A package-only manifest is passed over; one that is
+    no valid TOML stops the search there (pixi reports it; so does loading it). None when no directory has one."""
+    for directory in (start, *start.parents):
+        pixi = directory / "pixi.toml"
+        if pixi.is_file():
+            data = _toml_or_none(pixi)
+            if data is None or "workspace" in data or "project" in data:
+                return pixi
+            continue
+        pyproject = directory / PYPROJECT
+        if pyproject.is_file():
+            data = _toml_or_none(pyproject)
+            if data is None:
+                if "[tool.pixi" in pyproject.read_text(errors="replace"):
+                    return pyproject
+                continue
+            tool = data.get("tool")
+            pixi_table = tool.get("pixi") if isinstance(tool, dict) else None
+            if isinstance(pixi_table, dict) and ("workspace" in pixi_table or "project" in pixi_table):
+                return pyproject
+    return None

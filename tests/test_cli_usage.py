@@ -1,0 +1,84 @@
+"""The command line helps a newcomer (issue 35, item 10): a command's own usage and the nearest option for an
+unknown flag, the nearest command, environment and GPU target for a mistyped one, required options shown as
+required, and the workspace found in a parent directory as pixi finds it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rocmlock.cli.main import main
+
+WS = '[workspace]\nname = "w"\nchannels = ["c"]\nplatforms = ["linux-64"]\n[environments]\nmi250 = []\nmi300x = []\n'
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str], str]:
+    capsys.readouterr()
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.err.splitlines(), out.out
+
+
+def test_an_unknown_flag_gets_the_commands_usage_and_the_nearest_option(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err, out = _run(["lock", "--chek"], capsys)
+    assert code == 2 and out == ""
+    assert err[0].startswith("usage: rocmlock lock [-h]")
+    assert err[-1] == "rocmlock lock: error: unrecognized arguments: --chek (did you mean --check?)"
+    code, err, _ = _run(["pack", "-e", "x", "--with-instaler"], capsys)
+    assert code == 2 and err[0].startswith("usage: rocmlock pack ")
+    assert err[-1].endswith("--with-instaler (did you mean --with-installer?)")
+    code, err, _ = _run(["lock", "--zzzzzz"], capsys)  # nothing near: no guess
+    assert code == 2 and err[-1] == "rocmlock lock: error: unrecognized arguments: --zzzzzz"
+
+
+def test_an_unknown_command_gets_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err, _ = _run(["lokc"], capsys)
+    assert code == 2 and err[0].startswith("usage: rocmlock ")
+    assert err[-1].startswith("rocmlock: error: argument COMMAND: invalid choice: 'lokc'")
+    assert err[-1].endswith("(did you mean 'lock'?)")
+
+
+@pytest.mark.parametrize("command", ["install", "pack", "preset"])
+def test_required_environment_is_shown_as_required(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "-h"])
+    usage = capsys.readouterr().out.split("\n\n", 1)[0]
+    assert " -e ENV" in usage and "[-e ENV]" not in usage
+
+
+def test_a_mistyped_environment_gets_the_nearest_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "pixi.toml").write_text(WS)
+    code, err, _ = _run(["lock", "--check", "-e", "mi30x", "--manifest-path", str(tmp_path)], capsys)
+    assert code == 2
+    assert err[0] == f"error: {tmp_path / 'pixi.toml'}: unknown environment 'mi30x' (did you mean 'mi300x'?)"
+
+
+def test_audit_suggests_the_nearest_gpu_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "conda-meta").mkdir()
+    code, err, _ = _run(["audit", "--target", "gfx94", "--prefix", str(tmp_path)], capsys)
+    assert code == 2 and err[0].startswith("error: --target: 'gfx94' is not an AMDGPU target ID")
+    assert err[0].endswith("(did you mean 'gfx942'?)")
+
+
+def test_commands_find_the_workspace_in_a_parent_directory_as_pixi_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # pixi_manifest/src/discovery.rs: walk up from the current directory; a pixi.toml without [workspace] (a
+    # package) and a pyproject.toml without [tool.pixi] are passed over; pixi.toml before pyproject.toml.
+    (tmp_path / "pixi.toml").write_text(WS)
+    deep = tmp_path / "pkg" / "src" / "deeper"
+    deep.mkdir(parents=True)
+    (tmp_path / "pkg" / "pixi.toml").write_text('[package]\nname = "p"\nversion = "1"\n')
+    (tmp_path / "pkg" / "src" / "pyproject.toml").write_text('[project]\nname = "p"\n')
+    monkeypatch.chdir(deep)
+    code, err, _ = _run(["pack", "-e", "mi30x"], capsys)
+    assert code == 2 and err[-1] == "hint: run `rocmlock lock` first", err
+    assert err[0].startswith(f"error: {tmp_path / 'pixi.lock'}: no lock file")
+    # Missing -e: the hint names the environments of the workspace found above.
+    code, err, _ = _run(["pack"], capsys)
+    assert code == 2 and err[-1] == "hint: pass -e ENV, one of: default, mi250, mi300x"
+    # A pyproject.toml with [tool.pixi.workspace] nearer than the pixi.toml is the workspace.
+    (tmp_path / "pkg" / "src" / "pyproject.toml").write_text(
+        '[project]\nname = "p"\n[tool.pixi.workspace]\nchannels = ["c"]\nplatforms = ["linux-64"]\n'
+        '[tool.pixi.environments]\nonly = []\n')
+    code, err, _ = _run(["lock", "--check", "-e", "nope"], capsys)
+    assert code == 2 and err[0].startswith(f"error: {tmp_path / 'pkg' / 'src' / 'pyproject.toml'}: unknown environment")
