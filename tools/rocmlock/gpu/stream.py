@@ -26,6 +26,7 @@ Memory: a window of ``RETAIN`` bytes behind the reading point plus one chunk, th
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,11 @@ MAX_RECORDS = 1 << 17
 MAX_NAMES = 1 << 12
 NAME = b".hip_fatbin\0"
 NAMES = (NAME, kpack.MARKER_SECTION + b"\0", kpack.WRAPPER_SECTION + b"\0")
+# Regular expressions with a common literal prefix: one search for several needles, at the speed of one bytes.find
+# (1 MiB of zeros: 0.3 ms for the three names, where three finds take 1.0; one pattern for names and magics: 10 ms).
+_NAMES = re.compile(rb"\.(?:" + b"|".join(re.escape(name[1:-1]) for name in NAMES) + rb")\0")
+_WRAPPER_MAGIC = re.compile(rb"HIP[FK]")  # kpack.HIPF, kpack.HIPK
+_ELF_MAGIC = re.compile(re.escape(b"\x7fELF"))
 TAIL = 1 << 20
 MAX_MARKS = 1 << 17
 WRAPPER = 24
@@ -69,22 +75,23 @@ class _Tap:
     length: int
     headers: bytearray = field(default_factory=bytearray)
     names: dict[bytes, set[int]] = field(default_factory=lambda: {name: set() for name in NAMES})
-    wrappers: _Marks = field(default_factory=lambda: _Marks((kpack.HIPK, kpack.HIPF), WRAPPER))
+    wrappers: _Marks = field(init=False)
     tail: bytearray = field(default_factory=bytearray)
     end: int = 0
+
+    def __post_init__(self) -> None:
+        self.wrappers = _Marks(_WRAPPER_MAGIC, WRAPPER)
 
     def __call__(self, at: int, chunk: bytes) -> None:
         lo, hi = max(at, self.shoff), min(at + len(chunk), self.shoff + self.length)
         if lo < hi:
             self.headers[lo - self.shoff:hi - self.shoff] = chunk[lo - at:hi - at]
         text, origin = self.wrappers(at, chunk)
-        for name, seen in self.names.items():
-            i = text.find(name)
-            while i >= 0:
-                seen.add(origin + i)
-                if len(seen) > MAX_NAMES:
-                    raise OffloadError(f"more than {MAX_NAMES} '{name[:-1].decode()}' names in it")
-                i = text.find(name, i + 1)
+        for match in _NAMES.finditer(text):
+            seen = self.names[match.group()]
+            seen.add(origin + match.start())
+            if len(seen) > MAX_NAMES:
+                raise OffloadError(f"more than {MAX_NAMES} '{match.group()[:-1].decode()}' names in it")
         self.tail += chunk
         if len(self.tail) > 2 * TAIL:
             del self.tail[:len(self.tail) - TAIL]
@@ -92,11 +99,11 @@ class _Tap:
 
 
 class _Marks:
-    """Every place one of ``magics`` starts in a stream, with the ``width`` bytes from there (fewer at its end);
-    past ``MAX_MARKS`` of them, ``overflow``."""
+    """Every place ``magic`` (a pattern of fixed-length magics that cannot overlap) matches in a stream, with the
+    ``width`` bytes from there (fewer at its end); past ``MAX_MARKS`` of them, ``overflow``."""
 
-    def __init__(self, magics: tuple[bytes, ...], width: int) -> None:
-        self.magics, self.width = magics, width
+    def __init__(self, magic: re.Pattern[bytes], width: int) -> None:
+        self.magic, self.width = magic, width
         self.found: dict[int, bytes] = {}
         self.carry, self.end, self.overflow = b"", 0, False
 
@@ -112,13 +119,13 @@ class _Marks:
         self._find(self.carry, self.end - len(self.carry), len(self.carry))
 
     def _find(self, text: bytes, origin: int, last: int) -> None:
-        for magic in self.magics:
-            i = text.find(magic)
-            while 0 <= i <= last and not self.overflow:
-                if origin + i not in self.found:
-                    self.overflow = len(self.found) >= MAX_MARKS
-                    self.found[origin + i] = text[i:i + self.width]
-                i = text.find(magic, i + 1)
+        for match in self.magic.finditer(text):
+            i = match.start()
+            if i > last:
+                break
+            if not self.overflow and origin + i not in self.found:
+                self.overflow = len(self.found) >= MAX_MARKS
+                self.found[origin + i] = text[i:i + self.width]
 
     def at(self, lo: int, hi: int, what: str) -> bytes:
         """The bytes ``[lo, hi)`` (``hi - lo <= width``) when a magic starts at ``lo``; empty when none does."""
@@ -290,7 +297,7 @@ def read_kpack_archive(source: Readable, size: int, head: bytes) -> kpack.Archiv
     """The ``.kpack`` archive of ``size`` bytes streamed from ``source`` (``head``: its first bytes), as
     :func:`rocmlock.gpu.kpack.read_archive` reads it mapped; KpackError when it is damaged or cannot be followed."""
     toc_at = kpack.archive_header(head, size)
-    heads, chain, toc = _Marks((b"\x7fELF",), 64), _ZstdChain(ZSTD_AT), bytearray()
+    heads, chain, toc = _Marks(_ELF_MAGIC, 64), _ZstdChain(ZSTD_AT), bytearray()
     at, chunk = 0, head
     while True:
         heads(at, chunk)
