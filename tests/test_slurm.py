@@ -113,16 +113,16 @@ def test_verify_slurm_runs_the_probe_on_every_task_and_reports_the_fleet(
     assert "> srun --job-name=rocmlock-verify --label --kill-on-bad-exit=0 --ntasks=3 --overcommit" in err
     a, b, c = nodes["gpu-a"], nodes["gpu-b"], nodes["gpu-c"]
     assert (a["verdict"], a["gpus"], a["rocm"], a["failed"]) == ("pass", ["gfx942"], "7.2.0", [])
-    assert (b["verdict"], b["gpus"], b["failed"]) == ("fail", ["gfx90a"], ["tools.rocminfo"])
+    assert (b["verdict"], b["gpus"], b["failed"]) == ("fail", ["gfx90a"], ["host.driver", "tools.rocminfo"])
     assert (c["verdict"], c["outliers"]) == ("slow", ["gemm"])
     assert c["gemm_tflops"] < 0.3 * fleet_report["medians"]["gemm_tflops"]
-    assert fleet_report["failure_groups"] == [{"failed": ["tools.rocminfo"], "nodes": ["gpu-b"]}]
+    assert fleet_report["failure_groups"] == [{"failed": ["host.driver", "tools.rocminfo"], "nodes": ["gpu-b"]}]
     assert "PASS: every required check passed" in (reports / "gpu-a.log").read_text()
     # The same directory through `rocmlock report`: the table, the group's evidence, the outlier.
     assert main(["report", str(reports), "--min-gemm-ratio", "0.3"]) == 1
     table = capsys.readouterr().out
     assert "gfx90a (env: gfx942)" in table
-    assert "1 node(s) fail tools.rocminfo: gpu-b" in table
+    assert "1 node(s) fail host.driver, tools.rocminfo: gpu-b" in table
     assert "rocminfo sees gfx90a; this environment is for gfx942" in table
     assert "gpu-c: GEMM" in table and "3 node(s): 1 pass, 1 fail, 1 slow" in table
 

@@ -198,7 +198,9 @@ def test_a_merge_that_left_a_second_block_or_key_is_refused(tmp_path: Path,
     begin, end = text[:text.index(variantkeys.BEGIN)].count("\n") + 1, text.count("\n") + 1
     two_blocks = (f"{variants}: the generated block's line '{variantkeys.BEGIN[:40]}...' is there 2 times "
                   f"(lines {begin}, {end}): a merge left two blocks")
-    two_keys = f"{variants}: key 'python' at line {end} is there already (line 33); YAML readers take the last one silently"
+    python_line = text.splitlines().index("python:") + 1
+    two_keys = (f"{variants}: key 'python' at line {end} is there already (line {python_line}); YAML readers take "
+                "the last one silently")
     for doubled, first in ((text + stale, two_blocks), (text + 'python: ["3.11"]\n', two_keys)):
         variants.write_text(doubled)
         for mode in ("--check", "--write"):

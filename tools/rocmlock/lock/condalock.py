@@ -20,7 +20,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import yaml
 from rattler import RepoDataRecord
 
 from rocmlock.lock.generated import HEADER
@@ -101,6 +100,8 @@ def render_conda_lock(env: str, channels: Sequence[str], platforms: Sequence[Loc
                 "channels": [{"url": redact_url(c).rstrip("/"), "used_env_vars": []} for c in channels],
                 "platforms": sorted(by_subdir), "sources": [],
                 "custom_metadata": _custom_metadata(by_subdir, gpu_target)}
+    import yaml  # here, not at import: unpack on a node (the installer bundle) imports exports without PyYAML
+
     body = yaml.safe_dump({"version": 1, "metadata": metadata, "package": packages}, sort_keys=False,
                           default_flow_style=False, width=1000)
     target = f", GPU target {gpu_target}" if gpu_target else ""
