@@ -61,3 +61,17 @@ if __name__ == "__main__":
         print(f"lock tools venv: {ensure_tools().parent}")
     except ToolsUnavailable as exc:
         sys.exit(f"tests/lock_tools.py: {exc}")
+
+
+def tools_or_skip() -> Path:
+    """The tools' bin directory for a test module's fixture: a skip where they cannot be made, a failure in CI
+    (tests/ciskips.py), which must run the real tools."""
+    import pytest
+    from ciskips import in_ci
+
+    try:
+        return ensure_tools()
+    except ToolsUnavailable as exc:
+        if in_ci():
+            pytest.fail(f"CI must run the real lock tools (tests/lock_tools.py): {exc}")
+        pytest.skip(f"no lock tools venv here: {exc}")

@@ -14,19 +14,13 @@ from typing import Any
 
 import pytest
 import yaml
-from ciskips import in_ci
-from lock_tools import ToolsUnavailable, ensure_tools
+from lock_tools import tools_or_skip
 from rocmlock.cli.main import main
 
 
 @pytest.fixture(scope="module")
 def tools() -> Path:
-    try:
-        return ensure_tools()
-    except ToolsUnavailable as exc:
-        if in_ci():
-            pytest.fail(f"CI must run the real lock tools (tests/lock_tools.py): {exc}")
-        pytest.skip(f"no lock tools venv here: {exc}")
+    return tools_or_skip()
 
 
 def _pin_numpy(ws: Path) -> None:

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ciskips import in_ci
-from lock_tools import ToolsUnavailable, ensure_tools
+from lock_tools import tools_or_skip
 from lockhelpers import PLATFORMS
 from rocmlock.cli.main import main
 from rocmlock.lock.lockfile import read_lockfile
@@ -32,12 +31,7 @@ PLACEHOLDER = '"http://127.0.0.1:8000/rocmlock-example"'
 
 @pytest.fixture(scope="module")
 def tools() -> Path:
-    try:
-        return ensure_tools()
-    except ToolsUnavailable as exc:
-        if in_ci():
-            pytest.fail(f"CI must run the real lock tools (tests/lock_tools.py): {exc}")
-        pytest.skip(f"no lock tools venv here: {exc}")
+    return tools_or_skip()
 
 
 @pytest.fixture(scope="module")
