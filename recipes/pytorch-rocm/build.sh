@@ -12,6 +12,11 @@ rocmlock_magma
 rocmlock_max_jobs
 rocmlock_ccache
 
+# A git source (a PyTorch pinned by commit, recipe.yaml) needs its submodules; the release asset has them. Stop here,
+# naming the fix, rather than deep in CMake.
+[ -f third_party/pybind11/CMakeLists.txt ] && [ -f third_party/fmt/CMakeLists.txt ] \
+    || rocmlock_die "PyTorch's git submodules are missing (third_party/pybind11, third_party/fmt): run \`git submodule update --init --recursive\` in the source, or pin the release asset (pytorch_sha256)"
+
 export USE_ROCM=1
 export USE_CUDA=0
 export BUILD_TEST=0
