@@ -14,7 +14,7 @@ from fakeupstream import FakeUpstream, Reply, closed_port_url, network_args
 from rocmlock.cli.main import main
 from rocmlock.upstream.pins import load_table
 from rocmlock.upstream.yamledit import load, values
-from shipped import RECIPES, ROOT
+from shipped import RECIPES, ROOT, keep_first_rocm
 
 AOT = tomllib.loads((ROOT / "tools/rocmlock/data/aotriton.toml").read_text())
 SERIES = ", ".join(AOT["pytorch"])
@@ -23,6 +23,7 @@ SERIES = ", ".join(AOT["pytorch"])
 @pytest.fixture
 def recipes(tmp_path: Path) -> Path:
     shutil.copy(RECIPES / "variants.yaml", tmp_path / "variants.yaml")
+    keep_first_rocm(tmp_path / "variants.yaml")  # one pin per upstream; the shipped two: the tests at the end
     return tmp_path
 
 
