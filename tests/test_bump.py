@@ -529,3 +529,23 @@ def test_a_version_of_neither_series_is_refused(ws_both: Path, capsys: pytest.Ca
     err = capsys.readouterr().err
     assert "key 'pytorch_version' pins 2.12.1, 2.14.1; cannot tell which one 2.13.0 replaces" in err
     assert snapshot(ws_both) == before
+
+
+def test_rocm_714s_triton_llvm_pin_is_completed_by_a_bump_where_github_answers(
+    ws_both: Path, fake: FakeUpstream
+) -> None:
+    """7.14's Triton 3.8.0 is pinned by commit without its LLVM (not verified here). On a host that reaches GitHub,
+    `rocmlock bump triton=3.8.0 --rev triton=<the commit>` reads that commit's cmake/llvm-hash.txt and hashes the
+    LLVM archive, filling 7.14's position only (pytorch_version pins two series, so the commit is given)."""
+    path = ws_both / "recipes" / "variants.yaml"
+    before = load(path)
+    rev, llvm = values(before, "triton_git_rev")[1], "c" * 40
+    fake.add_project("triton", {"3.8.0": [fake.file("triton-3.8.0-cp312-linux_x86_64.whl", packagetype="bdist_wheel")]})
+    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-hash.txt", Reply(body=llvm.encode() + b"\n"))
+    fake.add(f"/llvm/llvm-project/archive/{llvm}.tar.gz", Reply(body=b"llvm"))
+    assert bump(ws_both, fake.url, "triton=3.8.0", "--rev", f"triton={rev}") == 0
+    doc = load(path)
+    assert values(doc, "triton_llvm_rev") == [values(before, "triton_llvm_rev")[0], llvm]
+    assert values(doc, "triton_llvm_sha256") == [values(before, "triton_llvm_sha256")[0],
+                                                 hashlib.sha256(b"llvm").hexdigest()]
+    assert values(doc, "triton_git_rev") == values(before, "triton_git_rev")
