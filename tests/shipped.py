@@ -45,3 +45,27 @@ def manifest_with_gfx908(environment: str, features: tuple[str, ...]) -> str:
              'dependencies = { amdgpu-target = { version = "*", build = "gfx908" } }\n')
     listed = ", ".join(f'"{f}"' for f in features)
     return text.replace("[environments]\n", f"[environments]\n{environment} = [{listed}]\n")
+
+
+def keep_first_rocm(variants: Path) -> None:
+    """Rewrite ``variants`` (a copy of recipes/variants.yaml) to its first rocm_version only: every key zipped with
+    rocm_version keeps its first value. For the tests of one pin per upstream (bump, outdated) on the real file's
+    layout; the shipped file pins one PyTorch per ROCm version (issue 34)."""
+    import yaml
+
+    text = variants.read_text()
+    (group,) = [g for g in yaml.safe_load(text)["zip_keys"] if g[0] == "rocm_version"]
+    out: list[str] = []
+    current, kept = "", 0
+    for line in text.splitlines(keepends=True):
+        head = re.match(r"^([a-z0-9_]+):\s*$", line)
+        if head:
+            current, kept = head.group(1), 0
+        elif not line.startswith("  - "):
+            current = ""
+        if current in group and line.startswith("  - "):
+            kept += 1
+            if kept > 1:
+                continue
+        out.append(line)
+    variants.write_text("".join(out))

@@ -51,7 +51,13 @@ def test_every_pytorch_variant_pins_its_runtime_and_target_image(matrix: Matrix)
     for gfx in matrix.get("gpu_target"):
         for rocm in matrix.get("rocm_version"):
             sources = _sources(matrix, gfx, rocm)
-            assert sources[0]["url"].endswith(f"pytorch-v{matrix.get('pytorch_version')[0]}.tar.gz")
+            # Each ROCm's PyTorch (zipped with rocm_version): the release asset, or its tag's commit (7.14's 2.14.1).
+            at = matrix.get("rocm_version").index(rocm)
+            if matrix.get("pytorch_sha256")[at]:
+                assert sources[0]["url"].endswith(f"pytorch-v{matrix.get('pytorch_version')[at]}.tar.gz")
+            else:
+                assert sources[0] == {"git": "https://github.com/pytorch/pytorch.git",
+                                      "rev": matrix.get("pytorch_git_rev")[at]}
             if not all_targets()[gfx].aotriton:
                 assert len(sources) == 1, f"{gfx} has no AOTriton kernels but pins {sources[1:]}"
                 continue
@@ -83,11 +89,20 @@ def test_table_agrees_with_gpu_targets_and_the_cmake_rule() -> None:
 
 
 def test_table_is_for_the_pinned_pytorch_series() -> None:
-    # The table belongs to one PyTorch series; moving pytorch_version out of it must bring the table along.
-    (version,) = load_matrix(RECIPES).get("pytorch_version")
-    assert ".".join(version.split(".")[:2]) in AOT["pytorch"], (
-        f"variants.yaml pins pytorch {version} but tools/rocmlock/data/aotriton.toml is for {AOT['pytorch']}: "
-        "take the AOTriton release and sha256s from that PyTorch's cmake/External/aotriton.cmake")
+    # The table belongs to one PyTorch series; moving pytorch_version out of it must bring the table along. Each ROCm
+    # version pins its own PyTorch: the table's release goes with those whose runtime it pins (7.2: 2.12.1). ROCm
+    # 7.14's PyTorch 2.14.1 gets no AOTriton pin (no runtime here, and 2.14's aotriton.cmake was not read), so its
+    # build takes what that file names.
+    matrix = load_matrix(RECIPES)
+    pinned = dict(zip(matrix.get("rocm_version"), matrix.get("pytorch_version"), strict=True))
+    runtime = dict(zip(matrix.get("rocm_version"), matrix.get("aotriton_runtime_sha256"), strict=True))
+    assert any(runtime.values()) and not runtime["7.14"]
+    for rocm, version in pinned.items():
+        if runtime[rocm]:
+            assert ".".join(version.split(".")[:2]) in AOT["pytorch"], (
+                f"variants.yaml pins pytorch {version} for ROCm {rocm} but tools/rocmlock/data/aotriton.toml is for "
+                f"{AOT['pytorch']}: take the AOTriton release and sha256s from that PyTorch's "
+                "cmake/External/aotriton.cmake")
 
 
 def test_a_rocm_without_a_prebuilt_runtime_pins_no_aotriton(matrix: Matrix, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from fakeupstream import FakeUpstream, Reply, closed_port_url, network_args, sdi
 from rocmlock.cli.main import main
 from rocmlock.upstream.pins import load_table
 from rocmlock.upstream.yamledit import load, values
-from shipped import MANIFEST, RECIPES, ROOT
+from shipped import MANIFEST, RECIPES, ROOT, keep_first_rocm
 
 # PyPI's Warehouse names sdists <normalized name>-<version>.tar.gz (PEP 625).
 SDIST_NAMES = {"flash-attn": "flash_attn", "llamafactory": "llamafactory", "deepspeed": "deepspeed"}
@@ -31,6 +31,7 @@ def ws(tmp_path: Path) -> Path:
     """A checkout copy: recipes/ copied, tools/ linked (the recipes read ../../tools/...)."""
     shutil.copytree(RECIPES, tmp_path / "recipes")
     (tmp_path / "tools").symlink_to(ROOT / "tools")
+    keep_first_rocm(tmp_path / "recipes" / "variants.yaml")  # one pin per upstream; two: the tests at the end
     return tmp_path
 
 
@@ -115,10 +116,13 @@ def _torch_2_15(fake: FakeUpstream) -> dict[str, str]:
     # Triton's commit is PyTorch's pin (its pin file at the tag of the torch the bump ends with), a git source.
     fake.add("/raw/pytorch/pytorch/v2.15.0/.ci/docker/ci_commit_pins/triton.txt", Reply(body=rev.encode() + b"\n"))
     fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-hash.txt", Reply(body=llvm.encode() + b"\n"))
+    # PyTorch's own commit (the recipe's git source where no archive hash is pinned): its tag's, from GitHub's API.
+    fake.add("/api/repos/pytorch/pytorch/commits/v2.15.0", Reply(body=b"d" * 40))
     shas = {name: hashlib.sha256(name.encode()).hexdigest() for name in archives}
     return {
         "pytorch_version": "2.15.0",
         "pytorch_sha256": shas["pytorch"],
+        "pytorch_git_rev": "d" * 40,
         "torchvision_version": "0.30.0",
         "torchvision_sha256": shas["torchvision"],
         "triton_version": "3.9.0",
@@ -158,6 +162,8 @@ def test_github_unreachable_needs_hashes_and_commits_given(
     given = [
         "--sha256",
         f"pytorch={expected['pytorch_sha256']}",
+        "--rev",
+        f"pytorch-git={expected['pytorch_git_rev']}",
         "--sha256",
         f"torchvision={expected['torchvision_sha256']}",
         "--rev",
@@ -220,6 +226,7 @@ def _torch_release(fake: FakeUpstream, version: str) -> str:
     fake.add_project("torch", {version: [wheel]})
     asset = f"/pytorch/pytorch/releases/download/v{version}/pytorch-v{version}.tar.gz"
     fake.add(asset, Reply(body=version.encode()))
+    fake.add(f"/api/repos/pytorch/pytorch/commits/v{version}", Reply(body=b"e" * 40))  # the tag's commit
     return hashlib.sha256(version.encode()).hexdigest()
 
 
@@ -254,6 +261,7 @@ def test_a_patch_bump_within_aotriton_tomls_series_passes(ws: Path, fake: FakeUp
     sha = _torch_release(fake, new)
     assert bump(ws, fake.url, f"pytorch={new}") == 0
     assert (pinned(ws, "pytorch_version"), pinned(ws, "pytorch_sha256")) == (new, sha)
+    assert pinned(ws, "pytorch_git_rev") == "e" * 40
 
 
 def test_a_series_aotriton_toml_lists_is_bumped_to(
@@ -486,3 +494,58 @@ def test_triton_alone_takes_pytorchs_pin_its_llvm_and_the_llvm_archives_hash(
     assert bump(ws, fake.url, "triton=3.7.2") == 0, capsys.readouterr().err
     assert [pinned(ws, k) for k in ("triton_version", "triton_git_rev", "triton_llvm_rev", "triton_llvm_sha256")] == [
         "3.7.2", rev, llvm, hashlib.sha256(b"llvm archive").hexdigest()]
+
+
+# ----------------------------------------------------------------------------- one PyTorch per ROCm version
+
+
+@pytest.fixture
+def ws_both(tmp_path: Path) -> Path:
+    """A checkout copy with the shipped variants.yaml as it is: ROCm 7.2 and 7.14, each with its own PyTorch."""
+    shutil.copytree(RECIPES, tmp_path / "recipes")
+    (tmp_path / "tools").symlink_to(ROOT / "tools")
+    return tmp_path
+
+
+def test_a_patch_bump_moves_only_its_rocm_versions_pins(ws_both: Path, fake: FakeUpstream) -> None:
+    """Issue 34: pytorch_version pins 2.12.1 (ROCm 7.2) and 2.14.1 (7.14, by commit, no archive hash). A bump of
+    the 2.12 series fills 7.2's position (release asset hash and tag commit); 7.14's pins stay as they were, and
+    AOTriton (aotriton.toml, checked for 2.12 only) does not refuse it for the 2.14.1 it does not pin."""
+    path = ws_both / "recipes" / "variants.yaml"
+    before = load(path)
+    sha = _torch_release(fake, "2.12.2")
+    assert bump(ws_both, fake.url, "pytorch=2.12.2") == 0
+    doc = load(path)
+    assert values(doc, "pytorch_version") == ["2.12.2", "2.14.1"]
+    assert values(doc, "pytorch_sha256") == [sha, ""]
+    assert values(doc, "pytorch_git_rev") == ["e" * 40, values(before, "pytorch_git_rev")[1]]
+    for key in ("rocm_version", "triton_git_rev", "torchvision_version", "aotriton_runtime_sha256"):
+        assert values(doc, key) == values(before, key), key
+
+
+def test_a_version_of_neither_series_is_refused(ws_both: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = snapshot(ws_both)
+    assert bump(ws_both, closed_port_url(), "pytorch=2.13.0") == 2
+    err = capsys.readouterr().err
+    assert "key 'pytorch_version' pins 2.12.1, 2.14.1; cannot tell which one 2.13.0 replaces" in err
+    assert snapshot(ws_both) == before
+
+
+def test_rocm_714s_triton_llvm_pin_is_completed_by_a_bump_where_github_answers(
+    ws_both: Path, fake: FakeUpstream
+) -> None:
+    """7.14's Triton 3.8.0 is pinned by commit without its LLVM (not verified here). On a host that reaches GitHub,
+    `rocmlock bump triton=3.8.0 --rev triton=<the commit>` reads that commit's cmake/llvm-hash.txt and hashes the
+    LLVM archive, filling 7.14's position only (pytorch_version pins two series, so the commit is given)."""
+    path = ws_both / "recipes" / "variants.yaml"
+    before = load(path)
+    rev, llvm = values(before, "triton_git_rev")[1], "c" * 40
+    fake.add_project("triton", {"3.8.0": [fake.file("triton-3.8.0-cp312-linux_x86_64.whl", packagetype="bdist_wheel")]})
+    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-hash.txt", Reply(body=llvm.encode() + b"\n"))
+    fake.add(f"/llvm/llvm-project/archive/{llvm}.tar.gz", Reply(body=b"llvm"))
+    assert bump(ws_both, fake.url, "triton=3.8.0", "--rev", f"triton={rev}") == 0
+    doc = load(path)
+    assert values(doc, "triton_llvm_rev") == [values(before, "triton_llvm_rev")[0], llvm]
+    assert values(doc, "triton_llvm_sha256") == [values(before, "triton_llvm_sha256")[0],
+                                                 hashlib.sha256(b"llvm").hexdigest()]
+    assert values(doc, "triton_git_rev") == values(before, "triton_git_rev")

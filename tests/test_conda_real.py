@@ -91,6 +91,14 @@ def test_conda_render_gives_the_variants_rocmlock_renders(conda26: Conda, recipe
     # Where the recipe varies by ROCm, both ROCm versions of the matrix, 7.2 and 7.14: conda-render gave them too.
     rocms = {v.variant_value("rocm_version") for v in ours} - {None}
     assert rocms in (set(), {"7.2", "7.14"}), rocms
+    if recipe == "pytorch-rocm":  # issue 34: each ROCm version its own PyTorch; 2.14.1 by the commit of its tag
+        assert {(d["build"]["string"].split("_")[0], str(d["package"]["version"])) for d in docs} == {
+            ("rocm72", "2.12.1"), ("rocm714", "2.14.1")}
+        for d in docs:
+            first = d["source"][0]
+            assert ("git" in first) == d["build"]["string"].startswith("rocm714_"), first
+            assert first.get("rev", "5c4886908584029761b579af026dcfb627c84070") == (
+                "5c4886908584029761b579af026dcfb627c84070")
 
 
 def test_conda_render_takes_a_config_narrowed_to_one_target(conda26: Conda, tmp_path: Path,

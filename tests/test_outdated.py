@@ -14,7 +14,7 @@ from fakeupstream import FakeUpstream, Reply, closed_port_url, network_args
 from rocmlock.cli.main import main
 from rocmlock.upstream.pins import load_table
 from rocmlock.upstream.yamledit import load, values
-from shipped import RECIPES, ROOT
+from shipped import RECIPES, ROOT, keep_first_rocm
 
 AOT = tomllib.loads((ROOT / "tools/rocmlock/data/aotriton.toml").read_text())
 SERIES = ", ".join(AOT["pytorch"])
@@ -22,6 +22,14 @@ SERIES = ", ".join(AOT["pytorch"])
 
 @pytest.fixture
 def recipes(tmp_path: Path) -> Path:
+    shutil.copy(RECIPES / "variants.yaml", tmp_path / "variants.yaml")
+    keep_first_rocm(tmp_path / "variants.yaml")  # one pin per upstream; the shipped two: the tests at the end
+    return tmp_path
+
+
+@pytest.fixture
+def recipes_both(tmp_path: Path) -> Path:
+    """The shipped variants.yaml as it is: ROCm 7.2 and 7.14, each with its own PyTorch (2.12.1, 2.14.1)."""
     shutil.copy(RECIPES / "variants.yaml", tmp_path / "variants.yaml")
     return tmp_path
 
@@ -64,6 +72,7 @@ def test_report_lists_pins_newest_sources_and_companions(
     )
     fake.add("/api/repos/bitsandbytes-foundation/bitsandbytes/commits/9.1.0", Reply(body=b"c" * 40))
     fake.add("/pytorch/pytorch/releases/download/v2.15.0/pytorch-v2.15.0.tar.gz", Reply(body=b"x"))
+    fake.add("/api/repos/pytorch/pytorch/commits/v2.15.0", Reply(body=b"f" * 40))
     assert outdated(recipes, fake.url, fake.url, "--json") == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["upstreams"]}
     assert set(rows) == {u.name for u in load_table().upstreams}
@@ -83,7 +92,8 @@ def test_report_lists_pins_newest_sources_and_companions(
     sha = hashlib.sha256(b"flash-attn9.0.0").hexdigest()
     assert rows["flash-attn"]["sources"] == {"flash-attn": f"sdist sha256 {sha}"}
     assert rows["bitsandbytes"]["sources"] == {"bitsandbytes": f"commit {'c' * 40}"}
-    assert rows["pytorch"]["sources"] == {"pytorch": "sha256: `rocmlock bump` downloads the archive"}
+    assert rows["pytorch"]["sources"] == {"pytorch": "sha256: `rocmlock bump` downloads the archive",
+                                          "pytorch-git": f"commit {'f' * 40}"}
 
 
 def test_github_unreachable_is_a_cell_not_a_failure(
@@ -228,13 +238,14 @@ def _tags(*names: str) -> bytes:
 
 
 def test_rocm_releases_newer_than_the_matrix_and_pytorch_releases_newer_than_the_pins(
-    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+    recipes_both: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pins = publish_all(fake, recipes, {"pytorch": "2.15.0"})
-    # Every release between the pin and the newest, a pre-release and a yanked one that do not count.
+    recipes = recipes_both  # pytorch pins 2.12.1 (ROCm 7.2) and 2.14.1 (7.14): newer is newer than both
+    publish_all(fake, recipes, {"pytorch": "2.15.0"})
+    # Every release after the newest pin, with a pre-release and a yanked one that do not count.
     fake.add_project("torch", {v: [fake.file(f"torch-{v}.tar.gz", v.encode(), packagetype="bdist_wheel",
-                                             yanked=v == "2.14.0")]
-                               for v in (pins["pytorch"], "2.13.0", "2.14.0", "2.14.1", "2.15.0", "2.16.0rc1")})
+                                             yanked=v == "2.14.3")]
+                               for v in ("2.12.1", "2.13.0", "2.14.1", "2.14.2", "2.14.3", "2.15.0", "2.16.0rc1")})
     # ROCm/TheRock's tags over two pages (GitHub's Link header), with tags that are no release.
     page2 = f"{fake.url}{TAGS}/page2"
     fake.add(TAGS, Reply(body=_tags("therock-7.9.0", "pytorch-triage/apr20-green", "therock-7.14"),
@@ -244,12 +255,13 @@ def test_rocm_releases_newer_than_the_matrix_and_pytorch_releases_newer_than_the
     assert outdated(recipes, fake.url, fake.url, "--json") == 0
     report = json.loads(capsys.readouterr().out)
     rows = {r["name"]: r for r in report["upstreams"]}
-    assert rows["pytorch"]["newer"] == ["2.13.0", "2.14.1", "2.15.0"]
+    assert rows["pytorch"]["pinned"] == ["2.12.1", "2.14.1"]
+    assert rows["pytorch"]["newer"] == ["2.14.2", "2.15.0"]
     assert report["rocm"] == {"matrix": ["7.2", "7.14"], "released": ["7.9", "7.14", "10.0", "10.1"],
                               "newer": ["10.0", "10.1"], "source": "github.com/ROCm/TheRock tags", "error": None}
     assert outdated(recipes, fake.url, fake.url) == 0
     out = capsys.readouterr().out
-    assert "  newer than the pins: 2.13.0, 2.14.1, 2.15.0\n" in out
+    assert "  newer than the pins: 2.14.2, 2.15.0\n" in out
     assert ("rocm: matrix 7.2, 7.14; newer releases 10.0, 10.1 (ROCm/TheRock's tags): add them to rocm_version in "
             "recipes/variants.yaml once their pins are known") in out
 
@@ -271,10 +283,10 @@ def test_a_bad_tags_answer_is_the_rocm_lines_error_only(
 
 
 def test_rocm_releases_unreachable_are_unknown_not_a_failure(
-    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+    recipes_both: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    publish_all(fake, recipes, {})
-    assert outdated(recipes, fake.url, closed_port_url()) == 0
+    publish_all(fake, recipes_both, {})
+    assert outdated(recipes_both, fake.url, closed_port_url()) == 0
     assert "rocm: matrix 7.2, 7.14; newer releases unknown (unreachable) (ROCm/TheRock's tags)" in \
         capsys.readouterr().out
 

@@ -4,6 +4,7 @@ reasons, the JSON build matrix, and ``present`` marking against a channel built 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -54,7 +55,7 @@ def mirror(root: Path, recipes: tuple[str, ...] = OURS) -> Path:
     return root / "recipes"
 
 
-def workspace(root: Path, envs: dict[str, tuple[str, str, str]], deps: str = "") -> Path:
+def workspace(root: Path, envs: dict[str, tuple[str, str, str]], deps: str = "", pytorch: str = "2.12.*") -> Path:
     """pixi.toml with one environment per (gfx, rocm spec, python spec)."""
     platforms, features, environments = [], [], []
     for name, (gfx, rocm, python) in envs.items():
@@ -69,7 +70,7 @@ def workspace(root: Path, envs: dict[str, tuple[str, str, str]], deps: str = "")
     text = (
         '[workspace]\nname = "t"\nchannels = ["conda-forge"]\n'
         f"platforms = [{', '.join(platforms)}]\n\n"
-        f'[feature.train.dependencies]\npytorch = "2.12.*"\nflash-attn = "2.8.*"\nllamafactory = "*"\n{deps}\n'
+        f'[feature.train.dependencies]\npytorch = "{pytorch}"\nflash-attn = "2.8.*"\nllamafactory = "*"\n{deps}\n'
         + "\n".join(features)
         + "\n[environments]\n"
         + "\n".join(environments)
@@ -160,7 +161,9 @@ def test_every_target_plans_for_both_rocm_versions_with_a_reason_for_each_skip(
     mirror(tmp_path, (*OURS, "bitsandbytes-rocm"))
     targets = load_matrix(tmp_path / "recipes").get("gpu_target")
     assert {"gfx1102", "gfx1150", "gfx1152", "gfx1153", "gfx1200"} <= set(targets)
-    manifest = workspace(tmp_path, {gfx: (gfx, "*", "3.12.*") for gfx in targets}, deps='bitsandbytes = "*"')
+    # pytorch open too: each ROCm version builds its own (7.2: 2.12.1, 7.14: 2.14.1; recipes/variants.yaml).
+    manifest = workspace(tmp_path, {gfx: (gfx, "*", "3.12.*") for gfx in targets}, deps='bitsandbytes = "*"',
+                         pytorch=">=2.12")
     plan = make_plan(load_workspace(manifest))
     assert_dependency_order(plan)
     by = {(v.stage, dict(v.variant).get("gpu_target"), dict(v.variant).get("rocm_version")): v
@@ -175,6 +178,10 @@ def test_every_target_plans_for_both_rocm_versions_with_a_reason_for_each_skip(
                     stage != "flash-attn" or target.flash_attn_ck or target.flash_attn_triton) and (
                     stage != "bitsandbytes" or target.supports_bitsandbytes(rocm))
                 assert (v.skip_reason is None) == buildable, (v.id, v.skip_reason)
+                # The pytorch of that ROCm, and the extensions built against it.
+                assert dict(v.variant).get("pytorch_version") == {"7.2": "2.12.1", "7.14": "2.14.1"}[rocm], v.id
+            assert by[("pytorch", gfx, "7.14")].version == "2.14.1"
+            assert by[("pytorch", gfx, "7.2")].version == "2.12.1"
     # The reasons, one per kind: a target newer than the ROCm, no flash-attn backend, no bitsandbytes build.
     assert "gfx1152 needs ROCm >= 7.14" in by[("pytorch", "gfx1152", "7.2")].skip_reason
     assert by[("pytorch", "gfx1152", "7.14")].skip_reason is None
@@ -184,6 +191,8 @@ def test_every_target_plans_for_both_rocm_versions_with_a_reason_for_each_skip(
     assert main(["plan", "--manifest-path", str(manifest)]) == 0
     out = capsys.readouterr().out
     assert "rocm714_gfx1151_py312_h" in out and "rocm72_gfx1151_py312_h" in out
+    assert re.search(r"pytorch +2\.14\.1 +rocm714_gfx1151_py312_h", out)
+    assert re.search(r"pytorch +2\.12\.1 +rocm72_gfx1151_py312_h", out)
     skipped = [line for line in out.splitlines() if line.startswith("skipped ")]
     assert len(skipped) == len(plan.skipped) == 9 and all(": " in line for line in skipped)
     assert any(line.startswith("skipped pytorch-2.12.1-rocm72_gfx1153_py312_") and line.endswith(

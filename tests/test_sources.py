@@ -21,7 +21,10 @@ from pathlib import Path
 
 import pytest
 from rocmlock.build import sourcefetch
+from rocmlock.build.plan import make_plan
+from rocmlock.build.sources import plan_sources
 from rocmlock.cli.main import main
+from rocmlock.workspace.manifest import load_workspace
 
 SECRET = "s3cret-token-4711"
 WORKSPACE = """
@@ -244,3 +247,33 @@ def test_a_git_rev_the_repository_lacks_is_refused_in_one_line(tmp_path: Path, u
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("fetching ")]
     assert len(err) == 2 and err[0].startswith("error: ") and "demo.git" in err[0], err
     assert SECRET not in err[0] and "staging" not in err[0] and "f" * 40 in err[0]
+
+
+def test_the_shipped_plan_lists_each_rocms_pytorch_source(tmp_path: Path) -> None:
+    """Issue 34: what `rocmlock sources fetch` would fetch for an environment of each ROCm version: 7.2's PyTorch
+    2.12.1 as its hash-pinned release asset, 7.14's 2.14.1 as a git checkout of the full tag commit (fetched by
+    rattler-build and refused unless it checks out that commit), and 7.14's Triton 3.8.0 without an LLVM archive."""
+    from test_plan import mirror, workspace
+
+    mirror(tmp_path, ("pytorch-rocm", "triton-rocm", "rocm-version", "amdgpu-target", "flash-attn-rocm",
+                      "llamafactory"))
+    manifest = workspace(tmp_path, {"a72": ("gfx942", "7.2.*", "3.12.*"), "a714": ("gfx942", "7.14.*", "3.12.*")},
+                         pytorch=">=2.12")
+    plan = make_plan(load_workspace(manifest))
+    by_rocm: dict[str, list[tuple[str, str, str]]] = {}
+    for variant in plan.variants:
+        if variant.stage in ("pytorch", "triton"):
+            rocm = dict(variant.variant)["rocm_version"]
+            by_rocm.setdefault(rocm, []).extend((variant.stage, s.kind, s.pin) for s in plan_sources(plan, [variant]))
+    torch72 = [s for s in by_rocm["7.2"] if s[0] == "pytorch" and s[1] == "url"]
+    assert torch72 and all(re.fullmatch(r"[0-9a-f]{64}", pin) for _, _, pin in torch72)
+    assert ("pytorch", "git", "5c4886908584029761b579af026dcfb627c84070") in by_rocm["7.14"]
+    assert not [s for s in by_rocm["7.14"] if s[0] == "pytorch" and s[1] == "url" and "pytorch-v" in s[2]]
+    assert ("triton", "git", "675c59878aa2280b31f722aaf42b825fcee21de8") in by_rocm["7.14"]
+    assert [s for s in by_rocm["7.14"] if s[0] == "triton"] == [
+        ("triton", "git", "675c59878aa2280b31f722aaf42b825fcee21de8")]  # no LLVM archive
+    # Until its LLVM pin is verified, 7.14's Triton is skipped, and so is the PyTorch that needs it; the plan says why.
+    skipped = {v.stage: v.skip_reason for v in plan.variants if dict(v.variant).get("rocm_version") == "7.14"}
+    assert "has no verified LLVM pin" in (skipped["triton"] or "")
+    assert (skipped["pytorch"] or "").startswith("needs triton, but triton-3.8.0-rocm714_py312_")
+    assert not any(v.skip_reason for v in plan.variants if dict(v.variant).get("rocm_version") == "7.2")

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import rattler_build as rb
@@ -143,12 +144,16 @@ def test_pytorch_and_flash_attn_triton_backend_pin_exactly_one_triton(rendered: 
 # ----------------------------------------------------------------------------- versions and sources
 
 
-def _source(matrix: Matrix, recipe: str) -> list[dict]:
-    one = matrix.narrowed({"gpu_target": ["gfx942"], "python": ["3.12"], "rocm_version": ["7.2"]})
+def _render(matrix: Matrix, recipe: str, rocm: str = "7.2") -> Any:
+    one = matrix.narrowed({"gpu_target": ["gfx942"], "python": ["3.12"], "rocm_version": [rocm]})
     (rv,) = rb.Stage0Recipe.from_file(str(RECIPES / recipe / "recipe.yaml")).render(
         one.to_variant_config(), render_config()
     )
-    return rv.recipe.to_dict()["source"]
+    return rv
+
+
+def _source(matrix: Matrix, recipe: str, rocm: str = "7.2") -> list[dict]:
+    return list(_render(matrix, recipe, rocm).recipe.to_dict()["source"])
 
 
 def test_sources_pinned_by_url_and_real_looking_sha256(matrix: Matrix) -> None:
@@ -157,42 +162,69 @@ def test_sources_pinned_by_url_and_real_looking_sha256(matrix: Matrix) -> None:
         ("torchvision-rocm", "torchvision", "vision"),
         ("torchaudio-rocm", "torchaudio", "audio"),
     ):
-        (source,) = _source(matrix, recipe)
-        version = values[f"{key}_version"][0]
-        assert source["url"] == f"https://github.com/pytorch/{repo}/archive/refs/tags/v{version}.tar.gz"
-        assert source["sha256"] == values[f"{key}_sha256"][0] and SHA256.fullmatch(source["sha256"])
+        for i, rocm in enumerate(values["rocm_version"]):
+            (source,) = _source(matrix, recipe, rocm)
+            # torchvision goes with each ROCm's PyTorch (zipped with rocm_version); torchaudio is one for both.
+            at = i if key == "torchvision" else 0
+            version = values[f"{key}_version"][at]
+            assert source["url"] == f"https://github.com/pytorch/{repo}/archive/refs/tags/v{version}.tar.gz"
+            assert source["sha256"] == values[f"{key}_sha256"][at] and SHA256.fullmatch(source["sha256"])
     triton, llvm = _source(matrix, "triton-rocm")
     # Issue 28: PyTorch 2.12.1's own Triton (pytorch/pytorch#186814 pinned release/3.7.x at 5d6048aa), a git
     # source; its LLVM ac5dc54d is an llvm/llvm-project commit, with the archive sha256 conda-forge's
     # triton-feedstock pins for that URL (commit 1fdf08c, recipe/recipe.yaml line 23).
     assert triton == {"git": "https://github.com/triton-lang/triton.git",
                       "rev": "5d6048aa0a324e090ada215b609ea76620133845"}
-    assert values["triton_git_rev"] == (triton["rev"],) and "triton_sha256" not in values
+    assert values["triton_git_rev"][0] == triton["rev"] and "triton_sha256" not in values
     assert llvm == {"url": "https://github.com/llvm/llvm-project/archive/ac5dc54d509169d387fcfd495d71853d81c46484.tar.gz",
                     "sha256": "76fbbc3c1193db34ff975472c9cfcaee2264e0c6081b71729e229cd8572ab5b8",
                     "target_directory": "llvm-project"}
-    assert values["triton_llvm_rev"] == ("ac5dc54d509169d387fcfd495d71853d81c46484",)
-    assert values["triton_llvm_sha256"] == (llvm["sha256"],)
+    assert values["triton_llvm_rev"][0] == "ac5dc54d509169d387fcfd495d71853d81c46484"
+    assert values["triton_llvm_sha256"][0] == llvm["sha256"]
+    # Issue 34: ROCm 7.14's PyTorch 2.14.1 pins Triton 3.8.0 at 675c5987 (release/2.14's pin file before AMD's fork
+    # moved it, ROCm/pytorch#3627). That commit's cmake/llvm-hash.txt was not verified: no LLVM source, and the
+    # variant is skipped saying which keys are empty, rather than built against a guessed LLVM.
+    rv = _render(matrix, "triton-rocm", "7.14")
+    assert rv.recipe.to_dict()["source"] == [{"git": "https://github.com/triton-lang/triton.git",
+                                              "rev": "675c59878aa2280b31f722aaf42b825fcee21de8"}]
+    reason = rv.recipe.to_dict()["context"]["skip_reason"]
+    assert reason.startswith("triton 3.8.0 (675c59878aa2280b31f722aaf42b825fcee21de8) for ROCm 7.14 has no verified "
+                             "LLVM pin: triton_llvm_rev and triton_llvm_sha256 are empty"), reason
+    assert values["triton_llvm_rev"][1] == values["triton_llvm_sha256"][1] == ""
+    # PyTorch 2.14.1 itself: no archive hash (pytorch_sha256 ""), so the full commit of its tag, a git source.
+    assert _source(matrix, "pytorch-rocm", "7.14") == [{"git": "https://github.com/pytorch/pytorch.git",
+                                                        "rev": "5c4886908584029761b579af026dcfb627c84070"}]
+    assert values["pytorch_sha256"][1] == "" and SHA256.fullmatch(values["pytorch_sha256"][0])
 
 
 def test_versions_pair_with_pytorch_and_satisfy_llamafactory(matrix: Matrix, rendered: dict) -> None:
-    (torch,) = matrix.get("pytorch_version")
-    (vision,) = matrix.get("torchvision_version")
     (audio,) = matrix.get("torchaudio_version")
+    rocms = matrix.get("rocm_version")
+    runtime = matrix.get("aotriton_runtime_sha256")
+    # One PyTorch per ROCm version (7.2: 2.12.1, 7.14: 2.14.1), its torchvision and Triton beside it.
+    assert dict(zip(rocms, matrix.get("pytorch_version"), strict=True)) == {"7.2": "2.12.1", "7.14": "2.14.1"}
     # The pairing rules (torchvision/torch, torchaudio/torch, triton/torch) are data in
     # tools/rocmlock/data/upstreams.toml, the same rules `rocmlock bump` enforces.
     table = load_table()
     keys = {u.name: u.version_key for u in table.upstreams}
     assert {r.name for r in table.rules} >= {"torchvision-pytorch", "torchaudio-pytorch", "triton-pytorch"}
-    for rule in table.rules:
-        # AOTriton's release is pinned by tools/rocmlock/data/aotriton.toml, not by variants.yaml.
-        (leader,), (follower,) = matrix.get(keys[rule.leader]), [rule.pinned] if rule.table else matrix.get(
-            keys[rule.follower])
-        assert rule.check(leader, follower) == "ok", (rule.name, leader, follower, rule.why)
     (lf,) = rendered["llamafactory"]
     bounds = {spec_name(s): s for s in lf.specs("run")}
-    for name, version in (("torchvision", vision), ("torchaudio", audio), ("pytorch", torch)):
-        assert VersionSpec(bounds[name].split(" ", 1)[1]).matches(Version(version)), bounds[name]
+    for i, rocm in enumerate(rocms):
+        def pin(name: str, i: int = i) -> str:
+            pinned = matrix.get(keys[name])
+            return pinned[i] if len(pinned) == len(rocms) else pinned[0]
+
+        for rule in table.rules:
+            if rule.table:
+                # AOTriton's release is pinned by tools/rocmlock/data/aotriton.toml, for the ROCm versions with a
+                # prebuilt runtime there; elsewhere (7.14) PyTorch's own cmake/External/aotriton.cmake fetches it.
+                verdict = rule.check(pin(rule.leader), rule.pinned)
+                assert verdict == ("ok" if runtime[i] else "unknown"), (rule.name, rocm, verdict)
+                continue
+            assert rule.check(pin(rule.leader), pin(rule.follower)) == "ok", (rule.name, rocm, rule.why)
+        for name, version in (("torchvision", pin("torchvision")), ("torchaudio", audio), ("pytorch", pin("pytorch"))):
+            assert VersionSpec(bounds[name].split(" ", 1)[1]).matches(Version(version)), (rocm, bounds[name])
 
 
 # ----------------------------------------------------------------------------- build scripts

@@ -50,7 +50,12 @@ def test_the_shipped_keys_are_the_tables_read_independently() -> None:
     for key in ("base_url", "manylinux", "arch"):
         assert shipped[f"aotriton_{key}"] == [aot[key]]
     zips = yaml.safe_load((RECIPES / "variants.yaml").read_text())["zip_keys"]
-    assert list(variantkeys.GPU_ZIP) in zips and list(variantkeys.ROCM_ZIP) in zips
+    assert list(variantkeys.GPU_ZIP) in zips
+    # rocm_version's group: its table keys, then the pins each ROCm version builds (issue 34).
+    (rocm_group,) = [g for g in zips if g[0] == "rocm_version"]
+    assert rocm_group[:len(variantkeys.ROCM_ZIP)] == list(variantkeys.ROCM_ZIP)
+    assert {"pytorch_version", "pytorch_sha256", "pytorch_git_rev", "torchvision_version", "triton_git_rev"} <= set(
+        rocm_group)
 
 
 def test_the_shipped_file_is_what_the_command_writes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -131,6 +136,32 @@ def test_narrowing_to_an_unlisted_rocm_derives_its_keys() -> None:
     aot = tomllib.loads((DATA / "aotriton.toml").read_text())
     assert matrix.get("aotriton_runtime_sha256") == (aot["runtime"]["6.4"], aot["runtime"]["7.2"])
     assert matrix.get("gpu_isa") == ("11.0.0",) and matrix.get("gpu_flash_attn_backend") == ("triton",)
+
+
+def test_each_rocm_version_keeps_its_own_pins_when_narrowed() -> None:
+    """Issue 34: 7.2 builds PyTorch 2.12.1 from its release asset, 7.14 PyTorch 2.14.1 from the full commit of
+    its tag (no archive hash), each with its own Triton and torchvision; a ROCm not listed takes the pins of the
+    listed one nearest below it (6.4: the lowest listed, 7.2; 10.0: 7.14)."""
+    import rattler_build as rb
+    from rocmlock.build.recipes import load_matrix, render_config
+
+    matrix = load_matrix(RECIPES)
+    for rocm, torch, vision, triton in (("7.2", "2.12.1", "0.27.1", "3.7.1"), ("7.14", "2.14.1", "0.29.1", "3.8.0"),
+                                        ("6.4", "2.12.1", "0.27.1", "3.7.1"), ("10.0", "2.14.1", "0.29.1", "3.8.0")):
+        one = matrix.narrowed({"rocm_version": [rocm], "gpu_target": ["gfx942"], "python": ["3.12"]})
+        assert (one.get("pytorch_version"), one.get("torchvision_version"), one.get("triton_version")) == (
+            (torch,), (vision,), (triton,)), rocm
+        assert re.fullmatch(r"[0-9a-f]{40}", one.get("pytorch_git_rev")[0])
+    both = matrix.narrowed({"rocm_version": ["7.14", "7.2"], "gpu_target": ["gfx942"], "python": ["3.12"]})
+    assert both.get("pytorch_version") == ("2.14.1", "2.12.1")
+    assert both.get("aotriton_runtime_sha256")[1] and not both.get("aotriton_runtime_sha256")[0]
+    sources = {}
+    for v in rb.Stage0Recipe.from_file(str(RECIPES / "pytorch-rocm/recipe.yaml")).render(
+            both.to_variant_config(), render_config()):
+        sources[v.variant["rocm_version"]] = v.recipe.to_dict()["source"]
+    assert sources["7.2"][0]["url"].endswith("/pytorch-v2.12.1.tar.gz") and "git" not in sources["7.2"][0]
+    assert sources["7.14"][0] == {"git": "https://github.com/pytorch/pytorch.git",
+                                  "rev": "5c4886908584029761b579af026dcfb627c84070"}
 
 
 def test_a_config_narrowed_to_one_target_builds_that_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

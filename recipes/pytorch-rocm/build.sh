@@ -12,6 +12,13 @@ rocmlock_magma
 rocmlock_max_jobs
 rocmlock_ccache
 
+# A git source (a PyTorch pinned by commit, recipe.yaml) needs its submodules; the release asset has them. Stop here,
+# naming the fix, rather than deep in CMake.
+for submodule in third_party/pybind11 third_party/fmt; do
+    [ -f "${submodule}/CMakeLists.txt" ] \
+        || rocmlock_die "PyTorch's git submodule ${submodule} is missing: run \`git submodule update --init --recursive\` in the source, or pin the release asset (pytorch_sha256)"
+done
+
 export USE_ROCM=1
 export USE_CUDA=0
 export BUILD_TEST=0

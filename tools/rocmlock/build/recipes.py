@@ -12,7 +12,7 @@ its reason. py-rattler-build's ``render`` does not apply ``build.skip`` itself; 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,19 @@ class Matrix:
         for key, new in overrides.items():
             new = list(dict.fromkeys(new))
             group = next((g for g in self.zip_keys if key in g), None)
-            if group is None or (self.data is not None and key in ("gpu_target", "rocm_version")):
+            # gpu_target / rocm_version zipped only with keys computed from the tables: any value, keys recomputed
+            # below. Zipped with pinned values too (each ROCm's PyTorch): only the values listed, siblings follow.
+            pinned = [s for s in group or () if s != key and s not in variantkeys.ALL_KEYS]
+            if group is None or (self.data is not None and key in ("gpu_target", "rocm_version") and not pinned):
+                values[key] = new
+                continue
+            if pinned and key == "rocm_version" and self.data is not None:
+                # A ROCm the file does not list (an environment's "6.4.*") takes the pins of the listed ROCm nearest
+                # below it, else of the lowest listed; its table keys are recomputed below for its own value.
+                listed = values[key]
+                picks = [_nearest_rocm(listed, v) for v in new]
+                for sibling in group:
+                    values[sibling] = [values[sibling][i] for i in picks]
                 values[key] = new
                 continue
             keep = [i for i, v in enumerate(values[key]) if v in new]
@@ -78,6 +90,18 @@ class Matrix:
         return rb.VariantConfig(
             {k: list(v) for k, v in self.values}, zip_keys=[list(g) for g in self.zip_keys]
         )
+
+
+def _nearest_rocm(listed: Sequence[str], rocm: str) -> int:
+    """The position in ``listed`` (major.minor ROCm versions) of ``rocm``, else of the highest listed version below
+    it, else of the lowest listed."""
+    def key(version: str) -> tuple[int, ...]:
+        return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
+
+    below = [i for i, v in enumerate(listed) if key(v) <= key(rocm)]
+    if below:
+        return max(below, key=lambda i: key(listed[i]))
+    return min(range(len(listed)), key=lambda i: key(listed[i]))
 
 
 @dataclass(frozen=True)

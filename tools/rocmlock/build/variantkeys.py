@@ -145,7 +145,8 @@ def check_matrix(values: Mapping[str, Sequence[str]], zip_keys: Sequence[Sequenc
                              f"{want[key]}", hint=FIX)
     groups = [tuple(g) for g in zip_keys]
     for group in (GPU_ZIP, ROCM_ZIP):
-        if group not in groups:
+        # The group may hold more keys that go with the same list (the upstream pins of each rocm_version).
+        if not any(g[:1] == group[:1] and set(group) <= set(g) for g in groups):
             raise InputError(f"{path}: key 'zip_keys' lacks the group [{', '.join(group)}]",
                              hint="add it to zip_keys, so each value goes with its gpu_target / rocm_version")
     return {}, []
