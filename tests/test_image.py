@@ -1,0 +1,229 @@
+"""``rocmlock image``: a reproducible OCI image of a locked environment on a real Debian base, pushed to a real
+registry (Debian's docker-registry on 127.0.0.1), pulled back with skopeo, unpacked with umoci, its conda-meta
+compared with the lock and its probe run inside the unpacked rootfs."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tarfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rocmlock.cli.main import main
+from rocmlock.lock.lockfile import read_lockfile
+
+ENV = "mi300x"
+
+
+@pytest.fixture(scope="module")
+def base() -> Path:
+    from ocibase import BaseUnavailable, debian_base
+
+    try:
+        return debian_base()
+    except BaseUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(str(exc))
+
+
+def image(ws: Path, *args: str) -> int:
+    return main(["image", "--manifest-path", str(ws / "pixi.toml"), "-e", ENV, *args])
+
+
+def _layout_manifest(layout: Path) -> tuple[str, dict]:  # type: ignore[type-arg]
+    index = json.loads((layout / "index.json").read_text())
+    (desc,) = index["manifests"]
+    return desc["digest"], json.loads((layout / "blobs/sha256" / desc["digest"][7:]).read_bytes())
+
+
+def _blob(layout: Path, digest: str) -> bytes:
+    return (layout / "blobs/sha256" / digest[7:]).read_bytes()
+
+
+def locked_names(ws: Path) -> set[str]:
+    locked = read_lockfile(ws / "pixi.lock")
+    assert locked is not None
+    (records,) = locked.environments[ENV].records.values()
+    return {f"{r.name.normalized}-{r.version}-{r.build}" for r in records}
+
+
+@pytest.fixture(scope="module")
+def built(locked_ws: Path, base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("image") / "layout"
+    assert image(locked_ws, "--base", f"oci:{base}:base", "-o", str(out)) == 0
+    return out
+
+
+def test_the_image_is_the_base_plus_one_layer_holding_exactly_the_locked_environment(
+        built: Path, base: Path, locked_ws: Path) -> None:
+    digest, manifest = _layout_manifest(built)
+    _, base_manifest = _layout_manifest(base)
+    assert [l["digest"] for l in manifest["layers"][:-1]] == [l["digest"] for l in base_manifest["layers"]]
+    top = manifest["layers"][-1]
+    data = _blob(built, top["digest"])
+    assert "sha256:" + hashlib.sha256(data).hexdigest() == top["digest"] and len(data) == top["size"]
+    config = json.loads(_blob(built, manifest["config"]["digest"]))
+    raw = gzip.decompress(data)
+    assert config["rootfs"]["diff_ids"][-1] == "sha256:" + hashlib.sha256(raw).hexdigest()
+    with tarfile.open(fileobj=gzip.GzipFile(fileobj=__import__("io").BytesIO(data))) as tar:
+        members = tar.getmembers()
+        names = [m.name for m in members]
+        assert names == sorted(names)
+        assert {(m.uid, m.gid, m.uname, m.gname) for m in members} == {(0, 0, "", "")}
+        assert len({m.mtime for m in members}) == 1
+        metas = {n.rsplit("/", 1)[1][:-5] for n in names if n.startswith("opt/env/conda-meta/") and n.endswith(".json")}
+        assert metas == locked_names(locked_ws)
+        for m in members:
+            if m.name.startswith("opt/env/conda-meta/") and m.isfile():
+                text = tar.extractfile(m).read().decode()  # type: ignore[union-attr]
+                # No host path: the staging directory and rattler's package cache are nowhere in it.
+                assert "extracted_package_dir" not in text and ".rocmlock-image-" not in text
+                assert "rattler" not in text and str(Path.home()) not in text
+        assert "opt/rocmlock/verify_env.py" in names and "opt/rocmlock/check" in names
+    env = dict(e.split("=", 1) for e in config["config"]["Env"])
+    assert env["PATH"].startswith("/opt/env/bin:") and env["CONDA_PREFIX"] == "/opt/env"
+    assert "ROCM_PATH" not in env  # the Debian base has no ROCm: never a path without it (rocm-version's rule)
+    labels = config["config"]["Labels"]
+    lock_sha = hashlib.sha256((locked_ws / "pixi.lock").read_bytes()).hexdigest()
+    assert labels["io.rocmlock.lock.sha256"] == lock_sha and labels["io.rocmlock.environment"] == ENV
+    assert labels["io.rocmlock.gpu-target"] == "gfx942" and labels["io.rocmlock.rocm-version"].startswith("7.2")
+    assert labels["io.rocmlock.check"] == "/opt/rocmlock/check"
+    assert config["config"]["Healthcheck"]["Test"] == ["CMD", "/opt/rocmlock/check"]
+    assert digest.startswith("sha256:")
+
+
+def test_two_builds_in_other_directories_give_the_same_digest(built: Path, base: Path, locked_ws: Path,
+                                                               tmp_path: Path) -> None:
+    again = tmp_path / "elsewhere" / "again"
+    assert image(locked_ws, "--base", f"oci:{base}:base", "-o", str(again)) == 0
+    assert _layout_manifest(again)[0] == _layout_manifest(built)[0]
+    assert sorted(p.name for p in (again / "blobs/sha256").iterdir()) == \
+        sorted(p.name for p in (built / "blobs/sha256").iterdir())
+    # SOURCE_DATE_EPOCH changes the dates, so the digest; nothing else moves.
+    other = tmp_path / "epoch"
+    os.environ["SOURCE_DATE_EPOCH"] = "1700000000"
+    try:
+        assert image(locked_ws, "--base", f"oci:{base}:base", "-o", str(other)) == 0
+    finally:
+        del os.environ["SOURCE_DATE_EPOCH"]
+    digest, manifest = _layout_manifest(other)
+    assert digest != _layout_manifest(built)[0]
+    assert json.loads(_blob(other, manifest["config"]["digest"]))["created"] == "2023-11-14T22:13:20Z"
+
+
+def test_a_base_whose_glibc_is_older_than_the_locks_is_refused_before_building(
+        base: Path, ws_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = ws_copy / "pixi.toml"
+    lock = ws_copy / "pixi.lock"
+    # The Debian 12 base has glibc 2.36; a lock for glibc 2.99 platforms cannot run on it.
+    lock.write_text(lock.read_text().replace("__glibc=2.28", "__glibc=2.99"))
+    manifest.write_text(manifest.read_text().replace('glibc = "2.28"', 'glibc = "2.99"'))
+    assert image(ws_copy, "--base", f"oci:{base}:base", "-o", str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert "its glibc is 2.36" in err and "needs glibc >= 2.99" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".rocmlock-image-*"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-e", "nope", "-o", "OUT"], "no environment 'nope'"),
+    (["-o", "OUT", "--base", "oci:/nonexistent/layout"], "not an OCI image layout"),
+    (["-o", "OUT", "--base", "oci:BASE:missing-tag"], "no image tagged 'missing-tag'"),
+    (["--push", "user:secret@127.0.0.1:1/x:y"], "credentials never go into it"),
+    ([], "nowhere to put the image"),
+])
+def test_bad_input_is_one_line_and_exit_2_with_nothing_written(
+        base: Path, locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        args: list[str], message: str) -> None:
+    args = [a.replace("OUT", str(tmp_path / "out")).replace("BASE", str(base)) for a in args]
+    assert main(["image", "--manifest-path", str(locked_ws / "pixi.toml"), *(["-e", ENV] if "-e" not in args else []),
+                 *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "secret" not in err
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".rocmlock-image-*"))
+
+
+# ----------------------------------------------------------------------------- a real registry
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def registry(root: Path) -> Iterator[str]:
+    """Debian's docker-registry (distribution 2.8) on 127.0.0.1, no auth, storage under ``root``."""
+    port = _free_port()
+    config = root / "config.yml"
+    root.mkdir(parents=True, exist_ok=True)
+    config.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\n"
+                      f"http:\n  addr: 127.0.0.1:{port}\n")
+    proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1):
+                    break
+            time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_pushed_pulled_unpacked_the_rootfs_holds_the_lock_and_its_probe_fails_honestly(
+        built: Path, base: Path, locked_ws: Path, tmp_path: Path) -> None:
+    with registry(tmp_path / "registry") as host:
+        ref = f"{host}/rocmlock/{ENV}:v1"
+        assert image(locked_ws, "--base", f"oci:{base}:base", "--push", ref) == 0
+        pulled = tmp_path / "pulled"
+        subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false", f"docker://{ref}", f"oci:{pulled}:v1"],
+                       check=True)
+        inspect = json.loads(subprocess.run(["skopeo", "inspect", "--tls-verify=false", f"docker://{ref}"],
+                                            check=True, capture_output=True).stdout)
+    # The registry holds the very manifest that was built (skopeo --preserve-digests), so the same digest.
+    digest, manifest = _layout_manifest(built)
+    assert inspect["Digest"] == digest
+    assert inspect["Labels"]["io.rocmlock.environment"] == ENV
+    subprocess.run(["umoci", "unpack", "--image", f"{pulled}:v1", str(tmp_path / "bundle")], check=True,
+                   capture_output=True)
+    rootfs = tmp_path / "bundle/rootfs"
+    metas = {p.name[:-5] for p in (rootfs / "opt/env/conda-meta").glob("*.json")}
+    assert metas == locked_names(locked_ws)
+    # The probe inside the unpacked image, in a chroot; and the same probe on the same environment outside.
+    inside = subprocess.run([shutil.which("chroot", path="/usr/sbin:/usr/bin:/sbin:/bin") or "chroot", str(rootfs), "/opt/rocmlock/check", "--json"], capture_output=True, text=True,
+                            env={"PATH": "/usr/bin:/bin"}, check=False)
+    outside = subprocess.run(["python3", str(rootfs / "opt/rocmlock/verify_env.py"), "--prefix",
+                              str(rootfs / "opt/env"), "--json"], capture_output=True, text=True, check=False)
+    assert inside.returncode == outside.returncode == 1, (inside.stdout[-2000:], inside.stderr[-2000:])
+    report_in, report_out = json.loads(inside.stdout), json.loads(outside.stdout)
+
+    def failed(report: dict) -> list[str]:  # type: ignore[type-arg]
+        return sorted(c["id"] for c in report["checks"] if c["status"] == "fail")
+
+    assert "host.devices" in failed(report_in)
+    assert failed(report_in) == failed(report_out)
+
+
+def test_a_registry_that_refuses_the_push_is_exit_1_and_one_line(base: Path, locked_ws: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    port = _free_port()  # nothing listens there
+    assert image(locked_ws, "--base", f"oci:{base}:base", "--push", f"127.0.0.1:{port}/x/y:z",
+                 "-o", str(tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert "pushing the image to 127.0.0.1" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".rocmlock-image-*"))
