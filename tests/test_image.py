@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -19,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from rocmlock.cli.main import main
 from rocmlock.lock.lockfile import read_lockfile
 
@@ -77,7 +77,7 @@ def test_the_image_is_the_base_plus_one_layer_holding_exactly_the_locked_environ
     config = json.loads(_blob(built, manifest["config"]["digest"]))
     raw = gzip.decompress(data)
     assert config["rootfs"]["diff_ids"][-1] == "sha256:" + hashlib.sha256(raw).hexdigest()
-    with tarfile.open(fileobj=gzip.GzipFile(fileobj=__import__("io").BytesIO(data))) as tar:
+    with tarfile.open(fileobj=gzip.GzipFile(fileobj=io.BytesIO(data))) as tar:
         members = tar.getmembers()
         names = [m.name for m in members]
         assert names == sorted(names)
@@ -175,9 +175,8 @@ def registry(root: Path) -> Iterator[str]:
                             stderr=subprocess.DEVNULL)
     try:
         for _ in range(100):
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1):
-                    break
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1):
+                break
             time.sleep(0.1)
         yield f"127.0.0.1:{port}"
     finally:
@@ -196,7 +195,7 @@ def test_pushed_pulled_unpacked_the_rootfs_holds_the_lock_and_its_probe_fails_ho
         inspect = json.loads(subprocess.run(["skopeo", "inspect", "--tls-verify=false", f"docker://{ref}"],
                                             check=True, capture_output=True).stdout)
     # The registry holds the very manifest that was built (skopeo --preserve-digests), so the same digest.
-    digest, manifest = _layout_manifest(built)
+    digest, _ = _layout_manifest(built)
     assert inspect["Digest"] == digest
     assert inspect["Labels"]["io.rocmlock.environment"] == ENV
     subprocess.run(["umoci", "unpack", "--image", f"{pulled}:v1", str(tmp_path / "bundle")], check=True,

@@ -123,7 +123,7 @@ def _open_layer(path: Path, media_type: str) -> tarfile.TarFile:
     if media_type.endswith("+zstd"):
         import zstandard
 
-        stream: IO[bytes] = zstandard.ZstdDecompressor().stream_reader(path.open("rb"))  # type: ignore[assignment]
+        stream: IO[bytes] = zstandard.ZstdDecompressor().stream_reader(path.open("rb"))
         return tarfile.open(fileobj=stream, mode="r|")
     return tarfile.open(path, mode="r|*")
 
@@ -238,7 +238,7 @@ def write_layer(root: Path, out: Path, mtime: int) -> tuple[str, str, int]:
     hard links written as files, PAX format, gzip without a name or time. Returns (diff_id, digest, size)."""
     with out.open("wb") as raw:
         outer = _Hashing(raw)
-        with gzip.GzipFile(filename="", mode="wb", fileobj=outer, mtime=0, compresslevel=6) as gz:  # type: ignore[arg-type]
+        with gzip.GzipFile(filename="", mode="wb", fileobj=outer, mtime=0, compresslevel=6) as gz:
             inner = _Hashing(gz)  # type: ignore[arg-type]
             with tarfile.open(fileobj=inner, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
                 for path in _entries(root):
