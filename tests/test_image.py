@@ -185,7 +185,7 @@ def registry(root: Path) -> Iterator[str]:
 
 
 def test_pushed_pulled_unpacked_the_rootfs_holds_the_lock_and_its_probe_fails_honestly(
-        built: Path, base: Path, locked_ws: Path, tmp_path: Path) -> None:
+        built: Path, base: Path, locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with registry(tmp_path / "registry") as host:
         ref = f"{host}/rocmlock/{ENV}:v1"
         assert image(locked_ws, "--base", f"oci:{base}:base", "--push", ref) == 0
@@ -194,6 +194,20 @@ def test_pushed_pulled_unpacked_the_rootfs_holds_the_lock_and_its_probe_fails_ho
                        check=True)
         inspect = json.loads(subprocess.run(["skopeo", "inspect", "--tls-verify=false", f"docker://{ref}"],
                                             check=True, capture_output=True).stdout)
+        # A base from the registry (skopeo fetches it): the same layers as from the layout, and its name labelled.
+        subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci:{base}:base",
+                        f"docker://{host}/debian:12"], check=True)
+        from_registry = tmp_path / "from-registry"
+        assert image(locked_ws, "--base", f"{host}/debian:12", "-o", str(from_registry)) == 0
+        assert main(["image", "--manifest-path", str(locked_ws / "pixi.toml"), "-e", ENV, "--base",
+                     f"{host}/no-such-image:1", "-o", str(tmp_path / "never")]) == 1
+        assert not (tmp_path / "never").exists()
+        err = capsys.readouterr().err.splitlines()
+        assert err[-2].startswith(f"error: fetching the base image {host}/no-such-image:1: ") and err[-1].startswith("hint:")
+    layers = [l["digest"] for l in _layout_manifest(from_registry)[1]["layers"]]
+    assert layers == [l["digest"] for l in _layout_manifest(built)[1]["layers"]]
+    labels = json.loads(_blob(from_registry, _layout_manifest(from_registry)[1]["config"]["digest"]))["config"]["Labels"]
+    assert labels["org.opencontainers.image.base.name"] == f"{host}/debian:12"
     # The registry holds the very manifest that was built (skopeo --preserve-digests), so the same digest.
     digest, _ = _layout_manifest(built)
     assert inspect["Digest"] == digest
@@ -235,3 +249,79 @@ def test_a_registry_that_refuses_the_push_is_exit_1_and_one_line(base: Path, loc
     err = capsys.readouterr().err
     assert "pushing the image to 127.0.0.1" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".rocmlock-image-*"))
+
+
+# ----------------------------------------------------------------------------- base images read from their layers
+
+
+def _synthetic_base(root: Path, layers: list[dict[str, str | bytes]]) -> Path:
+    """An OCI layout whose layers hold ``{path: bytes (a file) | "->target" (a symlink)}``."""
+    from rocmlock.deploy import oci
+
+    blobs = oci.start_layout(root)
+    descs, diff_ids = [], []
+    for i, files in enumerate(layers):
+        tree = root.parent / f"tree{i}"
+        for name, content in files.items():
+            path = tree / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, str):
+                path.symlink_to(content.removeprefix("->"))
+            else:
+                path.write_bytes(content)
+        diff_id, digest, size = oci.write_layer(tree, blobs / "tmp", 0)
+        (blobs / "tmp").rename(blobs / "sha256" / digest[7:])
+        descs.append({"mediaType": oci.LAYER_GZIP, "digest": digest, "size": size})
+        diff_ids.append(diff_id)
+    config = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": diff_ids}}
+    oci.finish_layout(root, {"schemaVersion": 2, "mediaType": oci.MANIFEST,
+                             "config": oci.put_json(blobs, config, oci.CONFIG), "layers": descs}, "base")
+    return root
+
+
+def test_the_glibc_is_read_through_symlinks_and_whiteouts_of_the_layers(tmp_path: Path) -> None:
+    from rocmlock.deploy import oci
+
+    newer = b"\x7fELF...GNU C Library (GNU libc) stable release version 2.40.\n...GLIBC_2.40\x00"
+    layout = _synthetic_base(tmp_path / "layout", [
+        {"usr/lib64/libc.so.6": newer, "opt/rocm/.info/version": b"7.2.0\n"},
+        # The next layer deletes that libc and the ROCm, and brings an old-style libc.so.6 -> libc-2.17.so.
+        {"usr/lib64/.wh.libc.so.6": b"", "opt/.wh.rocm": b"", "lib/x86_64-linux-gnu/libc.so.6": "->libc-2.17.so",
+         "lib/x86_64-linux-gnu/libc-2.17.so": b"GLIBC_2.17\x00"},
+    ])
+    base = oci.read_layout(layout, "base", "amd64", "test")
+    assert oci.glibc_version(base) == (2, 17)
+    assert not oci.has_rocm(base)
+    only_first = _synthetic_base(tmp_path / "first" / "layout", [{"usr/lib64/libc.so.6": newer,
+                                                                  "opt/rocm/.info/version": b"7.2.0\n"}])
+    first = oci.read_layout(only_first, None, "amd64", "test")
+    assert oci.glibc_version(first) == (2, 40) and oci.has_rocm(first)
+    with pytest.raises(Exception, match="for amd64"):
+        oci.read_layout(only_first, None, "arm64", "test")
+
+
+def test_a_base_without_glibc_is_refused(locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    layout = _synthetic_base(tmp_path / "musl", [{"lib/ld-musl-x86_64.so.1": b"musl"}])
+    assert image(locked_ws, "--base", f"oci:{layout}", "-o", str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert "no glibc (libc.so.6) found in the image" in err and "glibc >= 2.28" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_base_with_rocm_gets_rocm_path_and_an_earlier_layout_is_replaced(locked_ws: Path, tmp_path: Path) -> None:
+    layout = _synthetic_base(tmp_path / "rocm", [{"usr/lib64/libc.so.6": b"GLIBC_2.34\x00",
+                                                  "opt/rocm/.info/version": b"7.2.0-43\n"}])
+    out = tmp_path / "out"
+    assert image(locked_ws, "--base", f"oci:{layout}:base", "-o", str(out)) == 0
+    first = _layout_manifest(out)[0]
+    assert image(locked_ws, "-o", str(out)) == 0  # no base: the environment alone, replacing the layout there
+    digest, manifest = _layout_manifest(out)
+    assert digest != first and len(manifest["layers"]) == 1
+    assert len(list((out / "blobs/sha256").iterdir())) == 3  # config, manifest, one layer: nothing of the first
+    env = dict(e.split("=", 1) for e in json.loads(_blob(out, manifest["config"]["digest"]))["config"]["Env"])
+    assert "ROCM_PATH" not in env
+    assert image(locked_ws, "--base", f"oci:{layout}:base", "-o", str(out)) == 0
+    assert _layout_manifest(out)[0] == first
+    config = json.loads(_blob(out, _layout_manifest(out)[1]["config"]["digest"]))
+    env = dict(e.split("=", 1) for e in config["config"]["Env"])
+    assert env["ROCM_PATH"] == env["HIP_PATH"] == "/opt/rocm"
