@@ -325,3 +325,45 @@ def test_a_base_with_rocm_gets_rocm_path_and_an_earlier_layout_is_replaced(locke
     config = json.loads(_blob(out, _layout_manifest(out)[1]["config"]["digest"]))
     env = dict(e.split("=", 1) for e in config["config"]["Env"])
     assert env["ROCM_PATH"] == env["HIP_PATH"] == "/opt/rocm"
+
+
+def test_a_bundle_and_an_image_of_one_environment_hold_the_same_package_bytes(tmp_path: Path) -> None:
+    from channels import Pkg, build_channel
+
+    channel = build_channel(tmp_path / "channel", [
+        Pkg("payload", "1.0", files=(("bin/payload", "#!/bin/sh\necho payload\n"),
+                                     ("share/payload/data.txt", "the same bytes everywhere\n"))),
+        Pkg("helper", "2.0", noarch="generic", subdir="noarch", files=(("share/helper/readme", "helper\n"),)),
+    ])
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "pixi.toml").write_text(
+        f'[workspace]\nname = "b"\nchannels = ["{channel.as_uri()}"]\n'
+        'platforms = [{ name = "linux-64-g", platform = "linux-64", glibc = "2.28" }]\n'
+        '[dependencies]\npayload = "*"\nhelper = "*"\n[environments]\nmi300x = []\n')
+    assert main(["lock", "--manifest-path", str(ws / "pixi.toml")]) == 0
+    assert main(["pack", "--manifest-path", str(ws / "pixi.toml"), "-e", ENV, "-o", str(tmp_path / "b.tar")]) == 0
+    (tmp_path / "host").mkdir()  # a host without GPU or ROCm: --force installs anyway
+    assert main(["unpack", str(tmp_path / "b.tar"), "--prefix", str(tmp_path / "env"), "--force", "--no-verify",
+                 "--host-root", str(tmp_path / "host")]) == 0
+    assert image(ws, "-o", str(tmp_path / "image")) == 0
+    _, manifest = _layout_manifest(tmp_path / "image")
+    in_image: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(_blob(tmp_path / "image", manifest["layers"][-1]["digest"]))) as tar:
+        for m in tar.getmembers():
+            if m.isfile() and m.name.startswith("opt/env/"):
+                in_image[m.name.removeprefix("opt/env/")] = tar.extractfile(m).read()  # type: ignore[union-attr]
+    unpacked = {p.relative_to(tmp_path / "env").as_posix(): p.read_bytes()
+                for p in (tmp_path / "env").rglob("*") if p.is_file()}
+
+    def packages(files: dict[str, bytes]) -> dict[str, bytes]:
+        return {k: v for k, v in files.items() if not k.startswith("conda-meta/") and k != "CACHEDIR.TAG"}
+
+    assert packages(in_image) == packages(unpacked)
+    assert packages(in_image)["share/payload/data.txt"] == b"the same bytes everywhere\n"
+
+    def hashes(files: dict[str, bytes]) -> set[tuple[str, str]]:
+        recs = [json.loads(v) for k, v in files.items() if k.startswith("conda-meta/") and k.endswith(".json")]
+        return {(r["fn"], r["sha256"]) for r in recs}
+
+    assert hashes(in_image) == hashes(unpacked) and len(hashes(in_image)) == 2
