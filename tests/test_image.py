@@ -367,3 +367,25 @@ def test_a_bundle_and_an_image_of_one_environment_hold_the_same_package_bytes(tm
         return {(r["fn"], r["sha256"]) for r in recs}
 
     assert hashes(in_image) == hashes(unpacked) and len(hashes(in_image)) == 2
+
+
+@pytest.mark.parametrize("size", [0, 1, 1 << 20, (1 << 20) + 1, 3 * (1 << 20) + 12345])
+def test_the_parallel_gzip_writes_the_same_valid_stream_whatever_the_threads(tmp_path: Path, size: int) -> None:
+    import random
+
+    from rocmlock.util.pgzip import ParallelGzip
+
+    rng = random.Random(size)
+    data = b"".join(rng.randbytes(4096) if i % 3 == 0 else b"repeated text " * 300 for i in range(size // 4096 + 1))
+    data = data[:size]
+    streams = []
+    for threads in (1, 4):
+        buf = io.BytesIO()
+        with ParallelGzip(buf, threads=threads) as gz:
+            for i in range(0, size, 70_001):  # writes that straddle the chunks
+                gz.write(data[i:i + 70_001])
+        streams.append(buf.getvalue())
+    assert streams[0] == streams[1]
+    assert gzip.decompress(streams[0]) == data
+    (tmp_path / "x.gz").write_bytes(streams[0])
+    assert subprocess.run(["gzip", "-t", str(tmp_path / "x.gz")], check=False).returncode == 0
