@@ -235,32 +235,33 @@ def write_layer(root: Path, out: Path, mtime: int) -> tuple[str, str, int]:
     """A gzip-compressed tar of everything under ``root`` (paths relative to it) written to ``out``.
 
     Reproducible: sorted entries, mtime ``mtime``, uid/gid 0 with no names, modes 0755/0644 (executable or not),
-    hard links written as files, PAX format, gzip without a name or time, compressed on several threads with the same output
-    whatever their number (:class:`rocmlock.util.pgzip.ParallelGzip`). Returns (diff_id, digest, size)."""
+    hard links written as files, PAX format, gzip without a name or time, compressed on several threads with the
+    same output whatever their number (:class:`rocmlock.util.pgzip.ParallelGzip`). Returns (diff_id, digest,
+    size)."""
     with out.open("wb") as raw:
         outer = _Hashing(raw)
-        with ParallelGzip(outer, level=6) as gz:  # type: ignore[arg-type]
-            # 1 MiB writes: the stream's default (10 KiB) and copy buffer (16 KiB) cost thousands of calls per 100 MB.
-            with tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]
-                              bufsize=1 << 20) as tar:
-                tar.copybufsize = 1 << 20
-                for path in _entries(root):
-                    st = path.lstat()
-                    info = tarfile.TarInfo(path.relative_to(root).as_posix())
-                    info.mtime, info.uid, info.gid, info.uname, info.gname = mtime, 0, 0, "", ""
-                    if path.is_symlink():
-                        info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.readlink(path), 0o777
-                        tar.addfile(info)
-                    elif path.is_dir():
-                        info.type, info.mode = tarfile.DIRTYPE, 0o755
-                        tar.addfile(info)
-                    elif path.is_file():
-                        info.size, info.mode = st.st_size, 0o755 if st.st_mode & 0o111 else 0o644
-                        with path.open("rb") as fh:
-                            tar.addfile(info, fh)
-                    else:
-                        raise InputError(f"{path}: neither a file, a directory nor a symlink",
-                                         hint="an installed package holds a special file")
+        # 1 MiB writes: the stream's default (10 KiB) and copy buffer (16 KiB) cost thousands of calls per 100 MB.
+        with ParallelGzip(outer, level=6) as gz, \
+                tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]
+                             bufsize=1 << 20) as tar:
+            tar.copybufsize = 1 << 20
+            for path in _entries(root):
+                st = path.lstat()
+                info = tarfile.TarInfo(path.relative_to(root).as_posix())
+                info.mtime, info.uid, info.gid, info.uname, info.gname = mtime, 0, 0, "", ""
+                if path.is_symlink():
+                    info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.readlink(path), 0o777
+                    tar.addfile(info)
+                elif path.is_dir():
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(info)
+                elif path.is_file():
+                    info.size, info.mode = st.st_size, 0o755 if st.st_mode & 0o111 else 0o644
+                    with path.open("rb") as fh:
+                        tar.addfile(info, fh)
+                else:
+                    raise InputError(f"{path}: neither a file, a directory nor a symlink",
+                                     hint="an installed package holds a special file")
     return "sha256:" + gz.sha256.hexdigest(), "sha256:" + outer.sha.hexdigest(), outer.size
 
 

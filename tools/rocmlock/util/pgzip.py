@@ -5,8 +5,9 @@ slower than installing the environment. As pigz does, the stream is cut into fix
 its own (zlib releases the GIL) with the previous chunk's last 32 KiB as its dictionary and ends with a sync
 flush (byte-aligned, not final), the last one with the final block; the chunks are written in order between one
 gzip header (no name, mtime 0) and the trailer (CRC-32 and length of all the data, RFC 1952). One gzip member:
-``gzip -d``, Python's gzip, Go's compress/gzip (containerd, skopeo) read it. A chunk that does not compress is stored. ``sha256`` is the digest of the
-uncompressed data (an image layer's diff_id). The output depends on the data, the level and :data:`CHUNK` only.
+``gzip -d``, Python's gzip, Go's compress/gzip (containerd, skopeo) read it. A chunk that does not compress is
+stored. ``sha256`` is the digest of the uncompressed data (an image layer's diff_id). The output depends on the
+data, the level and :data:`CHUNK` only.
 """
 
 from __future__ import annotations
@@ -17,12 +18,18 @@ import struct
 import zlib
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import IO
+from typing import Protocol, Self
 
 CHUNK = 1 << 20
 _WINDOW = 32 << 10
 _PROBE = 64 << 10
 _HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no flags, mtime 0, no extra flags, OS unknown
+
+
+class Sink(Protocol):
+    """Where the compressed bytes go: anything with ``write``."""
+
+    def write(self, data: bytes, /) -> int: ...
 
 
 def _deflate(data: bytes, zdict: bytes, level: int, last: bool) -> bytes:
@@ -39,7 +46,7 @@ def _deflate(data: bytes, zdict: bytes, level: int, last: bool) -> bytes:
 class ParallelGzip:
     """A write-only binary file: what is written reaches ``sink`` gzip-compressed (see the module)."""
 
-    def __init__(self, sink: IO[bytes], level: int = 6, threads: int | None = None) -> None:
+    def __init__(self, sink: Sink, level: int = 6, threads: int | None = None) -> None:
         self.sink = sink
         self.level = level
         self.workers = max(1, min(threads or os.cpu_count() or 1, 16))
@@ -90,7 +97,7 @@ class ParallelGzip:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.serial.shutdown(wait=True, cancel_futures=True)
 
-    def __enter__(self) -> ParallelGzip:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
