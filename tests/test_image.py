@@ -389,3 +389,18 @@ def test_the_parallel_gzip_writes_the_same_valid_stream_whatever_the_threads(tmp
     assert gzip.decompress(streams[0]) == data
     (tmp_path / "x.gz").write_bytes(streams[0])
     assert subprocess.run(["gzip", "-t", str(tmp_path / "x.gz")], check=False).returncode == 0
+
+
+def test_a_base_layer_whose_bytes_are_not_its_digest_is_refused(locked_ws: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    layout = _synthetic_base(tmp_path / "base", [{"usr/lib64/libc.so.6": b"GLIBC_2.34\x00"},
+                                                 {"etc/motd": b"hello\n"}])
+    _, manifest = _layout_manifest(layout)
+    blob = layout / "blobs/sha256" / manifest["layers"][1]["digest"][7:]
+    data = bytearray(blob.read_bytes())
+    data[-9] ^= 0xFF  # inside the gzip trailer: still a readable layer for the glibc check, but other bytes
+    blob.write_bytes(bytes(data))
+    assert image(locked_ws, "--base", f"oci:{layout}:base", "-o", str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert "do not match its digest" in err or "cannot be read" in err
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".rocmlock-image-*"))

@@ -29,6 +29,7 @@ from rocmlock.deploy.verify import PREFIX_PROBE, REPO_PROBE
 from rocmlock.errors import InputError, OperationError
 from rocmlock.util.credentials import client_for_urls, one_line, redact_text, redact_url, split_url
 from rocmlock.util.fs import file_sha256
+from rocmlock.util.scratch import scratch_dir
 
 PREFIX = "/opt/env"
 PROBE_DIR = "opt/rocmlock"
@@ -262,11 +263,9 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
     epoch = _epoch(selected)
     created = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     lock_sha256 = file_sha256(lock_path)
-    parent = output.parent if output is not None else None
-    if parent is not None:
-        parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".rocmlock-image-", dir=parent) as tmp:
-        work = Path(tmp)
+    # Beside -o, so that the finished layout is renamed into place; a killed run's leftover is swept by the next.
+    parent = output.parent if output is not None else Path(tempfile.gettempdir())
+    with scratch_dir(parent, ".rocmlock-image-") as work:
         base = _base(base_ref, work, arch, insecure) if base_ref else None
         if base is not None:
             _check_glibc(base, selected, base_ref or "")
@@ -277,8 +276,7 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
         diff_id, digest, size = oci.write_layer(stage, blobs / "layer.tmp", epoch)
         (blobs / "layer.tmp").rename(blobs / "sha256" / digest.split(":")[1])
         for layer in base.layers if base else ():
-            src = base.blobs / "sha256" / str(layer["digest"]).split(":")[1]  # type: ignore[union-attr]
-            shutil.copyfile(src, blobs / "sha256" / src.name)
+            oci.copy_blob(base.blobs, str(layer["digest"]), blobs)  # type: ignore[union-attr]
         labels = _labels(environment, selected, lock_sha256, base, base_ref, created)
         config = _config(base, arch, diff_id, labels, created, environment, base is not None and oci.has_rocm(base))
         ours = {"mediaType": oci.LAYER_GZIP, "digest": digest, "size": size}

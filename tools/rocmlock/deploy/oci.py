@@ -265,6 +265,19 @@ def write_layer(root: Path, out: Path, mtime: int) -> tuple[str, str, int]:
     return "sha256:" + gz.sha256.hexdigest(), "sha256:" + outer.sha.hexdigest(), outer.size
 
 
+def copy_blob(src_blobs: Path, digest: str, dest_blobs: Path) -> None:
+    """The blob ``digest`` copied from one layout to another, its bytes checked against the digest on the way."""
+    src = _blob(src_blobs, digest, "base layer")
+    dest = dest_blobs / "sha256" / src.name
+    sha = hashlib.sha256()
+    with src.open("rb") as fin, dest.open("wb") as fout:
+        while chunk := fin.read(1 << 20):
+            sha.update(chunk)
+            fout.write(chunk)
+    if "sha256:" + sha.hexdigest() != digest:
+        raise InputError(f"base layer {digest}: its bytes do not match its digest", hint="copy the base image again")
+
+
 def put_json(blobs: Path, value: dict[str, Any], media_type: str) -> dict[str, Any]:
     """``value`` written as a blob (sorted keys, compact); its descriptor."""
     data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
