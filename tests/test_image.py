@@ -4,6 +4,7 @@ compared with the lock and its probe run inside the unpacked rootfs."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gzip
 import hashlib
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rattler.index import index_fs
 from rocmlock.cli.main import main
 from rocmlock.lock.lockfile import read_lockfile
 
@@ -328,6 +330,28 @@ def test_a_base_with_rocm_gets_rocm_path_and_an_earlier_layout_is_replaced(locke
     assert env["ROCM_PATH"] == env["HIP_PATH"] == "/opt/rocm"
 
 
+PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"  # conda's prefix placeholder (conda-build, rattler-build)
+
+
+def _placeholder_package(path: Path) -> None:
+    """A conda package (.tar.bz2, written here) whose etc/placeholder.conf holds the prefix placeholder as a text
+    file of paths.json, as conda-build writes a file that named its build prefix."""
+    text = f"prefix={PLACEHOLDER}\n".encode()
+    index = {"name": "placeholder", "version": "1.0", "build": "0", "build_number": 0, "depends": [],
+             "subdir": "linux-64", "platform": "linux", "arch": "x86_64", "license": "MIT", "timestamp": 1767225600000}
+    paths = {"paths_version": 1, "paths": [{"_path": "etc/placeholder.conf", "path_type": "hardlink",
+                                            "sha256": hashlib.sha256(text).hexdigest(), "size_in_bytes": len(text),
+                                            "prefix_placeholder": PLACEHOLDER, "file_mode": "text"}]}
+    files = {"info/index.json": json.dumps(index).encode(), "info/paths.json": json.dumps(paths).encode(),
+             "info/has_prefix": f"{PLACEHOLDER} text etc/placeholder.conf\n".encode(),
+             "info/files": b"etc/placeholder.conf\n", "etc/placeholder.conf": text}
+    with tarfile.open(path, "w:bz2") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = len(data), 1767225600
+            tar.addfile(info, io.BytesIO(data))
+
+
 def test_a_bundle_and_an_image_of_one_environment_hold_the_same_package_bytes(tmp_path: Path) -> None:
     from channels import Pkg, build_channel
 
@@ -336,12 +360,14 @@ def test_a_bundle_and_an_image_of_one_environment_hold_the_same_package_bytes(tm
                                      ("share/payload/data.txt", "the same bytes everywhere\n"))),
         Pkg("helper", "2.0", noarch="generic", subdir="noarch", files=(("share/helper/readme", "helper\n"),)),
     ])
+    _placeholder_package(channel / "linux-64" / "placeholder-1.0-0.tar.bz2")
+    asyncio.run(index_fs(str(channel)))
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "pixi.toml").write_text(
         f'[workspace]\nname = "b"\nchannels = ["{channel.as_uri()}"]\n'
         'platforms = [{ name = "linux-64-g", platform = "linux-64", glibc = "2.28" }]\n'
-        '[dependencies]\npayload = "*"\nhelper = "*"\n[environments]\nmi300x = []\n')
+        '[dependencies]\npayload = "*"\nhelper = "*"\nplaceholder = "*"\n[environments]\nmi300x = []\n')
     assert main(["lock", "--manifest-path", str(ws / "pixi.toml")]) == 0
     assert main(["pack", "--manifest-path", str(ws / "pixi.toml"), "-e", ENV, "-o", str(tmp_path / "b.tar")]) == 0
     (tmp_path / "host").mkdir()  # a host without GPU or ROCm: --force installs anyway
@@ -360,6 +386,10 @@ def test_a_bundle_and_an_image_of_one_environment_hold_the_same_package_bytes(tm
     def packages(files: dict[str, bytes]) -> dict[str, bytes]:
         return {k: v for k, v in files.items() if not k.startswith("conda-meta/") and k != "CACHEDIR.TAG"}
 
+    # The prefix placeholder became the prefix inside the image, not the stage it was built in.
+    conf = "etc/placeholder.conf"
+    assert in_image.pop(conf) == b"prefix=/opt/env\n"
+    assert unpacked.pop(conf) == f"prefix={tmp_path / 'env'}\n".encode()
     assert packages(in_image) == packages(unpacked)
     assert packages(in_image)["share/payload/data.txt"] == b"the same bytes everywhere\n"
 
@@ -367,7 +397,7 @@ def test_a_bundle_and_an_image_of_one_environment_hold_the_same_package_bytes(tm
         recs = [json.loads(v) for k, v in files.items() if k.startswith("conda-meta/") and k.endswith(".json")]
         return {(r["fn"], r["sha256"]) for r in recs}
 
-    assert hashes(in_image) == hashes(unpacked) and len(hashes(in_image)) == 2
+    assert hashes(in_image) == hashes(unpacked) and len(hashes(in_image)) == 3
 
 
 @pytest.mark.parametrize("size", [0, 1, 1 << 20, (1 << 20) + 1, 3 * (1 << 20) + 12345])
