@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tarfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,20 +167,39 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _bcrypt(password: str) -> str:
+    """``password`` hashed with bcrypt by the system's libcrypt (libxcrypt), what distribution's htpasswd reads."""
+    import ctypes
+
+    lib = ctypes.CDLL("libcrypt.so.1")
+    lib.crypt_gensalt.restype = lib.crypt.restype = ctypes.c_char_p
+    salt = lib.crypt_gensalt(b"$2b$", 5, None, 0)
+    return str(lib.crypt(password.encode(), salt).decode())
+
+
 @contextlib.contextmanager
-def registry(root: Path) -> Iterator[str]:
-    """Debian's docker-registry (distribution 2.8) on 127.0.0.1, no auth, storage under ``root``."""
+def registry(root: Path, user: str | None = None, password: str = "") -> Iterator[str]:
+    """Debian's docker-registry (distribution 2.8) on 127.0.0.1, storage under ``root``; htpasswd auth for ``user``."""
     port = _free_port()
     config = root / "config.yml"
     root.mkdir(parents=True, exist_ok=True)
+    auth = ""
+    if user:
+        (root / "htpasswd").write_text(f"{user}:{_bcrypt(password)}\n")
+        auth = f"auth:\n  htpasswd:\n    realm: test\n    path: {root}/htpasswd\n"
     config.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\n"
-                      f"http:\n  addr: 127.0.0.1:{port}\n")
+                      f"http:\n  addr: 127.0.0.1:{port}\n{auth}")
     proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
         for _ in range(100):
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1):
+                    break
+            except urllib.error.HTTPError:  # 401: it is up, and asks for credentials
                 break
+            except OSError:
+                pass
             time.sleep(0.1)
         yield f"127.0.0.1:{port}"
     finally:
@@ -435,3 +455,36 @@ def test_a_base_layer_whose_bytes_are_not_its_digest_is_refused(locked_ws: Path,
     err = capsys.readouterr().err
     assert "do not match its digest" in err or "cannot be read" in err
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".rocmlock-image-*"))
+
+
+def test_a_private_registry_gets_the_credentials_of_the_auth_file_and_they_go_nowhere(
+        locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import base64
+
+    password = "s3cret-Pa55-" + os.urandom(6).hex()
+    with registry(tmp_path / "registry", "pusher", password) as host:
+        ref = f"{host}/private/{ENV}:v1"
+        monkeypatch.setenv("REGISTRY_AUTH_FILE", str(tmp_path / "none.json"))
+        (tmp_path / "none.json").write_text('{"auths": {}}')
+        assert image(locked_ws, "--push", ref, "-o", str(tmp_path / "refused")) == 1
+        refused = capsys.readouterr().err
+        assert "unauthorized" in refused and "level=fatal" not in refused and 'msg="' not in refused
+        assert f"error: pushing the image to {ref}: " in refused and "Traceback" not in refused
+        assert not (tmp_path / "refused").exists()
+        token = base64.b64encode(f"pusher:{password}".encode()).decode()
+        (tmp_path / "auth.json").write_text(json.dumps({"auths": {host: {"auth": token}}}))
+        monkeypatch.setenv("REGISTRY_AUTH_FILE", str(tmp_path / "auth.json"))
+        assert image(locked_ws, "--push", ref, "-o", str(tmp_path / "layout"), "--json") == 0
+        out = capsys.readouterr()
+        digest = json.loads(out.out)["digest"]
+        inspect = subprocess.run(["skopeo", "inspect", "--tls-verify=false", f"docker://{ref}"], check=True,
+                                 capture_output=True, text=True)
+        assert json.loads(inspect.stdout)["Digest"] == digest
+    for text in (out.out, out.err, refused):
+        assert password not in text and token not in text
+    for blob in (tmp_path / "layout/blobs/sha256").iterdir():
+        data = blob.read_bytes()
+        with contextlib.suppress(OSError):
+            data = gzip.decompress(data)
+        assert password.encode() not in data and token.encode() not in data

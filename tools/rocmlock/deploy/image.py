@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -75,8 +76,12 @@ def _skopeo(args: Sequence[str], what: str, secrets: Sequence[str] = ()) -> None
     proc = subprocess.run(["skopeo", *args], capture_output=True, text=True, check=False,
                           stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
-        text = redact_text(one_line(proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}"),
-                           secrets)
+        text = proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}"
+        # skopeo logs as logrus does: time="..." level=fatal msg="what went wrong" (quotes escaped)
+        fatal = re.search(r'level=fatal msg="((?:[^"\\]|\\.)*)"', text)
+        if fatal:
+            text = fatal.group(1).replace('\\"', '"')
+        text = redact_text(one_line(text), secrets)
         raise OperationError(f"{what}: {text}", hint="check the reference, that the registry is reachable, and "
                              "its credentials (skopeo login, or the auth file of REGISTRY_AUTH_FILE)")
 
