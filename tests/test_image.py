@@ -146,6 +146,8 @@ def test_a_base_whose_glibc_is_older_than_the_locks_is_refused_before_building(
     (["-o", "OUT", "--base", "oci:BASE:missing-tag"], "no image tagged 'missing-tag'"),
     (["--push", "user:secret@127.0.0.1:1/x:y"], "credentials never go into it"),
     ([], "nowhere to put the image"),
+    (["-o", "OUT", "--tag", "../up"], "not an image tag"),
+    (["--push", "127.0.0.1:1/x/y"], "no tag"),
 ])
 def test_bad_input_is_one_line_and_exit_2_with_nothing_written(
         base: Path, locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -47,6 +47,7 @@ _ARCH = {"linux-64": "amd64", "linux-aarch64": "arm64", "linux-ppc64le": "ppc64l
 # for rattler, pixi and conda, and never true inside the image.
 _HOST_FIELDS = ("extracted_package_dir", "package_tarball_full_path", "link")
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # the distribution spec's tag
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,8 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
     if dest is not None and ":" not in dest.rsplit("/", 1)[-1] and "@" not in dest:
         raise InputError(f"--push {dest}: no tag", hint="name one: REGISTRY/REPO:TAG")
     tag = tag or (dest.rsplit(":", 1)[1] if dest else environment)
+    if not _TAG.fullmatch(tag):
+        raise InputError(f"--tag {tag[:140]!r}: not an image tag", hint="letters, digits, '_', '.', '-' (at most 128)")
     if output is not None:
         check_output(output)
     epoch = _epoch(selected)
