@@ -315,12 +315,11 @@ def test_the_glibc_is_read_through_symlinks_and_whiteouts_of_the_layers(tmp_path
          "lib/x86_64-linux-gnu/libc-2.17.so": b"GLIBC_2.17\x00"},
     ])
     base = oci.read_layout(layout, "base", "amd64", "test")
-    assert oci.glibc_version(base) == (2, 17)
-    assert not oci.has_rocm(base)
+    assert oci.rootfs_facts(base) == oci.RootfsFacts(glibc=(2, 17), rocm=False)
     only_first = _synthetic_base(tmp_path / "first" / "layout", [{"usr/lib64/libc.so.6": newer,
                                                                   "opt/rocm/.info/version": b"7.2.0\n"}])
     first = oci.read_layout(only_first, None, "amd64", "test")
-    assert oci.glibc_version(first) == (2, 40) and oci.has_rocm(first)
+    assert oci.rootfs_facts(first) == oci.RootfsFacts(glibc=(2, 40), rocm=True)
     with pytest.raises(Exception, match="for amd64"):
         oci.read_layout(only_first, None, "arm64", "test")
 

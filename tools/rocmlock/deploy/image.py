@@ -125,11 +125,11 @@ def _required_glibc(selected: Selected) -> tuple[int, int] | None:
     return None
 
 
-def _check_glibc(base: oci.BaseImage, selected: Selected, label: str) -> None:
+def _check_glibc(facts: oci.RootfsFacts, selected: Selected, label: str) -> None:
     need = _required_glibc(selected)
     if need is None:
         return
-    have = oci.glibc_version(base)
+    have = facts.glibc
     if have is None:
         raise InputError(f"--base {label}: no glibc (libc.so.6) found in the image, the lock's platform "
                          f"'{selected.platform.name}' needs glibc >= {need[0]}.{need[1]}",
@@ -275,8 +275,9 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
     parent = output.parent if output is not None else Path(tempfile.gettempdir())
     with scratch_dir(parent, ".rocmlock-image-") as work:
         base = _base(base_ref, work, arch, insecure) if base_ref else None
-        if base is not None:
-            _check_glibc(base, selected, base_ref or "")
+        facts = oci.rootfs_facts(base) if base is not None else None
+        if facts is not None:
+            _check_glibc(facts, selected, base_ref or "")
         stage = work / "rootfs"
         _install(selected, stage, channels, cache_dir)
         layout = work / "layout"
@@ -286,7 +287,7 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
         for layer in base.layers if base else ():
             oci.copy_blob(base.blobs, str(layer["digest"]), blobs)  # type: ignore[union-attr]
         labels = _labels(environment, selected, lock_sha256, base, base_ref, created)
-        config = _config(base, arch, diff_id, labels, created, environment, base is not None and oci.has_rocm(base))
+        config = _config(base, arch, diff_id, labels, created, environment, facts is not None and facts.rocm)
         ours = {"mediaType": oci.LAYER_GZIP, "digest": digest, "size": size}
         manifest = {"schemaVersion": 2, "mediaType": oci.MANIFEST, "config": oci.put_json(blobs, config, oci.CONFIG),
                     "layers": [*(base.layers if base else ()), ours]}

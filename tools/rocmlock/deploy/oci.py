@@ -174,10 +174,24 @@ def _version_of(data: bytes) -> tuple[int, int] | None:
     return max(versions) if versions else None
 
 
-def glibc_version(base: BaseImage) -> tuple[int, int] | None:
-    """The glibc version of the base's rootfs (its libc.so.6, or the libc-X.Y.so it links to), or None."""
+_ROCM_VERSION = "opt/rocm/.info/version"
+
+
+@dataclass(frozen=True)
+class RootfsFacts:
+    """What the build needs to know of the base's merged rootfs, read in one pass over its layers."""
+
+    glibc: tuple[int, int] | None  # its libc.so.6's version (or that of the libc-X.Y.so it links to)
+    rocm: bool  # AMD's ROCm at /opt/rocm (its .info/version)
+
+
+def rootfs_facts(base: BaseImage) -> RootfsFacts:
     candidates = [f"{d}/libc.so.6" for d in _LIB_DIRS]
-    state = _merged_files(base, candidates)
+    state = _merged_files(base, [*candidates, _ROCM_VERSION])
+    return RootfsFacts(_glibc(state, candidates), isinstance(state.get(_ROCM_VERSION), bytes))
+
+
+def _glibc(state: dict[str, tarfile.TarInfo | bytes | None], candidates: list[str]) -> tuple[int, int] | None:
     for name in candidates:
         seen = 0
         value = state.get(name)
@@ -195,12 +209,6 @@ def glibc_version(base: BaseImage) -> tuple[int, int] | None:
             if version is not None:
                 return version
     return None
-
-
-def has_rocm(base: BaseImage) -> bool:
-    """Whether the base image has AMD's ROCm at /opt/rocm (its .info/version)."""
-    state = _merged_files(base, ["opt/rocm/.info/version"])
-    return isinstance(state.get("opt/rocm/.info/version"), bytes)
 
 
 # ----------------------------------------------------------------------------- writing
