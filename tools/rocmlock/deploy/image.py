@@ -47,6 +47,7 @@ _ARCH = {"linux-64": "amd64", "linux-aarch64": "arm64", "linux-ppc64le": "ppc64l
 # for rattler, pixi and conda, and never true inside the image.
 _HOST_FIELDS = ("extracted_package_dir", "package_tarball_full_path", "link")
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+DEFAULT_GLIBC = (2, 28)
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # the distribution spec's tag
 
 
@@ -115,20 +116,21 @@ def _base(ref: str, work: Path, arch: str, insecure: bool) -> oci.BaseImage:
     return oci.read_layout(work / "base", "base", arch, f"--base {bare}")
 
 
-def _required_glibc(selected: Selected) -> tuple[int, int] | None:
+def _required_glibc(selected: Selected) -> tuple[int, int]:
+    """The lock platform's ``__glibc``, else pixi's default system requirement for linux (``libc = { family =
+    "glibc", version = "2.28" }``, pixi.prefix.dev workspace/system_requirements): conda's linux packages all
+    need a glibc."""
     for vp in selected.platform.virtual_packages:
         name, _, version = vp.partition("=")
         if name == "__glibc":
             parts = version.split(".")
             if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
                 return int(parts[0]), int(parts[1])
-    return None
+    return DEFAULT_GLIBC
 
 
 def _check_glibc(facts: oci.RootfsFacts, selected: Selected, label: str) -> None:
     need = _required_glibc(selected)
-    if need is None:
-        return
     have = facts.glibc
     if have is None:
         raise InputError(f"--base {label}: no glibc (libc.so.6) found in the image, the lock's platform "
