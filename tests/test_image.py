@@ -285,22 +285,26 @@ def test_a_registry_that_refuses_the_push_is_exit_1_and_one_line(base: Path, loc
 
 
 def _synthetic_base(root: Path, layers: list[dict[str, str | bytes]]) -> Path:
-    """An OCI layout whose layers hold ``{path: bytes (a file) | "->target" (a symlink)}``."""
+    """An OCI layout whose layers hold ``{path: bytes (a file) | "->target" (a symlink)}``, in that order."""
     from rocmlock.deploy import oci
 
     blobs = oci.start_layout(root)
     descs, diff_ids = [], []
-    for i, files in enumerate(layers):
-        tree = root.parent / f"tree{i}"
-        for name, content in files.items():
-            path = tree / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, str):
-                path.symlink_to(content.removeprefix("->"))
-            else:
-                path.write_bytes(content)
-        diff_id, digest, size = oci.write_layer(tree, blobs / "tmp", 0)
-        (blobs / "tmp").rename(blobs / "sha256" / digest[7:])
+    for files in layers:
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for name, content in files.items():
+                info = tarfile.TarInfo(name)
+                if isinstance(content, str):
+                    info.type, info.linkname = tarfile.SYMTYPE, content.removeprefix("->")
+                    tar.addfile(info)
+                else:
+                    info.size = len(content)
+                    tar.addfile(info, io.BytesIO(content))
+        data = gzip.compress(raw.getvalue(), mtime=0)
+        diff_id, digest, size = (f"sha256:{hashlib.sha256(raw.getvalue()).hexdigest()}",
+                                 f"sha256:{hashlib.sha256(data).hexdigest()}", len(data))
+        (blobs / "sha256" / digest[7:]).write_bytes(data)
         descs.append({"mediaType": oci.LAYER_GZIP, "digest": digest, "size": size})
         diff_ids.append(diff_id)
     config = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": diff_ids}}
@@ -321,6 +325,12 @@ def test_the_glibc_is_read_through_symlinks_and_whiteouts_of_the_layers(tmp_path
     ])
     base = oci.read_layout(layout, "base", "amd64", "test")
     assert oci.rootfs_facts(base) == oci.RootfsFacts(glibc=(2, 17), rocm=False)
+    # An opaque directory hides the layers below it, not what its own layer puts there (before or after it).
+    opaque = _synthetic_base(tmp_path / "opaque" / "layout", [
+        {"usr/lib64/libc.so.6": newer, "opt/rocm/.info/version": b"7.2.0\n"},
+        {"usr/lib64/libc.so.6": b"GLIBC_2.41\x00", "usr/lib64/.wh..wh..opq": b"", "opt/rocm/.wh..wh..opq": b""},
+    ])
+    assert oci.rootfs_facts(oci.read_layout(opaque, "base", "amd64", "test")) == oci.RootfsFacts((2, 41), False)
     only_first = _synthetic_base(tmp_path / "first" / "layout", [{"usr/lib64/libc.so.6": newer,
                                                                   "opt/rocm/.info/version": b"7.2.0\n"}])
     first = oci.read_layout(only_first, None, "amd64", "test")

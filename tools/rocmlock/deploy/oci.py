@@ -130,30 +130,37 @@ def _open_layer(path: Path, media_type: str) -> tarfile.TarFile:
 
 def _merged_files(base: BaseImage, wanted: Iterable[str]) -> dict[str, tarfile.TarInfo | bytes | None]:
     """Each path of ``wanted`` (and symlink names) as the merged rootfs has it: bytes of a regular file (bounded),
-    a symlink's TarInfo, or None (absent or whited out); layers are applied in order, whiteouts honoured."""
+    a symlink's TarInfo, or None (absent or whited out). Layers apply in order; a layer's whiteouts (``.wh.NAME``,
+    ``.wh..wh..opq``) hide what the layers below it hold, never what it holds itself (image-spec layer.md)."""
     want = set(wanted)
     state: dict[str, tarfile.TarInfo | bytes | None] = {}
     for layer in base.layers:
         path = _blob(base.blobs, layer.get("digest"), "base layer")
+        added: dict[str, tarfile.TarInfo | bytes | None] = {}
+        hidden: list[str] = []  # prefixes ("dir/" for an opaque directory, "name" and "name/" for a whiteout)
         try:
             with _open_layer(path, str(layer.get("mediaType"))) as tar:
                 for member in tar:
                     name = str(PurePosixPath("/", member.name))[1:]
                     parent, _, leaf = name.rpartition("/")
+                    where = f"{parent}/" if parent else ""
                     if leaf == ".wh..wh..opq":
-                        state.update({k: None for k in state if k.startswith(parent + "/")})
+                        hidden.append(where)
                     elif leaf.startswith(".wh."):
-                        gone = f"{parent}/{leaf[4:]}".lstrip("/")
-                        state.update({k: None for k in state if k == gone or k.startswith(gone + "/")})
+                        hidden += [where + leaf[4:], f"{where}{leaf[4:]}/"]
                     elif name in want or (member.issym() and _libc_name(leaf)):
                         if member.isreg() and member.size <= _LIBC_LIMIT:
                             fh = tar.extractfile(member)
-                            state[name] = fh.read(_LIBC_LIMIT) if fh else None
+                            added[name] = fh.read(_LIBC_LIMIT) if fh else None
                         else:
-                            state[name] = member if (member.issym() or member.islnk()) else None
+                            added[name] = member if (member.issym() or member.islnk()) else None
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise InputError(f"base layer {layer.get('digest')}: cannot be read ({exc})",
                              hint="copy the base image again") from None
+        for k in state:
+            if any(k == h or (h.endswith("/") and k.startswith(h)) or h == "" for h in hidden):
+                state[k] = None
+        state.update(added)
     return state
 
 
