@@ -284,8 +284,9 @@ def test_a_registry_that_refuses_the_push_is_exit_1_and_one_line(base: Path, loc
 # ----------------------------------------------------------------------------- base images read from their layers
 
 
-def _synthetic_base(root: Path, layers: list[dict[str, str | bytes]]) -> Path:
-    """An OCI layout whose layers hold ``{path: bytes (a file) | "->target" (a symlink)}``, in that order."""
+def _synthetic_base(root: Path, layers: list[dict[str, str | bytes]], zstd: bool = False) -> Path:
+    """An OCI layout whose layers hold ``{path: bytes (a file) | "->target" (a symlink)}``, in that order
+    (gzip'd, or zstd'd)."""
     from rocmlock.deploy import oci
 
     blobs = oci.start_layout(root)
@@ -301,11 +302,17 @@ def _synthetic_base(root: Path, layers: list[dict[str, str | bytes]]) -> Path:
                 else:
                     info.size = len(content)
                     tar.addfile(info, io.BytesIO(content))
-        data = gzip.compress(raw.getvalue(), mtime=0)
+        if zstd:
+            import zstandard
+
+            data = zstandard.ZstdCompressor().compress(raw.getvalue())
+        else:
+            data = gzip.compress(raw.getvalue(), mtime=0)
         diff_id, digest, size = (f"sha256:{hashlib.sha256(raw.getvalue()).hexdigest()}",
                                  f"sha256:{hashlib.sha256(data).hexdigest()}", len(data))
         (blobs / "sha256" / digest[7:]).write_bytes(data)
-        descs.append({"mediaType": oci.LAYER_GZIP, "digest": digest, "size": size})
+        descs.append({"mediaType": oci.LAYER_GZIP.replace("gzip", "zstd") if zstd else oci.LAYER_GZIP,
+                      "digest": digest, "size": size})
         diff_ids.append(diff_id)
     config = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": diff_ids}}
     oci.finish_layout(root, {"schemaVersion": 2, "mediaType": oci.MANIFEST,
@@ -331,6 +338,8 @@ def test_the_glibc_is_read_through_symlinks_and_whiteouts_of_the_layers(tmp_path
         {"usr/lib64/libc.so.6": b"GLIBC_2.41\x00", "usr/lib64/.wh..wh..opq": b"", "opt/rocm/.wh..wh..opq": b""},
     ])
     assert oci.rootfs_facts(oci.read_layout(opaque, "base", "amd64", "test")) == oci.RootfsFacts((2, 41), False)
+    zstd = _synthetic_base(tmp_path / "zstd" / "layout", [{"usr/lib64/libc.so.6": newer}], zstd=True)
+    assert oci.rootfs_facts(oci.read_layout(zstd, "base", "amd64", "test")).glibc == (2, 40)
     only_first = _synthetic_base(tmp_path / "first" / "layout", [{"usr/lib64/libc.so.6": newer,
                                                                   "opt/rocm/.info/version": b"7.2.0\n"}])
     first = oci.read_layout(only_first, None, "amd64", "test")

@@ -8,6 +8,7 @@ few members the glibc check needs are read from its layers, bounded.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -119,13 +120,18 @@ def read_layout(root: Path, tag: str | None, arch: str, label: str) -> BaseImage
 # ----------------------------------------------------------------------------- the base's rootfs
 
 
-def _open_layer(path: Path, media_type: str) -> tarfile.TarFile:
+@contextlib.contextmanager
+def _open_layer(path: Path, media_type: str) -> Iterator[tarfile.TarFile]:
+    """A layer blob read as a tar stream: gzip, bzip2, xz or plain (tarfile), or zstd (``+zstd`` media types)."""
     if media_type.endswith("+zstd"):
         import zstandard
 
-        stream: IO[bytes] = zstandard.ZstdDecompressor().stream_reader(path.open("rb"))
-        return tarfile.open(fileobj=stream, mode="r|")
-    return tarfile.open(path, mode="r|*")
+        with path.open("rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as stream, \
+                tarfile.open(fileobj=stream, mode="r|") as tar:
+            yield tar
+    else:
+        with tarfile.open(path, mode="r|*") as tar:
+            yield tar
 
 
 def _merged_files(base: BaseImage, wanted: Iterable[str]) -> dict[str, tarfile.TarInfo | bytes | None]:
