@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -25,7 +28,7 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path: Path) -> None:
     assert summary["seconds"] < 180
     # Every step ran, in order, each through the real command.
     steps = [line for line in proc.stderr.splitlines() if line.startswith("==> ")]
-    assert [s.split()[1] for s in steps] == [f"{i}/7" for i in range(1, 8)]
+    assert [s.split()[1] for s in steps] == [f"{i}/8" for i in range(1, 9)]
     # The lock names the served channel, never its credentials; they stayed in the work directory.
     lock = (work / "workspace" / "pixi.lock").read_text()
     assert "http://127.0.0.1:" in lock and "/rocmlock-example" in lock
@@ -37,6 +40,19 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path: Path) -> None:
     meta = sorted(p.name for p in (work / "envs" / "mi300x" / "conda-meta").glob("*.json"))
     assert "amdgpu-target-1-gfx942.json" in meta
     assert any(n.startswith("rocm-env-check-") for n in meta) and any(n.startswith("rocm-version-7.2") for n in meta)
+    # The image of the environment holds the same packages as the installed environment, and names the lock.
+    image = Path(summary["image"])
+    index = json.loads((image / "index.json").read_text())
+    manifest = json.loads((image / "blobs/sha256" / index["manifests"][0]["digest"][7:]).read_bytes())
+    config = json.loads((image / "blobs/sha256" / manifest["config"]["digest"][7:]).read_bytes())
+    labels = config["config"]["Labels"]
+    assert labels["io.rocmlock.environment"] == "mi300x" and labels["io.rocmlock.gpu-target"] == "gfx942"
+    assert labels["io.rocmlock.lock.sha256"] == hashlib.sha256((work / "workspace/pixi.lock").read_bytes()).hexdigest()
+    layer = (image / "blobs/sha256" / manifest["layers"][-1]["digest"][7:]).read_bytes()
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        in_image = sorted(n.rsplit("/", 1)[1] for n in tar.getnames()
+                          if n.startswith("opt/env/conda-meta/") and n.endswith(".json"))
+    assert in_image == meta
     # The probe ran inside it and read its expectations from the installed packages.
     assert isinstance(summary["probe_failed"], list)
     if not Path("/dev/kfd").exists():

@@ -1,7 +1,7 @@
 """Secrets in channel URLs: only real secrets are redacted, and none reaches a file, a log line or a message.
 
 The end-to-end test runs every command that reads a private channel (lock, relock on a warm cache, export,
-install, pack, plan --channel, publish) against ``rocmlock.channel.serve`` requiring both Basic credentials and an
+install, pack, image, plan --channel, publish) against ``rocmlock.channel.serve`` requiring both Basic credentials and an
 anaconda.org-style ``/t/<token>/`` path, then greps every file under the test's directory (the user's
 pixi.toml and auth file excepted) and all output for each secret. Cost: about 5 s.
 """
@@ -9,6 +9,7 @@ pixi.toml and auth file excepted) and all output for each secret. Cost: about 5 
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import os
 import shutil
@@ -141,6 +142,7 @@ def test_no_secret_reaches_any_file_or_output(channels: dict[str, Path], tmp_pat
         assert _run(capsys, out, "install", "--manifest-path", m, "-e", "mi300x",
                     "--prefix", str(tmp_path / "prefix"), "--json") == 0, out
         assert _run(capsys, out, "pack", "--manifest-path", m, "-e", "mi300x", "-o", str(tmp_path / "b.tar")) == 0, out
+        assert _run(capsys, out, "image", "--manifest-path", m, "-e", "mi300x", "-o", str(tmp_path / "image")) == 0, out
         assert _run(capsys, out, "plan", "--manifest-path", str(ROOT / "pixi.toml"), "--channel", private,
                     "--json") == 0, out
     # publish refuses credentials in --to (they would show in `ps`): they come from the auth file, and the
@@ -157,6 +159,11 @@ def test_no_secret_reaches_any_file_or_output(channels: dict[str, Path], tmp_pat
     assert (tmp_path / "team" / "noarch" / "rocm-version-7.9-0.conda").is_file()
     assert (tmp_path / "prefix" / "conda-meta").is_dir()
     assert _grep(tmp_path, {ws / "pixi.toml", auth}) == []
+    # The image's layer is gzip'd: grep what it holds too.
+    for blob in (tmp_path / "image" / "blobs" / "sha256").iterdir():
+        data = blob.read_bytes()
+        data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+        assert not [s for s in SECRETS if s.encode() in data], blob
     assert not [s for s in SECRETS for text in out if s in text]
     # The lock names the channel by its clean URL, and every package URL in the lock and the exports
     # is one the channel serves (with the credentials, which the client adds).

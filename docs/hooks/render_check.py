@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli_reference import CODE_COLUMNS
 
 WIDTH_CHECKED = {"index.md", "install.md", "try-it.md", "air-gapped.md", "reference.md", "architecture.md",
-                 "build-host.md", "building-publishing.md", "development.md", "qlora-deepspeed.md"}
+                 "build-host.md", "building-publishing.md", "development.md", "qlora-deepspeed.md",
+                 "containers.md"}
 _PRE = re.compile(r"<pre[^>]*>(.*?)</pre>", re.DOTALL)
 _P = re.compile(r"<p>(.*?)</p>", re.DOTALL)
 _TAG = re.compile(r"<[^>]+>")

@@ -3,7 +3,7 @@
 build (rocmlock build) -> publish to a directory channel (rocmlock publish) -> serve that directory on
 127.0.0.1 behind basic auth (rocmlock.channel.serve, a separate process) -> lock a copy of the example workspace
 against the served channel (rocmlock lock, credentials from a RATTLER_AUTH_FILE in the work directory)
--> export (rocmlock export --check) -> install an environment from the lock (rocmlock install)
+-> export (rocmlock export --check) -> install an environment from the lock (rocmlock install) -> an OCI image of it (rocmlock image)
 -> run the installed probe (rocm-env-check) inside it.
 
 On a host without an AMD GPU the probe exits non-zero (no /dev/kfd, no amdgpu driver): that is the
@@ -119,15 +119,15 @@ def pipeline(work: Path) -> dict[str, object]:
     started = time.monotonic()
     output, channel = work / "output", work / "channel"
 
-    step("1/7 build the example's packages (rocm-version, amdgpu-target, rocm-env-check) into a local channel")
+    step("1/8 build the example's packages (rocm-version, amdgpu-target, rocm-env-check) into a local channel")
     rocmlock("build", "--manifest-path", str(HERE / "pixi.toml"), "--recipes-dir", str(REPO / "recipes"),
              "--output", str(output), env=env)
     python_shim(output)
 
-    step("2/7 publish to a directory channel")
+    step("2/8 publish to a directory channel")
     rocmlock("publish", "--from", str(output), "--to", str(channel), env=env)
 
-    step("3/7 serve the channel on 127.0.0.1 behind basic auth")
+    step("3/8 serve the channel on 127.0.0.1 behind basic auth")
     password = secrets.token_urlsafe(16)
     auth = work / "auth" / "credentials.json"
     auth.parent.mkdir(parents=True, exist_ok=True)
@@ -146,21 +146,24 @@ def pipeline(work: Path) -> dict[str, object]:
         manifest = workspace / "pixi.toml"
         manifest.write_text((HERE / "pixi.toml").read_text().replace(PLACEHOLDER, url))
 
-        step("4/7 lock the example workspace against the served channel")
+        step("4/8 lock the example workspace against the served channel")
         rocmlock("lock", "--manifest-path", str(manifest), env=env)
-        step("5/7 export: the conda exports match the lock")
+        step("5/8 export: the conda exports match the lock")
         rocmlock("export", "--manifest-path", str(manifest), "--check", env=env)
-        step(f"6/7 install environment '{ENVIRONMENT}' from the lock with rattler")
+        step(f"6/8 install environment '{ENVIRONMENT}' from the lock with rattler")
         prefix = work / "envs" / ENVIRONMENT
         rocmlock("install", "--manifest-path", str(manifest), "-e", ENVIRONMENT, "--prefix", str(prefix), env=env)
+        step(f"7/8 an OCI image of environment '{ENVIRONMENT}' (the environment alone at /opt/env, no base)")
+        image = work / "image"
+        rocmlock("image", "--manifest-path", str(manifest), "-e", ENVIRONMENT, "-o", str(image), env=env)
 
     serve_again = write_serve_script(work, url)
 
-    step("7/7 run the probe inside the installed environment")
+    step("8/8 run the probe inside the installed environment")
     report = run_probe(prefix, env)
     verdict = judge_probe(report, prefix)
     print(verdict, file=sys.stderr)
-    return {"work": str(work), "lock": str(workspace / "pixi.lock"), "prefix": str(prefix),
+    return {"work": str(work), "lock": str(workspace / "pixi.lock"), "prefix": str(prefix), "image": str(image),
             "channel_url": url, "serve_again": str(serve_again),
             "probe_exit_code": report["exit_code"], "probe_failed": report.get("failed"), "verdict": verdict,
             "seconds": round(time.monotonic() - started, 1)}

@@ -1,4 +1,4 @@
-"""The commands that put a locked environment on a machine and use it: ``install``, ``pack``, ``unpack``,
+"""The commands that put a locked environment on a machine and use it: ``install``, ``pack``, ``image``, ``unpack``,
 ``verify``, ``preset`` and ``audit``."""
 
 from __future__ import annotations
@@ -54,6 +54,45 @@ def cmd_install(args: argparse.Namespace) -> int:
         err("warning: " + left_out_warning(result.left_out, result.environment, result.platform, "installed"))
     err(f"installed {len(result.packages)} package(s) of '{result.environment}' [{result.platform}] "
         f"into {result.prefix}")
+    return 0
+
+
+def add_image(p: argparse.ArgumentParser) -> None:
+    manifest_arg(p)
+    env_arg(p, multiple=False, required=True)
+    platform_arg(p)
+    p.add_argument("--base", metavar="REF", help="the base image: oci:DIR[:TAG] (an OCI layout) or REGISTRY/REPO:TAG "
+                   "(fetched with skopeo); its glibc must satisfy the lock's (default: none, the environment alone)")
+    out = p.add_argument_group("where the image goes (one or both)")
+    out.add_argument("-o", "--output", type=Path, metavar="DIR", help="write an OCI image layout directory")
+    out.add_argument("--push", metavar="REGISTRY/REPO:TAG", help="push to a registry with skopeo (credentials: "
+                     "`skopeo login`, docker's config.json or REGISTRY_AUTH_FILE; never on the command line)")
+    p.add_argument("--tag", metavar="TAG", help="the tag in the layout (default: --push's tag, else the environment)")
+    p.add_argument("--insecure-registry", action="store_true",
+                   help="plain HTTP / unverified TLS to the registries (always so for 127.0.0.1 and localhost)")
+    p.add_argument("--json", action="store_true", help="print the image's digest, labels and size as JSON on stdout")
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    from rocmlock.deploy.image import build_image
+    from rocmlock.deploy.install import left_out_warning, manifest_channels
+    from rocmlock.errors import InputError
+    from rocmlock.lock.noop import LOCK_NAME
+
+    if args.output is None and args.push is None:
+        raise InputError("rocmlock image: nowhere to put the image", hint="pass -o DIR, --push REGISTRY/REPO:TAG, or both")
+    manifest = _locked_manifest(args, "image")
+    result = build_image(manifest.parent / LOCK_NAME, args.environment, platform=args.platform, base_ref=args.base,
+                         output=args.output.resolve() if args.output else None, push=args.push, tag=args.tag,
+                         channels=manifest_channels(manifest), insecure=args.insecure_registry)
+    if args.json:
+        print_json(result.to_dict())
+    if result.left_out:
+        err("warning: " + left_out_warning(result.left_out, result.environment, result.platform, "in the image"))
+    where = " and ".join(w for w in (f"oci:{result.output}:{result.tag}" if result.output else "",
+                                     f"pushed to {result.pushed}" if result.pushed else "") if w)
+    err(f"image of '{result.environment}' [{result.platform}], {result.packages} package(s): {result.digest} ({where}); "
+        f"check it with: docker run --device=/dev/kfd --device=/dev/dri IMAGE /opt/rocmlock/check")
     return 0
 
 

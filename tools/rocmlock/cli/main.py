@@ -3,8 +3,9 @@
 Exit codes: 0 ok, 1 an operation failed, 2 bad input.
 This module parses and dispatches; each subcommand is a pair ``add_<name>(parser)`` / ``cmd_<name>(args) -> int``
 in the module of its group (``rocmlock.cli.build``: plan, doctor, build, sources, publish; ``.lock``: lock,
-export, diff; ``.env``: install, pack, unpack, audit, verify, report, preset; ``.upstream``: outdated, bump),
-imported only when one of its commands runs, and ``rocmlock.cli.common`` holds their shared output helpers and options. Core modules
+export, diff; ``.env``: install, pack, image, unpack, audit, verify, report, preset; ``.upstream``: outdated,
+bump), imported only when one of its commands runs, and ``rocmlock.cli.common`` holds their shared output helpers
+and options. Core modules
 take data, return data and raise :class:`rocmlock.errors.RocmlockError`; the handlers import them when they run,
 so ``rocmlock --help`` stays quick and a command loads only its own stage.
 """
@@ -61,6 +62,7 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
      "build"),
     ("install", "create a conda prefix from pixi.lock with rattler (exactly the locked packages)", "env"),
     ("pack", "pack one locked environment into a verified bundle for nodes without a channel", "env"),
+    ("image", "build an OCI image of one locked environment (a layout directory, or push it to a registry)", "env"),
     ("unpack", "check a bundle and this node's GPU, install the bundle, run its probe", "env"),
     ("audit", "which files hold GPU code, for which targets; exit 1 naming those that cannot run on the GPU",
      "env"),

@@ -1,0 +1,305 @@
+"""``rocmlock image``: an OCI image whose top layer is one locked environment, installed exactly from the lock.
+
+The environment is installed by rattler (hashes verified, as ``rocmlock install``) into a staging directory with
+``alternative_target_prefix=/opt/env`` (py-rattler's ``install``: files are written under the stage, the prefix
+written into them is /opt/env), its conda-meta cleaned of host paths, and written as one reproducible layer
+(:func:`rocmlock.deploy.oci.write_layer`) on top of the base image's layers. The layout is written to a scratch
+directory and renamed into place; a push hands it to skopeo (``skopeo copy --preserve-digests``), which reads
+registry credentials from the usual auth files itself (containers-auth.json(5), docker's config.json): rocmlock
+never sees, writes or prints them. A base from a registry is fetched the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rocmlock.deploy import oci
+from rocmlock.deploy.install import Selected, left_out, select_environment
+from rocmlock.deploy.verify import PREFIX_PROBE, REPO_PROBE
+from rocmlock.errors import InputError, OperationError
+from rocmlock.util.credentials import client_for_urls, one_line, redact_text, redact_url, split_url
+from rocmlock.util.fs import file_sha256
+from rocmlock.util.scratch import scratch_dir
+
+PREFIX = "/opt/env"
+PROBE_DIR = "opt/rocmlock"
+CHECK = "/opt/rocmlock/check"
+_CHECK_SCRIPT = """#!/bin/sh
+# rocmlock image: the environment's post-install probe (rocm-env-check) with the environment's python, else the
+# base image's python3. Exit 0: the environment can use this container's GPU; 1: a check failed (see its report).
+py=/opt/env/bin/python
+[ -x "$py" ] || py=python3
+exec "$py" /opt/rocmlock/verify_env.py --prefix /opt/env "$@"
+"""
+_ARCH = {"linux-64": "amd64", "linux-aarch64": "arm64", "linux-ppc64le": "ppc64le"}
+# PrefixRecord fields that name the building host's package cache (rattler_conda_types PrefixRecord): optional
+# for rattler, pixi and conda, and never true inside the image.
+_HOST_FIELDS = ("extracted_package_dir", "package_tarball_full_path", "link")
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+DEFAULT_GLIBC = (2, 28)
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # the distribution spec's tag
+
+
+@dataclass(frozen=True)
+class ImageResult:
+    digest: str
+    tag: str
+    environment: str
+    platform: str
+    packages: int
+    layer_size: int
+    created: int
+    labels: dict[str, str]
+    output: Path | None
+    pushed: str | None
+    left_out: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"digest": self.digest, "tag": self.tag, "environment": self.environment, "platform": self.platform,
+                "packages": self.packages, "layer_size": self.layer_size, "created": self.created,
+                "labels": self.labels, "output": str(self.output) if self.output else None, "pushed": self.pushed,
+                "left_out": list(self.left_out)}
+
+
+def _skopeo(args: Sequence[str], what: str, secrets: Sequence[str] = ()) -> None:
+    if shutil.which("skopeo") is None:
+        raise OperationError(f"{what}: skopeo is not installed", hint="install it (apt-get install skopeo)")
+    proc = subprocess.run(["skopeo", *args], capture_output=True, text=True, check=False,
+                          stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        text = proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}"
+        # skopeo logs as logrus does: time="..." level=fatal msg="what went wrong" (quotes escaped)
+        fatal = re.search(r'level=fatal msg="((?:[^"\\]|\\.)*)"', text)
+        if fatal:
+            text = fatal.group(1).replace('\\"', '"')
+        text = redact_text(one_line(text), secrets)
+        raise OperationError(f"{what}: {text}", hint="check the reference, that the registry is reachable, and "
+                             "its credentials (skopeo login, or the auth file of REGISTRY_AUTH_FILE)")
+
+
+def _registry_ref(ref: str, flag: str) -> str:
+    """``REGISTRY/REPO[:TAG|@DIGEST]`` without a scheme; refuses credentials written into it."""
+    bare = ref.removeprefix("docker://")
+    host = bare.split("/", 1)[0]
+    if "@" in host or "://" in bare or not bare or " " in bare:
+        raise InputError(f"{flag} {redact_url('docker://' + bare)}: not a registry reference "
+                         "REGISTRY/REPO:TAG (credentials never go into it)",
+                         hint="log in with `skopeo login REGISTRY` (or docker login); rocmlock reads no password")
+    return bare
+
+
+def _insecure(ref: str, insecure: bool) -> bool:
+    host = ref.split("/", 1)[0]
+    return insecure or host.rsplit(":", 1)[0] in _LOOPBACK or host.startswith("[::1]")
+
+
+def _base(ref: str, work: Path, arch: str, insecure: bool) -> oci.BaseImage:
+    if ref.startswith("oci:"):
+        path, _, tag = ref[4:].partition(":")
+        return oci.read_layout(Path(path), tag or None, arch, f"--base {ref}")
+    bare = _registry_ref(ref, "--base")
+    copy = ["copy", "--quiet", "--override-os", "linux", "--override-arch", arch]
+    if _insecure(bare, insecure):
+        copy.append("--src-tls-verify=false")
+    _skopeo([*copy, f"docker://{bare}", f"oci:{work / 'base'}:base"], f"fetching the base image {bare}")
+    return oci.read_layout(work / "base", "base", arch, f"--base {bare}")
+
+
+def _required_glibc(selected: Selected) -> tuple[int, int]:
+    """The lock platform's ``__glibc``, else pixi's default system requirement for linux (``libc = { family =
+    "glibc", version = "2.28" }``, pixi.prefix.dev workspace/system_requirements): conda's linux packages all
+    need a glibc."""
+    for vp in selected.platform.virtual_packages:
+        name, _, version = vp.partition("=")
+        if name == "__glibc":
+            parts = version.split(".")
+            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+                return int(parts[0]), int(parts[1])
+    return DEFAULT_GLIBC
+
+
+def _check_glibc(facts: oci.RootfsFacts, selected: Selected, label: str) -> None:
+    need = _required_glibc(selected)
+    have = facts.glibc
+    if have is None:
+        raise InputError(f"--base {label}: no glibc (libc.so.6) found in the image, the lock's platform "
+                         f"'{selected.platform.name}' needs glibc >= {need[0]}.{need[1]}",
+                         hint="choose a glibc-based base image (Debian, Ubuntu, RHEL), not musl or distroless-static")
+    if have < need:
+        raise InputError(f"--base {label}: its glibc is {have[0]}.{have[1]}, the lock's platform "
+                         f"'{selected.platform.name}' needs glibc >= {need[0]}.{need[1]}",
+                         hint="choose a newer base image")
+
+
+def _install(selected: Selected, stage: Path, channels: Sequence[str], cache_dir: Path | None) -> None:
+    from rattler import install
+
+    _, client = client_for_urls(channels)
+    prefix = stage / PREFIX.lstrip("/")
+    try:
+        asyncio.run(install(selected.records, prefix, cache_dir=cache_dir, show_progress=False, client=client,
+                            alternative_target_prefix=PREFIX, execute_link_scripts=False))
+    except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
+        secrets = [s for c in channels for s in split_url(c).secrets]
+        raise OperationError(f"installing the environment for the image failed: "
+                             f"{one_line(redact_text(str(exc), secrets))}",
+                             hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials") from None
+    for meta in sorted((prefix / "conda-meta").glob("*.json")):
+        record = json.loads(meta.read_text())
+        for key in _HOST_FIELDS:
+            record.pop(key, None)
+        meta.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    probe_dir = stage / PROBE_DIR
+    probe_dir.mkdir(parents=True)
+    probe = prefix / PREFIX_PROBE if (prefix / PREFIX_PROBE).is_file() else REPO_PROBE
+    shutil.copyfile(probe, probe_dir / "verify_env.py")
+    (probe_dir / "check").write_text(_CHECK_SCRIPT)
+    (probe_dir / "check").chmod(0o755)
+
+
+def default_epoch(selected: Selected) -> int:
+    """``SOURCE_DATE_EPOCH`` unless set: the newest build timestamp among the locked packages (0 without any), so
+    the image's dates come from the lock alone."""
+    stamps = [int(r.timestamp.timestamp()) for r in selected.records if r.timestamp is not None]
+    return max(stamps, default=0)
+
+
+def _epoch(selected: Selected) -> int:
+    given = os.environ.get("SOURCE_DATE_EPOCH")
+    if given is None:
+        return default_epoch(selected)
+    if not given.isdigit():
+        raise InputError(f"SOURCE_DATE_EPOCH={given[:40]!r}: not a number of seconds",
+                         hint="unset it, or set it to a Unix time such as $(git log -1 --format=%ct)")
+    return int(given)
+
+
+def _labels(environment: str, selected: Selected, lock_sha256: str, base: oci.BaseImage | None,
+            base_ref: str | None, created: str) -> dict[str, str]:
+    gfx = next((str(r.build) for r in selected.records if r.name.normalized == "amdgpu-target"), "")
+    rocm = next((str(r.version) for r in selected.records if r.name.normalized == "rocm-version"), "")
+    labels = {"org.opencontainers.image.title": f"rocmlock environment {environment}",
+              "org.opencontainers.image.created": created,
+              "org.opencontainers.image.description": f"the locked environment '{environment}' "
+                                                      f"[{selected.platform.name}] at {PREFIX}",
+              "io.rocmlock.lock.sha256": lock_sha256, "io.rocmlock.environment": environment,
+              "io.rocmlock.platform": selected.platform.name, "io.rocmlock.gpu-target": gfx,
+              "io.rocmlock.rocm-version": rocm, "io.rocmlock.prefix": PREFIX, "io.rocmlock.check": CHECK}
+    if base is not None:
+        labels["org.opencontainers.image.base.digest"] = base.manifest_digest
+        if base_ref and not base_ref.startswith("oci:"):  # a registry name; a layout's path is the builder's
+            labels["org.opencontainers.image.base.name"] = base_ref.removeprefix("docker://")
+    return {k: v for k, v in labels.items() if v}
+
+
+def _config(base: oci.BaseImage | None, arch: str, diff_id: str, labels: dict[str, str], created: str,
+            environment: str, rocm_in_base: bool) -> dict[str, Any]:
+    config: dict[str, Any] = json.loads(json.dumps(base.config)) if base else {"architecture": arch, "os": "linux"}
+    inner = config.setdefault("config", {}) or {}
+    config["config"] = inner
+    env = [e for e in inner.get("Env") or [] if isinstance(e, str)]
+    path = next((e.split("=", 1)[1] for e in env if e.startswith("PATH=")),
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    values = {"PATH": f"{PREFIX}/bin:{path}", "CONDA_PREFIX": PREFIX}
+    # rocm-version's activation (recipes/rocm-version/activate.sh): ROCM_PATH/HIP_PATH at the ROCm that is there,
+    # /opt/rocm first, never at a path without ROCm; a base without ROCm gets neither (the host's is not visible).
+    if rocm_in_base:
+        values.update({"ROCM_PATH": "/opt/rocm", "HIP_PATH": "/opt/rocm"})
+    inner["Env"] = [e for e in env if e.split("=", 1)[0] not in values] + [f"{k}={v}" for k, v in values.items()]
+    inner["Labels"] = {**(inner.get("Labels") or {}), **labels}
+    # Docker's image config carries a health check (the OCI config has no such field; runtimes ignore it): the probe,
+    # run once a day at most, which is what a check that may take a minute should cost.
+    inner["Healthcheck"] = {"Test": ["CMD", CHECK], "Interval": 86400 * 10**9, "Timeout": 600 * 10**9,
+                            "StartPeriod": 0, "Retries": 1}
+    config["created"] = created
+    rootfs = config.setdefault("rootfs", {"type": "layers", "diff_ids": []})
+    rootfs["diff_ids"] = [*(rootfs.get("diff_ids") or []), diff_id]
+    config["history"] = [*(config.get("history") or []),
+                         {"created": created, "created_by": f"rocmlock image -e {environment}",
+                          "comment": f"the locked environment at {PREFIX}"}]
+    return config
+
+
+def _place(src: Path, dest: Path) -> None:
+    """Move the finished layout ``src`` to ``dest``, replacing an earlier layout there in one rename."""
+    if dest.exists():
+        old = src.parent / "old"
+        dest.rename(old)
+        try:
+            src.rename(dest)
+        except OSError:
+            old.rename(dest)
+            raise
+    else:
+        src.rename(dest)
+
+
+def check_output(output: Path) -> None:
+    if output.exists() and not (output / "oci-layout").is_file() and not (output.is_dir() and
+                                                                          not any(output.iterdir())):
+        raise InputError(f"{output}: -o exists and is not an OCI image layout",
+                         hint="choose a new directory (it is created), or an earlier image layout to replace")
+
+
+def build_image(lock_path: Path, environment: str, *, platform: str | None = None, base_ref: str | None = None,
+                output: Path | None = None, push: str | None = None, tag: str | None = None,
+                channels: Sequence[str] = (), insecure: bool = False,
+                cache_dir: Path | None = None) -> ImageResult:
+    """Build the image of ``environment`` (see the module); write it to ``output`` and/or push it to ``push``."""
+    selected = select_environment(lock_path, environment, platform)
+    arch = _ARCH.get(selected.platform.subdir)
+    if arch is None:
+        raise InputError(f"{lock_path}: environment '{environment}' is for {selected.platform.subdir}, "
+                         "not a Linux platform an image can run", hint="pick a linux platform with -p")
+    dest = _registry_ref(push, "--push") if push else None
+    if dest is not None and ":" not in dest.rsplit("/", 1)[-1] and "@" not in dest:
+        raise InputError(f"--push {dest}: no tag", hint="name one: REGISTRY/REPO:TAG")
+    tag = tag or (dest.rsplit(":", 1)[1] if dest else environment)
+    if not _TAG.fullmatch(tag):
+        raise InputError(f"--tag {tag[:140]!r}: not an image tag", hint="letters, digits, '_', '.', '-' (at most 128)")
+    if output is not None:
+        check_output(output)
+    epoch = _epoch(selected)
+    created = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    lock_sha256 = file_sha256(lock_path)
+    # Beside -o, so that the finished layout is renamed into place; a killed run's leftover is swept by the next.
+    parent = output.parent if output is not None else Path(tempfile.gettempdir())
+    with scratch_dir(parent, ".rocmlock-image-") as work:
+        base = _base(base_ref, work, arch, insecure) if base_ref else None
+        facts = oci.rootfs_facts(base) if base is not None else None
+        if facts is not None:
+            _check_glibc(facts, selected, base_ref or "")
+        stage = work / "rootfs"
+        _install(selected, stage, channels, cache_dir)
+        layout = work / "layout"
+        blobs = oci.start_layout(layout)
+        diff_id, digest, size = oci.write_layer(stage, blobs / "layer.tmp", epoch)
+        (blobs / "layer.tmp").rename(blobs / "sha256" / digest.split(":")[1])
+        for layer in base.layers if base else ():
+            oci.copy_blob(base.blobs, str(layer["digest"]), blobs)  # type: ignore[union-attr]
+        labels = _labels(environment, selected, lock_sha256, base, base_ref, created)
+        config = _config(base, arch, diff_id, labels, created, environment, facts is not None and facts.rocm)
+        ours = {"mediaType": oci.LAYER_GZIP, "digest": digest, "size": size}
+        manifest = {"schemaVersion": 2, "mediaType": oci.MANIFEST, "config": oci.put_json(blobs, config, oci.CONFIG),
+                    "layers": [*(base.layers if base else ()), ours]}
+        image_digest = oci.finish_layout(layout, manifest, tag)
+        if dest is not None:
+            copy = ["copy", "--quiet", "--preserve-digests"]
+            if _insecure(dest, insecure):
+                copy.append("--dest-tls-verify=false")
+            _skopeo([*copy, f"oci:{layout}:{tag}", f"docker://{dest}"], f"pushing the image to {dest}")
+        if output is not None:
+            _place(layout, output)
+    return ImageResult(image_digest, tag, environment, selected.platform.name, len(selected.records), size, epoch,
+                       labels, output, dest, left_out(lock_path, environment, selected.platform.name))

@@ -1,0 +1,323 @@
+"""OCI image layouts for ``rocmlock image``: read a base image, write a reproducible layer, write the layout.
+
+The formats are the OCI image spec's (image-layout.md: ``oci-layout``, ``index.json``, ``blobs/sha256/``;
+manifest.md, config.md, layer.md: whiteouts are ``.wh.<name>`` and ``.wh..wh..opq``). Everything read from a
+base image is hostile: JSON is size-bounded, blobs are checked against their digests before use, and only the
+few members the glibc check needs are read from its layers, bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tarfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+from rocmlock.errors import InputError
+from rocmlock.util.pgzip import ParallelGzip
+
+MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+INDEX = "application/vnd.oci.image.index.v1+json"
+CONFIG = "application/vnd.oci.image.config.v1+json"
+LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+# Docker's media types of the same bytes (skopeo keeps them in an oci: copy of a docker v2s2 image).
+_DOCKER = {"application/vnd.docker.image.rootfs.diff.tar.gzip": LAYER_GZIP,
+           "application/vnd.docker.container.image.v1+json": CONFIG,
+           "application/vnd.docker.distribution.manifest.v2+json": MANIFEST,
+           "application/vnd.docker.distribution.manifest.list.v2+json": INDEX}
+_JSON_LIMIT = 4 << 20
+_LIBC_LIMIT = 64 << 20
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+REF_NAME = "org.opencontainers.image.ref.name"
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    """A base image read from an OCI layout: its config and its layers' descriptors (blobs under ``blobs``)."""
+
+    blobs: Path
+    manifest_digest: str
+    config: dict[str, Any]
+    layers: tuple[dict[str, Any], ...]
+
+
+def _blob(blobs: Path, digest: object, what: str, limit: int | None = None) -> Path:
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise InputError(f"{what}: not a sha256 digest: {str(digest)[:80]!r}",
+                         hint="the base image layout is damaged or not an OCI image layout")
+    path = blobs / "sha256" / digest.split(":", 1)[1]
+    if not path.is_file():
+        raise InputError(f"{what}: blob {digest} is missing from the layout", hint="copy the base image again")
+    if limit is not None and path.stat().st_size > limit:
+        raise InputError(f"{what}: blob {digest} is larger than {limit} bytes", hint="not an image manifest")
+    return path
+
+
+def _json_blob(blobs: Path, desc: dict[str, Any], what: str) -> tuple[dict[str, Any], bytes]:
+    data = _blob(blobs, desc.get("digest"), what, _JSON_LIMIT).read_bytes()
+    if "sha256:" + hashlib.sha256(data).hexdigest() != desc.get("digest"):
+        raise InputError(f"{what}: blob {desc.get('digest')} does not match its digest", hint="copy the base again")
+    try:
+        value = json.loads(data)
+    except ValueError:
+        raise InputError(f"{what}: blob {desc.get('digest')} is not JSON", hint="copy the base image again") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{what}: blob {desc.get('digest')} is not a JSON object", hint="copy the base image again")
+    return value, data
+
+
+def read_layout(root: Path, tag: str | None, arch: str, label: str) -> BaseImage:
+    """The image ``tag`` (the only one when None) of the OCI layout ``root``, for linux/``arch``."""
+    index_path = root / "index.json"
+    if not (root / "oci-layout").is_file() or not index_path.is_file():
+        raise InputError(f"{label}: not an OCI image layout (no oci-layout or index.json)",
+                         hint="pass oci:DIR[:TAG] of a layout (skopeo copy ... oci:DIR:TAG), or a registry reference")
+    if index_path.stat().st_size > _JSON_LIMIT:
+        raise InputError(f"{label}: index.json is larger than {_JSON_LIMIT} bytes", hint="not an image layout")
+    try:
+        index = json.loads(index_path.read_bytes())
+    except ValueError:
+        raise InputError(f"{label}: index.json is not JSON", hint="copy the base image again") from None
+    manifests = [m for m in (index.get("manifests") or []) if isinstance(m, dict)] if isinstance(index, dict) else []
+    if tag is not None:
+        manifests = [m for m in manifests if (m.get("annotations") or {}).get(REF_NAME) == tag]
+    if len(manifests) != 1:
+        names = sorted(str((m.get("annotations") or {}).get(REF_NAME)) for m in manifests)
+        which = f"no image tagged '{tag}'" if tag is not None else f"{len(manifests)} images ({', '.join(names)})"
+        raise InputError(f"{label}: {which} in the layout", hint="name one tag: oci:DIR:TAG")
+    blobs = root / "blobs"
+    desc = manifests[0]
+    manifest, raw = _json_blob(blobs, desc, label)
+    if _DOCKER.get(str(manifest.get("mediaType")), manifest.get("mediaType")) == INDEX or "manifests" in manifest:
+        wanted = [m for m in manifest.get("manifests") or [] if isinstance(m, dict)
+                  and (m.get("platform") or {}).get("architecture") == arch
+                  and (m.get("platform") or {}).get("os") == "linux"]
+        if not wanted:
+            raise InputError(f"{label}: the image index has no linux/{arch} image", hint="choose a base for this platform")
+        desc = wanted[0]
+        manifest, raw = _json_blob(blobs, desc, label)
+    config, _ = _json_blob(blobs, manifest.get("config") or {}, f"{label} config")
+    if config.get("architecture", arch) != arch:
+        raise InputError(f"{label}: the base image is for {config.get('architecture')}, the lock for {arch}",
+                         hint="choose a base image for the lock's platform")
+    layers = tuple(dict(m, mediaType=_DOCKER.get(str(m.get("mediaType")), m.get("mediaType")))
+                   for m in manifest.get("layers") or [] if isinstance(m, dict))
+    for layer in layers:
+        _blob(blobs, layer.get("digest"), f"{label} layer")
+    diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
+    if len(diff_ids) != len(layers):
+        raise InputError(f"{label}: its config names {len(diff_ids)} layers, its manifest {len(layers)}",
+                         hint="copy the base image again")
+    return BaseImage(blobs, "sha256:" + hashlib.sha256(raw).hexdigest(), config, layers)
+
+
+# ----------------------------------------------------------------------------- the base's rootfs
+
+
+@contextlib.contextmanager
+def _open_layer(path: Path, media_type: str) -> Iterator[tarfile.TarFile]:
+    """A layer blob read as a tar stream: gzip, bzip2, xz or plain (tarfile), or zstd (``+zstd`` media types)."""
+    if media_type.endswith("+zstd"):
+        import zstandard
+
+        with path.open("rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as stream, \
+                tarfile.open(fileobj=stream, mode="r|") as tar:
+            yield tar
+    else:
+        with tarfile.open(path, mode="r|*") as tar:
+            yield tar
+
+
+def _merged_files(base: BaseImage, wanted: Iterable[str]) -> dict[str, tarfile.TarInfo | bytes | None]:
+    """Each path of ``wanted`` (and symlink names) as the merged rootfs has it: bytes of a regular file (bounded),
+    a symlink's TarInfo, or None (absent or whited out). Layers apply in order; a layer's whiteouts (``.wh.NAME``,
+    ``.wh..wh..opq``) hide what the layers below it hold, never what it holds itself (image-spec layer.md)."""
+    want = set(wanted)
+    state: dict[str, tarfile.TarInfo | bytes | None] = {}
+    for layer in base.layers:
+        path = _blob(base.blobs, layer.get("digest"), "base layer")
+        added: dict[str, tarfile.TarInfo | bytes | None] = {}
+        hidden: list[str] = []  # prefixes ("dir/" for an opaque directory, "name" and "name/" for a whiteout)
+        try:
+            with _open_layer(path, str(layer.get("mediaType"))) as tar:
+                for member in tar:
+                    name = str(PurePosixPath("/", member.name))[1:]
+                    parent, _, leaf = name.rpartition("/")
+                    where = f"{parent}/" if parent else ""
+                    if leaf == ".wh..wh..opq":
+                        hidden.append(where)
+                    elif leaf.startswith(".wh."):
+                        hidden += [where + leaf[4:], f"{where}{leaf[4:]}/"]
+                    elif name in want or (member.issym() and _libc_name(leaf)):
+                        if member.isreg() and member.size <= _LIBC_LIMIT:
+                            fh = tar.extractfile(member)
+                            added[name] = fh.read(_LIBC_LIMIT) if fh else None
+                        else:
+                            added[name] = member if (member.issym() or member.islnk()) else None
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise InputError(f"base layer {layer.get('digest')}: cannot be read ({exc})",
+                             hint="copy the base image again") from None
+        for k in state:
+            if any(k == h or (h.endswith("/") and k.startswith(h)) or h == "" for h in hidden):
+                state[k] = None
+        state.update(added)
+    return state
+
+
+def _libc_name(leaf: str) -> bool:
+    return leaf == "libc.so.6" or re.fullmatch(r"libc-\d+\.\d+\.so", leaf) is not None
+
+
+_LIB_DIRS = ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu",
+             "usr/lib/aarch64-linux-gnu", "lib64", "usr/lib64", "lib", "usr/lib")
+_RELEASE = re.compile(rb"GNU C Library [^\n]{0,80}? (?:release|stable release) version (\d+)\.(\d+)")
+
+
+def _version_of(data: bytes) -> tuple[int, int] | None:
+    found = _RELEASE.search(data)
+    if found:
+        return int(found.group(1)), int(found.group(2))
+    versions = [(int(a), int(b)) for a, b in re.findall(rb"GLIBC_(\d+)\.(\d+)\b", data)]
+    return max(versions) if versions else None
+
+
+_ROCM_VERSION = "opt/rocm/.info/version"
+
+
+@dataclass(frozen=True)
+class RootfsFacts:
+    """What the build needs to know of the base's merged rootfs, read in one pass over its layers."""
+
+    glibc: tuple[int, int] | None  # its libc.so.6's version (or that of the libc-X.Y.so it links to)
+    rocm: bool  # AMD's ROCm at /opt/rocm (its .info/version)
+
+
+def rootfs_facts(base: BaseImage) -> RootfsFacts:
+    candidates = [f"{d}/libc.so.6" for d in _LIB_DIRS]
+    state = _merged_files(base, [*candidates, _ROCM_VERSION])
+    return RootfsFacts(_glibc(state, candidates), isinstance(state.get(_ROCM_VERSION), bytes))
+
+
+def _glibc(state: dict[str, tarfile.TarInfo | bytes | None], candidates: list[str]) -> tuple[int, int] | None:
+    for name in candidates:
+        seen = 0
+        value = state.get(name)
+        while isinstance(value, tarfile.TarInfo) and seen < 8:  # a symlink: libc.so.6 -> libc-2.31.so
+            seen += 1
+            target = value.linkname
+            found = re.fullmatch(r"(?:.*/)?libc-(\d+)\.(\d+)\.so", target)
+            if found:
+                return int(found.group(1)), int(found.group(2))
+            base_dir = "" if value.islnk() or target.startswith("/") else str(PurePosixPath(name).parent)
+            name = str(PurePosixPath("/", base_dir, target))[1:]
+            value = state.get(name)
+        if isinstance(value, bytes):
+            version = _version_of(value)
+            if version is not None:
+                return version
+    return None
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+class _Hashing:
+    """A write-only file that hashes and counts what passes through it to ``sink``."""
+
+    def __init__(self, sink: IO[bytes]) -> None:
+        self.sink = sink
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        return self.sink.write(data)
+
+    def flush(self) -> None:
+        self.sink.flush()
+
+
+def _entries(root: Path) -> Iterator[Path]:
+    """Every path under ``root``, sorted by its archive name (so the tar never depends on directory order)."""
+    paths = [root]
+    for dirpath, dirnames, filenames in os.walk(root):
+        paths += [Path(dirpath, n) for n in (*dirnames, *filenames)]
+    yield from sorted(paths[1:], key=lambda p: p.relative_to(root).as_posix())
+
+
+def write_layer(root: Path, out: Path, mtime: int) -> tuple[str, str, int]:
+    """A gzip-compressed tar of everything under ``root`` (paths relative to it) written to ``out``.
+
+    Reproducible: sorted entries, mtime ``mtime``, uid/gid 0 with no names, modes 0755/0644 (executable or not),
+    hard links written as files, PAX format, gzip without a name or time, compressed on several threads with the
+    same output whatever their number (:class:`rocmlock.util.pgzip.ParallelGzip`). Returns (diff_id, digest,
+    size)."""
+    with out.open("wb") as raw:
+        outer = _Hashing(raw)
+        # 1 MiB writes: the stream's default (10 KiB) and copy buffer (16 KiB) cost thousands of calls per 100 MB.
+        with ParallelGzip(outer, level=6) as gz, \
+                tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]
+                             bufsize=1 << 20) as tar:
+            tar.copybufsize = 1 << 20
+            for path in _entries(root):
+                st = path.lstat()
+                info = tarfile.TarInfo(path.relative_to(root).as_posix())
+                info.mtime, info.uid, info.gid, info.uname, info.gname = mtime, 0, 0, "", ""
+                if path.is_symlink():
+                    info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.readlink(path), 0o777
+                    tar.addfile(info)
+                elif path.is_dir():
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(info)
+                elif path.is_file():
+                    info.size, info.mode = st.st_size, 0o755 if st.st_mode & 0o111 else 0o644
+                    with path.open("rb") as fh:
+                        tar.addfile(info, fh)
+                else:
+                    raise InputError(f"{path}: neither a file, a directory nor a symlink",
+                                     hint="an installed package holds a special file")
+    return "sha256:" + gz.sha256.hexdigest(), "sha256:" + outer.sha.hexdigest(), outer.size
+
+
+def copy_blob(src_blobs: Path, digest: str, dest_blobs: Path) -> None:
+    """The blob ``digest`` copied from one layout to another, its bytes checked against the digest on the way."""
+    src = _blob(src_blobs, digest, "base layer")
+    dest = dest_blobs / "sha256" / src.name
+    sha = hashlib.sha256()
+    with src.open("rb") as fin, dest.open("wb") as fout:
+        while chunk := fin.read(1 << 20):
+            sha.update(chunk)
+            fout.write(chunk)
+    if "sha256:" + sha.hexdigest() != digest:
+        raise InputError(f"base layer {digest}: its bytes do not match its digest", hint="copy the base image again")
+
+
+def put_json(blobs: Path, value: dict[str, Any], media_type: str) -> dict[str, Any]:
+    """``value`` written as a blob (sorted keys, compact); its descriptor."""
+    data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    digest = hashlib.sha256(data).hexdigest()
+    (blobs / "sha256" / digest).write_bytes(data)
+    return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data)}
+
+
+def start_layout(root: Path) -> Path:
+    """A new image layout at ``root`` (``oci-layout``, ``blobs/sha256``); its blobs directory."""
+    (root / "blobs" / "sha256").mkdir(parents=True)
+    (root / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
+    return root / "blobs"
+
+
+def finish_layout(root: Path, manifest: dict[str, Any], tag: str) -> str:
+    """Write ``manifest`` and the index naming it ``tag``; the manifest's digest."""
+    desc = put_json(root / "blobs", manifest, MANIFEST)
+    desc["annotations"] = {REF_NAME: tag}
+    index = {"schemaVersion": 2, "mediaType": INDEX, "manifests": [desc]}
+    (root / "index.json").write_text(json.dumps(index, sort_keys=True, separators=(",", ":")))
+    return str(desc["digest"])

@@ -1,0 +1,107 @@
+"""A gzip writer that compresses on several threads and writes the same bytes whatever their number.
+
+zlib deflates about 80 MB/s on one core whatever the level (issue 37's benchmark), which made the image layer
+slower than installing the environment. As pigz does, the stream is cut into fixed chunks; each is deflated on
+its own (zlib releases the GIL) with the previous chunk's last 32 KiB as its dictionary and ends with a sync
+flush (byte-aligned, not final), the last one with the final block; the chunks are written in order between one
+gzip header (no name, mtime 0) and the trailer (CRC-32 and length of all the data, RFC 1952). One gzip member:
+``gzip -d``, Python's gzip, Go's compress/gzip (containerd, skopeo) read it. A chunk that does not compress is
+stored. ``sha256`` is the digest of the uncompressed data (an image layer's diff_id). The output depends on the
+data, the level and :data:`CHUNK` only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import zlib
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol, Self
+
+CHUNK = 1 << 20
+_WINDOW = 32 << 10
+_PROBE = 64 << 10
+_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no flags, mtime 0, no extra flags, OS unknown
+
+
+class Sink(Protocol):
+    """Where the compressed bytes go: anything with ``write``."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+
+def _deflate(data: bytes, zdict: bytes, level: int, last: bool) -> bytes:
+    # A chunk whose first 64 KiB do not shrink at level 1 (random bytes, or already compressed: ROCm 7's device
+    # code bundles are zstd) is stored (level 0): deflating it costs a core for nothing.
+    sample = data[:_PROBE]
+    if level and sample and len(zlib.compress(sample, 1)) > 0.97 * len(sample):
+        level = 0
+    comp = zlib.compressobj(level, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict) if zdict else \
+        zlib.compressobj(level, zlib.DEFLATED, -15, 9)
+    return comp.compress(data) + comp.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+
+
+class ParallelGzip:
+    """A write-only binary file: what is written reaches ``sink`` gzip-compressed (see the module)."""
+
+    def __init__(self, sink: Sink, level: int = 6, threads: int | None = None) -> None:
+        self.sink = sink
+        self.level = level
+        self.workers = max(1, min(threads or os.cpu_count() or 1, 16))
+        self.pool = ThreadPoolExecutor(self.workers)
+        self.pending: deque[Future[bytes]] = deque()
+        # The CRC-32 and sha256 of the data (an image layer's diff_id) on one more thread, in order.
+        self.serial = ThreadPoolExecutor(1)
+        self.sha256 = hashlib.sha256()
+        self.buffer = bytearray()
+        self.previous = b""
+        self.crc = 0
+        self.size = 0
+        sink.write(_HEADER)
+
+    def write(self, data: bytes) -> int:
+        self.buffer += data
+        while len(self.buffer) > CHUNK:  # never the last chunk: that one is sent by close()
+            self._submit(bytes(self.buffer[:CHUNK]), last=False)
+            del self.buffer[:CHUNK]
+        return len(data)
+
+    def _digest(self, chunk: bytes) -> None:
+        self.crc = zlib.crc32(chunk, self.crc)
+        self.sha256.update(chunk)
+
+    def _submit(self, chunk: bytes, last: bool) -> None:
+        self.serial.submit(self._digest, chunk)
+        self.size += len(chunk)
+        self.pending.append(self.pool.submit(_deflate, chunk, self.previous, self.level, last))
+        self.previous = chunk[-_WINDOW:]
+        while len(self.pending) > 2 * self.workers:
+            self.sink.write(self.pending.popleft().result())
+
+    def flush(self) -> None:
+        """Nothing to do: the data is compressed in whole chunks (a file object needs the method)."""
+
+    def close(self) -> None:
+        try:
+            self._submit(bytes(self.buffer), last=True)
+            while self.pending:
+                self.sink.write(self.pending.popleft().result())
+            self.serial.shutdown(wait=True)
+            self.sink.write(struct.pack("<II", self.crc, self.size & 0xFFFFFFFF))
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.serial.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            self._stop()
