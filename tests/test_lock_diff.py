@@ -105,6 +105,21 @@ def test_diff_refuses_a_file_that_is_not_a_lock(ws_copy: Path, tmp_path: Path,
     assert "missing.lock: no such file" in capsys.readouterr().err
 
 
+def test_diff_outside_a_workspace_needs_no_pixi_toml(ws_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`diff` reads a manifest only when --manifest-path names one: run where no pixi.toml is (a CI step comparing
+    `git show` outputs), a missing OLD is named, not a manifest the user never asked for."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    capsys.readouterr()
+    assert main(["diff", str(tmp_path / "missing.lock"), str(ws_copy / "pixi.lock")]) == 2
+    err = capsys.readouterr().err
+    assert "missing.lock: no such file" in err and "manifest" not in err, err
+    assert main(["diff", str(ws_copy / "pixi.lock"), str(ws_copy / "pixi.lock")]) == 0
+    assert capsys.readouterr().out.strip() == "no changes"
+
+
 def _to_markdown(tools: Path, data: str, cwd: Path, *args: str) -> str:
     # Its settings come from pixi.toml/pyproject.toml in the working directory: an empty one here.
     proc = subprocess.run([str(tools / "pixi-diff-to-markdown"), *args], input=data, capture_output=True, text=True,

@@ -132,6 +132,7 @@ def add_diff(p: argparse.ArgumentParser) -> None:
     p.add_argument("--manifest-path", type=Path, default=None,
                    help="mark the packages this pixi.toml names as explicit, as `rocmlock lock --json` does "
                         "(default: none is)")
+    p.set_defaults(manifest_optional=True)  # cli.main: no pixi.toml is looked for when --manifest-path is not given
     _diff_output(p, "the changes")
 
 

@@ -165,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parse(parser, args_list)
     except UsageError as exc:
         return _usage_error(exc, args_list)
-    if getattr(args, "manifest_path", "") is None:  # no --manifest-path: look for it as pixi does
+    # No --manifest-path: look for it as pixi does, unless the command reads none by default (`diff`).
+    if getattr(args, "manifest_path", "") is None and not getattr(args, "manifest_optional", False):
         args.manifest_path = _discovered_manifest()
     try:
         return int(args.handler(args))
