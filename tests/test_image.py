@@ -63,10 +63,11 @@ def _blob(layout: Path, digest: str) -> bytes:
     return (layout / "blobs/sha256" / digest[7:]).read_bytes()
 
 
-def locked_names(ws: Path) -> set[str]:
+def locked_names(ws: Path, env: str = ENV, platform: str | None = None) -> set[str]:
     locked = read_lockfile(ws / "pixi.lock")
     assert locked is not None
-    (records,) = locked.environments[ENV].records.values()
+    by_platform = locked.environments[env].records
+    (records,) = [by_platform[platform]] if platform else by_platform.values()
     return {f"{r.name.normalized}-{r.version}-{r.build}" for r in records}
 
 
@@ -269,6 +270,37 @@ def test_pushed_pulled_unpacked_the_rootfs_holds_the_lock_and_its_probe_fails_ho
     assert {k: v for k, v in inner.items() if not k.startswith(machine)} == \
         {k: v for k, v in outer.items() if not k.startswith(machine)}
     assert inner["torch.import"] == "fail"
+
+
+def test_the_offline_examples_environments_are_pushed_and_pulled_back_exactly(base: Path, tmp_path: Path) -> None:
+    """Issue 37's "done when": every environment of the bundled example (examples/offline, built and locked as the
+    quickstart does) becomes an image in a real registry; pulled back and unpacked, each holds exactly its lock,
+    with the environment and GPU target labelled."""
+    from example_ws import build_example
+
+    ws = build_example(tmp_path / "example")
+    locked = read_lockfile(ws / "pixi.lock")
+    assert locked is not None and sorted(locked.environments) == ["default", "mi250", "mi300x"]
+    with registry(tmp_path / "registry") as host:
+        # default spans both GPU platforms (no gfx feature): an image is of one platform, named with -p.
+        for env, platform, gfx in (("default", "linux-64-gfx942", None), ("mi250", None, "gfx90a"),
+                                   ("mi300x", None, "gfx942")):
+            ref = f"{host}/rocmlock-example/{env}:v1"
+            assert main(["image", "--manifest-path", str(ws / "pixi.toml"), "-e", env, "--base", f"oci:{base}:base",
+                         *(["-p", platform] if platform else []), "--push", ref]) == 0
+            inspect = json.loads(subprocess.run(["skopeo", "inspect", "--tls-verify=false", f"docker://{ref}"],
+                                                check=True, capture_output=True).stdout)
+            assert inspect["Labels"]["io.rocmlock.environment"] == env
+            if gfx:
+                assert inspect["Labels"]["io.rocmlock.gpu-target"] == gfx
+            pulled = tmp_path / f"pulled-{env}"
+            subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false", f"docker://{ref}",
+                            f"oci:{pulled}:v1"], check=True)
+            bundle = tmp_path / f"bundle-{env}"
+            subprocess.run(["umoci", "unpack", "--image", f"{pulled}:v1", str(bundle)], check=True,
+                           capture_output=True)
+            metas = {p.name[:-5] for p in (bundle / "rootfs/opt/env/conda-meta").glob("*.json")}
+            assert metas == locked_names(ws, env, platform)
 
 
 def test_a_registry_that_refuses_the_push_is_exit_1_and_one_line(base: Path, locked_ws: Path, tmp_path: Path,

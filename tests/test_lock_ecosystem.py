@@ -12,21 +12,17 @@ from PyPI (tests/lock_tools.py), read what `rocmlock lock` wrote, with exactly t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from example_ws import build_example
 from lock_tools import tools_or_skip
 from lockhelpers import PLATFORMS
 from rocmlock.cli.main import main
 from rocmlock.lock.lockfile import read_lockfile
-from shipped import RECIPES, ROOT
-
-EXAMPLE = ROOT / "examples/offline"
-PLACEHOLDER = '"http://127.0.0.1:8000/rocmlock-example"'
 
 
 @pytest.fixture(scope="module")
@@ -36,26 +32,9 @@ def tools() -> Path:
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The offline example built by `rocmlock build`, published to a directory channel and locked from it (about
-    two seconds); its pixi-policy.toml beside it, naming that channel instead of the served placeholder."""
-    root = tmp_path_factory.mktemp("example")
-    assert main(["build", "--manifest-path", str(EXAMPLE / "pixi.toml"), "--recipes-dir", str(RECIPES),
-                 "--output", str(root / "out"), "--skip-doctor"]) == 0
-    spec = importlib.util.spec_from_file_location("quickstart", EXAMPLE / "quickstart.py")
-    assert spec is not None and spec.loader is not None
-    quickstart = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quickstart)
-    quickstart.python_shim(root / "out")  # the example's host-python package, as the quickstart makes it
-    assert main(["publish", "--from", str(root / "out"), "--to", str(root / "channel")]) == 0
-    ws = root / "ws"
-    ws.mkdir()
-    channel = f'"{(root / "channel").as_uri()}"'
-    for name in ("pixi.toml", "pixi-policy.toml"):
-        text = (EXAMPLE / name).read_text()
-        assert PLACEHOLDER in text, name
-        (ws / name).write_text(text.replace(PLACEHOLDER, channel))
-    assert main(["lock", "--manifest-path", str(ws / "pixi.toml")]) == 0
-    return ws
+    """The locked offline example (tests/example_ws.py) with its pixi-policy.toml beside it, naming the example's
+    directory channel instead of the served placeholder."""
+    return build_example(tmp_path_factory.mktemp("example"), ("pixi.toml", "pixi-policy.toml"))
 
 
 def _run(tool: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
