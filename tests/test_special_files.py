@@ -59,6 +59,21 @@ def test_a_lock_that_is_no_regular_file_is_one_line(ws_copy: Path, kind: str,
     assert not (ws_copy / "p").exists()
 
 
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_manifest_that_is_no_regular_file_is_one_line(ws_copy: Path, kind: str) -> None:
+    """A FIFO at pixi.toml hung every command (the manifest was read with read_text); a link to /dev/zero filled
+    memory. Named with --manifest-path, and found from the workspace directory, it is one line and exit 2."""
+    manifest = ws_copy / "pixi.toml"
+    _special(manifest, kind)
+    for argv in (["lock", "--manifest-path", str(manifest)], ["plan", "--manifest-path", str(manifest)],
+                 ["verify", "-e", "mi300x", "--manifest-path", str(manifest)]):
+        run = rocmlock(*argv)
+        err = run.stderr.splitlines()
+        assert run.returncode == 2 and err[0] == f"error: {manifest}: not a regular file; a manifest is a file", \
+            (argv, err)
+        assert "Traceback" not in run.stderr
+
+
 @pytest.fixture
 def bundle(ws_copy: Path, tmp_path: Path) -> Path:
     out = tmp_path / "mi300x.tar"

@@ -34,7 +34,9 @@ def existing_manifest(manifest_path: str | Path) -> Path:
     every directory a mistyped path names)."""
     manifest = manifest_file(manifest_path)
     if not manifest.is_file():
-        raise InputError(f"{manifest}: no such manifest", hint="pass --manifest-path to a pixi.toml")
+        # A FIFO, a device or a directory there exists but is no manifest: said so, not "no such manifest".
+        what = "not a regular file; a manifest is a file" if manifest.exists() else "no such manifest"
+        raise InputError(f"{manifest}: {what}", hint="pass --manifest-path to a pixi.toml")
     return manifest
 
 

@@ -22,7 +22,13 @@ from rocmlock.workspace.model import Workspace
 from rocmlock.workspace.pixi_keys import check_known_keys, check_solve_options, lock_refusals
 from rocmlock.workspace.platforms import parse_platforms
 from rocmlock.workspace.pypi import parse_pypi_options
-from rocmlock.workspace.pyproject import PYPROJECT, find_manifest, pixi_manifest, under_tool_pixi
+from rocmlock.workspace.pyproject import (
+    PYPROJECT,
+    find_manifest,
+    pixi_manifest,
+    read_manifest_text,
+    under_tool_pixi,
+)
 from rocmlock.workspace.tables import (
     parse_channels,
     parse_environments,
@@ -41,7 +47,7 @@ def load_workspace(path: str | Path) -> Workspace:
     """Read and validate ``pixi.toml`` or a ``pyproject.toml`` with ``[tool.pixi]`` (a file or its directory)."""
     path = find_manifest(Path(path))
     try:
-        text = path.read_text()
+        text = read_manifest_text(path)
     except FileNotFoundError:
         raise InputError(f"{path}: no such manifest", hint="pass --manifest-path to a pixi.toml") from None
     except OSError as exc:

@@ -26,15 +26,27 @@ from rocmlock.errors import InputError, expect_type
 from rocmlock.workspace.pixi_keys import LockRefusal
 
 PYPROJECT = "pyproject.toml"
+# A manifest larger than this is no workspace anyone wrote (pixi's own largest test manifests are a few KiB).
+MANIFEST_LIMIT = 16 << 20
 _PYPI_REASON = "holds PyPI dependencies; rocmlock lock solves conda packages only"
+
+
+def read_manifest_text(path: Path) -> str:
+    """The text of the manifest at ``path``: a regular file only (a FIFO or a link to ``/dev/zero`` would hang or
+    fill memory), at most :data:`MANIFEST_LIMIT` bytes, UTF-8 as TOML requires (an InputError, a missing file's
+    FileNotFoundError or a UnicodeDecodeError otherwise)."""
+    from rocmlock.util.fs import read_regular
+
+    return read_regular(path, MANIFEST_LIMIT, "a manifest is a file", hint="pass --manifest-path to a pixi.toml"
+                        ).decode("utf-8")
 
 
 def _has_pixi_table(path: Path) -> bool:
     import tomli
 
     try:
-        data = tomli.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, RecursionError, tomli.TOMLDecodeError):
+        data = tomli.loads(read_manifest_text(path))
+    except (OSError, InputError, UnicodeDecodeError, RecursionError, tomli.TOMLDecodeError):
         return False
     tool = data.get("tool")
     return isinstance(tool, dict) and isinstance(tool.get("pixi"), dict)
@@ -120,8 +132,8 @@ def _toml_or_none(path: Path) -> dict[str, Any] | None:
     import tomli
 
     try:
-        return tomli.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, RecursionError, tomli.TOMLDecodeError):
+        return tomli.loads(read_manifest_text(path))
+    except (OSError, InputError, UnicodeDecodeError, RecursionError, tomli.TOMLDecodeError):
         return None
 
 
