@@ -15,10 +15,8 @@ suite (``python tests/conda_tools.py``).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -27,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmlock.util.fs import file_sha256
+from venvcache import cached_venv
 
 REPO = Path(__file__).resolve().parents[1]
 CONSTRAINTS = Path(__file__).with_name("conda-constraints.txt")
@@ -106,25 +105,19 @@ def _install_archive(python: Path, archive: Path, version: str, root: Path) -> N
 
 
 def ensure_venv(name: str) -> Path:
-    """Venv ``name``'s bin directory, making the venv first when it is missing or half-made (one maker at a time)."""
-    root = venv_dir(name)
-    done = root / ".rocmlock-complete"
+    """Venv ``name``'s bin directory, making the venv first when it is missing or half-made (tests/venvcache.py)."""
     archives = [checked_archive(a) for a in VENVS[name][0]]  # checked each time: a cached venv needs them too
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f".{root.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.is_file():
-            return root / "bin"
-        shutil.rmtree(root, ignore_errors=True)
+
+    def make(root: Path) -> str:
         _run([sys.executable, "-m", "venv", str(root)], root)
         python = root / "bin" / "python"
         _run([str(python), "-m", "pip", "install", "-q", "--no-input", "-c", str(CONSTRAINTS),
               *VENVS[name][1]], root)
         for path in archives:
             _install_archive(python, path, ARCHIVES[path.name][0], root)
-        done.write_text("\n".join(a.name for a in archives) + "\n")
-    return root / "bin"
+        return "\n".join(a.name for a in archives) + "\n"
 
+    return cached_venv(venv_dir(name), make)
 
 @dataclass(frozen=True)
 class Conda:

@@ -13,12 +13,12 @@ suite (``python tests/lock_tools.py``).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from venvcache import cached_venv
 
 PINS = ("pixi-diff-to-markdown==0.3.10", "pixi-sbom==1.15.0", "pixi-policy==0.3.0",
         # json-validation: its JsonStrictValidator needs jsonschema
@@ -36,31 +36,19 @@ def venv_dir() -> Path:
 
 
 def ensure_tools() -> Path:
-    """The venv's bin directory, made first when missing or half-made (one maker at a time)."""
-    root = venv_dir()
-    done = root / ".rocmlock-complete"
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f".{root.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.is_file():
-            return root / "bin"
-        shutil.rmtree(root, ignore_errors=True)
-        for cmd in ([sys.executable, "-m", "venv", str(root)],
-                    [str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--no-input",
-                     "--ignore-requires-python", *PINS]):
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                raise ToolsUnavailable(f"making {root} failed: `{' '.join(cmd)}` exited {proc.returncode}: "
-                                       f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
-        done.write_text("\n".join(PINS) + "\n")
-    return root / "bin"
+    """The venv's bin directory, made first when missing or half-made (tests/venvcache.py)."""
+    return cached_venv(venv_dir(), _make)
 
 
-if __name__ == "__main__":
-    try:
-        print(f"lock tools venv: {ensure_tools().parent}")
-    except ToolsUnavailable as exc:
-        sys.exit(f"tests/lock_tools.py: {exc}")
+def _make(root: Path) -> str:
+    for cmd in ([sys.executable, "-m", "venv", str(root)],
+                [str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--no-input",
+                 "--ignore-requires-python", *PINS]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise ToolsUnavailable(f"making {root} failed: `{' '.join(cmd)}` exited {proc.returncode}: "
+                                   f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+    return "\n".join(PINS) + "\n"
 
 
 def tools_or_skip() -> Path:
@@ -75,3 +63,11 @@ def tools_or_skip() -> Path:
         if in_ci():
             pytest.fail(f"CI must run the real lock tools (tests/lock_tools.py): {exc}")
         pytest.skip(f"no lock tools venv here: {exc}")
+
+
+if __name__ == "__main__":
+    try:
+        print(f"lock tools venv: {ensure_tools().parent}")
+    except ToolsUnavailable as exc:
+        sys.exit(f"tests/lock_tools.py: {exc}")
+

@@ -19,13 +19,11 @@ What the server does is quetz 0.10.4's (github.com/mamba-org/quetz, tag v0.10.4)
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import http.cookiejar
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +33,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from venvcache import cached_venv
 
 QUETZ_VERSION = "0.10.4"
 CONSTRAINTS = Path(__file__).with_name("quetz-constraints.txt")
@@ -103,25 +103,21 @@ def venv_dir() -> Path:
 
 
 def ensure_venv() -> Path:
-    """The venv's python, making the venv first when it is missing or half-made (one maker at a time)."""
-    root = venv_dir()
-    python, done = root / "bin" / "python", root / ".rocmlock-complete"
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f".{root.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.is_file() and python.exists():
-            return python
-        shutil.rmtree(root, ignore_errors=True)
-        steps = [[sys.executable, "-m", "venv", str(root)],
-                 [str(python), "-m", "pip", "install", "-q", "--no-input", "-c", str(CONSTRAINTS),
-                  f"quetz-server=={QUETZ_VERSION}"]]
-        for cmd in steps:
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                raise QuetzUnavailable(f"making the quetz venv at {root} failed: `{' '.join(cmd)}` exited "
-                                       f"{proc.returncode}: {(proc.stderr or proc.stdout).strip()[-2000:]}")
-        done.write_text(f"quetz-server=={QUETZ_VERSION}\n")
-    return python
+    """The venv's python, making the venv first when it is missing or half-made (tests/venvcache.py)."""
+    return cached_venv(venv_dir(), _make) / "python"
+
+
+def _make(root: Path) -> str:
+    python = root / "bin" / "python"
+    steps = [[sys.executable, "-m", "venv", str(root)],
+             [str(python), "-m", "pip", "install", "-q", "--no-input", "-c", str(CONSTRAINTS),
+              f"quetz-server=={QUETZ_VERSION}"]]
+    for cmd in steps:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise QuetzUnavailable(f"making the quetz venv at {root} failed: `{' '.join(cmd)}` exited "
+                                   f"{proc.returncode}: {(proc.stderr or proc.stdout).strip()[-2000:]}")
+    return f"quetz-server=={QUETZ_VERSION}\n"
 
 
 def _free_port() -> int:

@@ -32,17 +32,10 @@ import os
 from pathlib import Path
 
 from rocmlock.host.rocm import component_table
+from test_probe import write as _write
 
 # Every header of rocm_components.toml: a full TheRock devel tree or SDK tarball holds them all.
 COMPONENT_HEADERS = tuple(sorted({c.header for cs in component_table().values() for c in cs}))
-
-
-def _write(path: Path, text: str = "", mode: int | None = None) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    if mode is not None:
-        path.chmod(mode)
-    return path
 
 
 def install_tree(root: Path, version: str = "7.14.0", targets: tuple[str, ...] = ("gfx942", "gfx950"),
