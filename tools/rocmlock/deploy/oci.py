@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from rocmlock.errors import InputError
+from rocmlock.util.fs import read_regular
 from rocmlock.util.pgzip import ParallelGzip
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -47,20 +48,19 @@ class BaseImage:
     layers: tuple[dict[str, Any], ...]
 
 
-def _blob(blobs: Path, digest: object, what: str, limit: int | None = None) -> Path:
+def _blob(blobs: Path, digest: object, what: str) -> Path:
     if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
         raise InputError(f"{what}: not a sha256 digest: {str(digest)[:80]!r}",
                          hint="the base image layout is damaged or not an OCI image layout")
     path = blobs / "sha256" / digest.split(":", 1)[1]
     if not path.is_file():
         raise InputError(f"{what}: blob {digest} is missing from the layout", hint="copy the base image again")
-    if limit is not None and path.stat().st_size > limit:
-        raise InputError(f"{what}: blob {digest} is larger than {limit} bytes", hint="not an image manifest")
     return path
 
 
 def _json_blob(blobs: Path, desc: dict[str, Any], what: str) -> tuple[dict[str, Any], bytes]:
-    data = _blob(blobs, desc.get("digest"), what, _JSON_LIMIT).read_bytes()
+    data = read_regular(_blob(blobs, desc.get("digest"), what), _JSON_LIMIT, f"{what}: not an image manifest",
+                        hint="copy the base image again")
     if "sha256:" + hashlib.sha256(data).hexdigest() != desc.get("digest"):
         raise InputError(f"{what}: blob {desc.get('digest')} does not match its digest", hint="copy the base again")
     try:
@@ -78,10 +78,9 @@ def read_layout(root: Path, tag: str | None, arch: str, label: str) -> BaseImage
     if not (root / "oci-layout").is_file() or not index_path.is_file():
         raise InputError(f"{label}: not an OCI image layout (no oci-layout or index.json)",
                          hint="pass oci:DIR[:TAG] of a layout (skopeo copy ... oci:DIR:TAG), or a registry reference")
-    if index_path.stat().st_size > _JSON_LIMIT:
-        raise InputError(f"{label}: index.json is larger than {_JSON_LIMIT} bytes", hint="not an image layout")
+    data = read_regular(index_path, _JSON_LIMIT, f"{label}: not an image layout", hint="copy the base image again")
     try:
-        index = json.loads(index_path.read_bytes())
+        index = json.loads(data)
     except ValueError:
         raise InputError(f"{label}: index.json is not JSON", hint="copy the base image again") from None
     manifests = [m for m in (index.get("manifests") or []) if isinstance(m, dict)] if isinstance(index, dict) else []
