@@ -246,3 +246,23 @@ def test_a_changed_entry_keeps_the_keys_that_differ_and_nulls_those_it_lost() ->
                    "before": {"conda": f"{FORGE}/a-1.0-h0_0.conda", "license": "BSD"},
                    "after": {"conda": f"{FORGE}/a-1.1-h0_0.conda", "size": 7, "license": None}}
     assert list(row) == ["name", "before", "after", "type"]  # pixi's key order; no `explicit` when false
+
+
+def test_a_hostile_locks_channel_and_build_strings_stay_inside_their_cells() -> None:
+    """The markdown goes into a pull request comment: a prefix.dev URL whose channel segment holds `)`/`|` gets
+    no link (it would end the link or the row), and a `|` in a build string is escaped in its cell."""
+    from rocmlock.lock.diff import diff_locks, diff_markdown, lock_packages
+
+    old = _lock_text({"e": {"linux-64": [("a", "1.0", "h0_0"), ("b", "1.0", "h1_0")]}})
+    new = _lock_text({"e": {"linux-64": [("a", "2.0", "h0_0"), ("b", "1.0", "h1|x_0")]}})
+    new = new.replace(f"{FORGE}/a-2.0", "https://prefix.dev/evil)|[x](https://attacker.example/linux-64/a-2.0")
+    table = diff_markdown(diff_locks(lock_packages(old, "old"), lock_packages(new, "new")))
+    rows = [line for line in table.splitlines() if line.startswith("|") and not line.startswith(("|Dep", "|-"))]
+    assert len(rows) == 2, table
+    assert all(line.count("|") - line.count("\\|") == 5 for line in rows), rows
+    assert "attacker" not in table and "](" not in rows[0], rows
+    assert "h1\\|x_0" in table, table
+    # a well-formed prefix.dev channel still gets its link
+    fine = new.replace("https://prefix.dev/evil)|[x](https://attacker.example/", "https://prefix.dev/my-chan/")
+    assert "(https://prefix.dev/channels/my-chan/packages/a)" in diff_markdown(
+        diff_locks(lock_packages(old, "old"), lock_packages(fine, "new")))

@@ -12,6 +12,7 @@ the new entry lacks becomes null there); entries are sorted by name, ``explicit`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -207,6 +208,7 @@ CHANGE_TYPES = ("Added", "Removed", "Major Upgrade", "Major Downgrade", "Minor U
                 "Patch Upgrade", "Patch Downgrade", "Other", "Only build string")
 _DOWNGRADES = ("Major Downgrade", "Minor Downgrade", "Patch Downgrade")
 # create_links_for_packages (on by default): models.py TableRow.generate_table_line
+_CHANNEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _LINKED_CHANNELS = ("conda-forge", "bioconda", "nvidia", "rapidsai", "robostack", "robostack-humble",
                     "robostack-staging")
 MAX_EXPANDED_ROWS = 10
@@ -257,7 +259,11 @@ def _link(change: PackageChange, text: str) -> str:
             text = f"[{text}](https://prefix.dev/channels/{channel}/packages/{name})"
             break
     if loc.startswith(("https://prefix.dev/", "https://repo.prefix.dev/", "https://fast.prefix.dev/")):
-        text = f"[{text}](https://prefix.dev/channels/{loc.split('/')[3]}/packages/{name})"
+        channel = loc.split("/")[3]
+        # A name from the lock goes into a link of a pull request comment: a channel name or none (`)`, `|`, `]`
+        # in a hostile lock's URL would end the link or the table row).
+        if _CHANNEL_NAME.fullmatch(channel):
+            text = f"[{text}](https://prefix.dev/channels/{channel}/packages/{name})"
     return text
 
 
@@ -266,7 +272,12 @@ def _row(change: PackageChange) -> str:
     before, after = _before_after(change, kind)
     name = _json_name(change.package)
     name = _link(change, f"**{name}**" if change.explicit else name) + ("[^2]" if kind in _DOWNGRADES else "")
-    return f"|{name}|{before}|{after}|{kind}|"
+    return f"|{name}|{_cell(before)}|{_cell(after)}|{kind}|"
+
+
+def _cell(text: str) -> str:
+    """A lock's version or build string as a table cell: a ``|`` in it (a hostile lock's) would split the row."""
+    return text.replace("|", "\\|")
 
 
 def _table(rows: list[PackageChange]) -> str:
