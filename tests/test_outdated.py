@@ -212,14 +212,19 @@ def test_the_newest_leader_is_held_back_by_an_unrecorded_aotriton_series(
     ]
 
 
+@pytest.mark.parametrize("layout", ["llvm-hash.txt", "llvm-info.json"])
 def test_tritons_commit_is_read_at_the_pinned_pytorchs_pin_file(
-    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str], layout: str
 ) -> None:
+    # Issue 42: a Triton commit after triton-lang/triton#10358 has cmake/llvm-info.json ("llvm_hash") and no
+    # llvm-hash.txt; one before it only the text file (the JSON answers 404 there).
     pins = publish_all(fake, recipes, {"triton": "3.7.2"})
     rev, llvm = "d" * 40, "e" * 40
     fake.add(f"/raw/pytorch/pytorch/v{pins['pytorch']}/.ci/docker/ci_commit_pins/triton.txt",
              Reply(body=rev.encode() + b"\n"))
-    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-hash.txt", Reply(body=llvm.encode() + b"\n"))
+    body = (json.dumps({"llvm_hash": llvm, "build_number": 1, "sha256sum": {"ubuntu-x64": "f" * 64}}).encode()
+            if layout.endswith(".json") else llvm.encode() + b"\n")
+    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/{layout}", Reply(body=body))
     assert outdated(recipes, fake.url, fake.url, "--json") == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["upstreams"]}
     assert rows["triton"]["sources"] == {

@@ -54,10 +54,10 @@ _UPSTREAM_EXAMPLES = {"pypi": 'pypi = "torch"', "version_key": 'version_key = "p
 # is downloaded from url and hashed (its commit, if it has one, resolved first), a git source is a commit.
 _SOURCE_KINDS: dict[SourceKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "sdist": (("sha256_key",), ()),
-    "archive": (("url", "sha256_key"), ("rev_key", "repo", "tag", "rev_file")),
-    "git": (("rev_key",), ("repo", "tag", "rev_file")),
+    "archive": (("url", "sha256_key"), ("rev_key", "repo", "tag", "rev_json", "rev_json_key", "rev_file")),
+    "git": (("rev_key",), ("repo", "tag", "rev_json", "rev_json_key", "rev_file")),
 }
-SOURCE_KEYS = ("name", "kind", "sha256_key", "rev_key", "url", "repo", "tag", "rev_file")
+SOURCE_KEYS = ("name", "kind", "sha256_key", "rev_key", "url", "repo", "tag", "rev_json", "rev_json_key", "rev_file")
 _TEMPLATE = re.compile(r"(https://|\{github(_api|_raw)?\}/)\S+")
 _SOURCE_STRINGS: dict[str, tuple[re.Pattern[str], str]] = {
     "sha256_key": (_VARIANT_KEY, "the variants.yaml key of its sha256, e.g. pytorch_sha256"),
@@ -66,12 +66,16 @@ _SOURCE_STRINGS: dict[str, tuple[re.Pattern[str], str]] = {
     "repo": (re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"), "a GitHub owner/repository, e.g. triton-lang/triton"),
     "tag": (re.compile(r"\S+"), "the release tag template, e.g. v{version}"),
     "rev_file": (_TEMPLATE, "the URL template of a file whose first line is the commit"),
+    "rev_json": (_TEMPLATE, "the URL template of a JSON file holding the commit under rev_json_key"),
+    "rev_json_key": (re.compile(r"[A-Za-z_][A-Za-z0-9_]*"), "the key of rev_json's object holding the commit"),
 }
 _SOURCE_EXAMPLES = {"name": 'name = "<source name>"', "kind": 'kind = "sdist" (or "archive", "git")',
                     "sha256_key": 'sha256_key = "<variants.yaml key>"', "rev_key": 'rev_key = "<variants.yaml key>"',
                     "url": 'url = "{github}/<owner>/<repo>/archive/refs/tags/v{version}.tar.gz"',
                     "repo": 'repo = "<owner>/<repo>"', "tag": 'tag = "v{version}"',
-                    "rev_file": 'rev_file = "<URL template of a file holding the commit>"'}
+                    "rev_file": 'rev_file = "<URL template of a file holding the commit>"',
+                    "rev_json": 'rev_json = "<URL template of a JSON file holding the commit>"',
+                    "rev_json_key": 'rev_json_key = "<its key holding the commit>"'}
 _RULE_KINDS: dict[RuleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "minor-offset": (("follower_major", "leader_major", "offset"), ()),
     "at-most": (("floor",), ()),
@@ -98,10 +102,27 @@ class Source:
     repo: str | None = None
     tag: str | None = None
     rev_file: str | None = None
+    rev_json: str | None = None
+    rev_json_key: str | None = None
 
     @property
     def keys(self) -> tuple[str, ...]:
         return tuple(k for k in (self.rev_key, self.sha256_key) if k)
+
+    @property
+    def templates(self) -> str:
+        """Every template the commit is read at (tag, rev_json, rev_file), for the placeholders they use."""
+        return " ".join(t for t in (self.tag, self.rev_json, self.rev_file) if t)
+
+    def rev_files(self, context: dict[str, str]) -> tuple[tuple[str, str | None], ...]:
+        """Where the commit is read, in order: ``(url, JSON key)`` of rev_json, then ``(url, None)`` of rev_file
+        (tried where rev_json answers 404). A KeyError names a placeholder ``context`` lacks."""
+        files: list[tuple[str, str | None]] = []
+        if self.rev_json:
+            files.append((self.rev_json.format(**context), self.rev_json_key))
+        if self.rev_file:
+            files.append((self.rev_file.format(**context), None))
+        return tuple(files)
 
 
 @dataclass(frozen=True)
@@ -336,14 +357,18 @@ def _source(path: Path, where: tuple[Part, ...], row: Any, earlier: list[Source]
         missing = "tag" if "repo" in text else "repo"
         raise InputError(f"{path}: key '{key(*where, missing)}' is missing: repo and tag name the release tag "
                          "whose commit --rev defaults to, together", hint=f"add {_SOURCE_EXAMPLES[missing]}")
-    if "rev_key" in text and "tag" not in text and "rev_file" not in text:
+    if ("rev_json" in text) != ("rev_json_key" in text):
+        missing = "rev_json_key" if "rev_json" in text else "rev_json"
+        raise InputError(f"{path}: key '{key(*where, missing)}' is missing: rev_json and rev_json_key name the JSON "
+                         "file and the key that hold the commit, together", hint=f"add {_SOURCE_EXAMPLES[missing]}")
+    if "rev_key" in text and not {"tag", "rev_file", "rev_json"} & set(text):
         raise InputError(f"{path}: key '{key(*where, 'rev_key')}': nothing says where the commit comes from",
                          hint=f"add {_SOURCE_EXAMPLES['repo']} and {_SOURCE_EXAMPLES['tag']}, or "
-                              f"{_SOURCE_EXAMPLES['rev_file']}")
+                              f"{_SOURCE_EXAMPLES['rev_file']}, or {_SOURCE_EXAMPLES['rev_json']}")
     revs = [f"{s.name.replace('-', '_')}_rev" for s in earlier if s.rev_key]
     before = ("version", *_HOSTS, *companions, *revs)  # what tag and rev_file see: not this source's commit yet
     after = (*before, "rev", f"{name.replace('-', '_')}_rev") if "rev_key" in text else before
-    for k, allowed in (("tag", before), ("rev_file", before), ("url", after)):
+    for k, allowed in (("tag", before), ("rev_file", before), ("rev_json", before), ("url", after)):
         if k in text:
             check_placeholders(text[k], allowed, path, key(*where, k))
     return Source(name=name, kind=kind, **text)
