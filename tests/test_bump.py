@@ -189,7 +189,7 @@ def test_github_unreachable_needs_hashes_and_commits_given(
             "bump it in the same command: torchvision 0.30.*",
         ),
         (["pytorch=2.15.0", "torchvision=0.30.0"], "pairing rule 'triton-pytorch'", "triton 3.9.*"),
-        (["torchvision=0.30.0"], "pairing rule 'torchvision-pytorch'", "pytorch 2.15.*"),
+        (["torchvision=0.30.0"], "pairing rule 'torchvision-pytorch'", "pytorch >=2.15"),
         (["torchaudio=2.99.0"], "pairing rule 'torchaudio-pytorch'", "pytorch >=2.99"),
         (
             ["pytorch=2.16.0", "torchvision=0.31.0"],

@@ -148,6 +148,7 @@ KINDS: dict[str, dict[tuple[str | int, ...], tuple[str, ...]]] = {
         ("pairing",): L, ("pairing", 0): D,
         **{("pairing", 0, k): S for k in ("name", "follower", "leader", "kind", "why")},
         **{("pairing", 0, k): I for k in ("follower_major", "leader_major", "offset")},
+        ("pairing", 0, "stable_from"): S,
         ("pairing", 1, "floor"): S, ("pairing", 2, "series"): D, ("pairing", 2, "series", "2.12"): S,
         ("pairing", 3, "table"): S, ("pairing", 3, "record"): S, ("conda_names",): D, ("conda_names", "torch"): S,
     },
@@ -423,6 +424,10 @@ UPSTREAM_VALUES = [
     ("follower_major = 0", "follower_major = -1", ("key 'pairing[0].follower_major' must be a whole number from 0, "
                                                   "got -1")),
     ('floor = "2.11"', 'floor = "2.11.0"', "key 'pairing[1].floor' must be the oldest follower series"),
+    ('stable_from = "0.29.2"', 'stable_from = "0.29.x"', ("key 'pairing[0].stable_from' must be the first follower "
+                                                         "release built on the stable ABI")),
+    ('floor = "2.11"', 'floor = "2.11"\nstable_from = "2.11.1"', ("key 'pairing[1].stable_from' is not one a "
+                                                                  "kind = \"at-most\" rule takes")),
     ('series = { "2.12" = "3.7"', 'series = { "2.12.1" = "3.7"', ("key 'pairing[2].series.\"2.12.1\"' is not a "
                                                                  "leader series (major.minor)")),
     ('series = { "2.12" = "3.7"', 'series = { "2.12" = "3.7.1"', ("key 'pairing[2].series.\"2.12\"' must be the "

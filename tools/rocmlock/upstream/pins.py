@@ -36,6 +36,7 @@ Verdict = Literal["ok", "violated", "unknown"]
 NAME = "upstreams.toml"
 TABLE = f"data/{NAME}"
 SERIES = re.compile(r"[0-9]+\.[0-9]+")
+_RELEASE = re.compile(r"[0-9]+(\.[0-9]+)+")
 _NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")  # upstream, source and rule names
 _PYPI = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # a project name (PEP 508)
 _CONDA = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -77,17 +78,18 @@ _SOURCE_EXAMPLES = {"name": 'name = "<source name>"', "kind": 'kind = "sdist" (o
                     "rev_json": 'rev_json = "<URL template of a JSON file holding the commit>"',
                     "rev_json_key": 'rev_json_key = "<its key holding the commit>"'}
 _RULE_KINDS: dict[RuleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "minor-offset": (("follower_major", "leader_major", "offset"), ()),
+    "minor-offset": (("follower_major", "leader_major", "offset"), ("stable_from",)),
     "at-most": (("floor",), ()),
     "series": ((), ("series", "table", "record")),
 }
 _RULE_COMMON = ("name", "follower", "leader", "kind", "why")
-RULE_KEYS = (*_RULE_COMMON, "follower_major", "leader_major", "offset", "floor", "series", "table", "record")
+RULE_KEYS = (*_RULE_COMMON, "follower_major", "leader_major", "offset", "stable_from", "floor", "series", "table",
+             "record")
 _RULE_EXAMPLES = {"name": 'name = "<follower>-<leader>"', "follower": 'follower = "<upstream>"',
                   "leader": 'leader = "<upstream>"', "kind": 'kind = "series" (or "minor-offset", "at-most")',
                   "why": 'why = "<where the rule comes from>"', "follower_major": "follower_major = 0",
                   "leader_major": "leader_major = 2", "offset": "offset = 15", "floor": 'floor = "2.11"',
-                  "series": 'series = { "2.12" = "3.7" }'}
+                  "series": 'series = { "2.12" = "3.7" }', "stable_from": 'stable_from = "0.29.2"'}
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,9 @@ class Rule:
     follower_major: int = 0
     leader_major: int = 0
     offset: int = 0
+    # (minor-offset) the first follower release built on the leader's stable ABI: from it on, follower 0.N pairs
+    # with every leader from 2.(N - offset) on (torchvision 0.29.2: one py3-none wheel, torch>=2.14.0).
+    stable_from: str = ""
     floor: str = ""
     series: tuple[tuple[str, str], ...] = field(default=())
     # A follower that variants.yaml does not pin (AOTriton): its data table under tools/rocmlock/data/, the
@@ -178,9 +183,16 @@ class Rule:
         if expected is None:
             return "unknown"
         got = _minor(follower)
+        if self.stable(follower):
+            lead = _minor(leader)
+            return "ok" if lead[0] == self.leader_major and lead[1] >= got[1] - self.offset else "violated"
         if self.kind == "at-most":
             return "ok" if _minor(self.floor) <= got <= _minor(leader) else "violated"
         return "ok" if got == _minor(expected) else "violated"
+
+    def stable(self, follower: str) -> bool:
+        """Whether ``follower``'s version is at or after the rule's ``stable_from`` (built on the stable ABI)."""
+        return bool(self.stable_from) and Version(follower) >= Version(self.stable_from)
 
     def expected_series(self, leader: str) -> str | None:
         """The follower series the rule asks for (``at-most``: the leader's series, the upper bound)."""
@@ -194,6 +206,8 @@ class Rule:
     def leader_needs(self, follower: str) -> str:
         """Which leader versions ``follower``'s version goes with, in words (``pytorch 2.12.*``)."""
         major, minor = _minor(follower)
+        if self.kind == "minor-offset" and self.stable(follower) and major == self.follower_major:
+            return f"{self.leader} >={self.leader_major}.{minor - self.offset}"
         if self.kind == "minor-offset":
             ok = major == self.follower_major and minor >= self.offset
             return f"{self.leader} {self.leader_major}.{minor - self.offset}.*" if ok else f"no {self.leader}"
@@ -213,6 +227,8 @@ class Rule:
             return f"{self.follower} for {self.leader} {leader}: not recorded in {self.recorded_in}"
         if self.kind == "at-most":
             return f"{self.follower} >={self.floor},<={expected}.*"
+        if self.stable_from:
+            return f"{self.follower} {expected}.*, or a stable-ABI {self.follower} >={self.stable_from} of an older series"
         return f"{self.follower} {expected}.*"
 
 
@@ -401,6 +417,9 @@ def _rule(path: Path, data_dir: Traversable, where: tuple[Part, ...], row: Any, 
     for k in ("follower_major", "leader_major", "offset"):
         if k in row:
             fields[k] = expect_whole(row[k], path, key(*where, k), minimum=0 if k != "offset" else None)
+    if "stable_from" in row:
+        fields["stable_from"] = expect_match(row["stable_from"], _RELEASE, path, key(*where, "stable_from"),
+                                             "the first follower release built on the stable ABI, e.g. 0.29.2")
     if "floor" in row:
         fields["floor"] = expect_match(row["floor"], SERIES, path, key(*where, "floor"),
                                        "the oldest follower series (major.minor), e.g. 2.11")
