@@ -332,5 +332,10 @@ def diff_text(diff: LockDiff) -> list[str]:
                 pin = [f"{p.version} {p.build}".rstrip() if p else "" for p in (c.before, c.after)]
                 kind = "+" if c.before is None else "-" if c.after is None else "~"
                 text = {"+": pin[1], "-": pin[0], "~": f"{pin[0]} -> {pin[1]}"}[kind]
+                if kind == "~" and pin[0] == pin[1]:  # the same pin from another place (channel, port, mirror)
+                    assert c.before is not None and c.after is not None
+                    same = c.before.entry.get("sha256") == c.after.entry.get("sha256")
+                    what = "only its URL changed" if same else "another file (sha256) at another URL"
+                    text = f"{pin[0]} ({what}: {c.before.location} -> {c.after.location})"
                 lines.append(f"  {kind} {_json_name(c.package)} {text}")
     return lines
