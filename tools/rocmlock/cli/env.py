@@ -64,7 +64,9 @@ def add_image(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", metavar="REF", help="the base image: oci:DIR[:TAG] (an OCI layout) or REGISTRY/REPO:TAG "
                    "(fetched with skopeo); its glibc must satisfy the lock's (default: none, the environment alone)")
     out = p.add_argument_group("where the image goes (one or both)")
-    out.add_argument("-o", "--output", type=Path, metavar="DIR", help="write an OCI image layout directory")
+    out.add_argument("-o", "--output", type=Path, metavar="DIR",
+                     help="write an OCI image layout directory (an existing layout gets the image added, its other "
+                          "tags kept)")
     out.add_argument("--push", metavar="REGISTRY/REPO:TAG", help="push to a registry with skopeo (credentials: "
                      "`skopeo login`, docker's config.json or REGISTRY_AUTH_FILE; never on the command line)")
     p.add_argument("--tag", metavar="TAG", help="the tag in the layout (default: --push's tag, else the environment)")
