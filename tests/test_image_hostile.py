@@ -311,3 +311,140 @@ def test_a_reference_without_a_registry_is_refused(locked_ws: Path, tmp_path: Pa
                                                    says: str) -> None:
     err = refused(locked_ws, tmp_path, capsys, *args)
     assert says in err and "REGISTRY/REPOSITORY:TAG" in err
+
+
+# The checks themselves, one by one (the builds above go through them; these pin their edges and messages).
+@pytest.mark.parametrize(("data", "says"), [
+    (b"[1]", "blob: a list, not a JSON object"),
+    (b"null", "blob: null, not a JSON object"),
+    (b"{", "blob: not JSON"),
+    (b"\xff{}", "blob: not JSON"),
+    (b'{"architecture": true}', "'architecture' is the boolean true, not a string"),
+    (b'{"architecture": 1.5}', "'architecture' is the number 1.5, not a string"),
+    (b'{"config": "' + b"a" * 100 + b'"}', "'config' is the string '" + "a" * 60 + "', not an object"),
+    (b'{"config": {"Env": {"A": "b"}}}', "'config.Env' is an object, not a list of strings"),
+    (b'{"config": {"ArgsEscaped": "yes"}}', "'config.ArgsEscaped' is the string 'yes', not a boolean"),
+    (b'{"history": [{"empty_layer": 1}]}', "'history[0].empty_layer' is the number 1, not a boolean"),
+    (b'{"architecture": null}', "blob: no 'architecture'"),
+])
+def test_the_json_checks_say_what_and_where(data: bytes, says: str) -> None:
+    from rocmlock.deploy import ocischema
+    from rocmlock.errors import InputError
+
+    base = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
+    if data.startswith(b"{") and data != b"{":
+        data = json.dumps({**base, **json.loads(data)}).encode()
+    with pytest.raises(InputError) as caught:
+        ocischema.load(data, "blob", ocischema.CONFIG)
+    assert says in str(caught.value) and caught.value.hint == ocischema.DAMAGED
+
+
+@pytest.mark.parametrize(("size", "ok"), [(0, True), ((1 << 63) - 1, True), (-1, False), (1 << 63, False),
+                                          (True, False)])
+def test_a_size_is_a_non_negative_int64(size: int, ok: bool) -> None:
+    from rocmlock.deploy import ocischema
+    from rocmlock.errors import InputError
+
+    desc = json.dumps({"mediaType": "m", "digest": "d", "size": size}).encode()
+    if ok:
+        assert ocischema.load(desc, "d", ocischema.DESCRIPTOR)["size"] == size
+    else:
+        with pytest.raises(InputError, match="'size' is the (number|boolean) .*, not an integer"):
+            ocischema.load(desc, "d", ocischema.DESCRIPTOR)
+
+
+def test_json_nesting_is_refused_past_64_levels_only() -> None:
+    from rocmlock.deploy import ocischema
+    from rocmlock.errors import InputError
+
+    assert ocischema.load(("{\"x\":" + "[" * 63 + "]" * 63 + "}").encode(), "blob")  # 64 levels with the object
+    with pytest.raises(InputError, match="blob: JSON nested deeper than 64 levels"):
+        ocischema.load(("{\"x\":" + "[" * 64 + "]" * 64 + "}").encode(), "blob")
+    with pytest.raises(InputError, match="blob: JSON nested too deeply") as caught:
+        ocischema.load(b"[" * 200_000 + b"]" * 200_000, "blob")
+    assert caught.value.hint == ocischema.DAMAGED
+
+
+@pytest.mark.parametrize(("ref", "domain", "path", "tag", "loopback"), [
+    ("docker://127.0.0.1:5000/x/y:z", "127.0.0.1:5000", "x/y", "z", True),
+    ("localhost/team/env:v1", "localhost", "team/env", "v1", True),
+    ("localhost:5000/env", "localhost:5000", "env", None, True),
+    ("[::1]:5000/a/b:v1", "[::1]:5000", "a/b", "v1", True),
+    ("docker.io/library/debian:12", "docker.io", "library/debian", "12", False),
+    ("registry.example.com:443/ml/mi300x__a.b-c:2026-01", "registry.example.com:443", "ml/mi300x__a.b-c", "2026-01",
+     False),
+    ("Registry.Example.com/x", "Registry.Example.com", "x", None, False),
+    ("127.0.0.2:5000/x:y", "127.0.0.2:5000", "x", "y", False),
+])
+def test_references_that_name_their_registry_are_read_by_the_grammar(ref: str, domain: str, path: str,
+                                                                      tag: str | None, loopback: bool) -> None:
+    from rocmlock.deploy import ociref
+
+    parsed = ociref.parse(ref, "--push")
+    assert (parsed.domain, parsed.path, parsed.tag, parsed.loopback) == (domain, path, tag, loopback)
+    assert str(parsed) == ref.removeprefix("docker://")
+
+
+@pytest.mark.parametrize(("ref", "says"), [
+    ("user:secret@127.0.0.1:1/x:y", "credentials never go into it"),
+    ("https://registry.example.com/x:y", "credentials never go into it"),
+    ("LOCALHOST/x:y", "'LOCALHOST' is not a registry"),
+    ("registry.example.com/x:" + "t" * 129, "not a reference"),
+    ("registry.example.com/-x:y", "not a reference"),
+    ("registry.example.com/x@sha256:abc", "not a reference"),
+    ("team", "no registry and no repository"),
+])
+def test_references_that_are_not_are_refused(ref: str, says: str) -> None:
+    from rocmlock.deploy import ociref
+    from rocmlock.errors import InputError
+
+    with pytest.raises(InputError) as caught:
+        ociref.parse(ref, "--push")
+    assert says in str(caught.value) and "secret" not in str(caught.value)
+    assert str(caught.value).startswith("--push ")
+
+
+def _tar_layer(tmp_path: Path, headers: bytes) -> tuple[Path, str]:
+    raw = headers + b"\0" * 1024
+    (tmp_path / "layer").write_bytes(raw)
+    return tmp_path / "layer", "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def _pax(keys: dict[str, str], kind: bytes = tarfile.XGLTYPE) -> bytes:
+    body = b""
+    for key, value in keys.items():
+        item = f" {key}={value}\n".encode()
+        n = len(item) + 1
+        while len(str(n)) + len(item) != n:
+            n = len(str(n)) + len(item)
+        body += str(n).encode() + item
+    return _tar_header("pax", len(body), kind) + body + b"\0" * (-len(body) % 512)
+
+
+@pytest.mark.parametrize(("keys", "ok"), [(1000, True), (1001, False)])
+def test_global_pax_keys_are_bounded(tmp_path: Path, keys: int, ok: bool) -> None:
+    from rocmlock.deploy import ocilayer
+    from rocmlock.errors import InputError
+
+    headers = _pax({f"k{i}": "v" for i in range(keys)}) + _pax({"last": "v"}) + _tar_header("f", 0, tarfile.REGTYPE)
+    path, diff_id = _tar_layer(tmp_path, headers)
+
+    def read() -> None:
+        with ocilayer.open_layer(path, "application/vnd.oci.image.layer.v1.tar", diff_id, "layer") as layer:
+            list(layer.members())
+
+    if ok:
+        read()  # a global header applies to the member after it: tarfile needs one
+    else:
+        with pytest.raises(InputError, match="more than 1000 global PAX keys"):
+            read()
+
+
+def test_a_gnu_long_name_past_1_mib_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    from rocmlock.deploy import ocilayer
+    from rocmlock.errors import InputError
+
+    path, diff_id = _tar_layer(tmp_path, _tar_header("././@LongLink", (1 << 20) + 1, tarfile.GNUTYPE_LONGNAME))
+    with pytest.raises(InputError, match=r"a GNU header record of 1048577 bytes \(more than 1 MiB\)"), \
+            ocilayer.open_layer(path, "application/vnd.oci.image.layer.v1.tar", diff_id, "layer") as layer:
+        list(layer.members())

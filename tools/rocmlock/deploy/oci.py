@@ -2,8 +2,9 @@
 
 The formats are the OCI image spec's (image-layout.md: ``oci-layout``, ``index.json``, ``blobs/sha256/``;
 manifest.md, config.md, layer.md: whiteouts are ``.wh.<name>`` and ``.wh..wh..opq``). Everything read from a
-base image is hostile: JSON is size-bounded, blobs are checked against their digests before use, and only the
-few members the glibc check needs are read from its layers, bounded.
+base image is hostile: JSON is size-bounded and typed field by field (:mod:`rocmlock.deploy.ocischema`), blobs
+are checked against their digests and sizes before use, layers are read bounded and checked against their
+diff_ids (:mod:`rocmlock.deploy.ocilayer`), and only the few members the glibc check needs are kept from them.
 """
 
 from __future__ import annotations
