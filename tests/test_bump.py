@@ -189,7 +189,7 @@ def test_github_unreachable_needs_hashes_and_commits_given(
             "bump it in the same command: torchvision 0.30.*",
         ),
         (["pytorch=2.15.0", "torchvision=0.30.0"], "pairing rule 'triton-pytorch'", "triton 3.9.*"),
-        (["torchvision=0.30.0"], "pairing rule 'torchvision-pytorch'", "pytorch 2.15.*"),
+        (["torchvision=0.30.0"], "pairing rule 'torchvision-pytorch'", "pytorch >=2.15"),
         (["torchaudio=2.99.0"], "pairing rule 'torchaudio-pytorch'", "pytorch >=2.99"),
         (
             ["pytorch=2.16.0", "torchvision=0.31.0"],
@@ -494,6 +494,46 @@ def test_triton_alone_takes_pytorchs_pin_its_llvm_and_the_llvm_archives_hash(
     assert bump(ws, fake.url, "triton=3.7.2") == 0, capsys.readouterr().err
     assert [pinned(ws, k) for k in ("triton_version", "triton_git_rev", "triton_llvm_rev", "triton_llvm_sha256")] == [
         "3.7.2", rev, llvm, hashlib.sha256(b"llvm archive").hexdigest()]
+
+
+def test_tritons_llvm_is_read_from_llvm_info_json_where_the_commit_has_it(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 42: since triton-lang/triton#10358 a Triton commit pins its LLVM in cmake/llvm-info.json
+    ({"llvm_hash", "build_number", "sha256sum"}), and cmake/llvm-hash.txt is gone (404). The JSON is read first."""
+    torch = pinned(ws, "pytorch_version")
+    fake.add_project("triton", {"3.7.2": [fake.file("triton-3.7.2-cp312-linux_x86_64.whl", packagetype="bdist_wheel")]})
+    rev, llvm = "d" * 40, "4611156032e1ebac68b2b8f6107b1475a7c60800"
+    fake.add(f"/raw/pytorch/pytorch/v{torch}/.ci/docker/ci_commit_pins/triton.txt", Reply(body=rev.encode() + b"\n"))
+    info = {"llvm_hash": llvm, "build_number": 1, "sha256sum": {"ubuntu-x64": "3" * 64}}
+    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-info.json", Reply(body=json.dumps(info).encode()))
+    # a stale text file beside it is not what the commit pins: the JSON wins
+    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-hash.txt", Reply(body=b"1" * 40 + b"\n"))
+    fake.add(f"/llvm/llvm-project/archive/{llvm}.tar.gz", Reply(body=b"llvm archive"))
+    assert bump(ws, fake.url, "triton=3.7.2") == 0, capsys.readouterr().err
+    assert [pinned(ws, k) for k in ("triton_git_rev", "triton_llvm_rev", "triton_llvm_sha256")] == [
+        rev, llvm, hashlib.sha256(b"llvm archive").hexdigest()]
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    (b"<html>login</html>", "answered the string '<html>login</html>' for the commit of source 'triton-llvm'"),
+    (b'["4611156032e1ebac68b2b8f6107b1475a7c60800"]', "answered JSON without a string 'llvm_hash'"),
+    (b'{"llvm_hash": 4611156032, "build_number": 1}', "answered JSON without a string 'llvm_hash'"),
+    (b'{"llvm_hash": "4611156032e1"}', "for the commit of source 'triton-llvm'"),
+])
+def test_a_hostile_llvm_info_json_is_refused_and_nothing_is_written(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str], body: bytes, says: str
+) -> None:
+    torch = pinned(ws, "pytorch_version")
+    fake.add_project("triton", {"3.7.2": [fake.file("triton-3.7.2-cp312-linux_x86_64.whl", packagetype="bdist_wheel")]})
+    rev = "d" * 40
+    fake.add(f"/raw/pytorch/pytorch/v{torch}/.ci/docker/ci_commit_pins/triton.txt", Reply(body=rev.encode() + b"\n"))
+    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-info.json", Reply(body=body))
+    before = snapshot(ws)
+    assert bump(ws, fake.url, "triton=3.7.2") == 1
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err
+    assert snapshot(ws) == before
 
 
 # ----------------------------------------------------------------------------- one PyTorch per ROCm version

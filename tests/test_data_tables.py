@@ -143,11 +143,12 @@ KINDS: dict[str, dict[tuple[str | int, ...], tuple[str, ...]]] = {
         ("upstream", "pytorch", "version_key"): S, ("upstream", "llamafactory", "recipe"): S,
         ("upstream", "pytorch", "source"): L, ("upstream", "pytorch", "source", 0): D,
         **{("upstream", "triton", "source", 0, k): S for k in ("name", "kind", "rev_key", "rev_file")},
-        **{("upstream", "triton", "source", 1, k): S for k in ("sha256_key", "url")},
+        **{("upstream", "triton", "source", 1, k): S for k in ("sha256_key", "url", "rev_json", "rev_json_key")},
         **{("upstream", "bitsandbytes", "source", 0, k): S for k in ("repo", "tag")},
         ("pairing",): L, ("pairing", 0): D,
         **{("pairing", 0, k): S for k in ("name", "follower", "leader", "kind", "why")},
         **{("pairing", 0, k): I for k in ("follower_major", "leader_major", "offset")},
+        ("pairing", 0, "stable_from"): S,
         ("pairing", 1, "floor"): S, ("pairing", 2, "series"): D, ("pairing", 2, "series", "2.12"): S,
         ("pairing", 3, "table"): S, ("pairing", 3, "record"): S, ("conda_names",): D, ("conda_names", "torch"): S,
     },
@@ -400,8 +401,15 @@ UPSTREAM_VALUES = [
                                                               "template: ")),
     ('url = "{github}/pytorch/pytorch/releases', 'url = "http://github.com/pytorch/pytorch/releases',
      "key 'upstream.pytorch.source[0].url' must be the archive's URL template"),
+    # Issue 42: the JSON file and its key go together; the JSON's template takes rev_file's placeholders.
+    ('rev_json_key = "llvm_hash"\n', "", ("key 'upstream.triton.source[1].rev_json_key' is missing: rev_json and "
+                                          "rev_json_key name the JSON file")),
+    ('rev_json_key = "llvm_hash"', 'rev_json_key = "llvm hash"', ("key 'upstream.triton.source[1].rev_json_key' "
+                                                                  "must be the key of rev_json's object")),
+    ("/{triton_rev}/cmake/llvm-info.json", "/{triton_llvm_rev}/cmake/llvm-info.json",
+     "key 'upstream.triton.source[1].rev_json': {triton_llvm_rev} is no placeholder here"),
     # triton-llvm's commit file may name triton's commit (resolved before it), never its own.
-    ("/triton-lang/triton/{triton_rev}/cmake", "/triton-lang/triton/{triton_llvm_rev}/cmake",
+    ("/{triton_rev}/cmake/llvm-hash.txt", "/{triton_llvm_rev}/cmake/llvm-hash.txt",
      "key 'upstream.triton.source[1].rev_file': {triton_llvm_rev} is no placeholder here"),
     ('leader = "pytorch"\nkind = "minor-offset"', 'leader = "pytorh"\nkind = "minor-offset"',
      "key 'pairing[0].leader': there is no [upstream.pytorh] (did you mean 'pytorch'?)"),
@@ -416,6 +424,10 @@ UPSTREAM_VALUES = [
     ("follower_major = 0", "follower_major = -1", ("key 'pairing[0].follower_major' must be a whole number from 0, "
                                                   "got -1")),
     ('floor = "2.11"', 'floor = "2.11.0"', "key 'pairing[1].floor' must be the oldest follower series"),
+    ('stable_from = "0.29.2"', 'stable_from = "0.29.x"', ("key 'pairing[0].stable_from' must be the first follower "
+                                                         "release built on the stable ABI")),
+    ('floor = "2.11"', 'floor = "2.11"\nstable_from = "2.11.1"', ("key 'pairing[1].stable_from' is not one a "
+                                                                  "kind = \"at-most\" rule takes")),
     ('series = { "2.12" = "3.7"', 'series = { "2.12.1" = "3.7"', ("key 'pairing[2].series.\"2.12.1\"' is not a "
                                                                  "leader series (major.minor)")),
     ('series = { "2.12" = "3.7"', 'series = { "2.12" = "3.7.1"', ("key 'pairing[2].series.\"2.12\"' must be the "

@@ -98,3 +98,17 @@ def test_credentials_never_reach_the_file() -> None:
     secret = "https://user:s3cret@conda.example/t/tk-123456/rocm"
     text = render_conda_lock("mi300x", [secret], [GFX942], {GFX942.name: [_record("python", url=secret)]})
     assert text is not None and "s3cret" not in text and "tk-123456" not in text
+
+
+def test_underscore_packages_are_locked_like_any_other() -> None:
+    # conda-forge's `_openmp_mutex` and `_libgcc_mutex` are real packages (every libgomp/libgcc environment has
+    # them; only `__`-prefixed names are virtual): conda-lock install must get them, and depends on them kept.
+    gcc = _record("libgcc", depends=("_openmp_mutex >=4.5", "_libgcc_mutex 0.1 conda_forge"))
+    records = [gcc, _record("_openmp_mutex", "2_gnu"), _record("_libgcc_mutex", "conda_forge"), _record("python")]
+    text = render_conda_lock("mi300x", [CHANNEL], [GFX942], {GFX942.name: records}, "gfx942")
+    assert text is not None
+    packages = {p["name"]: p for p in yaml.safe_load(text)["package"]}
+    assert sorted(packages) == ["_libgcc_mutex", "_openmp_mutex", "libgcc", "python"]
+    assert packages["_openmp_mutex"]["url"] == f"{CHANNEL}/linux-64/_openmp_mutex-1.0-2_gnu.conda"
+    assert packages["_openmp_mutex"]["hash"] == {"md5": "02" * 16, "sha256": "01" * 32}
+    assert packages["libgcc"]["dependencies"] == {"_openmp_mutex": ">=4.5", "_libgcc_mutex": "0.1 conda_forge"}

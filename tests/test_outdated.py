@@ -88,7 +88,8 @@ def test_report_lists_pins_newest_sources_and_companions(
         # so the newest torch a bump takes today is the pinned one (its series is the table's)
         f"newest pytorch with every companion released: {pins['pytorch']}",
     ]
-    assert rows["torchvision"]["companions"] == ["needs pytorch 2.15.* (torchvision-pytorch)"]
+    # 0.30.0 is after the stable-ABI 0.29.2: any torch from 2.15 on (issue 42)
+    assert rows["torchvision"]["companions"] == ["needs pytorch >=2.15 (torchvision-pytorch)"]
     sha = hashlib.sha256(b"flash-attn9.0.0").hexdigest()
     assert rows["flash-attn"]["sources"] == {"flash-attn": f"sdist sha256 {sha}"}
     assert rows["bitsandbytes"]["sources"] == {"bitsandbytes": f"commit {'c' * 40}"}
@@ -170,7 +171,9 @@ def test_the_newest_leader_with_every_companion_released_is_named(
     assert outdated(recipes, fake.url, closed_port_url(), "--json") == 0
     (torch,) = [r for r in json.loads(capsys.readouterr().out)["upstreams"] if r["name"] == "pytorch"]
     assert torch["newest"] == "2.15.0"
-    assert "torchvision 0.30.*: none released on PyPI yet (torchvision-pytorch)" in torch["companions"]
+    # only the per-CPython 0.29.1 (a torch 2.14 build) is on this index: no torchvision for 2.15 yet
+    assert ("torchvision 0.30.*, or a stable-ABI torchvision >=0.29.2 of an older series: none released on PyPI yet "
+            "(torchvision-pytorch)") in torch["companions"]
     # torchvision 0.29 and triton 3.8 exist: 2.14.1 is the newest torch a bump can take today.
     assert torch["companions"][-1] == "newest pytorch with every companion released: 2.14.1"
 
@@ -212,14 +215,19 @@ def test_the_newest_leader_is_held_back_by_an_unrecorded_aotriton_series(
     ]
 
 
+@pytest.mark.parametrize("layout", ["llvm-hash.txt", "llvm-info.json"])
 def test_tritons_commit_is_read_at_the_pinned_pytorchs_pin_file(
-    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+    recipes: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str], layout: str
 ) -> None:
+    # Issue 42: a Triton commit after triton-lang/triton#10358 has cmake/llvm-info.json ("llvm_hash") and no
+    # llvm-hash.txt; one before it only the text file (the JSON answers 404 there).
     pins = publish_all(fake, recipes, {"triton": "3.7.2"})
     rev, llvm = "d" * 40, "e" * 40
     fake.add(f"/raw/pytorch/pytorch/v{pins['pytorch']}/.ci/docker/ci_commit_pins/triton.txt",
              Reply(body=rev.encode() + b"\n"))
-    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/llvm-hash.txt", Reply(body=llvm.encode() + b"\n"))
+    body = (json.dumps({"llvm_hash": llvm, "build_number": 1, "sha256sum": {"ubuntu-x64": "f" * 64}}).encode()
+            if layout.endswith(".json") else llvm.encode() + b"\n")
+    fake.add(f"/raw/triton-lang/triton/{rev}/cmake/{layout}", Reply(body=body))
     assert outdated(recipes, fake.url, fake.url, "--json") == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["upstreams"]}
     assert rows["triton"]["sources"] == {

@@ -49,8 +49,12 @@ def test_rule_verdicts(name: str, leader: str, follower: str, verdict: str) -> N
 
 
 def test_rules_name_the_other_side() -> None:
-    assert rule("torchvision-pytorch").describe("2.15.0") == "torchvision 0.30.*"
-    assert rule("torchvision-pytorch").leader_needs("0.30.1") == "pytorch 2.15.*"
+    assert rule("torchvision-pytorch").describe("2.15.0") == (
+        "torchvision 0.30.*, or a stable-ABI torchvision >=0.29.2 of an older series")
+    # From 0.29.2 on torchvision is one stable-ABI wheel: any torch from its series on (issue 42)
+    assert rule("torchvision-pytorch").leader_needs("0.30.1") == "pytorch >=2.15"
+    assert rule("torchvision-pytorch").leader_needs("0.29.2") == "pytorch >=2.14"
+    assert rule("torchvision-pytorch").leader_needs("0.29.1") == "pytorch 2.14.*"
     assert rule("torchaudio-pytorch").describe("2.15.0") == "torchaudio >=2.11,<=2.15.*"
     assert rule("triton-pytorch").leader_needs("3.7.1") == "pytorch 2.12.* or 2.13.*"
 

@@ -120,3 +120,29 @@ def test_bad_input_exits_2(workspace: Path, argv: list[str], message: str,
 @pytest.mark.parametrize(("spec", "version"), [("7.2.*", "7.2"), (">=6.4,<6.5", "6.4"), ("*", None)])
 def test_rocm_version_from_a_spec(spec: str, version: str | None) -> None:
     assert rocm_from_spec(spec) == version
+
+
+def test_the_probes_table_is_the_result_on_stdout(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 44: `rocm-env-check > report.txt` and `rocmlock verify --prefix ... | less` captured 0 bytes; the
+    table is the result (stdout), the command line run and errors are for people (stderr). With --json the report
+    is the result and the table goes to stderr."""
+    prefix = fake_env(tmp_path / "env", {"amdgpu-target": ("1", "gfx90a")})
+    capfd.readouterr()
+    assert main(["verify", "--prefix", str(prefix)]) == 1  # no GPU here
+    out, err = capfd.readouterr()
+    assert out.startswith("rocm-env-check ") and "STATUS   CHECK" in out
+    assert out.rstrip().splitlines()[-1].startswith("FAIL: ")
+    # stderr: the command run, and what libraries print (DeepSpeed's accelerator warning), never the table.
+    assert err.splitlines()[0] == (f"> {prefix}/bin/python {REPO_PROBE} --prefix {prefix} --expect-arch gfx90a "
+                                   "--peak-tflops 383")
+    assert "STATUS" not in err and "FAIL" not in err
+    # The probe itself, as `rocm-env-check > report.txt` runs it.
+    report = tmp_path / "report.txt"
+    with report.open("w") as stdout:
+        proc = subprocess.run([sys.executable, str(REPO_PROBE), "--prefix", str(prefix), "--only", "host"],
+                              stdout=stdout, stderr=subprocess.PIPE, text=True, check=False)
+    assert proc.returncode == 1 and proc.stderr == ""
+    assert "STATUS   CHECK" in report.read_text() and "FAIL     host.devices" in report.read_text()
+    proc = subprocess.run([sys.executable, str(REPO_PROBE), "--prefix", str(prefix), "--only", "host", "--json"],
+                          capture_output=True, text=True, check=False)
+    assert json.loads(proc.stdout)["ok"] is False and "STATUS   CHECK" in proc.stderr

@@ -271,3 +271,47 @@ def test_reports_of_one_hostname_are_told_apart_and_a_long_fix_is_cut_between_wo
     shown = fix.removeprefix("fix: ").removesuffix("...")
     assert fix.endswith("...") and 300 < len(shown) <= 600
     assert long_fix.startswith(shown) and long_fix[len(shown)] == " "  # cut where a word ends
+
+
+def _rows(out: str, *names: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith(names)]
+
+
+def test_two_runs_reports_of_one_host_are_labelled_by_their_paths(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 41: `verify --slurm` writes task-0.json per run; two runs' reports of gpu01 were both
+    # `gpu01 (gfx942, task-0.json)`
+    for run in ("run1", "run2"):
+        write(tmp_path / run / "task-0.json", probe_report("gpu01", gemm=600.0, step_s=0.04))
+    assert main(["report", str(tmp_path / "run1"), str(tmp_path / "run2")]) == 0
+    rows = [line.split("  ")[0] for line in _rows(capsys.readouterr().out, "gpu01")]
+    assert rows == ["gpu01 (gfx942, run1/task-0.json)", "gpu01 (gfx942, run2/task-0.json)"]
+
+
+def test_reports_of_one_host_for_different_targets_each_name_their_file(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # the host repeats, the environment's target does not: still a row per file, each naming it
+    for name, arch in (("a", "gfx942"), ("b", "gfx90a")):
+        report = probe_report("vm", [arch] * 8)
+        report["expected"]["arch"] = arch
+        write(tmp_path / name / "vm.json", report)
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    rows = [line.split("  ")[0] for line in _rows(capsys.readouterr().out, "vm")]
+    assert rows == ["vm (gfx942, a/vm.json)", "vm (gfx90a, b/vm.json)"]
+
+
+def test_a_report_given_again_counts_once_and_a_slow_node_stays_flagged(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 41: the slow node's report given three times made three rows and moved the median to its figures
+    d = tmp_path / "reports"
+    for i in (1, 2):
+        write(d / f"gpu0{i}.json", probe_report(f"gpu0{i}", gemm=600.0, step_s=0.04))
+    slow = write(d / "gpu03.json", probe_report("gpu03", gemm=150.0, step_s=0.2))
+    (tmp_path / "link.json").symlink_to(slow)
+    again = [str(slow), str(d / ".." / "reports" / "gpu03.json"), str(tmp_path / "link.json")]
+    assert main(["report", *again, str(d), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(n["node"], n["verdict"]) for n in report["nodes"]] == [("gpu01", "pass"), ("gpu02", "pass"),
+                                                                     ("gpu03", "slow")]
+    assert report["medians"] == {"gemm_tflops": 600.0, "step_ms": 40.0}
+    assert next(n for n in report["nodes"] if n["node"] == "gpu03")["source"] == str(slow)  # where first reached

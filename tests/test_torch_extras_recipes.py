@@ -7,9 +7,12 @@ bounds, the build scripts set the ROCm switches, a real solve picks exactly our 
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 import shutil
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +185,7 @@ def test_sources_pinned_by_url_and_real_looking_sha256(matrix: Matrix) -> None:
     assert values["triton_llvm_rev"][0] == "ac5dc54d509169d387fcfd495d71853d81c46484"
     assert values["triton_llvm_sha256"][0] == llvm["sha256"]
     # Issue 34: ROCm 7.14's PyTorch 2.14.1 pins Triton 3.8.0 at 675c5987 (release/2.14's pin file before AMD's fork
-    # moved it, ROCm/pytorch#3627). That commit's cmake/llvm-hash.txt was not verified: no LLVM source, and the
+    # moved it, ROCm/pytorch#3627). That commit's cmake/llvm-info.json was not verified: no LLVM source, and the
     # variant is skipped saying which keys are empty, rather than built against a guessed LLVM.
     rv = _render(matrix, "triton-rocm", "7.14")
     assert rv.recipe.to_dict()["source"] == [{"git": "https://github.com/triton-lang/triton.git",
@@ -190,6 +193,10 @@ def test_sources_pinned_by_url_and_real_looking_sha256(matrix: Matrix) -> None:
     reason = rv.recipe.to_dict()["context"]["skip_reason"]
     assert reason.startswith("triton 3.8.0 (675c59878aa2280b31f722aaf42b825fcee21de8) for ROCm 7.14 has no verified "
                              "LLVM pin: triton_llvm_rev and triton_llvm_sha256 are empty"), reason
+    # Issue 42: the reason names the file that commit has (llvm-info.json) and the one command that fills the pin.
+    assert "cmake/llvm-info.json" in reason and reason.endswith(
+        "`rocmlock bump triton=3.8.0 --rev triton=675c59878aa2280b31f722aaf42b825fcee21de8` fills both on a host "
+        "that reaches GitHub"), reason
     assert values["triton_llvm_rev"][1] == values["triton_llvm_sha256"][1] == ""
     # PyTorch 2.14.1 itself: no archive hash (pytorch_sha256 ""), so the full commit of its tag, a git source.
     assert _source(matrix, "pytorch-rocm", "7.14") == [{"git": "https://github.com/pytorch/pytorch.git",
@@ -277,24 +284,61 @@ def test_triton_build_removes_werror_and_notices_when_upstream_moves(tmp_path: P
     assert out.returncode == 1 and "no longer sets -Werror" in out.stderr
 
 
+def _llvm_check(tmp_path: Path, pinned: str) -> Callable[[], subprocess.CompletedProcess[str]]:
+    """build.sh's own LLVM check, run in ``tmp_path`` (a Triton tree's cmake/) with ``pinned`` as the recipe's pin."""
+    script = (RECIPES / "triton-rocm" / "build.sh").read_text()
+    start = script.index("if [ -f cmake/llvm-info.json ]")
+    end = script.index("\n\n", start)
+    snippet = 'rocmlock_die() { echo "$*" >&2; exit 1; }\n' + script[start:end] + '\necho "ok ${llvm_file}"\n'
+    (tmp_path / "cmake").mkdir(exist_ok=True)
+    # build.sh runs with the host prefix's python first on PATH; here the test's own.
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "ROCMLOCK_TRITON_LLVM_REV": pinned}
+    return lambda: subprocess.run(["bash", "-c", snippet], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  check=False)
+
+
 def test_triton_build_stops_when_its_llvm_hash_is_not_the_pinned_llvm(matrix: Matrix, tmp_path: Path) -> None:
     # Whoever moves triton_git_rev must move triton_llvm_rev with it. build.sh's own lines, run against a Triton
-    # tree's cmake/llvm-hash.txt:
+    # tree of the old layout (cmake/llvm-hash.txt, before triton-lang/triton#10358):
     pinned = script_env(matrix, "triton-rocm")["ROCMLOCK_TRITON_LLVM_REV"]
     assert pinned == matrix.get("triton_llvm_rev")[0]
-    script = (RECIPES / "triton-rocm" / "build.sh").read_text()
-    start = script.index('llvm_hash="$(')
-    end = script.index("\n\n", start)
-    snippet = 'rocmlock_die() { echo "$*" >&2; exit 1; }\n' + script[start:end] + "\necho ok\n"
-    (tmp_path / "cmake").mkdir()
+    run = _llvm_check(tmp_path, pinned)
     (tmp_path / "cmake/llvm-hash.txt").write_text(pinned + "\n")
-    env = {"PATH": "/usr/bin:/bin", "ROCMLOCK_TRITON_LLVM_REV": pinned}
-    out = subprocess.run(["bash", "-c", snippet], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
-    assert (out.returncode, out.stdout) == (0, "ok\n"), out.stderr
+    out = run()
+    assert (out.returncode, out.stdout) == (0, "ok cmake/llvm-hash.txt\n"), out.stderr
     # The v3.7.1 tag (f797708c, pinned before issue 28) names the fork commit 1f126a6d...: not the pinned LLVM.
     (tmp_path / "cmake/llvm-hash.txt").write_text("1f126a6dea50d185c0781743a667390037ae88bd\n")
-    out = subprocess.run(["bash", "-c", snippet], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    out = run()
     assert out.returncode == 1 and f"pins triton_llvm_rev {pinned}" in out.stderr
+
+
+def test_triton_build_reads_llvm_info_json_where_the_commit_has_it(tmp_path: Path) -> None:
+    """Issue 42: triton-lang/triton#10358 replaced cmake/llvm-hash.txt with cmake/llvm-info.json
+    ({"llvm_hash", "build_number", "sha256sum": {...}}); Triton 3.8.0's commits have only the JSON. build.sh reads its
+    llvm_hash (the JSON wins where a tree has both), and refuses another commit, a missing key or no pin file."""
+    pinned = "4611156032e1ebac68b2b8f6107b1475a7c60800"  # llvm-info.json of triton-lang/triton 0d6ac4a9 (stored copy)
+    info = {"llvm_hash": pinned, "build_number": 1, "sha256sum": {"ubuntu-x64": "38a3" + "0" * 60}}
+    run = _llvm_check(tmp_path, pinned)
+    (tmp_path / "cmake/llvm-info.json").write_text(json.dumps(info, indent=2) + "\n")
+    out = run()
+    assert (out.returncode, out.stdout) == (0, "ok cmake/llvm-info.json\n"), out.stderr
+    (tmp_path / "cmake/llvm-hash.txt").write_text("1f126a6dea50d185c0781743a667390037ae88bd\n")  # stale leftover
+    out = run()
+    assert (out.returncode, out.stdout) == (0, "ok cmake/llvm-info.json\n"), out.stderr
+    (tmp_path / "cmake/llvm-info.json").write_text(json.dumps({**info, "llvm_hash": "c" * 40}))
+    out = run()
+    assert out.returncode == 1, out.stdout
+    assert f"cmake/llvm-info.json names LLVM {'c' * 40}, variants.yaml pins triton_llvm_rev {pinned}" in out.stderr
+    (tmp_path / "cmake/llvm-info.json").write_text(json.dumps({"build_number": 1}))
+    out = run()
+    assert out.returncode == 1 and "names LLVM nothing" in out.stderr, out.stderr
+    (tmp_path / "cmake/llvm-info.json").write_text("<html>")
+    out = run()
+    assert out.returncode == 1 and "cmake/llvm-info.json is not a JSON object" in out.stderr, out.stderr
+    for name in ("llvm-info.json", "llvm-hash.txt"):
+        (tmp_path / "cmake" / name).unlink()
+    out = run()
+    assert out.returncode == 1 and "neither cmake/llvm-info.json nor cmake/llvm-hash.txt" in out.stderr
 
 
 def test_build_scripts_pass_bash_n_and_shellcheck() -> None:

@@ -10,8 +10,9 @@ It never imports rocmlock: the expected GPU target and ROCm version come from fl
 (the ``amdgpu-target`` and ``rocm-version`` packages), with a small built-in table as fallback.
 
 Checks run in order, from the device files up to a training step; each one reports a status
-(ok / warn / fail / skipped), the evidence it saw and a fix. A readable table goes to stderr,
-``--json`` prints the report on stdout. Exit code: 0 when no required check failed, 1 otherwise,
+(ok / warn / fail / skipped), the evidence it saw and a fix. A readable table goes to stdout
+(``rocm-env-check > report.txt`` keeps it); with ``--json`` the report goes there instead and the table to
+stderr. Progress, library chatter and errors go to stderr. Exit code: 0 when no required check failed, 1 otherwise,
 2 for bad arguments.
 
 Adding a check is adding one function decorated with ``@check(id, title)`` below the others:
@@ -2116,7 +2117,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     with stdout_to_stderr():
         results = [run_check(ctx, chk, args.debug) for chk in checks]
     report = build_report(ctx, results)
-    print(render_table(report), file=sys.stderr)
+    # The result is the table, unless --json makes the report the result (then the table is for the person
+    # watching, on stderr, and stdout stays parseable).
+    print(render_table(report), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     return 0 if report["ok"] else 1

@@ -18,6 +18,7 @@ import os
 import secrets
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -130,14 +131,12 @@ def pipeline(work: Path) -> dict[str, object]:
     step("3/8 serve the channel on 127.0.0.1 behind basic auth")
     password = secrets.token_urlsafe(16)
     auth = work / "auth" / "credentials.json"
-    auth.parent.mkdir(parents=True, exist_ok=True)
-    auth.touch(0o600)
-    auth.write_text(json.dumps({"127.0.0.1": {"BasicHTTP": {"username": "quickstart", "password": password}}}))
+    auth.parent.mkdir(mode=0o700)
+    write_private(auth, json.dumps({"127.0.0.1": {"BasicHTTP": {"username": "quickstart", "password": password}}}))
     # The same password for conda, which reads a netrc (requests' get_netrc_auth: $NETRC, else ~/.netrc) and not
     # rattler's auth file: conda 26.7.1 conda/gateways/connection/session.py, CondaHttpAuth._apply_basic_auth.
     netrc = work / "auth" / "netrc"
-    netrc.touch(0o600)
-    netrc.write_text(f"machine 127.0.0.1 login quickstart password {password}\n")
+    write_private(netrc, f"machine 127.0.0.1 login quickstart password {password}\n")
     with serving(channel, CHANNEL_NAME, "quickstart", password) as url:
         print(f"serving {url} (credentials in {auth})", file=sys.stderr)
         env = {**env, "RATTLER_AUTH_FILE": str(auth)}
@@ -180,28 +179,99 @@ def refuse(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def write_private(path: Path, text: str) -> None:
+    """A new file only the caller can read; never through a link, never over a file already there."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def _writable_by_others(st: os.stat_result) -> bool:
+    return bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def check_workdir_owner(work: Path) -> None:
+    """Refuse a work directory someone else could change while the quickstart writes its password into it and
+    runs the probe it installs there (as root, often).
+
+    The rule of OpenSSH's StrictModes (auth.c, auth_secure_path) and git's safe.directory (setup.c,
+    ensure_valid_ownership): the directory must be the caller's and writable by nobody else; so must every
+    directory above it, owned by the caller or root, except that a sticky one (/tmp) may be writable by all, since
+    there nobody else can rename or remove what the caller owns. The directory itself is taken as given, never
+    through a symbolic link (whoever owns the link can point it elsewhere between the check and the use)."""
+    uid = os.geteuid()
+    try:
+        st = work.lstat()
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        refuse(f"--workdir {work} cannot be looked at ({exc.strerror}); give a directory of your own")
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            refuse(f"--workdir {work} is a symbolic link; give the directory itself")
+        if not stat.S_ISDIR(st.st_mode):
+            refuse(f"--workdir {work} is not a directory")
+        if st.st_uid != uid:
+            refuse(f"--workdir {work} belongs to uid {st.st_uid}, not to you (uid {uid}): its owner could read the "
+                   "channel password and replace what the quickstart runs; give a directory of your own")
+        if _writable_by_others(st):
+            refuse(f"--workdir {work} is writable by others (mode {stat.S_IMODE(st.st_mode):04o}): they could read "
+                   "the channel password and replace what the quickstart runs; give a new directory, or chmod 700 it")
+    given = work.absolute().parent
+    real = Path(os.path.realpath(given))
+    for above in (given, *given.parents, real, *real.parents):
+        _check_above(work, above)
+
+
+def _check_above(work: Path, above: Path) -> None:
+    """A directory above the work directory (or a link on the way to it): the caller's or root's, and writable
+    by nobody else unless sticky."""
+    try:
+        up = above.lstat()
+    except FileNotFoundError:
+        return  # made below by mkdir(parents=True), as the caller
+    except OSError as exc:
+        refuse(f"--workdir {work}: {above} above it cannot be looked at ({exc.strerror})")
+    uid = os.geteuid()
+    swappable = _writable_by_others(up) and not up.st_mode & stat.S_ISVTX and not stat.S_ISLNK(up.st_mode)
+    if up.st_uid not in (uid, 0) or swappable:
+        refuse(f"--workdir {work}: {above} above it could be changed by another user (uid {up.st_uid}, mode "
+               f"{stat.S_IMODE(up.st_mode):04o}), who could swap the work directory; give one under a directory "
+               "only you or root can write, or under /tmp")
+
+
+def _is_marker(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
 def prepare_workdir(work: Path, replace: bool) -> None:
-    """Make ``work`` ready: a new or empty directory; a kept one of an earlier run only with ``replace``.
+    """Make ``work`` ready: a new or empty directory of the caller's; a kept one of an earlier run only with
+    ``replace``.
 
     A kept work directory is one the user works in (edits pixi.toml, locks, installs): it is never overwritten
-    silently, and a directory the quickstart did not make is never deleted, even with ``--replace``."""
-    if work.exists() and not work.is_dir():
-        refuse(f"--workdir {work} is not a directory")
+    silently, and a directory the quickstart did not make is never deleted, even with ``--replace``. A new one is
+    made 0700; one that another user owns or can write is refused (check_workdir_owner)."""
+    check_workdir_owner(work)
     if work.is_dir() and any(work.iterdir()):
-        if not (work / MARKER).is_file():
+        if not _is_marker(work / MARKER):
             refuse(f"--workdir {work} is not empty and was not made by the quickstart; give a new or empty directory")
         if not replace:
             refuse(f"--workdir {work} holds an earlier run (its workspace, lock and environments would be "
                    "overwritten); pass --replace to start it afresh, or give another --workdir")
         shutil.rmtree(work)
-    work.mkdir(parents=True, exist_ok=True)
-    (work / MARKER).write_text("made by examples/offline/quickstart.py; --replace deletes this directory\n")
+    if not work.is_dir():
+        work.parent.mkdir(parents=True, exist_ok=True)
+        work.mkdir(mode=0o700)
+    write_private(work / MARKER, "made by examples/offline/quickstart.py; --replace deletes this directory\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, help="keep everything here (default: a temporary directory); "
-                        "a new or empty directory, or one of an earlier run with --replace")
+                        "a new or empty directory of yours alone, or one of an earlier run with --replace")
     parser.add_argument("--replace", action="store_true",
                         help="delete the --workdir of an earlier quickstart run and start afresh")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")

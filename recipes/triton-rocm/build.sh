@@ -35,11 +35,22 @@ grep -q 'CMAKE_CXX_FLAGS.*-Werror ' CMakeLists.txt \
     || rocmlock_die "triton's CMakeLists.txt no longer sets -Werror in CMAKE_CXX_FLAGS; review build.sh"
 sed -i '/CMAKE_CXX_FLAGS/s/ -Werror / /' CMakeLists.txt
 
-# Triton builds only against the LLVM commit its cmake/llvm-hash.txt names; variants.yaml pins the two side by side
-# (triton_git_rev, triton_llvm_rev), so a Triton pin moved without its LLVM stops here, not deep in the compile.
-llvm_hash="$(tr -d '[:space:]' < cmake/llvm-hash.txt)"
+# Triton builds only against the LLVM commit it pins: cmake/llvm-info.json's "llvm_hash" since
+# triton-lang/triton#10358 (2026-05-29, which removed cmake/llvm-hash.txt), the one-line cmake/llvm-hash.txt before.
+# variants.yaml pins the two side by side (triton_git_rev, triton_llvm_rev), so a Triton pin moved without its
+# LLVM stops here, not deep in the compile.
+if [ -f cmake/llvm-info.json ]; then
+    llvm_file=cmake/llvm-info.json
+    llvm_hash="$(python -c 'import json, sys; v = json.load(open(sys.argv[1])).get("llvm_hash"); print(v if isinstance(v, str) else "")' "${llvm_file}")" \
+        || rocmlock_die "triton's ${llvm_file} is not a JSON object; review build.sh"
+elif [ -f cmake/llvm-hash.txt ]; then
+    llvm_file=cmake/llvm-hash.txt
+    llvm_hash="$(tr -d '[:space:]' < "${llvm_file}")"
+else
+    rocmlock_die "triton has neither cmake/llvm-info.json nor cmake/llvm-hash.txt: its LLVM pin moved; review build.sh"
+fi
 [ "${llvm_hash}" = "${ROCMLOCK_TRITON_LLVM_REV:?recipe.yaml sets ROCMLOCK_TRITON_LLVM_REV}" ] \
-    || rocmlock_die "triton's cmake/llvm-hash.txt names LLVM ${llvm_hash}, variants.yaml pins triton_llvm_rev ${ROCMLOCK_TRITON_LLVM_REV}: move both together ('rocmlock bump triton=VERSION --rev triton=COMMIT' reads the LLVM commit from that file)"
+    || rocmlock_die "triton's ${llvm_file} names LLVM ${llvm_hash:-nothing}, variants.yaml pins triton_llvm_rev ${ROCMLOCK_TRITON_LLVM_REV}: move both together ('rocmlock bump triton=VERSION --rev triton=COMMIT' reads the LLVM commit from that file)"
 
 # LLVM with MLIR and LLD, for the host CPU, NVPTX and AMDGPU.
 cmake -G Ninja -S llvm-project/llvm -B llvm-project/build \

@@ -66,8 +66,11 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
             "environment: run `rocmlock lock` without -e/-p")
     gone = set(data["no_longer_generated"])
     if args.check:
+        root = result.manifest.parent
         for path in data["stale"]:
-            err(f"stale: {path} (no longer generated)" if path in gone else f"stale: {path}")
+            # A file not written yet (a new environment's exports, a first lock) is missing, not out of date.
+            state = "stale" if path in gone or (root / path).exists() else "missing"
+            err(f"{state}: {path} (no longer generated)" if path in gone else f"{state}: {path}")
         err("up to date" if result.up_to_date else f"{len(data['stale'])} output(s) would change; run `rocmlock {verb}`")
         return 0 if result.up_to_date else 1
     written = len(data["stale"]) - len(gone)

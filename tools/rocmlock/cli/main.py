@@ -137,10 +137,31 @@ def _manifest_hint(argv: list[str]) -> str:
     return environments_hint(given or _discovered_manifest())
 
 
+def _unknown_option(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The first option of ``argv`` that ``parser`` does not take (nor takes as an abbreviation), with the nearest
+    it does take: a mistyped ``--prefx X`` makes argparse report only the ``--prefix`` it then misses."""
+    options = [o for a in parser._actions for o in a.option_strings]
+    for arg in argv:
+        if arg == "--":
+            break
+        name = arg.split("=", 1)[0]
+        if name.startswith("--") and not any(o.startswith(name) for o in options):
+            close = difflib.get_close_matches(name, options, n=1)
+            return f"unrecognized option {name}" + (f" (did you mean {close[0]}?)" if close else "")
+    return None
+
+
 def _usage_error(exc: UsageError, argv: list[str]) -> int:
     """argparse's message under the usage of the command it is about, and a hint where one can be given."""
+    if exc.message == "the following arguments are required: COMMAND":  # bare `rocmlock`: what it can do
+        sys.stderr.write(exc.parser.format_help())
+        err(f"{exc.parser.prog}: error: no command given; pick one of the commands above "
+            "(`rocmlock COMMAND --help` for its options)")
+        return 2
     sys.stderr.write(exc.parser.format_usage())
     message = exc.message
+    if message.startswith("the following arguments are required:"):
+        message = _unknown_option(exc.parser, argv) or message
     choice = re.match(r"argument COMMAND: invalid choice: '([^']*)'", message)
     if choice:
         message += did_you_mean(choice.group(1), COMMANDS)
@@ -169,7 +190,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "manifest_path", "") is None and not getattr(args, "manifest_optional", False):
         args.manifest_path = _discovered_manifest()
     try:
-        return int(args.handler(args))
+        code = int(args.handler(args))
+        sys.stdout.flush()  # here, so that a reader gone (EPIPE) is met below, not in run()'s final flush
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except RocmlockError as exc:
         # A name from a bundle or a lock may hold a newline or an escape sequence: one line, nothing moved.
         err(f"error: {escape(str(exc))}")
@@ -186,6 +211,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err("interrupted")
         return 130
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed it (``rocmlock diff --json | head``): a normal end, not an error to report. As the
+    Python docs' "Note on SIGPIPE" (library/signal.html) does: point stdout at /dev/null so that the interpreter's
+    own flush cannot fail again, and exit 1 with no message (what Python does on EPIPE)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 1
 
 
 def run() -> None:

@@ -31,7 +31,7 @@ from rocmlock.gpu.devicecode import (
     scan_tree,
     with_kpack,
 )
-from rocmlock.gpu.offload import OffloadError, TargetId, parse_target_id, shown, sorted_names
+from rocmlock.gpu.offload import MACH, OffloadError, TargetId, parse_target_id, shown, sorted_names
 from rocmlock.gpu.targets import all_targets
 from rocmlock.util.fs import open_regular, read_regular
 from rocmlock.util.tables import did_you_mean
@@ -47,25 +47,29 @@ class AuditReport:
     """The device code found in ``source`` and the verdict against ``target``."""
 
     source: str
-    target: TargetId
+    target: TargetId | None  # None: a package with no device code and no GPU target (noarch, CPU-only)
     target_from: str
     files: tuple[DeviceCode, ...]
 
     @property
     def failing(self) -> tuple[DeviceCode, ...]:
-        return tuple(cannot_run(self.files, self.target))
+        return () if self.target is None else tuple(cannot_run(self.files, self.target))
 
     @property
     def ok(self) -> bool:
         return not self.failing
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "target": str(self.target), "target_from": self.target_from,
+        return {"source": self.source, "target": None if self.target is None else str(self.target),
+                "target_from": self.target_from,
                 "ok": self.ok, "files": [f.to_dict() for f in self.files],
                 "cannot_run": [f.path for f in self.failing]}
 
     def render(self) -> str:
         """The report for people: one row per file with device code, then the verdict."""
+        if self.target is None:
+            return (f"device code in {self.source}: none (no HIP library or code object); a package without GPU "
+                    "code (noarch or CPU-only) runs with any GPU, so there is no target to check")
         lines = [f"device code in {self.source}, checked against {self.target} ({self.target_from})"]
         if self.files:
             failing = {f.path for f in self.failing}
@@ -96,6 +100,13 @@ def gpu_target(text: str, where: str = "--target") -> TargetId:
                          hint=_TARGET_HINT) from None
     if target.generic or target.processor == "amdgcnspirv":
         raise InputError(f"{where}: '{text}' is a compilation target, not a GPU", hint=_TARGET_HINT)
+    # A well-formed name LLVM has no processor for (gfx9999) would be audited and every file reported as unable
+    # to run there: an unknown GPU is the user's typo, said as such. Known: LLVM's processors (MACH) and ours.
+    known = {*MACH.values(), *all_targets()}
+    if target.processor not in known:
+        ours = ", ".join(all_targets())
+        raise InputError(f"{where}: unknown GPU target '{target.processor}'{did_you_mean(target.processor, known)}",
+                         hint=f"rocmlock's targets: {ours}")
     return target
 
 
@@ -167,16 +178,21 @@ def _regular_or_dir(path: Path) -> None:
 
 def _audit_package(path: Path, target: str | None) -> AuditReport:
     build = build_string_of(path.name)
-    if target is None and (target := build_string_target(build)) is None:
-        raise InputError(f"{path}: its build string '{shown(build)}' names no GPU target", hint=_TARGET_HINT)
+    from_build = build_string_target(build)
+    gpu = gpu_target(target) if target is not None else None  # a bad --target before the package is read
     try:
-        files = scan_package(path, path.name)
+        files = tuple(scan_package(path, path.name))
     except OffloadError as exc:
         raise InputError(f"{path.parent}/{exc}", hint="download or build the package again") from None
     except OSError as exc:
         raise _node_error(path, exc) from None
-    return AuditReport(str(path), gpu_target(target), "the build string" if target == build_string_target(build)
-                       else "--target", tuple(files))
+    if gpu is not None:
+        return AuditReport(str(path), gpu, "--target", files)
+    if from_build is not None:
+        return AuditReport(str(path), gpu_target(from_build), "the build string", files)
+    if not files:  # a noarch or CPU-only package: nothing that could fail on a GPU, whatever the target
+        return AuditReport(str(path), None, "no GPU code", files)
+    raise InputError(f"{path}: its build string '{shown(build)}' names no GPU target", hint=_TARGET_HINT)
 
 
 def _node_error(path: Path, exc: OSError) -> OperationError:
@@ -199,10 +215,16 @@ def _opened_bundle(path: Path) -> Iterator[tuple[BundleMetadata, Opener]]:
         yield _metadata(raw, path), lambda member: open_regular(path / member, "a bundle's package is a file",
                                                                 hint="pack the environment again")
         return
+    if path.name.endswith(".whl"):
+        raise InputError(f"{path}: a wheel; rocmlock audit reads conda packages (.conda, .tar.bz2), bundles of "
+                         "`rocmlock pack` (tar or directory) and installed environments (--prefix DIR)",
+                         hint="install the wheel into an environment, then `rocmlock audit --prefix DIR`")
     try:
         tar = tarfile.open(path, "r:")  # noqa: SIM115 - closed by the `with tar` below
     except (tarfile.TarError, OSError) as exc:
-        raise InputError(f"{path}: not a bundle of `rocmlock pack` ({exc})") from None
+        raise InputError(f"{path}: not a conda package (.conda, .tar.bz2) or a bundle of `rocmlock pack` ({exc})",
+                         hint="pass a package, a bundle (tar or directory), or --prefix DIR for an environment") \
+            from None
     with tar:
         def open_member(member: str) -> IO[bytes]:
             source = _member(tar, member)

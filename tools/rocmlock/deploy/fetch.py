@@ -164,12 +164,31 @@ async def _fetch(record: RepoDataRecord, writer: HashingWriter, base: Path, clie
 def fetch_all(records: list[RepoDataRecord], fd: int, offsets: list[int], base: Path, client: Any,
               on_bytes: Progress | None, timeouts: Timeouts) -> None:
     """Every record's bytes into ``fd`` at its offset, each verified against the lock's size and sha256."""
+    writers = [HashingWriter(fd, offset, int(r.size or 0), on_bytes) for r, offset in zip(records, offsets,
+                                                                                          strict=True)]
+    _fetch_into(records, writers, base, client, timeouts)
+
+
+def fetch_each(records: list[RepoDataRecord], dests: list[Path], base: Path, client: Any,
+               timeouts: Timeouts = DEFAULT_TIMEOUTS) -> None:
+    """Every record's bytes into its own new file of ``dests``, verified as :func:`fetch_all` verifies them."""
+    fds: list[int] = []
+    try:
+        for dest in dests:
+            fds.append(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        _fetch_into(records, [HashingWriter(fd, 0, int(r.size or 0), None) for r, fd in zip(records, fds, strict=True)],
+                    base, client, timeouts)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _fetch_into(records: list[RepoDataRecord], writers: list[HashingWriter], base: Path, client: Any,
+                timeouts: Timeouts) -> None:
     if client is None:
         from rattler import Client
 
         client = Client.default_client()
-    writers = [HashingWriter(fd, offset, int(r.size or 0), on_bytes) for r, offset in zip(records, offsets,
-                                                                                          strict=True)]
 
     async def run() -> None:
         limit = asyncio.Semaphore(CONCURRENT_DOWNLOADS)

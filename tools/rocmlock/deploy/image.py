@@ -24,8 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rocmlock.deploy import oci
+from rocmlock.deploy import oci, ociref
 from rocmlock.deploy.activation import ActivationInputs
+from rocmlock.deploy.fetch import fetch_each
 from rocmlock.deploy.image_files import (
     CHECK,
     DEFAULT_PREFIX,
@@ -35,17 +36,19 @@ from rocmlock.deploy.image_files import (
     check_prefix,
 )
 from rocmlock.deploy.install import Selected, left_out, select_environment
-from rocmlock.errors import InputError, OperationError
-from rocmlock.util.credentials import client_for_urls, one_line, redact_text, redact_url, split_url
+from rocmlock.deploy.pkgcheck import check_packages
+from rocmlock.errors import InputError, OperationError, RocmlockError
+from rocmlock.util.credentials import client_for_urls, one_line, redact_text, split_url
 from rocmlock.util.fs import file_sha256
 from rocmlock.util.scratch import scratch_dir
+from rocmlock.util.text import escape
 
 _ARCH = {"linux-64": "amd64", "linux-aarch64": "arm64", "linux-ppc64le": "ppc64le"}
 # PrefixRecord fields that name the building host's package cache (rattler_conda_types PrefixRecord): optional
 # for rattler, pixi and conda, and never true inside the image.
 _HOST_FIELDS = ("extracted_package_dir", "package_tarball_full_path", "link")
-_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 DEFAULT_GLIBC = (2, 28)
+MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # the distribution spec's tag
 
 
@@ -88,29 +91,14 @@ def _skopeo(args: Sequence[str], what: str, secrets: Sequence[str] = ()) -> None
                              "its credentials (skopeo login, or the auth file of REGISTRY_AUTH_FILE)")
 
 
-def _registry_ref(ref: str, flag: str) -> str:
-    """``REGISTRY/REPO[:TAG|@DIGEST]`` without a scheme; refuses credentials written into it."""
-    bare = ref.removeprefix("docker://")
-    host = bare.split("/", 1)[0]
-    if "@" in host or "://" in bare or not bare or " " in bare:
-        raise InputError(f"{flag} {redact_url('docker://' + bare)}: not a registry reference "
-                         "REGISTRY/REPO:TAG (credentials never go into it)",
-                         hint="log in with `skopeo login REGISTRY` (or docker login); rocmlock reads no password")
-    return bare
-
-
-def _insecure(ref: str, insecure: bool) -> bool:
-    host = ref.split("/", 1)[0]
-    return insecure or host.rsplit(":", 1)[0] in _LOOPBACK or host.startswith("[::1]")
-
-
 def _base(ref: str, work: Path, arch: str, insecure: bool) -> oci.BaseImage:
     if ref.startswith("oci:"):
         path, _, tag = ref[4:].partition(":")
         return oci.read_layout(Path(path), tag or None, arch, f"--base {ref}")
-    bare = _registry_ref(ref, "--base")
+    parsed = ociref.parse(ref, "--base")
+    bare = str(parsed)
     copy = ["copy", "--quiet", "--override-os", "linux", "--override-arch", arch]
-    if _insecure(bare, insecure):
+    if insecure or parsed.loopback:
         copy.append("--src-tls-verify=false")
     _skopeo([*copy, f"docker://{bare}", f"oci:{work / 'base'}:base"], f"fetching the base image {bare}")
     return oci.read_layout(work / "base", "base", arch, f"--base {bare}")
@@ -142,23 +130,51 @@ def _check_glibc(facts: oci.RootfsFacts, selected: Selected, label: str) -> None
                          hint="choose a newer base image")
 
 
-def _install(selected: Selected, stage: Path, target: str, channels: Sequence[str], cache_dir: Path | None) -> Path:
+def _admit(selected: Selected, lock_path: Path, work: Path, client: Any) -> dict[str, str]:
+    """Every locked package fetched into ``work`` (its size and sha256 checked against the lock) and admitted as
+    ``unpack`` admits a bundle's (:func:`rocmlock.deploy.pkgcheck.check_packages`: no path of it leaves the
+    prefix), before rattler links anything; the records then point at the checked files. The lock's URL of
+    each file name, for conda-meta."""
+    records = selected.records
+    (work / "pkgs").mkdir()
+    files = [work / "pkgs" / f"{i}{'.conda' if r.file_name.endswith('.conda') else '.tar.bz2'}"
+             for i, r in enumerate(records)]
+    fetch_each(records, files, lock_path.parent, client)
+    check_packages({r.file_name: f for r, f in zip(records, files, strict=True)}, lock_path,
+                   hint="a locked package would write outside the environment: do not build it; find out where "
+                        "it came from")
+    urls = {r.file_name: r.url for r in records}
+    for record, file in zip(records, files, strict=True):
+        record.url = file.as_uri()
+    return urls
+
+
+def _install(selected: Selected, stage: Path, target: str, channels: Sequence[str], cache_dir: Path | None,
+             lock_path: Path, work: Path) -> Path:
     from rattler import install
 
     _, client = client_for_urls(channels)
     prefix = stage / target.lstrip("/")
+    secrets = [s for c in channels for s in split_url(c).secrets]
+    urls = {r.file_name: r.url for r in selected.records}
     try:
+        urls = _admit(selected, lock_path, work, client)
         asyncio.run(install(selected.records, prefix, cache_dir=cache_dir, show_progress=False, client=client,
                             alternative_target_prefix=target, execute_link_scripts=False))
+    except RocmlockError:
+        raise
     except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
-        secrets = [s for c in channels for s in split_url(c).secrets]
         raise OperationError(f"installing the environment for the image failed: "
                              f"{one_line(redact_text(str(exc), secrets))}",
                              hint="check the channel is reachable and RATTLER_AUTH_FILE holds its credentials") from None
+    finally:
+        for record in selected.records:
+            record.url = urls[record.file_name]
     for meta in sorted((prefix / "conda-meta").glob("*.json")):
         record = json.loads(meta.read_text())
         for key in _HOST_FIELDS:
             record.pop(key, None)
+        record["url"] = urls.get(record.get("fn"), record.get("url"))  # the lock's, not the checked copy's
         meta.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return prefix
 
@@ -174,8 +190,10 @@ def _epoch(selected: Selected) -> int:
     given = os.environ.get("SOURCE_DATE_EPOCH")
     if given is None:
         return default_epoch(selected)
-    if not given.isdigit():
-        raise InputError(f"SOURCE_DATE_EPOCH={given[:40]!r}: not a number of seconds",
+    # reproducible-builds.org/specs/source-date-epoch: ASCII digits only; the image's RFC 3339 dates end in 9999.
+    if not re.fullmatch(r"[0-9]{1,12}", given, re.ASCII) or int(given) > MAX_EPOCH:
+        raise InputError(f"SOURCE_DATE_EPOCH={escape(given[:40])}{'...' if len(given) > 40 else ''}: not a Unix time "
+                         f"(ASCII digits, at most {MAX_EPOCH}, 9999-12-31)",
                          hint="unset it, or set it to a Unix time such as $(git log -1 --format=%ct)")
     return int(given)
 
@@ -231,25 +249,11 @@ def _config(base: oci.BaseImage | None, arch: str, diff_id: str, labels: dict[st
     return config
 
 
-def _place(src: Path, dest: Path) -> None:
-    """Move the finished layout ``src`` to ``dest``, replacing an earlier layout there in one rename."""
-    if dest.exists():
-        old = src.parent / "old"
-        dest.rename(old)
-        try:
-            src.rename(dest)
-        except OSError:
-            old.rename(dest)
-            raise
-    else:
-        src.rename(dest)
-
-
 def check_output(output: Path) -> None:
     if output.exists() and not (output / "oci-layout").is_file() and not (output.is_dir() and
                                                                           not any(output.iterdir())):
         raise InputError(f"{output}: -o exists and is not an OCI image layout",
-                         hint="choose a new directory (it is created), or an earlier image layout to replace")
+                         hint="choose a new directory (it is created), or an image layout to add the image to")
 
 
 def _activation_inputs(manifest: Path | None, lock_path: Path, environment: str, selected: Selected,
@@ -267,16 +271,14 @@ def _activation_inputs(manifest: Path | None, lock_path: Path, environment: str,
                             environment_activation(ws, environment, selected.platform.name))
 
 
-def _destination(push: str | None, tag: str | None, environment: str, output: Path | None) -> tuple[str | None, str]:
-    dest = _registry_ref(push, "--push") if push else None
-    if dest is not None and ":" not in dest.rsplit("/", 1)[-1] and "@" not in dest:
-        raise InputError(f"--push {dest}: no tag", hint="name one: REGISTRY/REPO:TAG")
-    tag = tag or (dest.rsplit(":", 1)[1] if dest else environment)
-    if not _TAG.fullmatch(tag):
-        raise InputError(f"--tag {tag[:140]!r}: not an image tag", hint="letters, digits, '_', '.', '-' (at most 128)")
-    if output is not None:
-        check_output(output)
-    return dest, tag
+def _check_base_choice(base_ref: str | None, no_base: bool) -> None:
+    if base_ref is None and not no_base:
+        raise InputError("rocmlock image: no --base: the image would hold the environment alone, without a system "
+                         "(no shell, no C library), and could not run on its own",
+                         hint="pass --base REF (docker.io/library/debian:12, oci:DIR:TAG), or --no-base for a layer "
+                              "to COPY --from in a Dockerfile of your own")
+    if base_ref is not None and no_base:
+        raise InputError("rocmlock image: --base and --no-base together", hint="pass one of them")
 
 
 def _check_shell(facts: oci.RootfsFacts, label: str) -> None:
@@ -294,20 +296,22 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
 
     Without ``base_ref`` the image holds the environment alone, which runs nowhere by itself: ``no_base`` must
     say that this is wanted (an image to ``COPY --from``)."""
-    if base_ref is None and not no_base:
-        raise InputError("rocmlock image: no --base: the image would hold the environment alone, without a system "
-                         "(no shell, no C library), and could not run on its own",
-                         hint="pass --base REF (docker.io/library/debian:12, oci:DIR:TAG), or --no-base for a layer "
-                              "to COPY --from in a Dockerfile of your own")
-    if base_ref is not None and no_base:
-        raise InputError("rocmlock image: --base and --no-base together", hint="pass one of them")
+    _check_base_choice(base_ref, no_base)
     prefix = check_prefix(prefix)
     selected = select_environment(lock_path, environment, platform)
     arch = _ARCH.get(selected.platform.subdir)
     if arch is None:
         raise InputError(f"{lock_path}: environment '{environment}' is for {selected.platform.subdir}, "
                          "not a Linux platform an image can run", hint="pick a linux platform with -p")
-    dest, tag = _destination(push, tag, environment, output)
+    pushed = ociref.parse(push, "--push") if push else None
+    if pushed is not None and pushed.tag is None:
+        raise InputError(f"--push {pushed}: no tag", hint="name one: REGISTRY/REPO:TAG")
+    dest = str(pushed) if pushed else None
+    tag = tag or (pushed.tag if pushed and pushed.tag else environment)
+    if not _TAG.fullmatch(tag):
+        raise InputError(f"--tag {tag[:140]!r}: not an image tag", hint="letters, digits, '_', '.', '-' (at most 128)")
+    if output is not None:
+        check_output(output)
     epoch = _epoch(selected)
     created = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     lock_sha256 = file_sha256(lock_path)
@@ -320,7 +324,7 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
             _check_glibc(facts, selected, base_ref or "")
             _check_shell(facts, base_ref or "")
         stage = work / "rootfs"
-        staged = _install(selected, stage, prefix, channels, cache_dir)
+        staged = _install(selected, stage, prefix, channels, cache_dir, lock_path, work)
         tools = add_tool_files(stage, prefix, _activation_inputs(manifest, lock_path, environment, selected,
                                                                   staged, prefix))
         layout = work / "layout"
@@ -338,11 +342,11 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
         image_digest = oci.finish_layout(layout, image_manifest, tag)
         if dest is not None:
             copy = ["copy", "--quiet", "--preserve-digests"]
-            if _insecure(dest, insecure):
+            if insecure or (pushed is not None and pushed.loopback):
                 copy.append("--dest-tls-verify=false")
             _skopeo([*copy, f"oci:{layout}:{tag}", f"docker://{dest}"], f"pushing the image to {dest}")
         if output is not None:
-            _place(layout, output)
+            oci.place_layout(layout, output)
     return ImageResult(image_digest, tag, environment, selected.platform.name, len(selected.records), size, epoch,
                        labels, output, dest, left_out(lock_path, environment, selected.platform.name), prefix,
                        base is not None)

@@ -110,9 +110,7 @@ def select_environment(lock_path: Path, environment: str, platform: str | None =
         raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first")
     env = locked.environments.get(environment)
     if env is None:
-        known = ", ".join(sorted(locked.environments)) or "none"
-        raise InputError(f"{lock_path}: no environment '{environment}'{did_you_mean(environment, locked.environments)}",
-                         hint=f"locked environments: {known}")
+        raise _not_locked(lock_path, environment, sorted(locked.environments))
     platforms = sorted(env.records)
     if platform is None:
         if len(platforms) != 1:
@@ -126,6 +124,22 @@ def select_environment(lock_path: Path, environment: str, platform: str | None =
     subdir = records[0].subdir if records else "noarch"
     return Selected(locked.platforms.get(platform) or LockedPlatform(platform, subdir, ()), records,
                     tuple(env.pypi.get(platform, ())), tuple(env.sources.get(platform, ())))
+
+
+def _not_locked(lock_path: Path, environment: str, locked: list[str]) -> InputError:
+    """``environment`` is not in the lock: declared in the manifest beside it but not locked yet (a newcomer who
+    added it to pixi.toml), or a name nothing declares (a typo: the nearest locked name)."""
+    from rocmlock.workspace.manifest import load_workspace
+
+    try:
+        declared = load_workspace(lock_path.parent).environment_names()
+    except InputError:  # no readable manifest beside the lock: only the lock can be asked
+        declared = []
+    if environment in declared:
+        return InputError(f"{lock_path}: environment '{environment}' is declared in the manifest but not locked",
+                          hint=f"run `rocmlock lock` (or `rocmlock lock -e {environment}`), then run this again")
+    return InputError(f"{lock_path}: no environment '{environment}'{did_you_mean(environment, locked)}",
+                      hint=f"locked environments: {', '.join(locked) or 'none'}")
 
 
 def check_prefix(prefix: Path) -> None:

@@ -8,7 +8,7 @@ few members the glibc check needs are read from its layers, bounded.
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -19,14 +19,21 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from rocmlock.deploy import ocilayer, ocischema
 from rocmlock.errors import InputError
-from rocmlock.util.fs import read_regular
+from rocmlock.util.fs import read_regular, write_atomic
 from rocmlock.util.pgzip import ParallelGzip
+from rocmlock.util.text import escape
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 INDEX = "application/vnd.oci.image.index.v1+json"
 CONFIG = "application/vnd.oci.image.config.v1+json"
 LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
+LAYER_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
+# The layer media types of image-spec media-types.md that a runtime unpacks (the non-distributable ones are
+# deprecated and point outside the layout); umoci refuses others.
+LAYER_TYPES = frozenset((LAYER_TAR, LAYER_GZIP, LAYER_ZSTD))
 # Docker's media types of the same bytes (skopeo keeps them in an oci: copy of a docker v2s2 image).
 _DOCKER = {"application/vnd.docker.image.rootfs.diff.tar.gzip": LAYER_GZIP,
            "application/vnd.docker.container.image.v1+json": CONFIG,
@@ -34,6 +41,7 @@ _DOCKER = {"application/vnd.docker.image.rootfs.diff.tar.gzip": LAYER_GZIP,
            "application/vnd.docker.distribution.manifest.list.v2+json": INDEX}
 _JSON_LIMIT = 4 << 20
 _LIBC_LIMIT = 64 << 20
+_MAX_NAMES = 10_000
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 REF_NAME = "org.opencontainers.image.ref.name"
 
@@ -46,6 +54,7 @@ class BaseImage:
     manifest_digest: str
     config: dict[str, Any]
     layers: tuple[dict[str, Any], ...]
+    diff_ids: tuple[str, ...] = ()  # the config's, one a layer
 
 
 def _blob(blobs: Path, digest: object, what: str) -> Path:
@@ -59,112 +68,128 @@ def _blob(blobs: Path, digest: object, what: str) -> Path:
 
 
 def _json_blob(blobs: Path, desc: dict[str, Any], what: str) -> tuple[dict[str, Any], bytes]:
-    data = read_regular(_blob(blobs, desc.get("digest"), what), _JSON_LIMIT, f"{what}: not an image manifest",
+    """The JSON object of the blob ``desc`` names, its bytes checked against the descriptor's digest and size."""
+    digest = desc.get("digest")
+    what = f"{what} {str(digest)[:80]}"
+    data = read_regular(_blob(blobs, digest, what), _JSON_LIMIT, f"{what}: not an image manifest",
                         hint="copy the base image again")
-    if "sha256:" + hashlib.sha256(data).hexdigest() != desc.get("digest"):
-        raise InputError(f"{what}: blob {desc.get('digest')} does not match its digest", hint="copy the base again")
-    try:
-        value = json.loads(data)
-    except ValueError:
-        raise InputError(f"{what}: blob {desc.get('digest')} is not JSON", hint="copy the base image again") from None
-    if not isinstance(value, dict):
-        raise InputError(f"{what}: blob {desc.get('digest')} is not a JSON object", hint="copy the base image again")
-    return value, data
+    if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+        raise InputError(f"{what}: the blob does not match its digest", hint="copy the base image again")
+    if len(data) != desc.get("size"):
+        raise InputError(f"{what}: the blob has {len(data)} bytes, its descriptor says {desc.get('size')}",
+                         hint="copy the base image again")
+    return ocischema.load(data, what), data
 
 
-def read_layout(root: Path, tag: str | None, arch: str, label: str) -> BaseImage:
-    """The image ``tag`` (the only one when None) of the OCI layout ``root``, for linux/``arch``."""
+def _is_index(value: dict[str, Any]) -> bool:
+    return _DOCKER.get(str(value.get("mediaType")), value.get("mediaType")) == INDEX or "manifests" in value
+
+
+def _tagged(manifests: list[dict[str, Any]], tag: str | None, label: str) -> dict[str, Any]:
+    """The one descriptor of ``index.json`` named ``tag`` (the only one when None)."""
+    if tag is not None:
+        manifests = [m for m in manifests if (m.get("annotations") or {}).get(REF_NAME) == tag]
+    if len(manifests) != 1:
+        names = sorted(escape(str((m.get("annotations") or {}).get(REF_NAME))) for m in manifests)
+        which = f"no image tagged '{escape(tag)}'" if tag is not None else \
+            f"{len(manifests)} images ({', '.join(names)})"
+        raise InputError(f"{label}: {which} in the layout", hint="name one tag: oci:DIR:TAG")
+    return manifests[0]
+
+
+def read_index(root: Path, label: str) -> dict[str, Any]:
+    """The checked ``index.json`` of the OCI layout ``root``."""
     index_path = root / "index.json"
     if not (root / "oci-layout").is_file() or not index_path.is_file():
         raise InputError(f"{label}: not an OCI image layout (no oci-layout or index.json)",
                          hint="pass oci:DIR[:TAG] of a layout (skopeo copy ... oci:DIR:TAG), or a registry reference")
     data = read_regular(index_path, _JSON_LIMIT, f"{label}: not an image layout", hint="copy the base image again")
-    try:
-        index = json.loads(data)
-    except ValueError:
-        raise InputError(f"{label}: index.json is not JSON", hint="copy the base image again") from None
-    manifests = [m for m in (index.get("manifests") or []) if isinstance(m, dict)] if isinstance(index, dict) else []
-    if tag is not None:
-        manifests = [m for m in manifests if (m.get("annotations") or {}).get(REF_NAME) == tag]
-    if len(manifests) != 1:
-        names = sorted(str((m.get("annotations") or {}).get(REF_NAME)) for m in manifests)
-        which = f"no image tagged '{tag}'" if tag is not None else f"{len(manifests)} images ({', '.join(names)})"
-        raise InputError(f"{label}: {which} in the layout", hint="name one tag: oci:DIR:TAG")
+    return ocischema.load(data, f"{label}: index.json", ocischema.INDEX)
+
+
+def read_layout(root: Path, tag: str | None, arch: str, label: str) -> BaseImage:
+    """The image ``tag`` (the only one when None) of the OCI layout ``root``, for linux/``arch``; every JSON
+    field it uses checked for its type (:mod:`rocmlock.deploy.ocischema`), every layer's descriptor against its
+    blob and the config (diff_ids are checked as the layers are read: :func:`rootfs_facts`)."""
     blobs = root / "blobs"
-    desc = manifests[0]
-    manifest, raw = _json_blob(blobs, desc, label)
-    if _DOCKER.get(str(manifest.get("mediaType")), manifest.get("mediaType")) == INDEX or "manifests" in manifest:
-        wanted = [m for m in manifest.get("manifests") or [] if isinstance(m, dict)
-                  and (m.get("platform") or {}).get("architecture") == arch
+    desc = _tagged(read_index(root, label)["manifests"], tag, label)
+    manifest, raw = _json_blob(blobs, desc, f"{label}: manifest")
+    if _is_index(manifest):
+        ocischema.check(manifest, ocischema.INDEX, f"{label}: image index {desc['digest']}")
+        wanted = [m for m in manifest["manifests"] if (m.get("platform") or {}).get("architecture") == arch
                   and (m.get("platform") or {}).get("os") == "linux"]
         if not wanted:
             raise InputError(f"{label}: the image index has no linux/{arch} image", hint="choose a base for this platform")
         desc = wanted[0]
-        manifest, raw = _json_blob(blobs, desc, label)
-    config, _ = _json_blob(blobs, manifest.get("config") or {}, f"{label} config")
-    if config.get("architecture", arch) != arch:
-        raise InputError(f"{label}: the base image is for {config.get('architecture')}, the lock for {arch}",
+        manifest, raw = _json_blob(blobs, desc, f"{label}: manifest")
+        if _is_index(manifest):
+            raise InputError(f"{label}: manifest {desc['digest']} is another image index",
+                             hint="copy the base image for one platform (skopeo copy --override-arch ...)")
+    ocischema.check(manifest, ocischema.MANIFEST, f"{label}: manifest {desc['digest']}")
+    config, _ = _json_blob(blobs, manifest["config"], f"{label}: config")
+    ocischema.check(config, ocischema.CONFIG, f"{label}: config {manifest['config']['digest']}")
+    if config["architecture"] != arch:
+        raise InputError(f"{label}: the base image is for {escape(config['architecture'][:40])}, the lock for {arch}",
                          hint="choose a base image for the lock's platform")
-    layers = tuple(dict(m, mediaType=_DOCKER.get(str(m.get("mediaType")), m.get("mediaType")))
-                   for m in manifest.get("layers") or [] if isinstance(m, dict))
-    for layer in layers:
-        _blob(blobs, layer.get("digest"), f"{label} layer")
-    diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
+    layers = tuple(dict(m, mediaType=_DOCKER.get(m["mediaType"], m["mediaType"])) for m in manifest["layers"])
+    diff_ids = config["rootfs"]["diff_ids"]
     if len(diff_ids) != len(layers):
         raise InputError(f"{label}: its config names {len(diff_ids)} layers, its manifest {len(layers)}",
                          hint="copy the base image again")
-    return BaseImage(blobs, "sha256:" + hashlib.sha256(raw).hexdigest(), config, layers)
+    for layer, diff_id in zip(layers, diff_ids, strict=True):
+        _check_layer(blobs, layer, diff_id, label)
+    return BaseImage(blobs, "sha256:" + hashlib.sha256(raw).hexdigest(), config, layers, tuple(diff_ids))
+
+
+def _check_layer(blobs: Path, layer: dict[str, Any], diff_id: str, label: str) -> None:
+    """A layer's media type is one a runtime unpacks, its blob has the descriptor's size, its diff_id is a digest
+    (the bytes are checked against both digests as they are read and copied)."""
+    what = f"{label}: layer {layer['digest']}"
+    if layer["mediaType"] not in LAYER_TYPES:
+        raise InputError(f"{what}: media type '{escape(layer['mediaType'][:80])}' is not an image layer "
+                         f"({', '.join(sorted(LAYER_TYPES))})", hint="copy the base image again")
+    if not _DIGEST.fullmatch(diff_id):
+        raise InputError(f"{what}: its diff_id '{escape(diff_id[:80])}' is not a sha256 digest",
+                         hint="copy the base image again")
+    size = _blob(blobs, layer["digest"], what).stat().st_size
+    if size != layer["size"]:
+        raise InputError(f"{what}: the blob has {size} bytes, the manifest says {layer['size']}",
+                         hint="copy the base image again")
 
 
 # ----------------------------------------------------------------------------- the base's rootfs
 
 
-@contextlib.contextmanager
-def _open_layer(path: Path, media_type: str) -> Iterator[tarfile.TarFile]:
-    """A layer blob read as a tar stream: gzip, bzip2, xz or plain (tarfile), or zstd (``+zstd`` media types)."""
-    if media_type.endswith("+zstd"):
-        import zstandard
-
-        with path.open("rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as stream, \
-                tarfile.open(fileobj=stream, mode="r|") as tar:
-            yield tar
-    else:
-        with tarfile.open(path, mode="r|*") as tar:
-            yield tar
-
-
 def _merged_files(base: BaseImage, wanted: Iterable[str]) -> dict[str, tarfile.TarInfo | bytes | None]:
-    """Each path of ``wanted`` (and symlink names) as the merged rootfs has it: bytes of a regular file (bounded),
-    a symlink's TarInfo, or None (absent or whited out). Layers apply in order; a layer's whiteouts (``.wh.NAME``,
-    ``.wh..wh..opq``) hide what the layers below it hold, never what it holds itself (image-spec layer.md)."""
+    """Each path of ``wanted`` (and libc symlinks of the library directories) as the merged rootfs has it: bytes
+    of a regular file (bounded), a symlink's TarInfo, or None (absent or whited out). Layers apply in order; a
+    layer's whiteouts (``.wh.NAME``, ``.wh..wh..opq``) hide what the layers below it hold, never what it holds
+    itself (image-spec layer.md). Every layer is read to its end and checked against its diff_id
+    (:func:`rocmlock.deploy.ocilayer.open_layer`), with memory bounded whatever its members."""
     want = set(wanted)
     state: dict[str, tarfile.TarInfo | bytes | None] = {}
-    for layer in base.layers:
+    for layer, diff_id in zip(base.layers, base.diff_ids, strict=True):
         path = _blob(base.blobs, layer.get("digest"), "base layer")
         added: dict[str, tarfile.TarInfo | bytes | None] = {}
-        hidden: list[str] = []  # prefixes ("dir/" for an opaque directory, "name" and "name/" for a whiteout)
-        try:
-            with _open_layer(path, str(layer.get("mediaType"))) as tar:
-                for member in tar:
-                    name = str(PurePosixPath("/", member.name))[1:]
-                    parent, _, leaf = name.rpartition("/")
-                    where = f"{parent}/" if parent else ""
-                    if leaf == ".wh..wh..opq":
-                        hidden.append(where)
-                    elif leaf.startswith(".wh."):
-                        hidden += [where + leaf[4:], f"{where}{leaf[4:]}/"]
-                    elif name in want or (member.issym() and _libc_name(leaf)):
-                        if member.isreg() and member.size <= _LIBC_LIMIT:
-                            fh = tar.extractfile(member)
-                            added[name] = fh.read(_LIBC_LIMIT) if fh else None
-                        else:
-                            added[name] = member if (member.issym() or member.islnk()) else None
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise InputError(f"base layer {layer.get('digest')}: cannot be read ({exc})",
-                             hint="copy the base image again") from None
-        for k in state:
-            if any(k == h or (h.endswith("/") and k.startswith(h)) or h == "" for h in hidden):
-                state[k] = None
+        gone: set[str] = set()  # what this layer's whiteouts hide of the layers below
+        with ocilayer.open_layer(path, str(layer["mediaType"]), diff_id, f"base layer {layer['digest']}") as tar:
+            for member in tar.members():
+                name = str(PurePosixPath("/", member.name))[1:]
+                parent, _, leaf = name.rpartition("/")
+                where = f"{parent}/" if parent else ""
+                if leaf == ".wh..wh..opq":
+                    gone |= {k for k in state if k.startswith(where)}
+                elif leaf.startswith(".wh."):
+                    gone |= {k for k in state if k == where + leaf[4:] or k.startswith(f"{where}{leaf[4:]}/")}
+                elif name in want or (member.issym() and parent in _LIB_DIRS and _libc_name(leaf)):
+                    if member.isreg() and member.size <= _LIBC_LIMIT:
+                        added[name] = tar.read(member, _LIBC_LIMIT)
+                    else:
+                        added[name] = member if (member.issym() or member.islnk()) else None
+                    if len(added) > _MAX_NAMES:
+                        raise InputError(f"base layer {layer['digest']}: more than {_MAX_NAMES} libc links",
+                                         hint="copy the base image again")
+        state.update(dict.fromkeys(gone))
         state.update(added)
     return state
 
@@ -337,3 +362,31 @@ def finish_layout(root: Path, manifest: dict[str, Any], tag: str) -> str:
     index = {"schemaVersion": 2, "mediaType": INDEX, "manifests": [desc]}
     (root / "index.json").write_text(json.dumps(index, sort_keys=True, separators=(",", ":")))
     return str(desc["digest"])
+
+
+def place_layout(src: Path, dest: Path) -> None:
+    """The finished one-image layout ``src`` (beside ``dest``, on its filesystem) put at ``dest``: renamed there
+    when ``dest`` is new or empty, else added to the layout there as skopeo and umoci add to one (image-spec
+    image-layout.md): its blobs moved in (a blob's name is its digest: one already there is the same bytes),
+    then ``index.json`` rewritten in one rename, where an image of the same tag gives up its entry and every
+    other entry, tag and blob stays. Concurrent builds into one layout take turns (a lock on its directory)."""
+    if not dest.exists() or (dest.is_dir() and not dest.is_symlink() and not any(dest.iterdir())):
+        src.rename(dest)
+        return
+    label = f"-o {dest}"
+    fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        index = read_index(dest, label)  # checked before anything of ours goes in
+        (ours,) = json.loads((src / "index.json").read_bytes())["manifests"]
+        (dest / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+        for blob in sorted((src / "blobs" / "sha256").iterdir()):
+            os.replace(blob, dest / "blobs" / "sha256" / blob.name)
+        tag = ours["annotations"][REF_NAME]
+        entries = [m for m in index["manifests"] if (m.get("annotations") or {}).get(REF_NAME) != tag]
+        at = next((i for i, m in enumerate(index["manifests"])
+                   if (m.get("annotations") or {}).get(REF_NAME) == tag), len(entries))
+        index["manifests"] = [*entries[:at], ours, *entries[at:]]
+        write_atomic(dest / "index.json", json.dumps(index, sort_keys=True, separators=(",", ":")))
+    finally:
+        os.close(fd)

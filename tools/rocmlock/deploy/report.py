@@ -76,20 +76,37 @@ def _round(value: float | None) -> float | None:
 
 
 def report_files(paths: Sequence[Path]) -> list[Path]:
-    """The report files of ``paths``: each file as given, each directory's ``*.json`` (sorted)."""
+    """The report files of ``paths``: each file as given, each directory's ``*.json`` (sorted); a file reached twice
+    (named again, through its directory, a link or another spelling of its path) counts once, where first reached:
+    a node's report given three times would make three rows and move the medians its outlier flags compare with."""
     files: list[Path] = []
+    seen: set[object] = set()
     for path in paths:
         if path.is_dir():
-            files.extend(sorted(p for p in path.iterdir() if p.name.endswith(".json")))
+            found = sorted(p for p in path.iterdir() if p.name.endswith(".json"))
         elif path.exists() or path.is_symlink():
-            files.append(path)
+            found = [path]
         else:
             raise InputError(f"{printable(str(path))}: no such file or directory",
                              hint="pass probe reports (rocm-env-check --json) or directories of them")
+        for file in found:
+            if (key := _identity(file)) not in seen:
+                seen.add(key)
+                files.append(file)
     if not files:
         raise InputError(f"no reports (*.json) in {', '.join(printable(str(p)) for p in paths)}",
                          hint="write one per node with `rocm-env-check --json > DIR/$(hostname).json`")
     return files
+
+
+def _identity(path: Path) -> object:
+    """The file ``path`` names (device and inode, links followed); a path that cannot be looked at is its own
+    (read_report says why it is unreadable)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return str(path)
+    return (info.st_dev, info.st_ino)
 
 
 def check_ratio(min_ratio: float) -> float:
@@ -164,22 +181,36 @@ def _metric(value: float | None, flagged: bool, median: float | None) -> str:
     return text
 
 
-def _labels(fleet: FleetReport) -> dict[str, str]:
+def _labels(fleet: FleetReport) -> dict[int, str]:
     """Each report's name in the text: its node, and where several reports name the same node (VMs and
-    containers share a hostname) the environment's target and the report's file name too."""
-    seen: dict[str, int] = {}
+    containers share a hostname; two runs' ``task-0.json``) the environment's target and the report's path too,
+    as few of its last parts as tell that node's reports apart (``run1/task-0.json``, ``run2/task-0.json``)."""
+    by_node: dict[str, list[str]] = {}
     for row in fleet.rows:
-        seen[row.report.node] = seen.get(row.report.node, 0) + 1
-    return {row.report.source: row.report.node if seen[row.report.node] == 1 else
-            f"{row.report.node} ({row.report.expected_arch or 'no target'}, {Path(row.report.source).name})"
-            for row in fleet.rows}
+        by_node.setdefault(row.report.node, []).append(row.report.source)
+    labels = {}  # by the report object: two long paths may print alike
+    for row in fleet.rows:
+        r, sources = row.report, by_node[row.report.node]
+        labels[id(r)] = r.node if len(sources) == 1 else \
+            f"{r.node} ({r.expected_arch or 'no target'}, {_distinct_tails(sources)[r.source]})"
+    return labels
 
 
-def _row(row: NodeRow, fleet: FleetReport, labels: dict[str, str]) -> tuple[str, ...]:
+def _distinct_tails(sources: list[str]) -> dict[str, str]:
+    """Each path of ``sources`` (distinct) cut to its last parts, as few as keep them all distinct."""
+    parts = {s: s.split("/") for s in dict.fromkeys(sources)}
+    for keep in range(1, max(len(p) for p in parts.values()) + 1):
+        tails = {s: "/".join(p[-keep:]) for s, p in parts.items()}
+        if len(set(tails.values())) == len(tails):
+            return tails
+    return {s: s for s in sources}
+
+
+def _row(row: NodeRow, fleet: FleetReport, labels: dict[int, str]) -> tuple[str, ...]:
     r = row.report
     verdict = row.verdict.upper() if row.verdict != "pass" else "pass"
     verdict += f" ({r.warnings} warn)" if r.warnings else ""
-    return (labels[r.source], _gpu_cell(r), r.rocm or "-", verdict, ", ".join(r.failed) or "-",
+    return (labels[id(r)], _gpu_cell(r), r.rocm or "-", verdict, ", ".join(r.failed) or "-",
             _metric(r.gemm_tflops, "gemm" in row.outliers, fleet.gemm_median),
             _metric(r.step_ms, "step" in row.outliers, fleet.step_median))
 
@@ -192,7 +223,7 @@ def render_fleet(fleet: FleetReport) -> str:
         header = ("node", "gpus", "rocm", "verdict", "failed checks", "gemm TF/s", "train ms/step")
         lines += format_table([header, *(_row(row, fleet, labels) for row in fleet.rows)])
     for key, rows in fleet.groups:
-        names = [labels[r.report.source] for r in rows]
+        names = [labels[id(r.report)] for r in rows]
         lines += ["", f"{len(names)} node(s) fail {', '.join(key)}: {', '.join(names)}"]
         first = {f.check: f for f in rows[0].report.failures}
         for check in key:
@@ -205,7 +236,7 @@ def render_fleet(fleet: FleetReport) -> str:
                        f"/ {fleet.min_ratio:g}: a throttled or faulty GPU; `amd-smi metric` shows clocks, power and "
                        "temperature):")]
         for row in slow:
-            lines.append(f"  {labels[row.report.source]}: {_outlier_text(row, fleet)}")
+            lines.append(f"  {labels[id(row.report)]}: {_outlier_text(row, fleet)}")
     if fleet.unreadable:
         lines += ["", f"{len(fleet.unreadable)} report(s) not merged:"]
         lines += [f"  {u.source}: {u.reason}" for u in fleet.unreadable]

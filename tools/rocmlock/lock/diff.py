@@ -13,6 +13,7 @@ the new entry lacks becomes null there); entries are sorted by name, ``explicit`
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -21,6 +22,7 @@ from typing import Any, Literal
 
 from rocmlock.errors import InputError
 from rocmlock.util.credentials import mask_queries
+from rocmlock.util.text import gfm_text
 
 PackageType = Literal["conda", "pypi"]
 # (environment, platform, type, name) -> whether the manifest names it: pixi's `explicit`.
@@ -250,7 +252,9 @@ def _link(change: PackageChange, text: str) -> str:
     after = change.after
     if after is None:
         return text
-    loc, name = after.location, _json_name(after)
+    # The name from the lock goes into the link's URL percent-encoded (a `)` would end it); a conda or PyPI name
+    # is left as it is.
+    loc, name = after.location, urllib.parse.quote(_json_name(after), safe="")
     if after.type == "pypi":
         return f"[{text}](https://pypi.org/project/{name})" if loc.startswith(
             "https://files.pythonhosted.org/packages") else text
@@ -270,14 +274,15 @@ def _link(change: PackageChange, text: str) -> str:
 def _row(change: PackageChange) -> str:
     kind = change_type(change)
     before, after = _before_after(change, kind)
-    name = _json_name(change.package)
+    name = gfm_text(_json_name(change.package))
     name = _link(change, f"**{name}**" if change.explicit else name) + ("[^2]" if kind in _DOWNGRADES else "")
     return f"|{name}|{_cell(before)}|{_cell(after)}|{kind}|"
 
 
 def _cell(text: str) -> str:
-    """A lock's version or build string as a table cell: a ``|`` in it (a hostile lock's) would split the row."""
-    return text.replace("|", "\\|")
+    """A lock's version or build string as a table cell of a pull request comment: a hostile lock's ``|`` would
+    split the row, a trailing ``\\`` take the next ``|``, ``<img ...>`` or ``[approve](...)`` render."""
+    return gfm_text(text)
 
 
 def _table(rows: list[PackageChange]) -> str:
@@ -294,10 +299,10 @@ def diff_markdown(diff: LockDiff) -> str:
     fold = longest > MAX_EXPANDED_ROWS
     lines: list[str] = []
     for env, plats in diff.items():
-        lines += [f"# {env}", ""]
+        lines += [f"# {gfm_text(env)}", ""]
         for plat, rows in plats.items():
             opener = "<details open>" if len(rows) <= MAX_EXPANDED_ROWS else "<details>"
-            lines += [opener, f"<summary>{plat}</summary>"] if fold else [f"## {plat}"]
+            lines += [opener, f"<summary>{gfm_text(plat)}</summary>"] if fold else [f"## {gfm_text(plat)}"]
             lines += ["", _table(rows)]
             lines += ["", "</details>", ""] if fold else [""]
     return "\n".join(lines) + "\n" + FOOTNOTES
@@ -327,5 +332,10 @@ def diff_text(diff: LockDiff) -> list[str]:
                 pin = [f"{p.version} {p.build}".rstrip() if p else "" for p in (c.before, c.after)]
                 kind = "+" if c.before is None else "-" if c.after is None else "~"
                 text = {"+": pin[1], "-": pin[0], "~": f"{pin[0]} -> {pin[1]}"}[kind]
+                if kind == "~" and pin[0] == pin[1]:  # the same pin from another place (channel, port, mirror)
+                    assert c.before is not None and c.after is not None
+                    same = c.before.entry.get("sha256") == c.after.entry.get("sha256")
+                    what = "only its URL changed" if same else "another file (sha256) at another URL"
+                    text = f"{pin[0]} ({what}: {c.before.location} -> {c.after.location})"
                 lines.append(f"  {kind} {_json_name(c.package)} {text}")
     return lines

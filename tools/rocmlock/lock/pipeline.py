@@ -263,6 +263,11 @@ def pixi_diff(envs: Sequence[Environment], before: str | None, after: str, lock_
 def diff_workspace_locks(old: Path, new: Path, manifest_path: str | Path | None = None) -> LockDiff:
     """``rocmlock diff``: pixi's diff between two lock files, ``explicit`` marked from ``manifest_path``'s
     pixi.toml when one is given."""
+    for path in (old, new):
+        if path.name.endswith(".toml"):  # `rocmlock diff pixi.toml pixi.lock`: read as a lock, "invalid YAML"
+            raise InputError(f"{path}: a manifest (.toml) where a lock file was expected; rocmlock diff compares "
+                             "two pixi.lock files",
+                             hint="e.g. `git show HEAD:pixi.lock > old.lock`, then `rocmlock diff old.lock pixi.lock`")
     if manifest_path is None:
         return diff_lock_files(old, new)
     return diff_lock_files(old, new, explicit_marks(load_workspace(existing_manifest(manifest_path)).environments()))

@@ -332,10 +332,9 @@ def _resolve_rev(src: Source, context: dict[str, str], client: Client, log: Log)
             tag = src.tag.format(**context)
             log(f"resolving {src.repo} tag {tag}")
             rev = client.github_commit(src.repo, tag)
-        elif src.rev_file:
-            url = src.rev_file.format(**context)
-            log(f"reading {mask_query(url)}")
-            rev = client.commit_in(url, f"source '{src.name}'")
+        elif files := src.rev_files(context):
+            log(f"reading {' (or, where absent, '.join(mask_query(url) for url, _ in files)}{')' * (len(files) - 1)}")
+            rev = client.commit_in_files(files, f"source '{src.name}'")
         else:
             rev = ""
     except KeyError as exc:  # a {<upstream>_version} of an upstream variants.yaml pins several versions of

@@ -12,9 +12,10 @@ query (a mirror's presigned ``X-Amz-Signature``); a root URL has none (:func:`ch
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -230,6 +231,36 @@ class Client:
     def commit_in(self, url: str, what: str) -> str:
         """The commit a text file at ``url`` names first (a ``.ci_commit`` pin file), for ``what``."""
         return _commit(next(iter(self.text(url).split()), ""), url, what)
+
+    def commit_in_json(self, url: str, key: str, what: str) -> str:
+        """The commit under ``key`` of the JSON object at ``url`` (Triton's cmake/llvm-info.json, ``llvm_hash``)."""
+        text = self.text(url)
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        value = data.get(key) if isinstance(data, dict) else None
+        if not isinstance(value, str):
+            shown = kind(text) if data is None else f"JSON without a string '{key}'"
+            raise BadAnswer(f"{mask_query(url)} answered {shown} for the commit of {what}",
+                            hint=f"a JSON object with the commit under '{key}' was expected; check the URL or pass "
+                                 "--rev NAME=COMMIT")
+        return _commit(value, url, what)
+
+    def commit_in_files(self, files: Sequence[tuple[str, str | None]], what: str) -> str:
+        """The commit the first of ``files`` that exists names: ``(url, JSON key)`` pairs, a None key for a text file
+        whose first word is the commit. A 404 moves on to the next (a file an older layout of the repository has);
+        the last one's NotFound is raised."""
+        *earlier, (last_url, last_key) = files
+        for url, key in earlier:
+            try:
+                return self._commit_at(url, key, what)
+            except NotFound:
+                continue
+        return self._commit_at(last_url, last_key, what)
+
+    def _commit_at(self, url: str, key: str | None, what: str) -> str:
+        return self.commit_in_json(url, key, what) if key else self.commit_in(url, what)
 
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")

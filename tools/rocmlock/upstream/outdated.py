@@ -179,7 +179,7 @@ def _sources(up: Upstream, version: str, client: Client, companions: dict[str, s
 
 def _read_at(src: Source, companions: dict[str, str]) -> str:
     """`` (at pytorch 2.12.1)`` where the commit was read at another upstream's pinned version."""
-    template = f"{src.tag or ''} {src.rev_file or ''}"
+    template = src.templates
     used = [f"{name.removesuffix('_version').replace('_', '-')} {value}" for name, value in sorted(companions.items())
             if "{" + name + "}" in template]
     return f" (at {', '.join(used)})" if used else ""
@@ -189,8 +189,8 @@ def _rev(src: Source, context: dict[str, str], client: Client) -> str:
     try:
         if src.tag and src.repo:
             return client.github_commit(src.repo, src.tag.format(**context))
-        if src.rev_file:
-            return client.commit_in(src.rev_file.format(**context), f"source '{src.name}'")
+        if files := src.rev_files(context):
+            return client.commit_in_files(files, f"source '{src.name}'")
     except KeyError as exc:  # the rev_file names an earlier source's commit, which is not known either
         name = str(exc.args[0])
         if name.endswith("_version"):  # or another upstream's version, which variants.yaml pins several of

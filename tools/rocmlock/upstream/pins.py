@@ -36,6 +36,7 @@ Verdict = Literal["ok", "violated", "unknown"]
 NAME = "upstreams.toml"
 TABLE = f"data/{NAME}"
 SERIES = re.compile(r"[0-9]+\.[0-9]+")
+_RELEASE = re.compile(r"[0-9]+(\.[0-9]+)+")
 _NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")  # upstream, source and rule names
 _PYPI = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # a project name (PEP 508)
 _CONDA = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -54,10 +55,10 @@ _UPSTREAM_EXAMPLES = {"pypi": 'pypi = "torch"', "version_key": 'version_key = "p
 # is downloaded from url and hashed (its commit, if it has one, resolved first), a git source is a commit.
 _SOURCE_KINDS: dict[SourceKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "sdist": (("sha256_key",), ()),
-    "archive": (("url", "sha256_key"), ("rev_key", "repo", "tag", "rev_file")),
-    "git": (("rev_key",), ("repo", "tag", "rev_file")),
+    "archive": (("url", "sha256_key"), ("rev_key", "repo", "tag", "rev_json", "rev_json_key", "rev_file")),
+    "git": (("rev_key",), ("repo", "tag", "rev_json", "rev_json_key", "rev_file")),
 }
-SOURCE_KEYS = ("name", "kind", "sha256_key", "rev_key", "url", "repo", "tag", "rev_file")
+SOURCE_KEYS = ("name", "kind", "sha256_key", "rev_key", "url", "repo", "tag", "rev_json", "rev_json_key", "rev_file")
 _TEMPLATE = re.compile(r"(https://|\{github(_api|_raw)?\}/)\S+")
 _SOURCE_STRINGS: dict[str, tuple[re.Pattern[str], str]] = {
     "sha256_key": (_VARIANT_KEY, "the variants.yaml key of its sha256, e.g. pytorch_sha256"),
@@ -66,24 +67,29 @@ _SOURCE_STRINGS: dict[str, tuple[re.Pattern[str], str]] = {
     "repo": (re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"), "a GitHub owner/repository, e.g. triton-lang/triton"),
     "tag": (re.compile(r"\S+"), "the release tag template, e.g. v{version}"),
     "rev_file": (_TEMPLATE, "the URL template of a file whose first line is the commit"),
+    "rev_json": (_TEMPLATE, "the URL template of a JSON file holding the commit under rev_json_key"),
+    "rev_json_key": (re.compile(r"[A-Za-z_][A-Za-z0-9_]*"), "the key of rev_json's object holding the commit"),
 }
 _SOURCE_EXAMPLES = {"name": 'name = "<source name>"', "kind": 'kind = "sdist" (or "archive", "git")',
                     "sha256_key": 'sha256_key = "<variants.yaml key>"', "rev_key": 'rev_key = "<variants.yaml key>"',
                     "url": 'url = "{github}/<owner>/<repo>/archive/refs/tags/v{version}.tar.gz"',
                     "repo": 'repo = "<owner>/<repo>"', "tag": 'tag = "v{version}"',
-                    "rev_file": 'rev_file = "<URL template of a file holding the commit>"'}
+                    "rev_file": 'rev_file = "<URL template of a file holding the commit>"',
+                    "rev_json": 'rev_json = "<URL template of a JSON file holding the commit>"',
+                    "rev_json_key": 'rev_json_key = "<its key holding the commit>"'}
 _RULE_KINDS: dict[RuleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "minor-offset": (("follower_major", "leader_major", "offset"), ()),
+    "minor-offset": (("follower_major", "leader_major", "offset"), ("stable_from",)),
     "at-most": (("floor",), ()),
     "series": ((), ("series", "table", "record")),
 }
 _RULE_COMMON = ("name", "follower", "leader", "kind", "why")
-RULE_KEYS = (*_RULE_COMMON, "follower_major", "leader_major", "offset", "floor", "series", "table", "record")
+RULE_KEYS = (*_RULE_COMMON, "follower_major", "leader_major", "offset", "stable_from", "floor", "series", "table",
+             "record")
 _RULE_EXAMPLES = {"name": 'name = "<follower>-<leader>"', "follower": 'follower = "<upstream>"',
                   "leader": 'leader = "<upstream>"', "kind": 'kind = "series" (or "minor-offset", "at-most")',
                   "why": 'why = "<where the rule comes from>"', "follower_major": "follower_major = 0",
                   "leader_major": "leader_major = 2", "offset": "offset = 15", "floor": 'floor = "2.11"',
-                  "series": 'series = { "2.12" = "3.7" }'}
+                  "series": 'series = { "2.12" = "3.7" }', "stable_from": 'stable_from = "0.29.2"'}
 
 
 @dataclass(frozen=True)
@@ -98,10 +104,27 @@ class Source:
     repo: str | None = None
     tag: str | None = None
     rev_file: str | None = None
+    rev_json: str | None = None
+    rev_json_key: str | None = None
 
     @property
     def keys(self) -> tuple[str, ...]:
         return tuple(k for k in (self.rev_key, self.sha256_key) if k)
+
+    @property
+    def templates(self) -> str:
+        """Every template the commit is read at (tag, rev_json, rev_file), for the placeholders they use."""
+        return " ".join(t for t in (self.tag, self.rev_json, self.rev_file) if t)
+
+    def rev_files(self, context: dict[str, str]) -> tuple[tuple[str, str | None], ...]:
+        """Where the commit is read, in order: ``(url, JSON key)`` of rev_json, then ``(url, None)`` of rev_file
+        (tried where rev_json answers 404). A KeyError names a placeholder ``context`` lacks."""
+        files: list[tuple[str, str | None]] = []
+        if self.rev_json:
+            files.append((self.rev_json.format(**context), self.rev_json_key))
+        if self.rev_file:
+            files.append((self.rev_file.format(**context), None))
+        return tuple(files)
 
 
 @dataclass(frozen=True)
@@ -131,6 +154,9 @@ class Rule:
     follower_major: int = 0
     leader_major: int = 0
     offset: int = 0
+    # (minor-offset) the first follower release built on the leader's stable ABI: from it on, follower 0.N pairs
+    # with every leader from 2.(N - offset) on (torchvision 0.29.2: one py3-none wheel, torch>=2.14.0).
+    stable_from: str = ""
     floor: str = ""
     series: tuple[tuple[str, str], ...] = field(default=())
     # A follower that variants.yaml does not pin (AOTriton): its data table under tools/rocmlock/data/, the
@@ -157,9 +183,16 @@ class Rule:
         if expected is None:
             return "unknown"
         got = _minor(follower)
+        if self.stable(follower):
+            lead = _minor(leader)
+            return "ok" if lead[0] == self.leader_major and lead[1] >= got[1] - self.offset else "violated"
         if self.kind == "at-most":
             return "ok" if _minor(self.floor) <= got <= _minor(leader) else "violated"
         return "ok" if got == _minor(expected) else "violated"
+
+    def stable(self, follower: str) -> bool:
+        """Whether ``follower``'s version is at or after the rule's ``stable_from`` (built on the stable ABI)."""
+        return bool(self.stable_from) and Version(follower) >= Version(self.stable_from)
 
     def expected_series(self, leader: str) -> str | None:
         """The follower series the rule asks for (``at-most``: the leader's series, the upper bound)."""
@@ -173,6 +206,8 @@ class Rule:
     def leader_needs(self, follower: str) -> str:
         """Which leader versions ``follower``'s version goes with, in words (``pytorch 2.12.*``)."""
         major, minor = _minor(follower)
+        if self.kind == "minor-offset" and self.stable(follower) and major == self.follower_major:
+            return f"{self.leader} >={self.leader_major}.{minor - self.offset}"
         if self.kind == "minor-offset":
             ok = major == self.follower_major and minor >= self.offset
             return f"{self.leader} {self.leader_major}.{minor - self.offset}.*" if ok else f"no {self.leader}"
@@ -192,6 +227,8 @@ class Rule:
             return f"{self.follower} for {self.leader} {leader}: not recorded in {self.recorded_in}"
         if self.kind == "at-most":
             return f"{self.follower} >={self.floor},<={expected}.*"
+        if self.stable_from:
+            return f"{self.follower} {expected}.*, or a stable-ABI {self.follower} >={self.stable_from} of an older series"
         return f"{self.follower} {expected}.*"
 
 
@@ -336,14 +373,18 @@ def _source(path: Path, where: tuple[Part, ...], row: Any, earlier: list[Source]
         missing = "tag" if "repo" in text else "repo"
         raise InputError(f"{path}: key '{key(*where, missing)}' is missing: repo and tag name the release tag "
                          "whose commit --rev defaults to, together", hint=f"add {_SOURCE_EXAMPLES[missing]}")
-    if "rev_key" in text and "tag" not in text and "rev_file" not in text:
+    if ("rev_json" in text) != ("rev_json_key" in text):
+        missing = "rev_json_key" if "rev_json" in text else "rev_json"
+        raise InputError(f"{path}: key '{key(*where, missing)}' is missing: rev_json and rev_json_key name the JSON "
+                         "file and the key that hold the commit, together", hint=f"add {_SOURCE_EXAMPLES[missing]}")
+    if "rev_key" in text and not {"tag", "rev_file", "rev_json"} & set(text):
         raise InputError(f"{path}: key '{key(*where, 'rev_key')}': nothing says where the commit comes from",
                          hint=f"add {_SOURCE_EXAMPLES['repo']} and {_SOURCE_EXAMPLES['tag']}, or "
-                              f"{_SOURCE_EXAMPLES['rev_file']}")
+                              f"{_SOURCE_EXAMPLES['rev_file']}, or {_SOURCE_EXAMPLES['rev_json']}")
     revs = [f"{s.name.replace('-', '_')}_rev" for s in earlier if s.rev_key]
     before = ("version", *_HOSTS, *companions, *revs)  # what tag and rev_file see: not this source's commit yet
     after = (*before, "rev", f"{name.replace('-', '_')}_rev") if "rev_key" in text else before
-    for k, allowed in (("tag", before), ("rev_file", before), ("url", after)):
+    for k, allowed in (("tag", before), ("rev_file", before), ("rev_json", before), ("url", after)):
         if k in text:
             check_placeholders(text[k], allowed, path, key(*where, k))
     return Source(name=name, kind=kind, **text)
@@ -376,6 +417,9 @@ def _rule(path: Path, data_dir: Traversable, where: tuple[Part, ...], row: Any, 
     for k in ("follower_major", "leader_major", "offset"):
         if k in row:
             fields[k] = expect_whole(row[k], path, key(*where, k), minimum=0 if k != "offset" else None)
+    if "stable_from" in row:
+        fields["stable_from"] = expect_match(row["stable_from"], _RELEASE, path, key(*where, "stable_from"),
+                                             "the first follower release built on the stable ABI, e.g. 0.29.2")
     if "floor" in row:
         fields["floor"] = expect_match(row["floor"], SERIES, path, key(*where, "floor"),
                                        "the oldest follower series (major.minor), e.g. 2.11")
