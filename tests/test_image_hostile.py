@@ -96,6 +96,8 @@ _CURRENT: list[Path] = []
     ({"config": lambda c: c.update(config=[])}, "'config' is a list, not an object"),
     ({"config": lambda c: c.update(config={"Labels": ["a=b"]})}, "'config.Labels' is a list, not an object of strings"),
     ({"config": lambda c: c.update(config={"Env": "PATH=/x"})}, "'config.Env' is the string 'PATH=/x'"),
+    ({"config": lambda c: c.update(config={"Labels": {"a": 1}})},
+     "'config.Labels' is an object holding a non-string, not an object of strings"),
     ({"config": lambda c: c.update(history=5)}, "'history' is the number 5, not a list"),
     ({"config": lambda c: c.update(architecture=None)}, "no 'architecture'"),
     ({"manifest": lambda m: m["layers"][0].update(size="12")}, "'layers[0].size' is the string '12', not an integer"),

@@ -254,6 +254,8 @@ def check_output(output: Path) -> None:
                                                                           not any(output.iterdir())):
         raise InputError(f"{output}: -o exists and is not an OCI image layout",
                          hint="choose a new directory (it is created), or an image layout to add the image to")
+    if (output / "oci-layout").is_file():
+        oci.read_index(output, f"-o {output}")  # a layout to add to: refused before the build when damaged
 
 
 def _activation_inputs(manifest: Path | None, lock_path: Path, environment: str, selected: Selected,
