@@ -68,7 +68,9 @@ def add_image(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefix", default="/opt/env", metavar="DIR", help="where the environment lives in the image "
                    "(default /opt/env; pixi's layout: /app/.pixi/envs/<env>)")
     out = p.add_argument_group("where the image goes (one or both)")
-    out.add_argument("-o", "--output", type=Path, metavar="DIR", help="write an OCI image layout directory")
+    out.add_argument("-o", "--output", type=Path, metavar="DIR",
+                     help="write an OCI image layout directory (an existing layout gets the image added, its other "
+                          "tags kept)")
     out.add_argument("--push", metavar="REGISTRY/REPO:TAG", help="push to a registry with skopeo (credentials: "
                      "`skopeo login`, docker's config.json or REGISTRY_AUTH_FILE; never on the command line)")
     p.add_argument("--tag", metavar="TAG", help="the tag in the layout (default: --push's tag, else the environment)")
