@@ -62,7 +62,10 @@ def need_tools(*tools: str) -> None:
 
 
 def image(ws: Path, *args: str) -> int:
-    return main(["image", "--manifest-path", str(ws / "pixi.toml"), "-e", ENV, *args])
+    """``rocmlock image`` of ``ws``'s environment; without ``--base`` in ``args`` the environment alone (``--no-base``,
+    which must be asked for: tests of that refusal call ``main`` themselves)."""
+    base = () if "--base" in args or "--no-base" in args else ("--no-base",)
+    return main(["image", "--manifest-path", str(ws / "pixi.toml"), "-e", ENV, *base, *args])
 
 
 def _layout_manifest(layout: Path) -> tuple[str, dict]:  # type: ignore[type-arg]
@@ -124,6 +127,9 @@ def test_the_image_is_the_base_plus_one_layer_holding_exactly_the_locked_environ
     assert labels["io.rocmlock.lock.sha256"] == lock_sha and labels["io.rocmlock.environment"] == ENV
     assert labels["io.rocmlock.gpu-target"] == "gfx942" and labels["io.rocmlock.rocm-version"].startswith("7.2")
     assert labels["io.rocmlock.check"] == "/opt/rocmlock/check"
+    assert labels["io.rocmlock.probe"] == "/opt/rocmlock/verify_env.py" and labels["io.rocmlock.prefix"] == "/opt/env"
+    # The Debian base has bash (essential in minbase): the entrypoint activates, then runs it by default.
+    assert config["config"]["Entrypoint"] == ["/opt/rocmlock/entrypoint"] and config["config"]["Cmd"] == ["/bin/bash"]
     assert config["config"]["Healthcheck"]["Test"] == ["CMD", "/opt/rocmlock/check"]
     assert digest.startswith("sha256:")
 
@@ -159,13 +165,18 @@ def test_a_base_whose_glibc_is_older_than_the_locks_is_refused_before_building(
 
 
 @pytest.mark.parametrize("args, message", [
-    (["-e", "nope", "-o", "OUT"], "no environment 'nope'"),
+    (["-e", "nope", "-o", "OUT", "--no-base"], "no environment 'nope'"),
     (["-o", "OUT", "--base", "oci:/nonexistent/layout"], "not an OCI image layout"),
     (["-o", "OUT", "--base", "oci:BASE:missing-tag"], "no image tagged 'missing-tag'"),
-    (["--push", "user:secret@127.0.0.1:1/x:y"], "credentials never go into it"),
+    (["--push", "user:secret@127.0.0.1:1/x:y", "--no-base"], "credentials never go into it"),
     ([], "nowhere to put the image"),
-    (["-o", "OUT", "--tag", "../up"], "not an image tag"),
-    (["--push", "127.0.0.1:1/x/y"], "no tag"),
+    (["-o", "OUT", "--tag", "../up", "--no-base"], "not an image tag"),
+    (["--push", "127.0.0.1:1/x/y", "--no-base"], "no tag"),
+    (["-o", "OUT"], "no --base: the image would hold the environment alone"),
+    (["-o", "OUT", "--no-base", "--base", "oci:BASE:base"], "--base and --no-base together"),
+    (["-o", "OUT", "--no-base", "--prefix", "opt/env"], "not an absolute path"),
+    (["-o", "OUT", "--no-base", "--prefix", "/usr/local"], "inside or above a system directory"),
+    (["-o", "OUT", "--no-base", "--prefix", "/opt/../etc"], "not an absolute path"),
 ])
 def test_bad_input_is_one_line_and_exit_2_with_nothing_written(
         base: Path, locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -394,6 +405,24 @@ def test_the_glibc_is_read_through_symlinks_and_whiteouts_of_the_layers(tmp_path
         oci.read_layout(only_first, None, "arm64", "test")
 
 
+def test_the_bases_shell_is_found_through_merged_usr_and_a_base_without_one_is_refused(
+        locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rocmlock.deploy import oci
+
+    libc = {"usr/lib64/libc.so.6": b"GLIBC_2.34\x00"}
+    cases = [({"bin": "->usr/bin", "usr/bin/sh": "->dash", "usr/bin/dash": b""}, "/bin/sh"),
+             ({"bin/sh": "->bash", "bin/bash": b""}, "/bin/bash"),
+             ({"usr/bin/sh": b"", "bin/true": b""}, None),  # /bin is a directory of its own without sh
+             ({}, None)]
+    for i, (files, shell) in enumerate(cases):
+        layout = _synthetic_base(tmp_path / f"s{i}", [{**libc, **files}])
+        assert oci.rootfs_facts(oci.read_layout(layout, "base", "amd64", "t")).shell == shell, files
+    assert image(locked_ws, "--base", f"oci:{tmp_path / 's3'}:base", "-o", str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert "no /bin/sh in the image" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_base_without_glibc_is_refused(locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     layout = _synthetic_base(tmp_path / "musl", [{"lib/ld-musl-x86_64.so.1": b"musl"}])
     assert image(locked_ws, "--base", f"oci:{layout}", "-o", str(tmp_path / "out")) == 2
@@ -404,12 +433,13 @@ def test_a_base_without_glibc_is_refused(locked_ws: Path, tmp_path: Path, capsys
 
 def test_a_base_with_rocm_gets_rocm_path_and_a_rebuild_moves_the_tag(locked_ws: Path, tmp_path: Path) -> None:
     layout = _synthetic_base(tmp_path / "rocm", [{"usr/lib64/libc.so.6": b"GLIBC_2.34\x00",
-                                                  "opt/rocm/.info/version": b"7.2.0-43\n"}])
+                                                  "opt/rocm/.info/version": b"7.2.0-43\n",
+                                                  "bin": "->usr/bin", "usr/bin/sh": "->dash", "usr/bin/dash": b""}])
     out = tmp_path / "out"
     assert image(locked_ws, "--base", f"oci:{layout}:base", "-o", str(out)) == 0
     first = _layout_manifest(out)[0]
     before = {p.name for p in (out / "blobs/sha256").iterdir()}
-    assert image(locked_ws, "-o", str(out)) == 0  # no base: the environment alone, its tag moved to it
+    assert image(locked_ws, "--no-base", "-o", str(out)) == 0  # no base: the environment alone, its tag moved to it
     digest, manifest = _layout_manifest(out)
     assert digest != first and len(manifest["layers"]) == 1
     # Added to the layout (as skopeo copy ... oci:DIR:TAG does): the first image's blobs stay, the tag moved.
@@ -466,7 +496,7 @@ def test_a_bundle_and_an_image_of_one_environment_hold_the_same_package_bytes(tm
     (tmp_path / "host").mkdir()  # a host without GPU or ROCm: --force installs anyway
     assert main(["unpack", str(tmp_path / "b.tar"), "--prefix", str(tmp_path / "env"), "--force", "--no-verify",
                  "--host-root", str(tmp_path / "host")]) == 0
-    assert image(ws, "-o", str(tmp_path / "image")) == 0
+    assert image(ws, "--no-base", "-o", str(tmp_path / "image")) == 0
     _, manifest = _layout_manifest(tmp_path / "image")
     in_image: dict[str, bytes] = {}
     with tarfile.open(fileobj=io.BytesIO(_blob(tmp_path / "image", manifest["layers"][-1]["digest"]))) as tar:
@@ -517,7 +547,7 @@ def test_the_parallel_gzip_writes_the_same_valid_stream_whatever_the_threads(tmp
 
 def test_a_base_layer_whose_bytes_are_not_its_digest_is_refused(locked_ws: Path, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    layout = _synthetic_base(tmp_path / "base", [{"usr/lib64/libc.so.6": b"GLIBC_2.34\x00"},
+    layout = _synthetic_base(tmp_path / "base", [{"usr/lib64/libc.so.6": b"GLIBC_2.34\x00", "bin/sh": b""},
                                                  {"etc/motd": b"hello\n"}])
     _, manifest = _layout_manifest(layout)
     blob = layout / "blobs/sha256" / manifest["layers"][1]["digest"][7:]
@@ -540,7 +570,7 @@ def test_a_private_registry_gets_the_credentials_of_the_auth_file_and_they_go_no
         ref = f"{host}/private/{ENV}:v1"
         monkeypatch.setenv("REGISTRY_AUTH_FILE", str(tmp_path / "none.json"))
         (tmp_path / "none.json").write_text('{"auths": {}}')
-        assert image(locked_ws, "--push", ref, "-o", str(tmp_path / "refused")) == 1
+        assert image(locked_ws, "--no-base", "--push", ref, "-o", str(tmp_path / "refused")) == 1
         refused = capsys.readouterr().err
         assert "unauthorized" in refused and "level=fatal" not in refused and 'msg="' not in refused
         assert f"error: pushing the image to {ref}: " in refused and "Traceback" not in refused
@@ -548,7 +578,7 @@ def test_a_private_registry_gets_the_credentials_of_the_auth_file_and_they_go_no
         token = base64.b64encode(f"pusher:{password}".encode()).decode()
         (tmp_path / "auth.json").write_text(json.dumps({"auths": {host: {"auth": token}}}))
         monkeypatch.setenv("REGISTRY_AUTH_FILE", str(tmp_path / "auth.json"))
-        assert image(locked_ws, "--push", ref, "-o", str(tmp_path / "layout"), "--json") == 0
+        assert image(locked_ws, "--no-base", "--push", ref, "-o", str(tmp_path / "layout"), "--json") == 0
         out = capsys.readouterr()
         digest = json.loads(out.out)["digest"]
         inspect = subprocess.run(["skopeo", "inspect", "--tls-verify=false", f"docker://{ref}"], check=True,

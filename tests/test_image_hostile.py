@@ -22,7 +22,7 @@ from rocmlock.cli.main import main
 from test_image import ENV, _layout_manifest, _synthetic_base, image
 
 Json = dict[str, Any]
-LIBC = {"usr/lib64/libc.so.6": b"GLIBC_2.34\x00"}
+LIBC = {"usr/lib64/libc.so.6": b"GLIBC_2.34\x00", "bin/sh": b""}  # the least a base must have
 
 
 @pytest.fixture(autouse=True)

@@ -142,7 +142,8 @@ def test_no_secret_reaches_any_file_or_output(channels: dict[str, Path], tmp_pat
         assert _run(capsys, out, "install", "--manifest-path", m, "-e", "mi300x",
                     "--prefix", str(tmp_path / "prefix"), "--json") == 0, out
         assert _run(capsys, out, "pack", "--manifest-path", m, "-e", "mi300x", "-o", str(tmp_path / "b.tar")) == 0, out
-        assert _run(capsys, out, "image", "--manifest-path", m, "-e", "mi300x", "-o", str(tmp_path / "image")) == 0, out
+        assert _run(capsys, out, "image", "--manifest-path", m, "-e", "mi300x", "--no-base", "-o",
+                    str(tmp_path / "image")) == 0, out
         assert _run(capsys, out, "plan", "--manifest-path", str(ROOT / "pixi.toml"), "--channel", private,
                     "--json") == 0, out
     # publish refuses credentials in --to (they would show in `ps`): they come from the auth file, and the

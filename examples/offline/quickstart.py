@@ -152,9 +152,11 @@ def pipeline(work: Path) -> dict[str, object]:
         step(f"6/8 install environment '{ENVIRONMENT}' from the lock with rattler")
         prefix = work / "envs" / ENVIRONMENT
         rocmlock("install", "--manifest-path", str(manifest), "-e", ENVIRONMENT, "--prefix", str(prefix), env=env)
-        step(f"7/8 an OCI image of environment '{ENVIRONMENT}' (the environment alone at /opt/env, no base)")
+        # --no-base: offline there is no base image to pull; this layer cannot run on its own (the command says how
+        # to use it), `rocmlock image --base REF` makes one that runs (docs/containers.md).
+        step(f"7/8 an OCI layer of environment '{ENVIRONMENT}' (the environment alone at /opt/env, --no-base)")
         image = work / "image"
-        rocmlock("image", "--manifest-path", str(manifest), "-e", ENVIRONMENT, "-o", str(image), env=env)
+        rocmlock("image", "--manifest-path", str(manifest), "-e", ENVIRONMENT, "--no-base", "-o", str(image), env=env)
 
     serve_again = write_serve_script(work, url)
 

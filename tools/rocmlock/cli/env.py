@@ -62,7 +62,11 @@ def add_image(p: argparse.ArgumentParser) -> None:
     env_arg(p, multiple=False, required=True)
     platform_arg(p)
     p.add_argument("--base", metavar="REF", help="the base image: oci:DIR[:TAG] (an OCI layout) or REGISTRY/REPO:TAG "
-                   "(fetched with skopeo); its glibc must satisfy the lock's (default: none, the environment alone)")
+                   "(fetched with skopeo); it needs /bin/sh and a glibc the lock's platform accepts")
+    p.add_argument("--no-base", action="store_true", help="no base: the environment alone, which cannot run on its "
+                   "own (a layer to COPY --from in a Dockerfile of yours)")
+    p.add_argument("--prefix", default="/opt/env", metavar="DIR", help="where the environment lives in the image "
+                   "(default /opt/env; pixi's layout: /app/.pixi/envs/<env>)")
     out = p.add_argument_group("where the image goes (one or both)")
     out.add_argument("-o", "--output", type=Path, metavar="DIR",
                      help="write an OCI image layout directory (an existing layout gets the image added, its other "
@@ -77,6 +81,7 @@ def add_image(p: argparse.ArgumentParser) -> None:
 
 def cmd_image(args: argparse.Namespace) -> int:
     from rocmlock.deploy.image import build_image
+    from rocmlock.deploy.image_hints import run_hints
     from rocmlock.deploy.install import left_out_warning, manifest_channels
     from rocmlock.errors import InputError
     from rocmlock.lock.noop import LOCK_NAME
@@ -86,15 +91,17 @@ def cmd_image(args: argparse.Namespace) -> int:
     manifest = _locked_manifest(args, "image")
     result = build_image(manifest.parent / LOCK_NAME, args.environment, platform=args.platform, base_ref=args.base,
                          output=args.output.resolve() if args.output else None, push=args.push, tag=args.tag,
-                         channels=manifest_channels(manifest), insecure=args.insecure_registry)
+                         channels=manifest_channels(manifest), insecure=args.insecure_registry, prefix=args.prefix,
+                         manifest=manifest, no_base=args.no_base)
     if args.json:
         print_json(result.to_dict())
     if result.left_out:
         err("warning: " + left_out_warning(result.left_out, result.environment, result.platform, "in the image"))
     where = " and ".join(w for w in (f"oci:{result.output}:{result.tag}" if result.output else "",
                                      f"pushed to {result.pushed}" if result.pushed else "") if w)
-    err(f"image of '{result.environment}' [{result.platform}], {result.packages} package(s): {result.digest} ({where}); "
-        f"check it with: docker run --device=/dev/kfd --device=/dev/dri IMAGE /opt/rocmlock/check")
+    err(f"image of '{result.environment}' [{result.platform}], {result.packages} package(s): {result.digest} ({where})")
+    for line in run_hints(result):
+        err(line)
     return 0
 
 

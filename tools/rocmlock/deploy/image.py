@@ -25,26 +25,24 @@ from pathlib import Path
 from typing import Any
 
 from rocmlock.deploy import oci, ociref
+from rocmlock.deploy.activation import ActivationInputs
 from rocmlock.deploy.fetch import fetch_each
+from rocmlock.deploy.image_files import (
+    CHECK,
+    DEFAULT_PREFIX,
+    ENTRYPOINT,
+    ToolFiles,
+    add_tool_files,
+    check_prefix,
+)
 from rocmlock.deploy.install import Selected, left_out, select_environment
 from rocmlock.deploy.pkgcheck import check_packages
-from rocmlock.deploy.verify import PREFIX_PROBE, REPO_PROBE
 from rocmlock.errors import InputError, OperationError, RocmlockError
 from rocmlock.util.credentials import client_for_urls, one_line, redact_text, split_url
 from rocmlock.util.fs import file_sha256
 from rocmlock.util.scratch import scratch_dir
 from rocmlock.util.text import escape
 
-PREFIX = "/opt/env"
-PROBE_DIR = "opt/rocmlock"
-CHECK = "/opt/rocmlock/check"
-_CHECK_SCRIPT = """#!/bin/sh
-# rocmlock image: the environment's post-install probe (rocm-env-check) with the environment's python, else the
-# base image's python3. Exit 0: the environment can use this container's GPU; 1: a check failed (see its report).
-py=/opt/env/bin/python
-[ -x "$py" ] || py=python3
-exec "$py" /opt/rocmlock/verify_env.py --prefix /opt/env "$@"
-"""
 _ARCH = {"linux-64": "amd64", "linux-aarch64": "arm64", "linux-ppc64le": "ppc64le"}
 # PrefixRecord fields that name the building host's package cache (rattler_conda_types PrefixRecord): optional
 # for rattler, pixi and conda, and never true inside the image.
@@ -67,12 +65,14 @@ class ImageResult:
     output: Path | None
     pushed: str | None
     left_out: tuple[str, ...]
+    prefix: str = DEFAULT_PREFIX
+    has_base: bool = True
 
     def to_dict(self) -> dict[str, object]:
         return {"digest": self.digest, "tag": self.tag, "environment": self.environment, "platform": self.platform,
                 "packages": self.packages, "layer_size": self.layer_size, "created": self.created,
                 "labels": self.labels, "output": str(self.output) if self.output else None, "pushed": self.pushed,
-                "left_out": list(self.left_out)}
+                "left_out": list(self.left_out), "prefix": self.prefix, "base": self.has_base}
 
 
 def _skopeo(args: Sequence[str], what: str, secrets: Sequence[str] = ()) -> None:
@@ -149,18 +149,18 @@ def _admit(selected: Selected, lock_path: Path, work: Path, client: Any) -> dict
     return urls
 
 
-def _install(selected: Selected, stage: Path, channels: Sequence[str], cache_dir: Path | None,
-             lock_path: Path, work: Path) -> None:
+def _install(selected: Selected, stage: Path, target: str, channels: Sequence[str], cache_dir: Path | None,
+             lock_path: Path, work: Path) -> Path:
     from rattler import install
 
     _, client = client_for_urls(channels)
-    prefix = stage / PREFIX.lstrip("/")
+    prefix = stage / target.lstrip("/")
     secrets = [s for c in channels for s in split_url(c).secrets]
     urls = {r.file_name: r.url for r in selected.records}
     try:
         urls = _admit(selected, lock_path, work, client)
         asyncio.run(install(selected.records, prefix, cache_dir=cache_dir, show_progress=False, client=client,
-                            alternative_target_prefix=PREFIX, execute_link_scripts=False))
+                            alternative_target_prefix=target, execute_link_scripts=False))
     except RocmlockError:
         raise
     except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
@@ -176,12 +176,7 @@ def _install(selected: Selected, stage: Path, channels: Sequence[str], cache_dir
             record.pop(key, None)
         record["url"] = urls.get(record.get("fn"), record.get("url"))  # the lock's, not the checked copy's
         meta.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    probe_dir = stage / PROBE_DIR
-    probe_dir.mkdir(parents=True)
-    probe = prefix / PREFIX_PROBE if (prefix / PREFIX_PROBE).is_file() else REPO_PROBE
-    shutil.copyfile(probe, probe_dir / "verify_env.py")
-    (probe_dir / "check").write_text(_CHECK_SCRIPT)
-    (probe_dir / "check").chmod(0o755)
+    return prefix
 
 
 def default_epoch(selected: Selected) -> int:
@@ -204,16 +199,17 @@ def _epoch(selected: Selected) -> int:
 
 
 def _labels(environment: str, selected: Selected, lock_sha256: str, base: oci.BaseImage | None,
-            base_ref: str | None, created: str) -> dict[str, str]:
+            base_ref: str | None, created: str, prefix: str, tools: ToolFiles) -> dict[str, str]:
     gfx = next((str(r.build) for r in selected.records if r.name.normalized == "amdgpu-target"), "")
     rocm = next((str(r.version) for r in selected.records if r.name.normalized == "rocm-version"), "")
     labels = {"org.opencontainers.image.title": f"rocmlock environment {environment}",
               "org.opencontainers.image.created": created,
               "org.opencontainers.image.description": f"the locked environment '{environment}' "
-                                                      f"[{selected.platform.name}] at {PREFIX}",
+                                                      f"[{selected.platform.name}] at {prefix}",
               "io.rocmlock.lock.sha256": lock_sha256, "io.rocmlock.environment": environment,
               "io.rocmlock.platform": selected.platform.name, "io.rocmlock.gpu-target": gfx,
-              "io.rocmlock.rocm-version": rocm, "io.rocmlock.prefix": PREFIX, "io.rocmlock.check": CHECK}
+              "io.rocmlock.rocm-version": rocm, "io.rocmlock.prefix": prefix, "io.rocmlock.check": CHECK,
+              "io.rocmlock.probe": tools.probe, "io.rocmlock.activation.sha256": tools.activation_sha256}
     if base is not None:
         labels["org.opencontainers.image.base.digest"] = base.manifest_digest
         if base_ref and not base_ref.startswith("oci:"):  # a registry name; a layout's path is the builder's
@@ -222,20 +218,24 @@ def _labels(environment: str, selected: Selected, lock_sha256: str, base: oci.Ba
 
 
 def _config(base: oci.BaseImage | None, arch: str, diff_id: str, labels: dict[str, str], created: str,
-            environment: str, rocm_in_base: bool) -> dict[str, Any]:
+            environment: str, facts: oci.RootfsFacts | None, prefix: str) -> dict[str, Any]:
     config: dict[str, Any] = json.loads(json.dumps(base.config)) if base else {"architecture": arch, "os": "linux"}
     inner = config.setdefault("config", {}) or {}
     config["config"] = inner
     env = [e for e in inner.get("Env") or [] if isinstance(e, str)]
     path = next((e.split("=", 1)[1] for e in env if e.startswith("PATH=")),
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-    values = {"PATH": f"{PREFIX}/bin:{path}", "CONDA_PREFIX": PREFIX}
+    # The activation's first steps, for what starts without the entrypoint (apptainer exec, a Kubernetes command:).
+    values = {"PATH": f"{prefix}/bin:{path}", "CONDA_PREFIX": prefix}
     # rocm-version's activation (recipes/rocm-version/activate.sh): ROCM_PATH/HIP_PATH at the ROCm that is there,
     # /opt/rocm first, never at a path without ROCm; a base without ROCm gets neither (the host's is not visible).
-    if rocm_in_base:
+    if facts is not None and facts.rocm:
         values.update({"ROCM_PATH": "/opt/rocm", "HIP_PATH": "/opt/rocm"})
     inner["Env"] = [e for e in env if e.split("=", 1)[0] not in values] + [f"{k}={v}" for k, v in values.items()]
     inner["Labels"] = {**(inner.get("Labels") or {}), **labels}
+    # The entrypoint activates, then runs the command: a shell of the base's, or (no base) the check.
+    inner["Entrypoint"] = [ENTRYPOINT]
+    inner["Cmd"] = [facts.shell] if facts is not None and facts.shell else [CHECK]
     # Docker's image config carries a health check (the OCI config has no such field; runtimes ignore it): the probe,
     # run once a day at most, which is what a check that may take a minute should cost.
     inner["Healthcheck"] = {"Test": ["CMD", CHECK], "Interval": 86400 * 10**9, "Timeout": 600 * 10**9,
@@ -245,7 +245,7 @@ def _config(base: oci.BaseImage | None, arch: str, diff_id: str, labels: dict[st
     rootfs["diff_ids"] = [*(rootfs.get("diff_ids") or []), diff_id]
     config["history"] = [*(config.get("history") or []),
                          {"created": created, "created_by": f"rocmlock image -e {environment}",
-                          "comment": f"the locked environment at {PREFIX}"}]
+                          "comment": f"the locked environment at {prefix}"}]
     return config
 
 
@@ -258,11 +258,48 @@ def check_output(output: Path) -> None:
         oci.read_index(output, f"-o {output}")  # a layout to add to: refused before the build when damaged
 
 
+def _activation_inputs(manifest: Path | None, lock_path: Path, environment: str, selected: Selected,
+                       staged: Path, prefix: str) -> ActivationInputs:
+    """The activation's inputs: the workspace's ``[activation]`` of this environment (none without a manifest)."""
+    from rocmlock.workspace.activation import EnvironmentActivation, environment_activation
+    from rocmlock.workspace.manifest import load_workspace
+
+    if manifest is None:
+        return ActivationInputs(staged, prefix, environment, environment, (selected.platform.name,),
+                                lock_path.parent, EnvironmentActivation())
+    ws = load_workspace(manifest)
+    platforms = tuple(p.name for p in ws.environment(environment).platforms)
+    return ActivationInputs(staged, prefix, environment, ws.name, platforms, ws.root,
+                            environment_activation(ws, environment, selected.platform.name))
+
+
+def _check_base_choice(base_ref: str | None, no_base: bool) -> None:
+    if base_ref is None and not no_base:
+        raise InputError("rocmlock image: no --base: the image would hold the environment alone, without a system "
+                         "(no shell, no C library), and could not run on its own",
+                         hint="pass --base REF (docker.io/library/debian:12, oci:DIR:TAG), or --no-base for a layer "
+                              "to COPY --from in a Dockerfile of your own")
+    if base_ref is not None and no_base:
+        raise InputError("rocmlock image: --base and --no-base together", hint="pass one of them")
+
+
+def _check_shell(facts: oci.RootfsFacts, label: str) -> None:
+    if facts.shell is None:
+        raise InputError(f"--base {label}: no /bin/sh in the image, which the entrypoint needs to activate the "
+                         "environment (its activate.d scripts and [activation] are shell)",
+                         hint="choose a base with a shell (Debian, Ubuntu, RHEL, rocm/dev-*)")
+
+
 def build_image(lock_path: Path, environment: str, *, platform: str | None = None, base_ref: str | None = None,
                 output: Path | None = None, push: str | None = None, tag: str | None = None,
-                channels: Sequence[str] = (), insecure: bool = False,
-                cache_dir: Path | None = None) -> ImageResult:
-    """Build the image of ``environment`` (see the module); write it to ``output`` and/or push it to ``push``."""
+                channels: Sequence[str] = (), insecure: bool = False, cache_dir: Path | None = None,
+                prefix: str = DEFAULT_PREFIX, manifest: Path | None = None, no_base: bool = False) -> ImageResult:
+    """Build the image of ``environment`` (see the module); write it to ``output`` and/or push it to ``push``.
+
+    Without ``base_ref`` the image holds the environment alone, which runs nowhere by itself: ``no_base`` must
+    say that this is wanted (an image to ``COPY --from``)."""
+    _check_base_choice(base_ref, no_base)
+    prefix = check_prefix(prefix)
     selected = select_environment(lock_path, environment, platform)
     arch = _ARCH.get(selected.platform.subdir)
     if arch is None:
@@ -287,20 +324,24 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
         facts = oci.rootfs_facts(base) if base is not None else None
         if facts is not None:
             _check_glibc(facts, selected, base_ref or "")
+            _check_shell(facts, base_ref or "")
         stage = work / "rootfs"
-        _install(selected, stage, channels, cache_dir, lock_path, work)
+        staged = _install(selected, stage, prefix, channels, cache_dir, lock_path, work)
+        tools = add_tool_files(stage, prefix, _activation_inputs(manifest, lock_path, environment, selected,
+                                                                  staged, prefix))
         layout = work / "layout"
         blobs = oci.start_layout(layout)
         diff_id, digest, size = oci.write_layer(stage, blobs / "layer.tmp", epoch)
         (blobs / "layer.tmp").rename(blobs / "sha256" / digest.split(":")[1])
         for layer in base.layers if base else ():
             oci.copy_blob(base.blobs, str(layer["digest"]), blobs)  # type: ignore[union-attr]
-        labels = _labels(environment, selected, lock_sha256, base, base_ref, created)
-        config = _config(base, arch, diff_id, labels, created, environment, facts is not None and facts.rocm)
+        labels = _labels(environment, selected, lock_sha256, base, base_ref, created, prefix, tools)
+        config = _config(base, arch, diff_id, labels, created, environment, facts, prefix)
         ours = {"mediaType": oci.LAYER_GZIP, "digest": digest, "size": size}
-        manifest = {"schemaVersion": 2, "mediaType": oci.MANIFEST, "config": oci.put_json(blobs, config, oci.CONFIG),
-                    "layers": [*(base.layers if base else ()), ours]}
-        image_digest = oci.finish_layout(layout, manifest, tag)
+        image_manifest = {"schemaVersion": 2, "mediaType": oci.MANIFEST,
+                          "config": oci.put_json(blobs, config, oci.CONFIG),
+                          "layers": [*(base.layers if base else ()), ours]}
+        image_digest = oci.finish_layout(layout, image_manifest, tag)
         if dest is not None:
             copy = ["copy", "--quiet", "--preserve-digests"]
             if insecure or (pushed is not None and pushed.loopback):
@@ -309,4 +350,5 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
         if output is not None:
             oci.place_layout(layout, output)
     return ImageResult(image_digest, tag, environment, selected.platform.name, len(selected.records), size, epoch,
-                       labels, output, dest, left_out(lock_path, environment, selected.platform.name))
+                       labels, output, dest, left_out(lock_path, environment, selected.platform.name), prefix,
+                       base is not None)

@@ -221,12 +221,29 @@ class RootfsFacts:
 
     glibc: tuple[int, int] | None  # its libc.so.6's version (or that of the libc-X.Y.so it links to)
     rocm: bool  # AMD's ROCm at /opt/rocm (its .info/version)
+    shell: str | None = None  # /bin/bash, else /bin/sh, when the image has it (the entrypoint is a /bin/sh script)
+
+
+_SHELLS = ("bin/bash", "usr/bin/bash", "bin/sh", "usr/bin/sh")
 
 
 def rootfs_facts(base: BaseImage) -> RootfsFacts:
     candidates = [f"{d}/libc.so.6" for d in _LIB_DIRS]
-    state = _merged_files(base, [*candidates, _ROCM_VERSION])
-    return RootfsFacts(_glibc(state, candidates), isinstance(state.get(_ROCM_VERSION), bytes))
+    state = _merged_files(base, [*candidates, _ROCM_VERSION, "bin", *_SHELLS])
+    return RootfsFacts(_glibc(state, candidates), isinstance(state.get(_ROCM_VERSION), bytes), _shell(state))
+
+
+def _shell(state: dict[str, tarfile.TarInfo | bytes | None]) -> str | None:
+    """``/bin/bash`` or ``/bin/sh`` when the merged rootfs has it there, or in /usr/bin with /bin a link to it."""
+    merged = isinstance(state.get("bin"), tarfile.TarInfo) and \
+        str(state["bin"].linkname).strip("/") in ("usr/bin", "usr/bin/")  # type: ignore[union-attr]
+
+    def has(name: str) -> bool:
+        return state.get(f"bin/{name}") is not None or (merged and state.get(f"usr/bin/{name}") is not None)
+
+    if not has("sh"):
+        return None
+    return "/bin/bash" if has("bash") else "/bin/sh"
 
 
 def _glibc(state: dict[str, tarfile.TarInfo | bytes | None], candidates: list[str]) -> tuple[int, int] | None:

@@ -19,7 +19,7 @@ from rocmlock.workspace.platforms import KNOWN_SUBDIRS, Platform, check_platform
 from rocmlock.workspace.pypi import PypiIndexes, parse_pypi_options
 
 __all__ = [
-    "ENVIRONMENT_KEYS", "ENVIRONMENT_NAME", "ChannelPriority", "EnvironmentSpec", "Feature", "parse_channels",
+    "ENVIRONMENT_KEYS", "ENVIRONMENT_NAME", "Activation", "ChannelPriority", "EnvironmentSpec", "Feature", "parse_channels",
     "parse_environments", "parse_feature", "parse_priority", "referenced_platforms",
 ]
 
@@ -28,6 +28,14 @@ ChannelPriority = Literal["strict", "flexible", "disabled"]
 ENVIRONMENT_NAME = re.compile(r"[a-z0-9-]+")
 # The keys of an [environments.<name>] table that are not feature keys (pixi_manifest toml/environment.rs).
 ENVIRONMENT_KEYS = ("features", "solve-group", "no-default-feature")
+
+
+@dataclass(frozen=True)
+class Activation:
+    """One ``[activation]`` table (pixi_manifest/src/activation.rs: ``scripts`` and ``env``, nothing else)."""
+
+    scripts: tuple[str, ...] | None = None
+    env: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,8 @@ class Feature:
     # [constraints] (pixi_manifest toml/feature.rs): limit a package if it is installed, never add it.
     constraints: tuple[Dependency, ...] = ()
     target_constraints: tuple[tuple[str, tuple[Dependency, ...]], ...] = ()
+    # [activation] ("") and [target.<selector>.activation], as written (workspace/activation.py merges them).
+    activation: tuple[tuple[str, Activation], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,7 @@ def parse_feature(name: str, table: dict[str, Any], path: Path, prefix: str, top
     deps = _combined_dependencies(table, path, prefix)
     target: list[tuple[str, tuple[Dependency, ...]]] = []
     constraints: list[tuple[str, tuple[Dependency, ...]]] = [("", _constraints(table, path, prefix))]
+    activation = [("", _activation(table.get("activation"), path, f"{prefix}activation"))]
     for plat, ttable in sorted(expect_type(table.get("target", {}), dict, path, f"{prefix}target", "a table").items()):
         expect_type(ttable, dict, path, f"{prefix}target.{plat}", "a table")
         if "(" in plat:  # pixi_manifest/src/target.rs, parse_if_expression: a conditional selector
@@ -106,6 +117,7 @@ def parse_feature(name: str, table: dict[str, Any], path: Path, prefix: str, top
                              hint="use a platform, subdir or family selector, or `pixi lock` for such workspaces")
         target.append((plat, _combined_dependencies(ttable, path, f"{prefix}target.{plat}.")))
         constraints.append((plat, _constraints(ttable, path, f"{prefix}target.{plat}.")))
+        activation.append((plat, _activation(ttable.get("activation"), path, f"{prefix}target.{plat}.activation")))
     channels: tuple[tuple[str, int], ...] | None = None
     platforms: tuple[str, ...] | None = None
     priority = None
@@ -122,7 +134,26 @@ def parse_feature(name: str, table: dict[str, Any], path: Path, prefix: str, top
     pypi = parse_pypi_options(table["pypi-options"], path, f"{prefix}pypi-options") if "pypi-options" in table \
         else None
     return Feature(name, deps, tuple(target), channels, platforms, priority, pypi, constraints[0][1],
-                   tuple(c for c in constraints[1:] if c[1]))
+                   tuple(c for c in constraints[1:] if c[1]), tuple((s, a) for s, a in activation if a is not None))
+
+
+def _activation(value: Any, path: Path, key: str) -> Activation | None:
+    """An ``[activation]`` table: ``scripts`` a list of paths, ``env`` a table of strings; pixi refuses other keys
+    (toml_span TableHelper::finalize), so does this."""
+    if value is None:
+        return None
+    table = expect_type(value, dict, path, key, "a table")
+    for other in sorted(set(table) - {"scripts", "env"}):
+        raise InputError(f"{path}: key '{key}.{other}' is not an activation key", hint="use scripts or env")
+    scripts = None
+    if "scripts" in table:
+        items = expect_type(table["scripts"], list, path, f"{key}.scripts", "a list")
+        scripts = tuple(expect_type(s, str, path, f"{key}.scripts[{i}]", "a path") for i, s in enumerate(items))
+    env = None
+    if "env" in table:
+        pairs = expect_type(table["env"], dict, path, f"{key}.env", "a table").items()
+        env = tuple((k, expect_type(v, str, path, f"{key}.env.{k}", "a string")) for k, v in pairs)
+    return Activation(scripts, env)
 
 
 def _constraints(table: dict[str, Any], path: Path, prefix: str) -> tuple[Dependency, ...]:

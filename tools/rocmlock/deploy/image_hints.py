@@ -1,0 +1,67 @@
+"""The commands ``rocmlock image`` prints after a build: how to run what was written, with the tools that can.
+
+An OCI layout directory is run by podman (``oci:DIR:TAG``) and converted by apptainer (``apptainer build``); docker
+cannot read one, so it is loaded into docker's daemon with ``skopeo copy ... docker-daemon:NAME:TAG`` first. A
+pushed image is run by name. GPU device flags are printed only where this machine has the devices (``/dev/kfd``):
+elsewhere ``--device=/dev/kfd`` fails before the check starts. An image without a base cannot run: the hint says so
+and how to use it. tests/test_image_run.py executes every line printed here.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from rocmlock.deploy.image import ImageResult
+from rocmlock.deploy.image_files import CHECK, ENTRYPOINT, TOOL_DIR
+
+# podman 4 names an image read from oci:DIR after DIR's path, which must then be a reference's path
+# (distribution/reference: lowercase components, separators . _ __ -); otherwise `podman run oci:DIR` fails with
+# "invalid reference format", and the layout is copied into podman's storage under a name first.
+_REF_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+
+
+def _podman_can_name(path: Path) -> bool:
+    return all(_REF_COMPONENT.fullmatch(part) for part in path.parts[1:])
+
+
+def run_hints(result: ImageResult, dev: Path = Path("/dev")) -> list[str]:
+    """The lines to print (each command one line, runnable as printed)."""
+    name = f"{result.environment}:{result.tag}"
+    if not result.has_base:
+        where = shlex.quote(f"oci:{result.output}:{result.tag}" if result.output else f"docker://{result.pushed}")
+        note = "note: this image has no base (--no-base): no shell, no C library, it cannot run on its own; " \
+            "it is a layer for an image of yours:"
+        return [note,
+                f"  skopeo copy {where} containers-storage:localhost/{name}",
+                "  then build a Containerfile (podman build, buildah) whose FROM has /bin/sh and the lock's glibc:",
+                "    FROM docker.io/library/debian:12",
+                f"    COPY --from=localhost/{name} {result.prefix} {result.prefix}",
+                f"    COPY --from=localhost/{name} {TOOL_DIR} {TOOL_DIR}",
+                f'    ENTRYPOINT ["{ENTRYPOINT}"]',
+                f'    CMD ["{CHECK}"]']
+    gpu = (dev / "kfd").exists()
+    podman_gpu = "--device=/dev/kfd --device=/dev/dri --group-add keep-groups " if gpu else ""
+    docker_gpu = "--device=/dev/kfd --device=/dev/dri --group-add video --group-add render " if gpu else ""
+    rocm = "--rocm " if gpu else ""
+    sif = f"{result.environment}.sif"
+    lines = ["run the check (exit 0: the environment can use the GPU the container sees), with:"]
+    if result.output is not None:
+        layout = shlex.quote(f"oci:{result.output}:{result.tag}")
+        if _podman_can_name(result.output):
+            lines.append(f"  podman run --rm {podman_gpu}{layout} {CHECK}")
+        else:
+            lines.append(f"  skopeo copy {layout} containers-storage:localhost/{name} && "
+                         f"podman run --rm {podman_gpu}localhost/{name} {CHECK}")
+        lines.append(f"  skopeo copy {layout} docker-daemon:{name} && docker run --rm {docker_gpu}{name} {CHECK}")
+        lines.append(f"  apptainer build {sif} {layout} && apptainer exec {rocm}{sif} {CHECK}")
+    else:
+        ref = shlex.quote(str(result.pushed))
+        lines.append(f"  podman run --rm {podman_gpu}{ref} {CHECK}")
+        lines.append(f"  docker run --rm {docker_gpu}{ref} {CHECK}")
+        lines.append(f"  apptainer build {sif} docker://{result.pushed} && apptainer exec {rocm}{sif} {CHECK}")
+    if not gpu:
+        lines.append("  (no /dev/kfd on this machine, so no GPU flags: here the check fails at host.devices, as it "
+                     "does outside a container; on a GPU node add --device=/dev/kfd --device=/dev/dri)")
+    return lines
