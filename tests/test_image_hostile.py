@@ -358,8 +358,11 @@ def test_json_nesting_is_refused_past_64_levels_only() -> None:
     from rocmlock.errors import InputError
 
     assert ocischema.load(("{\"x\":" + "[" * 63 + "]" * 63 + "}").encode(), "blob")  # 64 levels with the object
-    with pytest.raises(InputError, match="blob: JSON nested deeper than 64 levels"):
+    with pytest.raises(InputError, match="blob: JSON nested deeper than 64 levels") as deep:
         ocischema.load(("{\"x\":" + "[" * 64 + "]" * 64 + "}").encode(), "blob")
+    assert deep.value.hint == ocischema.DAMAGED
+    with pytest.raises(InputError, match="nested deeper"):  # the deep one after a shallow sibling
+        ocischema.load(("{\"a\": [[1], " + "[" * 64 + "]" * 64 + "]}").encode(), "blob")
     with pytest.raises(InputError, match="blob: JSON nested too deeply") as caught:
         ocischema.load(b"[" * 200_000 + b"]" * 200_000, "blob")
     assert caught.value.hint == ocischema.DAMAGED
@@ -375,6 +378,8 @@ def test_json_nesting_is_refused_past_64_levels_only() -> None:
      False),
     ("Registry.Example.com/x", "Registry.Example.com", "x", None, False),
     ("127.0.0.2:5000/x:y", "127.0.0.2:5000", "x", "y", False),
+    ("reg.io/a/b@sha256:" + "0" * 64, "reg.io", "a/b", None, False),
+    ("r.io/" + "a" * 250 + ":t", "r.io", "a" * 250, "t", False),  # 255 characters: the longest name
 ])
 def test_references_that_name_their_registry_are_read_by_the_grammar(ref: str, domain: str, path: str,
                                                                       tag: str | None, loopback: bool) -> None:
@@ -383,25 +388,28 @@ def test_references_that_name_their_registry_are_read_by_the_grammar(ref: str, d
     parsed = ociref.parse(ref, "--push")
     assert (parsed.domain, parsed.path, parsed.tag, parsed.loopback) == (domain, path, tag, loopback)
     assert str(parsed) == ref.removeprefix("docker://")
+    assert parsed.digest == (ref.rpartition("@")[2] if "@" in ref else None)
 
 
-@pytest.mark.parametrize(("ref", "says"), [
-    ("user:secret@127.0.0.1:1/x:y", "credentials never go into it"),
-    ("https://registry.example.com/x:y", "credentials never go into it"),
-    ("LOCALHOST/x:y", "'LOCALHOST' is not a registry"),
-    ("registry.example.com/x:" + "t" * 129, "not a reference"),
-    ("registry.example.com/-x:y", "not a reference"),
-    ("registry.example.com/x@sha256:abc", "not a reference"),
-    ("team", "no registry and no repository"),
+@pytest.mark.parametrize(("ref", "shown", "says"), [
+    ("user:secret@127.0.0.1:1/x:y", "127.0.0.1:1/x:y", "credentials never go into it"),
+    ("docker://user:secret@127.0.0.1:1/x:y", "127.0.0.1:1/x:y", "credentials never go into it"),
+    ("https://registry.example.com/x:y", "https://registry.example.com/x:y", "credentials never go into it"),
+    ("LOCALHOST/x:y", "LOCALHOST/x:y", "'LOCALHOST' is not a registry"),
+    ("registry.example.com/x:" + "t" * 129, "registry.example.com/x:" + "t" * 129, "not a reference"),
+    ("registry.example.com/-x:y", "registry.example.com/-x:y", "not a reference"),
+    ("registry.example.com/x@sha256:abc", "registry.example.com/x@sha256:abc", "not a reference"),
+    ("team", "team", "no registry and no repository"),
+    ("r.io/" + "a" * 251, "r.io/" + "a" * 195, "the name is longer than 255 characters"),
 ])
-def test_references_that_are_not_are_refused(ref: str, says: str) -> None:
+def test_references_that_are_not_are_refused(ref: str, shown: str, says: str) -> None:
     from rocmlock.deploy import ociref
     from rocmlock.errors import InputError
 
     with pytest.raises(InputError) as caught:
         ociref.parse(ref, "--push")
     assert says in str(caught.value) and "secret" not in str(caught.value)
-    assert str(caught.value).startswith("--push ")
+    assert str(caught.value).startswith(f"--push {shown}: ")
 
 
 def _tar_layer(tmp_path: Path, headers: bytes) -> tuple[Path, str]:

@@ -29,6 +29,7 @@ _HOST = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9A-Fa-f:.]+\])"
 _REFERENCE = re.compile(rf"(?P<domain>{_HOST}(?::[0-9]+)?)/(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
                         r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?", re.ASCII)
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+NAME_MAX = 255  # distribution/reference's NameTotalLengthMax: domain and path together
 FORM = "REGISTRY/REPOSITORY:TAG, the registry named (docker.io/library/debian:12 for Docker Hub)"
 
 
@@ -71,6 +72,8 @@ def parse(ref: str, flag: str) -> Reference:
         why = "not a reference (a lowercase repository, a tag of letters, digits, '_', '.', '-')"
     if found is None or "/" not in bare or not _names_registry(first):
         raise InputError(f"{flag} {shown}: {why}", hint=f"write {FORM}")
+    if len(found["domain"]) + 1 + len(found["path"]) > NAME_MAX:
+        raise InputError(f"{flag} {shown}: the name is longer than {NAME_MAX} characters", hint=f"write {FORM}")
     return Reference(found["domain"], found["path"], found["tag"], found["digest"])
 
 
