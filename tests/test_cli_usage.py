@@ -82,3 +82,74 @@ def test_commands_find_the_workspace_in_a_parent_directory_as_pixi_does(
         '[tool.pixi.environments]\nonly = []\n')
     code, err, _ = _run(["lock", "--check", "-e", "nope"], capsys)
     assert code == 2 and err[0].startswith(f"error: {tmp_path / 'pkg' / 'src' / 'pyproject.toml'}: unknown environment")
+
+
+def _broken(kind: str, path: Path) -> None:
+    """``path`` made a manifest that is there but cannot be read as one."""
+    import os
+
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "dangling":
+        path.symlink_to(path.parent / "gone.toml")
+    elif kind == "loop":
+        path.symlink_to(path)
+    elif kind == "directory":
+        path.mkdir()
+
+
+@pytest.mark.parametrize("name", ["pixi.toml", "pyproject.toml"])
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "dangling", "loop", "directory"])
+def test_a_manifest_that_is_there_but_unreadable_stops_discovery(
+        kind: str, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 41 (M): a broken pixi.toml in the child made `rocmlock lock` there use (and write into) the parent's
+    # workspace. pixi stops on a manifest it cannot read (discovery.rs: `provenance.read()?`); rocmlock stops on
+    # any entry of that name that is no readable regular file (workspace/pyproject.py _present_text says why).
+    (tmp_path / "pixi.toml").write_text(WS)
+    child = tmp_path / "child"
+    child.mkdir()
+    _broken(kind, child / name)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    monkeypatch.chdir(child)
+    for argv in (["lock", "--check"], ["pack", "-e", "mi300x"]):
+        code, err, out = _run(argv, capsys)
+        assert code == 2 and out == "", err
+        assert len(err) == 2 and err[0].startswith(f"error: {child / name}: "), err
+        assert err[0].endswith("; it stops the search for a workspace here"), err
+        assert err[1] == "hint: fix or remove it, or pass --manifest-path to the workspace's pixi.toml"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert sorted(p.name for p in child.iterdir()) == [name]
+    # --manifest-path still reaches the parent's workspace past it.
+    code, err, _ = _run(["lock", "--check", "-e", "nope", "--manifest-path", str(tmp_path)], capsys)
+    assert code == 2 and err[0].startswith(f"error: {tmp_path / 'pixi.toml'}: unknown environment 'nope'"), err
+
+
+def test_a_manifest_it_may_not_read_stops_discovery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # pixi's own rule (discovery.rs `provenance.read()?`): a pixi.toml it cannot read is an error, not passed over.
+    import errno
+    import os
+
+    from rocmlock.workspace import pyproject
+
+    (tmp_path / "pixi.toml").write_text(WS)
+    child = tmp_path / "child"
+    child.mkdir()
+    (child / "pixi.toml").write_text(WS)
+    (child / "pixi.toml").chmod(0)
+    if os.geteuid() == 0:  # root reads a file of mode 000: refuse it as the kernel would refuse anyone else
+        real = pyproject.read_manifest_text
+
+        def denied(path: Path) -> str:
+            if path == child / "pixi.toml":
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+            return real(path)
+
+        monkeypatch.setattr(pyproject, "read_manifest_text", denied)
+    monkeypatch.chdir(child)
+    code, err, _ = _run(["lock", "--check"], capsys)
+    assert code == 2 and err[0] == (f"error: {child / 'pixi.toml'}: cannot be read (permission denied); "
+                                    "it stops the search for a workspace here"), err
