@@ -16,6 +16,7 @@ from pathlib import Path
 from rattler import RepoDataRecord
 
 from rocmlock.errors import InputError, OperationError
+from rocmlock.lock.gpuarch import contradictions, refusal
 from rocmlock.lock.lockfile import (
     LockedPlatform,
     LockedWorkspace,
@@ -127,7 +128,12 @@ def select_environment(lock_path: Path, environment: str, platform: str | None =
         raise InputError(f"{lock_path}: environment '{environment}' has no platform '{platform}'",
                          hint=f"locked platforms: {', '.join(platforms)}")
     subdir = records[0].subdir if records else "noarch"
-    return Selected(locked.platforms.get(platform) or LockedPlatform(platform, subdir, ()), records,
+    locked_platform = locked.platforms.get(platform) or LockedPlatform(platform, subdir, ())
+    # Issue 40: a lock whose records are another GPU's builds than the platform's __amdgpu_arch is not installed.
+    if error := refusal(contradictions(environment, platform, locked_platform.virtual_packages, records),
+                        lock_path, solved=False):
+        raise error
+    return Selected(locked_platform, records,
                     tuple(env.pypi.get(platform, ())), tuple(env.sources.get(platform, ())))
 
 
