@@ -9,13 +9,14 @@ reached with the credentials of the manifest's channel URLs, held in memory
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rattler import RepoDataRecord
 
 from rocmlock.errors import InputError, OperationError
+from rocmlock.lock.gpuarch import contradictions, refusal
 from rocmlock.lock.lockfile import (
     LockedPlatform,
     LockedWorkspace,
@@ -74,8 +75,11 @@ def left_out(lock_path: Path, environment: str, platform: str) -> tuple[str, ...
     env = locked.environments.get(environment) if locked else None
     if env is None:
         return ()
-    pins = [f"{p.name}=={p.version} (pypi)" for p in env.pypi.get(platform, [])]
-    return tuple(pins + [s.describe() for s in env.sources.get(platform, [])])
+    return _not_conda(env.pypi.get(platform, ()), env.sources.get(platform, ()))
+
+
+def _not_conda(pins: Sequence[PypiPin], sources: Sequence[SourcePackage]) -> tuple[str, ...]:
+    return tuple([f"{p.name}=={p.version} (pypi)" for p in pins] + [s.describe() for s in sources])
 
 
 def left_out_warning(names: Sequence[str], environment: str, platform: str, where: str) -> str:
@@ -102,9 +106,11 @@ def select_records(lock_path: Path, environment: str, platform: str | None = Non
     return selected.platform, selected.records
 
 
-def select_environment(lock_path: Path, environment: str, platform: str | None = None) -> Selected:
-    """What ``environment`` on ``platform`` (its only one when None) of the lock holds."""
-    settle(lock_path.parent)  # a write of the lock outputs that was interrupted is finished first
+def select_environment(lock_path: Path, environment: str, platform: str | None = None,
+                       on_wait: Callable[[str], None] | None = None) -> Selected:
+    """What ``environment`` on ``platform`` (its only one when None) of the lock holds: one read of pixi.lock,
+    which a writer replaces by a rename (so it is the old lock or the new one, whatever runs beside)."""
+    settle(lock_path.parent, on_wait)  # a write of the lock outputs that was interrupted is finished first
     locked = read_named(lock_path)
     if locked is None:
         raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first")
@@ -122,7 +128,12 @@ def select_environment(lock_path: Path, environment: str, platform: str | None =
         raise InputError(f"{lock_path}: environment '{environment}' has no platform '{platform}'",
                          hint=f"locked platforms: {', '.join(platforms)}")
     subdir = records[0].subdir if records else "noarch"
-    return Selected(locked.platforms.get(platform) or LockedPlatform(platform, subdir, ()), records,
+    locked_platform = locked.platforms.get(platform) or LockedPlatform(platform, subdir, ())
+    # Issue 40: a lock whose records are another GPU's builds than the platform's __amdgpu_arch is not installed.
+    if error := refusal(contradictions(environment, platform, locked_platform.virtual_packages, records),
+                        lock_path, solved=False):
+        raise error
+    return Selected(locked_platform, records,
                     tuple(env.pypi.get(platform, ())), tuple(env.sources.get(platform, ())))
 
 
@@ -154,15 +165,18 @@ def check_prefix(prefix: Path) -> None:
 
 
 def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform: str | None = None,
-                      cache_dir: Path | None = None, channels: Sequence[str] = ()) -> InstallResult:
+                      cache_dir: Path | None = None, channels: Sequence[str] = (),
+                      on_wait: Callable[[str], None] | None = None) -> InstallResult:
     """Install ``environment``'s locked records for ``platform`` (its only one when omitted) into ``prefix``.
 
     ``channels`` are the manifest's channel URLs as written, credentials included: the lock records clean
-    URLs only, and the credentials go to rattler in memory.
+    URLs only, and the credentials go to rattler in memory. What it installs and what it reports as left out
+    come from one read of pixi.lock, so a ``rocmlock lock`` running meanwhile cannot mix two locks in the result.
     """
     from rattler import install
 
-    locked_platform, records = select_records(lock_path, environment, platform)
+    selected = select_environment(lock_path, environment, platform, on_wait)
+    locked_platform, records = selected.platform, selected.records
     check_prefix(prefix)
     _, client = client_for_urls(channels)
     created = not prefix.exists()
@@ -177,8 +191,7 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
         raise _install_error(f"installing '{environment}' into {prefix} failed ({left})", text,
                              [*channels, *(r.channel or "" for r in records)], records) from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
-    return InstallResult(prefix, environment, locked_platform.name, names,
-                         left_out(lock_path, environment, locked_platform.name))
+    return InstallResult(prefix, environment, locked_platform.name, names, _not_conda(selected.pins, selected.sources))
 
 
 def _install_error(what: str, text: str, channels: Sequence[str], records: Sequence[RepoDataRecord]) -> OperationError:

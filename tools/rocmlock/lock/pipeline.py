@@ -20,6 +20,7 @@ from rocmlock.errors import InputError, OperationError
 from rocmlock.lock import stamp
 from rocmlock.lock.diff import Explicit, LockDiff, PackageType, diff_lock_files, diff_locks, lock_packages
 from rocmlock.lock.exports import render_exports
+from rocmlock.lock.gpuarch import lock_contradictions, refusal
 from rocmlock.lock.lockfile import (
     LockedEnvironment,
     LockedPlatform,
@@ -338,6 +339,8 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
     if update is None and not discard and (same := unchanged(manifest, cache)) is not None:
         return same
     old, before, discarded, before_text = _previous(ws, discard)
+    if check and old is not None and (error := refusal(lock_contradictions(old), ws.root / LOCK_NAME, False)):
+        raise error
     _check_update_names(ws, old, update)
     kept, jobs, reasons = _plan(ws, envs, names, plats, old, update)
     if discard:
@@ -345,6 +348,8 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
     solved = _solve(ws, envs, jobs, cache)
     _check_solved(envs, solved)
     locked = _assemble(ws, envs, {**kept, **solved})
+    if error := refusal(lock_contradictions(locked), ws.root / LOCK_NAME, solved=True):
+        raise error  # issue 40: never written
     changes = [c for env in envs for p in env.platforms if (key := (env.name, p.name)) in solved
                for c in diff_records(env.name, p.name, before.records(*key) if before else None, solved[key])]
     files = render_outputs(ws, locked, envs)
@@ -398,6 +403,9 @@ def _export_held(manifest: Path, environments: Sequence[str] | None, check: bool
         raise InputError(f"{ws.root / LOCK_NAME}: environment '{missing[0]}' is not locked",
                          hint="run `rocmlock lock` (or `pixi lock`) first")
     selected = [e for e in envs if e.name in names]
+    if error := refusal(lock_contradictions(locked, [(e.name, p.name) for e in selected for p in e.platforms]),
+                        ws.root / LOCK_NAME, solved=False):
+        raise error
     warnings = _source_packages(ws.root / LOCK_NAME, locked, selected, skip_source)
     files = render_outputs(ws, locked, selected)
     files.pop(ws.root / LOCK_NAME)
