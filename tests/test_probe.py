@@ -147,7 +147,8 @@ def test_driver_loaded_lists_the_kfd_gpus(tmp_path: Path) -> None:
     for n in (1, 2):
         write(nodes / f"{n}/properties", "simd_count 304\ngfx_target_version 90402\n")
     out = probe.check_driver(ctx_for(tmp_path))
-    assert (out.status, out.evidence) == ("ok", "amdgpu loaded; KFD GPUs: gfx942 x2")
+    assert (out.status, out.evidence) == (
+        "ok", "amdgpu loaded; KFD GPUs: gfx942 x2; __amdgpu_arch 9.4.2 from /sys/class/kfd/kfd/topology/nodes")
 
 
 def test_driver_loaded_without_gpu_nodes_warns(tmp_path: Path) -> None:

@@ -284,6 +284,38 @@ def rattler_pick(gpus: Sequence[tuple[str, tuple[int, int, int], int | None]]) -
     return max(gpus, key=lambda g: (g[2] is not None, g[2] or 0, g[1]))[0]
 
 
+# rattler's AMD GPU overrides (py-rattler 0.28, conda/rattler#2806, rattler_virtual_packages amdgpu.rs), read as
+# rattler reads them, so the probe answers as `rattler.VirtualPackage.detect` (and rocmlock's node checks) do:
+# CONDA_OVERRIDE_AMDGPU "0" forces __amdgpu on, "" off, anything else is refused; CONDA_OVERRIDE_AMDGPU_ARCH is
+# the ISA "major.minor.stepping" in decimal ("" for none); __amdgpu_arch exists only with __amdgpu.
+AMDGPU_OVERRIDES = ("CONDA_OVERRIDE_AMDGPU", "CONDA_OVERRIDE_AMDGPU_ARCH")
+_ISA = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+
+
+def amdgpu_seen(ctx: Context, found: Sequence[tuple[str, tuple[int, int, int], int | None]]
+                ) -> tuple[bool, tuple[int, int, int] | None, str]:
+    """(__amdgpu, __amdgpu_arch, where they come from) for KFD's GPUs ``found`` and rattler's overrides;
+    a ValueError names a bad override as rattler refuses it."""
+    present_override = ctx.environ.get(AMDGPU_OVERRIDES[0])
+    arch_override = ctx.environ.get(AMDGPU_OVERRIDES[1])
+    if present_override not in (None, "", "0"):
+        raise ValueError(f"{AMDGPU_OVERRIDES[0]}={present_override!r}: __amdgpu is always '0'; set it to 0 (on) or "
+                         "to an empty string (off)")
+    if arch_override and not _ISA.fullmatch(arch_override):
+        raise ValueError(f"{AMDGPU_OVERRIDES[1]}={arch_override!r}: not an AMDGPU ISA version major.minor.stepping "
+                         "(e.g. 9.4.2 for gfx942)")
+    overrides = [f"{n}={ctx.environ[n]!r}" for n in AMDGPU_OVERRIDES if n in ctx.environ]
+    source = f"rattler with {' '.join(overrides)}" if overrides else "/sys/class/kfd/kfd/topology/nodes"
+    present = present_override == "0" if present_override is not None else bool(found)
+    if not present:
+        return False, None, source
+    if arch_override is not None:
+        isa = tuple(int(p) for p in arch_override.split(".")) if arch_override else None
+        return True, (isa[0], isa[1], isa[2]) if isa else None, source
+    pick = max(found, key=lambda g: (g[2] is not None, g[2] or 0, g[1]), default=None)
+    return True, pick[1] if pick else None, source
+
+
 def amdgpu_arch_picks(gpus: Sequence[tuple[str, tuple[int, int, int], int | None]]) -> str:
     """What ``__amdgpu_arch`` is on a node of several targets: rattler/pixi take the GPU with the most compute
     units, ties to the highest ISA (conda/rattler#2806); the CEP draft the highest ISA (conda/ceps#189)."""
@@ -421,6 +453,16 @@ def exc_text(exc: BaseException) -> str:
 def check_driver(ctx: Context) -> Outcome:
     module = ctx.path("/sys/module/amdgpu")
     found = kfd_gpus(ctx)
+    try:
+        present, isa, source = amdgpu_seen(ctx, found)
+    except ValueError as exc:
+        return fail(f"bad GPU override: {exc}", "fix or unset the variable (rattler refuses it too)")
+    label = "KFD GPUs"
+    if any(n in ctx.environ for n in AMDGPU_OVERRIDES):  # the node as rattler/pixi see it under the overrides
+        label = "GPU as rattler sees it"
+        found = [(gfx_from_kfd_version(isa[0] * 10000 + isa[1] * 100 + isa[2]), isa, None)] if isa else []
+    seen = (f"__amdgpu_arch {'.'.join(map(str, isa))} from {source}" if isa else
+            f"{'__amdgpu but ' if present else ''}no __amdgpu_arch from {source}")
     gpus = [g[0] for g in found]
     if not module.is_dir():
         nvidia = " (an NVIDIA driver is loaded: not ROCm)" if ctx.path("/sys/module/nvidia").is_dir() else ""
@@ -429,12 +471,12 @@ def check_driver(ctx: Context) -> Outcome:
     if state != "live":
         return fail(f"amdgpu initstate is '{state}'", DRIVER_FIX)
     if not gpus:
-        return warn("amdgpu is loaded but KFD lists no GPU node (/sys/class/kfd/kfd/topology)",
+        return warn(f"amdgpu is loaded but KFD lists no GPU node (/sys/class/kfd/kfd/topology; {seen})",
                     "a GPU without compute support, or KFD disabled; check `dmesg | grep -i kfd`")
     summary = _tally(gpus)
     if ctx.expect_arch and ctx.expect_arch not in gpus:
-        return fail(f"amdgpu loaded; KFD GPUs: {summary}; the environment is for {ctx.expect_arch} "
-                    f"({ctx.expect_arch_source}), which is none of them",
+        return fail(f"amdgpu loaded; {label}: {summary}; the environment is for {ctx.expect_arch} "
+                    f"({ctx.expect_arch_source}), which is none of them ({seen})",
                     f"install the environment built for {rattler_pick(found)} "
                     "(its amdgpu-target) on this node", gfx=gpus)
     if len(set(gpus)) > 1:
@@ -444,7 +486,7 @@ def check_driver(ctx: Context) -> Outcome:
                "only its target" if mine else "pass --expect-arch or install the environment's amdgpu-target package")
         return warn(f"amdgpu loaded; GPUs of {len(set(gpus))} targets: {listed}; {amdgpu_arch_picks(found)}", fix,
                     gfx=gpus)
-    return ok(f"amdgpu loaded; KFD GPUs: {summary}", gfx=gpus)
+    return ok(f"amdgpu loaded; {label}: {summary}; {seen}", gfx=gpus)
 
 
 def device_files(ctx: Context) -> tuple[Path | None, list[Path]]:
