@@ -104,13 +104,20 @@ def _ensure_dir(path: Path) -> None:
 
 
 def state_dir(root: Path) -> Path:
-    """``<root>/.rocmlock``, created with a ``.gitignore`` of ``*`` (pixi does the same for ``.pixi``)."""
+    """``<root>/.rocmlock``, created with a ``.gitignore`` of ``*`` (pixi does the same for ``.pixi``); the caller
+    holds the writer lock.
+
+    The ``.gitignore`` goes through a temporary file of one fixed name (never an empty ``.gitignore``, whenever
+    a kill comes; a kill between the two steps leaves the temporary file, which the next writer writes again and
+    renames). One fixed name is safe only under the lock: two writers that both saw no ``.gitignore`` would each
+    write it and the second rename would find the file gone (issue 40: ENOENT, "cannot write the lock outputs").
+    """
     state = root / STATE_DIR
     ignore = state / ".gitignore"
     if not ignore.is_file():
-        _mkdir(state)
+        _ensure_dir(state)
         _write(state / ".gitignore.tmp", b"*\n")
-        _rename(state / ".gitignore.tmp", ignore)  # never an empty .gitignore, whenever the kill comes
+        _rename(state / ".gitignore.tmp", ignore)
     return state
 
 
@@ -210,6 +217,8 @@ def exclusive(root: Path, subject: Subject, write: bool = True, timeout: float |
     try:
         _wait_for(fd, kind, lock_path, _timeout(timeout), on_wait, subject)
         if kind == fcntl.LOCK_EX:
+            with contextlib.suppress(OSError):  # best effort: a write that needs it fails in commit, in one line
+                state_dir(root)
             _recover_or_fail(root, subject)
         yield
     finally:
@@ -227,7 +236,10 @@ def _open_lock(root: Path, lock_path: Path, write: bool, subject: Subject) -> tu
     try:
         if write:
             try:
-                state_dir(root)
+                # Only steps that any number of processes may take at once come before the lock: a directory made
+                # if missing, a file opened with O_CREAT. Nothing here (or anywhere) ever removes either, so
+                # every process that opens writer.lock opens the same file (see rocmlock.util.oslock).
+                _ensure_dir(root / STATE_DIR)
             except OSError as exc:
                 if exc.errno not in oslock.NOT_WRITABLE:
                     raise
