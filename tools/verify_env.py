@@ -82,6 +82,18 @@ AOTRITON_EXPERIMENTAL: dict[str, frozenset[str]] = {
 # only moves forward, and from 0.12b on gfx1100 and gfx1151 are supported.
 AOTRITON_OF_TORCH: dict[str, str] = {"2.12": "0.11.2b", "2.13": "0.12b"}
 AOTRITON_VAR = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
+# (AOTriton release, target) -> a known defect of that release on that target that users feel, with its upstream
+# issue; a copy of rocmlock's rocmlock.gpu.targets.AOTRITON_KNOWN_ISSUES (a test keeps them equal). ROCm/TheRock#7696
+# ("Verified Issue", 2026-08-27, first identified in ROCm 10.0.0): AOTriton 0.13b selects a slower flash-attention
+# backward kernel on MI350X (gfx950) than 0.11.2b's 3-kernel split, 9-25 % lower training throughput. The SDPA check
+# reads the release torch really bundles (torch/lib/libaotriton_v2.so.<version>, 0.13.0 for 0.13b).
+AOTRITON_KNOWN_ISSUES: dict[tuple[str, str], str] = {
+    ("0.13b", "gfx950"): ("its flash-attention backward on gfx950 is a slower kernel than 0.11.2b's 3-kernel "
+                          "split: 9-25 % lower training throughput (ROCm/TheRock#7696)"),
+}
+AOTRITON_ISSUE_FIX = ("train with flash-attn's CK kernels (LLaMA-Factory `flash_attn: fa2`; `rocmlock preset` picks "
+                      "them where the environment has flash-attn), or use a PyTorch built with AOTriton 0.11.2b "
+                      "(the issue's workaround)")
 
 DRIVER_FIX = ("install and load the amdgpu kernel driver on the host: AMD's `amdgpu-install --usecase=dkms`, "
               "then `sudo modprobe amdgpu` (or reboot); `dmesg | grep -i amdgpu` shows why it did not load")
@@ -1282,8 +1294,48 @@ def check_sdpa(ctx: Context) -> Outcome:
                     f"{tier}", f"AOTriton's experimental kernels are wrong here: unset {AOTRITON_VAR} and train with "
                     "flash-attn (`flash_attn: fa2`)" if experimental_ran else
                     "the attention kernels (AOTriton) are wrong for this GPU: check torch.arch_list and ROCm")
-    return ok(f"bf16 causal, output error {out_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}"
-              f"{_aotriton_tier(ctx)}", out_err=out_err, grad_err=grad_err)
+    evidence = (f"bf16 causal, output error {out_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}"
+                f"{_aotriton_tier(ctx)}")
+    issue = _aotriton_issue(ctx)
+    if issue:  # correct, but a known slow kernel of the bundled AOTriton on this GPU
+        return warn(evidence + issue, AOTRITON_ISSUE_FIX, out_err=out_err, grad_err=grad_err)
+    return ok(evidence, out_err=out_err, grad_err=grad_err)
+
+
+def bundled_aotriton(torch: Any) -> str | None:
+    """The version of the AOTriton runtime ``torch`` ships, from the name of torch/lib/libaotriton_v2.so.<X.Y.Z>
+    (``0.13.0`` for AOTriton 0.13b); None when torch has no such file (a CUDA build, or AOTriton linked elsewhere)."""
+    lib = os.path.join(os.path.dirname(str(getattr(torch, "__file__", "") or "")), "lib")
+    prefix = "libaotriton_v2.so."
+    try:
+        names = os.listdir(lib)
+    except OSError:
+        return None
+    found = [n[len(prefix):] for n in names if n.startswith(prefix) and re.fullmatch(r"[0-9]+(\.[0-9]+)*",
+                                                                                    n[len(prefix):])]
+    return max(found, key=lambda v: tuple(int(p) for p in v.split("."))) if found else None
+
+
+def _release_numbers(release: str) -> tuple[int, ...]:
+    """``0.13b`` -> ``(0, 13)``, ``0.13.0`` -> ``(0, 13)``: an AOTriton release and its soname compare equal."""
+    numbers = [int(p) for p in re.findall(r"[0-9]+", release.split("b")[0])]
+    while len(numbers) > 2 and numbers[-1] == 0:
+        numbers.pop()
+    return tuple(numbers)
+
+
+def _aotriton_issue(ctx: Context) -> str:
+    """For a GPU with a known defect of the AOTriton torch bundles (AOTRITON_KNOWN_ISSUES): the defect, said."""
+    if ctx.device in (None, "cpu") or not ctx.is_rocm:
+        return ""
+    bundled = bundled_aotriton(ctx.torch)
+    if bundled is None:
+        return ""
+    gpus = set(_device_targets(ctx.torch))
+    notes = [f"; {gfx} with AOTriton {release} (torch/lib/libaotriton_v2.so.{bundled}): {text}"
+             for (release, gfx), text in AOTRITON_KNOWN_ISSUES.items()
+             if gfx in gpus and _release_numbers(release) == _release_numbers(bundled)]
+    return "".join(notes)
 
 
 def aotriton_of_torch(version: str) -> str | None:
