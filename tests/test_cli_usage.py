@@ -84,6 +84,38 @@ def test_commands_find_the_workspace_in_a_parent_directory_as_pixi_does(
     assert code == 2 and err[0].startswith(f"error: {tmp_path / 'pkg' / 'src' / 'pyproject.toml'}: unknown environment")
 
 
+def test_a_legacy_project_table_is_a_workspace_that_discovery_stops_at(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # pixi reads a pixi.toml's [project] as its workspace where there is no [workspace]
+    # (crates/pixi_manifest/src/toml/manifest.rs, TomlManifest::deserialize: `th.optional("project")`), so its
+    # discovery stops at it (discovery.rs: `manifest.has_workspace()`): the outer workspace is never reached.
+    (tmp_path / "pixi.toml").write_text(WS)
+    legacy = tmp_path / "old"
+    (legacy / "src").mkdir(parents=True)
+    (legacy / "pixi.toml").write_text('[project]\nname = "old"\nchannels = ["c"]\nplatforms = ["linux-64"]\n'
+                                      '[environments]\nlegacy = []\n')
+    from rocmlock.workspace.pyproject import discover_manifest
+
+    assert discover_manifest(legacy / "src") == legacy / "pixi.toml"
+    monkeypatch.chdir(legacy / "src")
+    code, err, _ = _run(["pack"], capsys)
+    assert code == 2 and err[-1] == "hint: pass -e ENV, one of: default, legacy", err
+    code, err, _ = _run(["lock", "--check", "-e", "mi300x"], capsys)
+    assert code == 2 and err[0].startswith(f"error: {legacy / 'pixi.toml'}: unknown environment 'mi300x'"), err
+
+
+def test_an_unknown_option_given_as_opt_equals_value_gets_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:
+    # the guess is made from the option's name alone: a long value after '=' would leave nothing near enough
+    value = "/srv/projects/team-a/workspaces/llm-finetune/pixi.toml"
+    code, err, _ = _run(["lock", f"--manifest-pth={value}"], capsys)
+    assert code == 2
+    assert err[-1] == (f"rocmlock lock: error: unrecognized arguments: --manifest-pth={value} "
+                       "(did you mean --manifest-path?)")
+    # an unknown option that leaves a required one missing: named, with the nearest option
+    code, err, _ = _run(["install", "-e", "mi300x", f"--prefx={value}"], capsys)
+    assert code == 2 and err[-1] == "rocmlock install: error: unrecognized option --prefx (did you mean --prefix?)"
+
+
 def _broken(kind: str, path: Path) -> None:
     """``path`` made a manifest that is there but cannot be read as one."""
     import os
