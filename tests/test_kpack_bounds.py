@@ -175,7 +175,7 @@ def _archive(code: DeviceCode | None) -> kpack.Archive:
 
 
 def test_more_frames_than_are_walked_fail_the_entries_past_them(tmp_path: Path) -> None:
-    at, toc = _toc(ZSTD.read_bytes())
+    _, toc = _toc(ZSTD.read_bytes())
     data = ZSTD.read_bytes()
     count_at = toc["zstd_offset"]
     assert struct.unpack_from("<I", data, count_at)[0] == 3
