@@ -52,6 +52,8 @@ def cmd_install(args: argparse.Namespace) -> int:
         print_json(result.to_dict())
     if result.left_out:
         err("warning: " + left_out_warning(result.left_out, result.environment, result.platform, "installed"))
+    if result.gpu_warning:
+        err("warning: " + result.gpu_warning)
     err(f"installed {len(result.packages)} package(s) of '{result.environment}' [{result.platform}] "
         f"into {result.prefix}")
     return 0

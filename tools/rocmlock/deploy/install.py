@@ -16,7 +16,8 @@ from pathlib import Path
 from rattler import RepoDataRecord
 
 from rocmlock.errors import InputError, OperationError
-from rocmlock.lock.gpuarch import contradictions, refusal
+from rocmlock.host.node import rattler_amdgpu
+from rocmlock.lock.gpuarch import contradictions, describe_isa, platform_isa, refusal
 from rocmlock.lock.lockfile import (
     LockedPlatform,
     LockedWorkspace,
@@ -47,10 +48,12 @@ class InstallResult:
     packages: tuple[str, ...]
     # PyPI and source packages of the lock that rattler does not install (see :func:`left_out`).
     left_out: tuple[str, ...] = ()
+    # This machine's GPU (rattler's __amdgpu_arch) is not the platform's: a line saying so (see :func:`gpu_mismatch`).
+    gpu_warning: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {"prefix": str(self.prefix), "environment": self.environment, "platform": self.platform,
-                "packages": list(self.packages), "left_out": list(self.left_out)}
+                "packages": list(self.packages), "left_out": list(self.left_out), "gpu_warning": self.gpu_warning}
 
 
 def read_named(lock_path: Path) -> LockedWorkspace | None:
@@ -178,6 +181,7 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
     selected = select_environment(lock_path, environment, platform, on_wait)
     locked_platform, records = selected.platform, selected.records
     check_prefix(prefix)
+    gpu_warning = gpu_mismatch(locked_platform)
     _, client = client_for_urls(channels)
     created = not prefix.exists()
     try:
@@ -191,7 +195,23 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
         raise _install_error(f"installing '{environment}' into {prefix} failed ({left})", text,
                              [*channels, *(r.channel or "" for r in records)], records) from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
-    return InstallResult(prefix, environment, locked_platform.name, names, _not_conda(selected.pins, selected.sources))
+    return InstallResult(prefix, environment, locked_platform.name, names, _not_conda(selected.pins, selected.sources),
+                         gpu_warning)
+
+
+def gpu_mismatch(platform: LockedPlatform) -> str | None:
+    """A line when this machine's ``__amdgpu_arch``, as rattler detects it (its overrides applied), is not the one
+    ``platform`` declares; None on a machine without one (a CI runner filling a container) or of that GPU. pixi
+    warns likewise and installs: a prefix may be made for other nodes (a shared file system)."""
+    want = platform_isa(platform.virtual_packages)
+    if want is None:
+        return None
+    have = rattler_amdgpu()
+    if have.isa is None or have.isa == want:
+        return None
+    return (f"this machine is {have.describe()}, but platform '{platform.name}' is for {describe_isa(want)}: "
+            f"its packages will not run on this GPU (install them on a node of that GPU; "
+            f"CONDA_OVERRIDE_AMDGPU_ARCH={want} says this one is)")
 
 
 def _install_error(what: str, text: str, channels: Sequence[str], records: Sequence[RepoDataRecord]) -> OperationError:

@@ -4,7 +4,10 @@ leaves the old set or the new set (the lock outputs of :mod:`rocmlock.lock.outpu
 **One writer.** :func:`exclusive` holds an OS file lock (``flock`` on ``<root>/.rocmlock/writer.lock``) for a whole
 read-change-write; a second writer waits up to :data:`DEFAULT_TIMEOUT` seconds (``ROCMLOCK_LOCK_TIMEOUT``),
 saying whom it waits for, then fails naming the holder. The kernel drops the lock when its process dies, so a
-``kill -9`` never leaves a stale lock. Readers take the lock shared and create nothing.
+``kill -9`` never leaves a stale lock. Readers take the lock shared and create nothing. Neither ``.rocmlock/`` nor
+the lock file is ever removed, and before the lock a writer only makes the directory and opens the file with
+``O_CREAT`` (steps any number of processes may take at once); everything else, ``.gitignore`` included, is written
+by the holder (issue 40: two first writers raced on ``.gitignore.tmp``).
 
 **Atomic set.** :func:`commit` is a redo journal in ``<root>/.rocmlock/txn/`` (a directory with a ``.gitignore``
 of ``*``, so ``git add`` never picks up leftovers):
