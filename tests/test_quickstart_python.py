@@ -35,8 +35,8 @@ def _system_python(root: Path, *, managed: bool) -> Path:
     if managed:
         (lib / "EXTERNALLY-MANAGED").write_text("[externally-managed]\nError=use apt\n")
     python = root / "bin" / "python3"
-    check = subprocess.run([str(python), "-c", "import sys, sysconfig; print(sys.prefix == sys.base_prefix, "
-                            "sysconfig.get_path('stdlib'))"], capture_output=True, text=True, check=True)
+    check = subprocess.run([str(python), "-c", ("import sys, sysconfig; print(sys.prefix == sys.base_prefix, "
+                            "sysconfig.get_path('stdlib'))")], capture_output=True, text=True, check=True)
     assert check.stdout.split() == ["True", str(lib)], check.stdout
     return python
 
@@ -81,8 +81,8 @@ def test_an_installed_rocmlock_command_is_used_as_it_is(tmp_path: Path) -> None:
     system = _system_python(tmp_path / "system", managed=True)
     # This test's python imports rocmlock: it stands for pipx's venv.
     for name, script in [("plain", f"#!{sys.executable}\nfrom rocmlock.cli.main import run\nrun()\n"),
-                         ("long", f"#!/bin/sh\n'''exec' \"{sys.executable}\" \"$0\" \"$@\"\n' '''\n"
-                                  "from rocmlock.cli.main import run\nrun()\n")]:
+                         ("long", (f"#!/bin/sh\n'''exec' \"{sys.executable}\" \"$0\" \"$@\"\n' '''\n"
+                                  "from rocmlock.cli.main import run\nrun()\n"))]:
         bin_dir = tmp_path / name
         bin_dir.mkdir()
         (bin_dir / "rocmlock").write_text(script)
