@@ -5,6 +5,9 @@ expands them."""
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from rocmlock.lock.lockfile import (
 )
 
 CHANNEL = "https://conda.example/forge"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _record(name: str, version: str = "1.0", depends: tuple[str, ...] = (), license: str = "MIT") -> RepoDataRecord:
@@ -73,3 +77,50 @@ def test_the_environments_options_keep_an_environment_named_on(tmp_path: Path) -
     assert locked is not None and list(locked.environments) == ["on"]
     assert locked.environments["on"].options == {"strategy": "highest"}
 
+
+def _aliased_lock(path: Path, packages: int = 5000) -> Path:
+    """1.3 MB: ``packages`` packages whose depends are all one aliased list of as many items (25 million once
+    expanded). rattler would accept it: YAML aliases are valid, and serde_yaml expands them."""
+    url = f"{CHANNEL}/linux-64/p{{}}-1.0-h0_0.conda".format
+    refs = "".join(f"      - conda: {url(i)}\n" for i in range(packages))
+    deps = "".join(f"  - d{i}\n" for i in range(packages))
+    entries = "".join(f"- conda: {url(i)}\n  sha256: '{'01' * 32}'\n  md5: '{'02' * 16}'\n"
+                      + (f"  depends: &deps\n{deps}" if i == 0 else "  depends: *deps\n") for i in range(packages))
+    path.write_text(f"version: 7\nplatforms:\n- name: linux-64\nenvironments:\n  default:\n    channels:\n"
+                    f"    - url: {CHANNEL}\n    packages:\n      linux-64:\n{refs}packages:\n{entries}")
+    return path
+
+
+def _limited(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    env = {"PYTHONPATH": str(REPO / "tools"), "PATH": "/usr/bin:/bin", "HOME": str(cwd)}
+    return subprocess.run([sys.executable, "-m", "rocmlock", *argv], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600, preexec_fn=limit, check=False)
+
+
+def test_aliases_are_refused_before_any_reader_expands_them(tmp_path: Path) -> None:
+    """Under 3 GB, rattler's reader died expanding the aliases (allocation failure, exit 134) in `diff` and
+    `lock --check`; now both refuse the lock in one line, exit 2, before reading it."""
+    lock = _aliased_lock(tmp_path / "pixi.lock")
+    assert 1_000_000 < lock.stat().st_size < 1_500_000
+    (tmp_path / "pixi.toml").write_text(f'[workspace]\nname = "a"\nchannels = ["{CHANNEL}"]\n'
+                                        'platforms = ["linux-64"]\n')
+    line = lock.read_text().splitlines().index("  depends: &deps") + 1
+    for argv in (["diff", str(lock), str(lock)], ["lock", "--check"]):
+        out = _limited(argv, tmp_path)
+        assert out.returncode == 2, (argv, out.returncode, out.stderr[-2000:])
+        first, *rest = out.stderr.splitlines()
+        assert first == (f"error: {lock}: line {line}: a YAML anchor or alias, which pixi and rattler never write (each "
+                         "alias is a full copy for a reader); not a lock to read"), out.stderr
+        assert "Traceback" not in out.stderr and len(rest) <= 1
+
+
+@pytest.mark.parametrize("text", ["license: BSD & MIT", "license: A&B", "license: '&x'"])
+def test_an_ampersand_that_is_no_anchor_is_read(tmp_path: Path, text: str) -> None:
+    from rocmlock.lock.lockyaml import refuse_anchors
+
+    lock = _lock(tmp_path / "pixi.lock", "default", [_record("a", license="X")], {"license: X": text})
+    refuse_anchors(lock.read_bytes(), lock)
+    assert read_lockfile(lock) is not None

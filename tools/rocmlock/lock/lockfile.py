@@ -33,7 +33,7 @@ from rattler.exceptions import ConversionError, ParseCondaLockError
 from rattler.lock.package import CondaLockedBinaryPackage
 
 from rocmlock.errors import InputError
-from rocmlock.lock.lockyaml import load_lock_yaml
+from rocmlock.lock.lockyaml import load_lock_yaml, refuse_anchors
 from rocmlock.util.credentials import has_query, mask_queries, redact_url, refuse_query
 from rocmlock.util.fs import read_regular
 from rocmlock.util.text import escape, line_problem
@@ -139,6 +139,7 @@ def read_lockfile(path: Path) -> LockedWorkspace | None:
     if not path.exists():
         return None
     data = lock_bytes(path)
+    refuse_anchors(data, path)  # before rattler expands an alias into a copy (issue 41 J)
     try:
         lock = LockFile.from_path(path)
     except (ParseCondaLockError, OSError, ValueError) as exc:
