@@ -24,6 +24,7 @@ from rattler import RepoDataRecord
 
 from rocmlock.lock.generated import HEADER
 from rocmlock.lock.lockfile import LockedPlatform
+from rocmlock.lock.yamlwrite import render_yaml
 from rocmlock.util.credentials import redact_url
 
 CONDA_LOCK_NAME = "conda-lock.yml"
@@ -100,10 +101,7 @@ def render_conda_lock(env: str, channels: Sequence[str], platforms: Sequence[Loc
                 "channels": [{"url": redact_url(c).rstrip("/"), "used_env_vars": []} for c in channels],
                 "platforms": sorted(by_subdir), "sources": [],
                 "custom_metadata": _custom_metadata(by_subdir, gpu_target)}
-    import yaml  # here, not at import: unpack on a node (the installer bundle) imports exports without PyYAML
-
-    body = yaml.safe_dump({"version": 1, "metadata": metadata, "package": packages}, sort_keys=False,
-                          default_flow_style=False, width=1000)
+    body = render_yaml({"version": 1, "metadata": metadata, "package": packages})
     target = f", GPU target {gpu_target}" if gpu_target else ""
     notes = [HEADER, f"# environment: {env}{target}; conda-lock v1 format, one solution per conda subdir:",
              "#   conda-lock install -p <prefix> conda-lock.yml"]

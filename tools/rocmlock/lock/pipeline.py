@@ -172,8 +172,9 @@ def _check_solved(envs: list[Environment], solved: dict[SolveKey, list[RepoDataR
         if reason is not None:
             raise OperationError(
                 f"the solve of environment '{env_name}' on platform '{plat_name}' is one pixi would reject: {reason}",
-                hint="a package that depends on __amdgpu/__amdgpu_arch cannot be installed by pixi (it does not "
-                     "detect them); depend on the amdgpu-target mutex instead")
+                hint="a package that depends on __amdgpu/__amdgpu_arch needs a platform that declares them "
+                     "(a rich platform such as { name = \"linux-64-gfx942\", platform = \"linux-64\", "
+                     "__amdgpu = \"0\", __amdgpu_arch = \"9.4.2\" }), or depend on the amdgpu-target mutex instead")
 
 
 def _lock_channel(ws: Workspace, channel: str) -> str:

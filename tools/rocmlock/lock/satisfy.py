@@ -13,8 +13,8 @@ pixi_core/src/lock_file/satisfiability/{environment.rs,platform.rs}:
 - every locked record named in ``[constraints]`` matches the constraint;
 - every locked record is reached (nothing extra);
 - a dependency whose ``[when="..."]`` condition no locked record or virtual package meets is skipped;
-- the virtual packages are the ones pixi models (pixi_compat.pixi_virtual_packages): ``__amdgpu`` and
-  ``__amdgpu_arch`` satisfy nothing, ``__archspec`` is version 1;
+- the virtual packages are the ones rattler models (pixi_compat.pixi_virtual_packages, ``__amdgpu`` and
+  ``__amdgpu_arch`` of a platform that declares them included), ``__archspec`` is version 1;
 - and rocmlock's own: no locked record is built for another GPU than the platform's ``__amdgpu_arch``
   (:mod:`rocmlock.lock.gpuarch`).
 """
@@ -143,7 +143,8 @@ def platform_unsat(env: Environment, platform: Platform, locked: LockedWorkspace
 def records_unsat(env: Environment, platform: Platform, records: Sequence[RepoDataRecord]) -> str | None:
     """Why ``records`` would not satisfy ``env`` on ``platform`` by pixi's package rules, or None.
 
-    Also run on every fresh solve: rocmlock's solve offers ``__amdgpu``/``__amdgpu_arch``, pixi's check does not.
+    Also run on every fresh solve: rocmlock's solve offers ``__amdgpu``/``__amdgpu_arch`` for an environment's GPU
+    target on a platform that does not declare them, which pixi's check does not see.
     """
     specs = [d.matchspec() for d in env.dependencies_for(platform)]
     for constraint in env.constraints_for(platform):  # pixi: PlatformUnsat::ConstraintViolated
