@@ -98,5 +98,5 @@ def test_the_which_rocm_table_agrees_with_the_gpu_table() -> None:
             assert "no bitsandbytes" in rocm72 and "bitsandbytes" in rocm714, gfx
         if target.aotriton_tier("0.11.2b") == "experimental":
             assert "AOTriton experimental" in rocm72, gfx
-        for (release, issue_gfx), _ in AOTRITON_KNOWN_ISSUES.items():
+        for release, issue_gfx in AOTRITON_KNOWN_ISSUES:
             assert (f"AOTriton {release}" in rocm10) == (issue_gfx == gfx), gfx
