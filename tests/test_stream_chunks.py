@@ -184,3 +184,22 @@ def test_a_stream_shorter_than_its_size_says_where_it_ends(name: str) -> None:
     data = (REAL / name).read_bytes()
     code = _streamed(data[:1000], name, size=len(data))
     assert code is not None and code.error.endswith(f"it ends at 1000 bytes of the {len(data)} it claims"), code
+
+
+def test_a_bundle_ending_where_the_section_starts_and_a_magic_at_its_end(gfx942: bytes, tmp_path: Path) -> None:
+    from devicecode_helpers import padded_host_elf
+
+    section = ccob(plain_bundle([(GFX942, gfx942)]))
+    # a whole bundle (for gfx90a) in the code right before the section, ending exactly where it starts: passed
+    # over, as read_fatbin never sees it
+    stray = plain_bundle([("hipv4-amdgcn-amd-amdhsa--gfx90a", b"x" * 64)])
+    head, _, tail = padded_host_elf(len(stray), section)
+    streamed, mapped = _both(tmp_path, head + stray + tail, "lib.so")
+    assert streamed == mapped and streamed is not None and [str(t) for t in streamed.targets] == ["gfx942"]
+    # a compressed bundle's magic as the section's last 4 bytes is a bundle cut short (damage), 3 of its bytes no
+    # magic at all
+    for extra, damaged in ((b"CCOB", True), (b"CCO", False)):
+        streamed, mapped = _both(tmp_path, host_elf(section + extra), "lib.so")
+        assert streamed is not None and mapped is not None
+        assert (bool(streamed.error), bool(mapped.error)) == (damaged, damaged), extra
+        assert streamed.error.startswith(f"compressed bundle at offset {len(section)}: ") or not damaged
