@@ -58,7 +58,7 @@ def _deps(rng: random.Random, pool: list[str], count: int) -> list[str]:
     return [f"{p} >=1.0,<2" for p in sorted(picks)]
 
 
-def generate_forge(root: Path, seed: int = 7) -> int:
+def generate_forge(root: Path, seed: int = 7, pylibs: int = 600, pures: int = 300) -> int:
     """Write the synthetic forge channel; returns its number of records."""
     rng = random.Random(seed)
     linux: dict[str, dict] = {}
@@ -75,7 +75,7 @@ def generate_forge(root: Path, seed: int = 7) -> int:
             fn, rec = _record("python", f"{minor}.{patch}", "h0_0_cpython", "linux-64", _deps(rng, clibs, 4))
             linux[fn] = rec
     compiled: list[str] = []
-    for i in range(600):  # layers 2-5: compiled python packages, one build per python minor
+    for i in range(pylibs):  # layers 2-5: compiled python packages, one build per python minor
         name = f"pylib{i:03d}"
         layer_pool = compiled[max(0, len(compiled) - 150):]
         for v in range(6):
@@ -86,7 +86,7 @@ def generate_forge(root: Path, seed: int = 7) -> int:
                 linux[fn] = rec
         compiled.append(name)
     pure: list[str] = []
-    for i in range(300):  # layers 6-7: noarch python packages on top
+    for i in range(pures):  # layers 6-7: noarch python packages on top
         name = f"pure{i:03d}"
         pool = compiled[-200:] + pure[-80:]
         for v in range(8):
@@ -180,19 +180,95 @@ def reset(ws: Path, cache: Path | None) -> None:
         shutil.rmtree(cache, ignore_errors=True)
 
 
+FLOOR = """
+import asyncio, json, sys
+from rattler import (BuildString, Channel, ChannelPriority, Gateway, GenericVirtualPackage, MatchSpec,
+                     PackageName, Subdir, Version, solve)
+
+jobs, cache = json.load(open(sys.argv[1])), sys.argv[2]
+
+async def main():
+    gateway = Gateway(cache_dir=cache)
+    return await asyncio.gather(*(solve(
+        [Channel(c) for c in job["channels"]], [MatchSpec(s) for s in job["specs"]], gateway=gateway,
+        platforms=[Subdir(job["subdir"]), Subdir("noarch")], channel_priority=ChannelPriority.Strict,
+        virtual_packages=[GenericVirtualPackage(PackageName(n), Version(v), BuildString(b or "0"))
+                          for n, v, b in job["virtual_packages"]]) for job in jobs))
+
+print(sum(len(r) for r in asyncio.run(main())))
+"""
+
+
+def floor_jobs(ws: Path, out: Path) -> None:
+    """The solves `rocmlock lock` runs for ``ws``, as plain data for :data:`FLOOR` (which imports rattler only)."""
+    from rocmlock.lock.solve import make_job
+    from rocmlock.workspace.manifest import load_workspace
+
+    workspace = load_workspace(ws / "pixi.toml")
+    jobs = [make_job(workspace, env, plat) for env in workspace.environments() for plat in env.platforms]
+    assert all(j.channel_priority == "strict" for j in jobs)
+    out.write_text(json.dumps([{"channels": list(j.channels), "specs": list(j.specs), "subdir": j.platform.subdir,
+                                "virtual_packages": [list(v) for v in j.virtual_packages]} for j in jobs]))
+
+
+def _timed(argv: list[str], cache: Path, cwd: Path | None = None) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True, cwd=cwd, env={**_env(), "ROCMLOCK_CACHE_DIR": str(cache)})
+    return time.perf_counter() - start
+
+
+def paired(work: Path, url: str, runs: int) -> dict[str, object]:
+    """Fresh `rocmlock lock --json` (solves, pixi.lock, the diff printed, every export) against the raw solve
+    floor, and the no-op re-lock against `python -c "import rattler"`, alternating so load hits both alike."""
+    ws, cache = work / "ws", work / "cache"
+    write_manifest(ws, url)
+    jobs, floor_cache = work / "floor-jobs.json", work / "floor-cache"
+    floor_jobs(ws, jobs)
+    lock = [sys.executable, "-m", "rocmlock", "lock", "--json", "--manifest-path", str(ws / "pixi.toml")]
+    floor = [sys.executable, "-c", FLOOR, str(jobs), str(floor_cache)]
+    reset(ws, None)
+    _timed(lock, cache)  # warm both repodata caches and the .pyc files
+    _timed(floor, cache)
+    fresh, solve_floor = [], []
+    for _ in range(runs):
+        reset(ws, None)
+        shutil.rmtree(cache / "stamps", ignore_errors=True)
+        fresh.append(_timed(lock, cache))
+        solve_floor.append(_timed(floor, cache))
+    noop, rattler_import = [], []
+    before = outputs(ws)
+    for _ in range(runs):
+        noop.append(_timed(lock, cache))
+        rattler_import.append(_timed([sys.executable, "-c", "import rattler"], cache))
+    assert outputs(ws) == before, "the no-op re-lock changed a file"
+    med = statistics.median
+    return {"fresh_lock_s": round(med(fresh), 3), "solve_floor_s": round(med(solve_floor), 3),
+            "fresh_over_floor": round(med(fresh) / med(solve_floor), 2),
+            "noop_relock_s": round(med(noop), 3), "import_rattler_s": round(med(rattler_import), 3),
+            "noop_over_import": round(med(noop) / med(rattler_import), 2)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/rocmlock-bench"))
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--big", action="store_true",
+                        help="a 30,056-record forge channel (1,000 compiled, 333 noarch python packages), and only "
+                             "the paired figures: fresh lock / raw solve floor, no-op re-lock / import rattler")
     args = parser.parse_args()
     work: Path = args.workdir
     if not (work / "forge" / "noarch" / "repodata.json").exists():
-        records = generate_forge(work / "forge")
+        records = generate_forge(work / "forge", **({"pylibs": 1000, "pures": 333} if args.big else {}))
         build_channel(work / "private", private_packages())
     else:
         records = sum(len(json.loads((work / "forge" / s / "repodata.json").read_text())["packages.conda"])
                       for s in ("linux-64", "noarch"))
     server, url = serve(work)
+    if args.big:
+        report = {"forge_records": records, "runs": args.runs, **paired(work, url, args.runs)}
+        server.shutdown()
+        print(json.dumps(report, indent=2))
+        return 0
     ws, cache = work / "ws", work / "cache"
     write_manifest(ws, url)
     cold, warm, noop, changed = [], [], [], []

@@ -82,3 +82,106 @@ def test_commands_find_the_workspace_in_a_parent_directory_as_pixi_does(
         '[tool.pixi.environments]\nonly = []\n')
     code, err, _ = _run(["lock", "--check", "-e", "nope"], capsys)
     assert code == 2 and err[0].startswith(f"error: {tmp_path / 'pkg' / 'src' / 'pyproject.toml'}: unknown environment")
+
+
+def test_a_legacy_project_table_is_a_workspace_that_discovery_stops_at(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # pixi reads a pixi.toml's [project] as its workspace where there is no [workspace]
+    # (crates/pixi_manifest/src/toml/manifest.rs, TomlManifest::deserialize: `th.optional("project")`), so its
+    # discovery stops at it (discovery.rs: `manifest.has_workspace()`): the outer workspace is never reached.
+    (tmp_path / "pixi.toml").write_text(WS)
+    legacy = tmp_path / "old"
+    (legacy / "src").mkdir(parents=True)
+    (legacy / "pixi.toml").write_text('[project]\nname = "old"\nchannels = ["c"]\nplatforms = ["linux-64"]\n'
+                                      '[environments]\nlegacy = []\n')
+    from rocmlock.workspace.pyproject import discover_manifest
+
+    assert discover_manifest(legacy / "src") == legacy / "pixi.toml"
+    monkeypatch.chdir(legacy / "src")
+    code, err, _ = _run(["pack"], capsys)
+    assert code == 2 and err[-1] == "hint: pass -e ENV, one of: default, legacy", err
+    code, err, _ = _run(["lock", "--check", "-e", "mi300x"], capsys)
+    assert code == 2 and err[0].startswith(f"error: {legacy / 'pixi.toml'}: unknown environment 'mi300x'"), err
+
+
+def test_an_unknown_option_given_as_opt_equals_value_gets_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:
+    # the guess is made from the option's name alone: a long value after '=' would leave nothing near enough
+    value = "/srv/projects/team-a/workspaces/llm-finetune/pixi.toml"
+    code, err, _ = _run(["lock", f"--manifest-pth={value}"], capsys)
+    assert code == 2
+    assert err[-1] == (f"rocmlock lock: error: unrecognized arguments: --manifest-pth={value} "
+                       "(did you mean --manifest-path?)")
+    # an unknown option that leaves a required one missing: named, with the nearest option
+    code, err, _ = _run(["install", "-e", "mi300x", f"--prefx={value}"], capsys)
+    assert code == 2 and err[-1] == "rocmlock install: error: unrecognized option --prefx (did you mean --prefix?)"
+
+
+def _broken(kind: str, path: Path) -> None:
+    """``path`` made a manifest that is there but cannot be read as one."""
+    import os
+
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "dangling":
+        path.symlink_to(path.parent / "gone.toml")
+    elif kind == "loop":
+        path.symlink_to(path)
+    elif kind == "directory":
+        path.mkdir()
+
+
+@pytest.mark.parametrize("name", ["pixi.toml", "pyproject.toml"])
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "dangling", "loop", "directory"])
+def test_a_manifest_that_is_there_but_unreadable_stops_discovery(
+        kind: str, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 41 (M): a broken pixi.toml in the child made `rocmlock lock` there use (and write into) the parent's
+    # workspace. pixi stops on a manifest it cannot read (discovery.rs: `provenance.read()?`); rocmlock stops on
+    # any entry of that name that is no readable regular file (workspace/pyproject.py _present_text says why).
+    (tmp_path / "pixi.toml").write_text(WS)
+    child = tmp_path / "child"
+    child.mkdir()
+    _broken(kind, child / name)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    monkeypatch.chdir(child)
+    for argv in (["lock", "--check"], ["pack", "-e", "mi300x"]):
+        code, err, out = _run(argv, capsys)
+        assert code == 2 and out == "", err
+        assert len(err) == 2 and err[0].startswith(f"error: {child / name}: "), err
+        assert err[0].endswith("; it stops the search for a workspace here"), err
+        assert err[1] == "hint: fix or remove it, or pass --manifest-path to the workspace's pixi.toml"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert sorted(p.name for p in child.iterdir()) == [name]
+    # --manifest-path still reaches the parent's workspace past it.
+    code, err, _ = _run(["lock", "--check", "-e", "nope", "--manifest-path", str(tmp_path)], capsys)
+    assert code == 2 and err[0].startswith(f"error: {tmp_path / 'pixi.toml'}: unknown environment 'nope'"), err
+
+
+def test_a_manifest_it_may_not_read_stops_discovery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # pixi's own rule (discovery.rs `provenance.read()?`): a pixi.toml it cannot read is an error, not passed over.
+    import errno
+    import os
+
+    from rocmlock.workspace import pyproject
+
+    (tmp_path / "pixi.toml").write_text(WS)
+    child = tmp_path / "child"
+    child.mkdir()
+    (child / "pixi.toml").write_text(WS)
+    (child / "pixi.toml").chmod(0)
+    if os.geteuid() == 0:  # root reads a file of mode 000: refuse it as the kernel would refuse anyone else
+        real = pyproject.read_manifest_text
+
+        def denied(path: Path) -> str:
+            if path == child / "pixi.toml":
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+            return real(path)
+
+        monkeypatch.setattr(pyproject, "read_manifest_text", denied)
+    monkeypatch.chdir(child)
+    code, err, _ = _run(["lock", "--check"], capsys)
+    assert code == 2 and err[0] == (f"error: {child / 'pixi.toml'}: cannot be read (permission denied); "
+                                    "it stops the search for a workspace here"), err

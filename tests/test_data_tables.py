@@ -32,7 +32,7 @@ from rocmlock.cli.main import main
 from rocmlock.errors import InputError
 from rocmlock.gpu import targets
 from rocmlock.host import rocm as rocm_host
-from rocmlock.upstream import pins
+from rocmlock.upstream import pairing, pins
 from shipped import RECIPES, ROOT
 from tomlwrite import changed, write_toml
 
@@ -108,7 +108,7 @@ def test_the_schema_comments_name_every_key() -> None:
         assert re.search(rf"^# {name}:", comment(GPU), re.MULTILINE), name
     for name in rocm_host.COMPONENT_KEYS:
         assert re.search(rf"^#\s+{name}:", comment(COMPONENTS), re.MULTILINE), name
-    for name in (*pins.UPSTREAM_KEYS, *pins.SOURCE_KEYS, *pins.RULE_KEYS):
+    for name in (*pins.UPSTREAM_KEYS, *pins.SOURCE_KEYS, *pairing.RULE_KEYS):
         assert re.search(rf"^#\s+(\S+/)?{name}[:/ ]", comment(UPSTREAMS), re.MULTILINE), name
 
 
@@ -166,7 +166,7 @@ def test_every_key_has_wrong_type_cases() -> None:
     assert {k[0] for k in ups} == set(SHIPPED[UPSTREAMS])
     assert {k[2] for k in ups if len(k) == 3 and k[0] == "upstream"} == set(pins.UPSTREAM_KEYS)
     assert {k[4] for k in ups if len(k) == 5} == set(pins.SOURCE_KEYS)
-    assert {k[2] for k in ups if len(k) >= 3 and k[0] == "pairing"} == set(pins.RULE_KEYS)
+    assert {k[2] for k in ups if len(k) >= 3 and k[0] == "pairing"} == set(pairing.RULE_KEYS)
 
 
 @pytest.mark.parametrize(("name", "key", "got", "value"), WRONG_TYPES,

@@ -71,6 +71,9 @@ def _table_with(tmp_path: Path, old: str, new: str) -> Path:
     ('generic = ""', 'generic = "gfx9-generic"', ("key 'gfx908.generic' is 'gfx9-generic', but AMD's GPU table "
                                                  "(rocm-bootstrap 0.3.0) says ''")),
     ('generic = "gfx12-generic"', 'generic = "gfx11-generic"', "key 'gfx1200.generic' is 'gfx11-generic'"),
+    # an empty generic is a value too: AMD's table gives gfx942 one (issue 41: "" was not compared)
+    ('generic = "gfx9-4-generic"', 'generic = ""', ("key 'gfx942.generic' is '', but AMD's GPU table "
+                                                   "(rocm-bootstrap 0.3.0) says 'gfx9-4-generic'")),
     ('xnack = "supported"', 'xnack = "unsupported"', "key 'gfx908.xnack' is 'unsupported', but AMD's"),
 ])
 def test_a_row_that_disagrees_with_amd_is_refused_naming_the_key(tmp_path: Path, old: str, new: str,

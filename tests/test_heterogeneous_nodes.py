@@ -138,7 +138,7 @@ def test_doctor_fails_a_node_where_no_gpu_is_the_target_but_not_a_build_host(tmp
     status, message, fix = _doctor_gpus(root, "gfx90a")
     assert status == "fail"
     assert message == ("GPU 0 gfx942 (9.4.2, 304 CUs), GPU 1 gfx950 (9.5.0, 256 CUs); the environments checked are "
-                       "for gfx90a: none of them runs on this node")
+                       f"for gfx90a: none of them runs on this node (__amdgpu_arch 9.4.2 (gfx942) from /{KFD})")
     assert "--target gfx942" in fix
     # A build host cross-compiles: its GPUs only inform.
     assert _doctor_gpus(root, "gfx90a", build=True)[0] == "ok"
@@ -146,7 +146,8 @@ def test_doctor_fails_a_node_where_no_gpu_is_the_target_but_not_a_build_host(tmp
 
 def test_doctor_on_a_node_of_one_target_lists_its_gpus(tmp_path: Path) -> None:
     assert _doctor_gpus(kfd_tree(tmp_path, MI300X, MI300X), "gfx942") == (
-        "ok", f"GPU 0 gfx942 (9.4.2, 304 CUs), GPU 1 gfx942 (9.4.2, 304 CUs) (/{KFD})", "")
+        "ok", f"GPU 0 gfx942 (9.4.2, 304 CUs), GPU 1 gfx942 (9.4.2, 304 CUs); __amdgpu_arch 9.4.2 (gfx942) from /{KFD}",
+        "")
 
 
 # ----------------------------------------------------------------------------- the probe (tools/verify_env.py)

@@ -7,6 +7,7 @@ crates/pixi_spec/src/exclude_newer.rs. Costs about 10 s (a few small solves agai
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,33 @@ def test_toml_11_manifest_locks_and_exports(tmp_path: Path, channels: dict[str, 
     assert main(["lock", "--manifest-path", str(manifest)]) == 0
     assert by_name(manifest.parent / "pixi.lock", "default")["python"].startswith("3.12.7 ")
     assert main(["export", "--manifest-path", str(manifest), "--check"]) == 0
-    assert main(["doctor", "--manifest-path", str(manifest), "--json"]) in (0, 1)  # reads it; the host decides
+
+
+def test_doctor_reads_a_toml_11_manifest_and_its_target_decides(tmp_path: Path, channels: dict[str, Path],
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # The GPU target is written in TOML 1.1 too (a multi-line inline table); doctor runs on a described node (one
+    # MI300X in KFD's topology, no ROCm), so what the manifest says decides the exit code, not this machine.
+    from rocmlock.host import doctor
+    from rocmlock.host.rocm import Host
+    from test_heterogeneous_nodes import KFD, MI300X, kfd_tree
+
+    node = kfd_tree(tmp_path / "node", MI300X, rocm=None)
+    monkeypatch.setattr(doctor, "Host", lambda env: Host(env={"PATH": ""}, which=lambda _n, _p: None,
+                                                         kfd=node / "dev/kfd", sysroot=node))
+    for gfx, code in (("gfx942", 0), ("gfx90a", 1)):
+        target = (f'\n[feature.gpu.dependencies]\namdgpu-target = {{\n    version = "*",\n    build = "{gfx}",\n}}\n'
+                  '\n[environments]\nmi = ["gpu"]\n')
+        manifest = _ws(tmp_path / gfx, channels["forge"], TOML_11 + target)
+        capsys.readouterr()
+        assert main(["doctor", "--manifest-path", str(manifest), "--json"]) == code
+        report = json.loads(capsys.readouterr().out)
+        assert report["targets"] == [gfx] and report["ok"] is (code == 0)
+        gpus = next(c for c in report["checks"] if c["name"] == "gpus")
+        assert gpus["status"] == ("ok" if code == 0 else "fail"), gpus
+        assert gpus["message"] == ("GPU 0 gfx942 (9.4.2, 304 CUs) (/" + KFD + ")" if code == 0 else
+                                   "GPU 0 gfx942 (9.4.2, 304 CUs); the environments checked are for gfx90a: none "
+                                   "of them runs on this node")
 
 
 def test_when_dependencies_are_solved_with_their_condition(tmp_path: Path, channels: dict[str, Path]) -> None:

@@ -376,3 +376,42 @@ def test_an_environment_that_needs_no_recipe_package_plans_nothing_whatever_its_
     manifest.write_text(manifest.read_text().replace('docs = ["docs"]', 'docs = ["docs", "train"]'))
     with pytest.raises(InputError, match=r"environment 'docs': python '<=3.10' matches none of"):
         make_plan(load_workspace(manifest), ["docs"])
+
+
+STACK = ("triton", "pytorch", "torchvision", "torchaudio", "flash-attn", "bitsandbytes", "deepspeed", "llamafactory")
+
+
+def _full_stack_714(root: Path) -> Path:
+    """Every shipped recipe, and one gfx950 environment of ROCm 7.14 asking the whole training stack."""
+    mirror(root, tuple(p.name for p in (ROOT / "recipes").iterdir() if (p / "recipe.yaml").is_file()))
+    deps = "\n".join(f'{name} = "*"' for name in ("triton", "torchvision", "torchaudio", "bitsandbytes", "deepspeed"))
+    return workspace(root, {"mi355": ("gfx950", "7.14.*", "3.12.*")}, deps=deps, pytorch="*")
+
+
+def test_a_rocm_7_14_environment_plans_the_full_stack_each_skip_saying_why(tmp_path: Path) -> None:
+    """Issue 42: a 7.14 environment plans Triton, PyTorch, torchvision, torchaudio, flash-attn, bitsandbytes,
+    DeepSpeed and LLaMA-Factory. Today Triton 3.8.0's LLVM pin is unverified (docs/recipes.md, "Versions matrix"),
+    so Triton is skipped saying exactly that and how to fill it, and the rest is skipped for the reason that is
+    true: it needs what cannot be built. With the pin filled, the whole stack is `build`."""
+    manifest = _full_stack_714(tmp_path)
+    plan = make_plan(load_workspace(manifest))
+    by = {v.stage: v for v in plan.variants}
+    assert set(STACK) <= set(by)
+    assert all(dict(by[s].variant).get("rocm_version") == "7.14" for s in STACK if s != "llamafactory")
+    triton = by["triton"].skip_reason or ""
+    assert triton.startswith("triton 3.8.0 (675c59878aa2280b31f722aaf42b825fcee21de8) for ROCm 7.14 has no verified "
+                             "LLVM pin: triton_llvm_rev and triton_llvm_sha256 are empty"), triton
+    assert "cmake/llvm-info.json" in triton
+    assert triton.endswith("`rocmlock bump triton=3.8.0 --rev triton=675c59878aa2280b31f722aaf42b825fcee21de8` "
+                           "fills both on a host that reaches GitHub")
+    assert (by["pytorch"].skip_reason or "").startswith(f"needs triton, but {by['triton'].id} cannot be built")
+    for stage in STACK[2:]:
+        assert (by[stage].skip_reason or "").startswith(f"needs pytorch, but {by['pytorch'].id}"), stage
+    # The day the pin is verified (these values stand in for it), nothing of the stack is skipped.
+    variants = tmp_path / "recipes" / "variants.yaml"
+    text = variants.read_text()
+    text = re.sub(r'(triton_llvm_rev:\n  - [0-9a-f]{40}\n)  - ""', r"\g<1>  - " + "a" * 40, text)
+    text = re.sub(r'(triton_llvm_sha256:\n  - [0-9a-f]{64}\n)  - ""', r"\g<1>  - " + "b" * 64, text)
+    variants.write_text(text)
+    filled = {v.stage: v for v in make_plan(load_workspace(manifest)).variants}
+    assert {s: filled[s].skip_reason for s in STACK} == dict.fromkeys(STACK)

@@ -299,3 +299,58 @@ def test_the_gpus_memory_can_be_given_and_the_assumed_one_is_said(tmp_path: Path
         assert main([*base, f"--gpu-memory={bad}", "-o", str(tmp_path / "bad.yaml")]) == 2
         assert f"error: --gpu-memory: '{bad}' is no memory size" in capsys.readouterr().err
         assert not (tmp_path / "bad.yaml").exists()
+
+
+def _gfx950_manifest(tmp_path: Path, pytorch: str, flash_attn: bool) -> Path:
+    """The shipped pixi.toml plus environment 'mi355' (gfx950) with ``pytorch``, and flash-attn or not."""
+    extra = '\nflash-attn = "2.8.*"' if flash_attn else ""
+    text = (ROOT / "pixi.toml").read_text().replace("[environments]\n", (
+        f'[feature.torch.dependencies]\npytorch = "{pytorch}"{extra}\n\n'
+        '[environments]\nmi355 = ["rocm72", "gfx950", "torch"]\n'))
+    (tmp_path / "pixi.toml").write_text(text)
+    return tmp_path / "pixi.toml"
+
+
+@pytest.mark.parametrize(("pytorch", "recorded", "expected"), [
+    # PyTorch 2.15's AOTriton is not recorded in aotriton.toml: the warning says "if", and how to find out.
+    ("2.15.*", None, "warning: if PyTorch 2.15 bundles AOTriton 0.13b (torch/lib/libaotriton_v2.so.0.13.*"),
+    # A series recorded with 0.13b: the warning is certain.
+    ("2.15.*", "0.13b", "warning: AOTriton 0.13b, that of PyTorch 2.15: its flash-attention backward on gfx950"),
+    ("2.12.*", None, None),  # 0.11.2b, the release the issue compares against
+    ("2.13.*", None, None),  # 0.12b
+])
+def test_sdpa_on_gfx950_names_the_aotriton_013b_backward_regression(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pytorch: str, recorded: str | None,
+        expected: str | None) -> None:
+    """ROCm/TheRock#7696: AOTriton 0.13b's flash-attention backward on gfx950 costs 9-25 % of training throughput;
+    a gfx950 preset that trains with SDPA says so, names the issue and the way around it (flash-attn's CK kernels)."""
+    from rocmlock.gpu import targets
+
+    if recorded:
+        rows = targets._pytorch_releases()
+        monkeypatch.setattr(targets, "_pytorch_releases", lambda: [*rows, ((2, 15), recorded)])
+    bare = make_preset(load_workspace(_gfx950_manifest(tmp_path, pytorch, flash_attn=False)),
+                       PresetRequest("mi355", "lora"), cwd=tmp_path)
+    assert dict(bare.settings)["flash_attn"] == "sdpa"
+    issues = [n for n in bare.notes if "ROCm/TheRock#7696" in n]
+    if expected is None:
+        assert issues == []
+        return
+    (note,) = issues
+    assert note.startswith(expected), note
+    assert "9-25 % lower training throughput" in note
+    assert "add flash-attn to environment 'mi355' (its CK kernels serve gfx950" in note
+    assert f"# {note}" in bare.yaml_text
+    # With flash-attn, its CK kernels train (fa2): AOTriton's backward is not on the path, and nothing is said.
+    fa2 = make_preset(load_workspace(_gfx950_manifest(tmp_path, pytorch, flash_attn=True)),
+                      PresetRequest("mi355", "lora"), cwd=tmp_path)
+    assert dict(fa2.settings)["flash_attn"] == "fa2"
+    assert not [n for n in fa2.notes if "TheRock#7696" in n]
+
+
+def test_the_aotriton_013b_regression_is_gfx950s_alone(tmp_path: Path) -> None:
+    # The same environment on gfx942 (MI300X, no known AOTriton issue) trains with SDPA and says nothing of it.
+    text = _gfx950_manifest(tmp_path, "2.15.*", flash_attn=False).read_text()
+    (tmp_path / "pixi.toml").write_text(text.replace('mi355 = ["rocm72", "gfx950"', 'mi355 = ["rocm72", "gfx942"'))
+    preset = make_preset(load_workspace(tmp_path / "pixi.toml"), PresetRequest("mi355", "lora"), cwd=tmp_path)
+    assert dict(preset.settings)["flash_attn"] == "sdpa" and not [n for n in preset.notes if "TheRock" in n]

@@ -147,7 +147,8 @@ def test_driver_loaded_lists_the_kfd_gpus(tmp_path: Path) -> None:
     for n in (1, 2):
         write(nodes / f"{n}/properties", "simd_count 304\ngfx_target_version 90402\n")
     out = probe.check_driver(ctx_for(tmp_path))
-    assert (out.status, out.evidence) == ("ok", "amdgpu loaded; KFD GPUs: gfx942 x2")
+    assert (out.status, out.evidence) == (
+        "ok", "amdgpu loaded; KFD GPUs: gfx942 x2; __amdgpu_arch 9.4.2 from /sys/class/kfd/kfd/topology/nodes")
 
 
 def test_driver_loaded_without_gpu_nodes_warns(tmp_path: Path) -> None:
@@ -656,3 +657,52 @@ def test_wrong_experimental_aotriton_kernels_fail_the_sdpa_check_with_the_way_ou
     assert out.fix.startswith("AOTriton's experimental kernels are wrong here: unset TORCH_ROCM_AOTRITON_ENABLE_")
     ctx.environ.pop("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL")  # then the math kernel ran: a different fault
     assert probe.check_sdpa(ctx).fix.startswith("the attention kernels (AOTriton) are wrong")
+
+
+def test_the_probes_aotriton_known_issues_are_rocmlocks() -> None:
+    # The probe is standalone (stdlib only), so it keeps a copy of rocmlock's table of known AOTriton defects.
+    from rocmlock.gpu.targets import AOTRITON_KNOWN_ISSUES
+
+    assert probe.AOTRITON_KNOWN_ISSUES == AOTRITON_KNOWN_ISSUES
+    assert "ROCm/TheRock#7696" in probe.AOTRITON_KNOWN_ISSUES[("0.13b", "gfx950")]
+
+
+def _torch_with_aotriton(tmp_path: Path, archs: list[str], *sonames: str) -> SimpleNamespace:
+    torch = fake_torch("7.14.0", None, archs, [gfx.split(":")[0] for gfx in archs])
+    torch.__version__ = "2.15.0+rocm7.14"
+    for name in sonames:
+        write(tmp_path / "site" / "torch" / "lib" / name)
+    torch.__file__ = str(tmp_path / "site" / "torch" / "__init__.py")
+    return torch
+
+
+@pytest.mark.parametrize(("archs", "sonames", "expected"), [
+    # What torch really ships decides, read from the library's name (2.15 nightlies ship libaotriton_v2.so.0.13.0).
+    (["gfx950:sramecc+:xnack-"], ["libaotriton_v2.so", "libaotriton_v2.so.0.13.0"],
+     "; gfx950 with AOTriton 0.13b (torch/lib/libaotriton_v2.so.0.13.0): its flash-attention backward on gfx950"),
+    (["gfx950"], ["libaotriton_v2.so.0.11.2"], ""),  # 0.11.2b: the release the issue compares against
+    (["gfx950"], ["libaotriton_v2.so.0.14.2"], ""),
+    (["gfx950"], [], ""),  # no bundled AOTriton: nothing is claimed
+    (["gfx942:sramecc+:xnack-"], ["libaotriton_v2.so.0.13.0"], ""),  # 0.13b on MI300X: no known issue
+])
+def test_the_sdpa_check_names_the_gfx950_aotriton_013b_regression(tmp_path: Path, archs: list[str],
+                                                                   sonames: list[str], expected: str) -> None:
+    ctx = ctx_for(tmp_path)
+    ctx.facts["torch"] = _torch_with_aotriton(tmp_path, archs, *sonames)
+    note = probe._aotriton_issue(ctx)
+    assert note.startswith(expected) and bool(note) == bool(expected), note
+    if expected:
+        assert "9-25 % lower training throughput (ROCm/TheRock#7696)" in note
+
+
+def test_a_correct_sdpa_on_a_regressed_aotriton_is_a_warning_with_the_way_around(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The comparison runs for real on the CPU; the GPU and its AOTriton are what the note above says.
+    ctx = ctx_for(tmp_path, device_mode="cpu")
+    issue = "; gfx950 with AOTriton 0.13b (torch/lib/libaotriton_v2.so.0.13.0): its flash-attention backward ..."
+    monkeypatch.setattr(probe, "_aotriton_issue", lambda ctx: issue)
+    out = probe.check_sdpa(ctx)
+    assert out.status == "warn" and out.evidence.endswith(issue)
+    assert "flash_attn: fa2" in out.fix and "AOTriton 0.11.2b" in out.fix
+    monkeypatch.setattr(probe, "_aotriton_issue", lambda ctx: "")
+    assert probe.check_sdpa(ctx).status == "ok"

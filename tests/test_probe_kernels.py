@@ -85,7 +85,7 @@ def test_kernels_check_names_the_files_without_code_for_the_gpu(objects: dict[st
     assert kernels["data"]["files"]["share/kernels/attn.hsaco"] == ["gfx90a"]
     mi250 = kfd_root(tmp_path / "mi250", 90010, 90010)
     assert probe.main(["--only", "kernels", "--prefix", str(prefix), "--root", str(mi250)]) == 0
-    assert "2 file(s) with GPU code" in capsys.readouterr().err
+    assert "2 file(s) with GPU code" in capsys.readouterr().out  # the table is the result: stdout (issue 44)
     # No GPU seen: skipped, with where to check instead.
     assert probe.main(["--only", "kernels", "--json", "--prefix", str(prefix), "--root", str(tmp_path)]) == 0
     (kernels,) = json.loads(capsys.readouterr().out)["checks"]
@@ -99,6 +99,26 @@ def test_kernels_check_counts_code_objects_with_their_alternatives(objects: dict
     out = probe.check_kernels(ctx_for(kfd_root(tmp_path / "mi300x", 90402), prefix=prefix))
     assert out.status == "fail" and "2 without kernels for gfx942" in out.evidence
     assert "lib/rocblas/library/TensileLibrary_gfx1100.co (gfx1100)" in out.evidence
+
+
+def test_kernels_check_on_a_mixed_node_checks_the_environments_target_only(objects: dict[str, bytes],
+                                                                          tmp_path: Path) -> None:
+    # CHANGELOG (nodes with GPUs of several targets): kernels.prefix checks against the target's GPUs only; the
+    # other GPUs are host.driver's to name. An MI300X beside a Radeon PRO W7900, an environment for gfx942.
+    prefix = _prefix(tmp_path, {"share/kernels/attn.hsaco": objects["gfx942"]})
+    node = kfd_root(tmp_path / "mixed", 90402, 110000, 90402)
+    out = probe.check_kernels(ctx_for(node, prefix=prefix, expect_arch="gfx942"))
+    assert (out.status, out.data["gpus"]) == ("ok", ["gfx942"]), out.evidence
+    assert out.evidence == f"1 file(s) with GPU code in {prefix}, all with kernels for gfx942"
+    # The environment for the W7900: its code is what is missing.
+    out = probe.check_kernels(ctx_for(node, prefix=prefix, expect_arch="gfx1100"))
+    assert out.status == "fail" and out.data["gpus"] == ["gfx1100"]
+    assert "1 without kernels for gfx1100: share/kernels/attn.hsaco (gfx942)" in out.evidence
+    # No target known, or one that is none of the node's GPUs: every GPU is checked.
+    for expect in (None, "gfx90a"):
+        out = probe.check_kernels(ctx_for(node, prefix=prefix, expect_arch=expect))
+        assert out.status == "fail" and out.data["gpus"] == ["gfx1100", "gfx942"], expect
+        assert "1 without kernels for gfx1100, gfx942" in out.evidence
 
 
 def test_kernels_check_reads_the_xnack_mode_from_torchs_device_name(tmp_path: Path) -> None:

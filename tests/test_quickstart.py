@@ -75,9 +75,11 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path: Path) -> None:
     again = subprocess.run(["bash", str(SCRIPT), "--workdir", str(work)], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=300, check=False)
     assert again.returncode == 2, again.stderr
-    assert again.stderr.strip().splitlines() == [
-        (f"quickstart: --workdir {work} holds an earlier run (its workspace, lock and environments would be "
-         "overwritten); pass --replace to start it afresh, or give another --workdir")]
+    # Its first lines say which python and rocmlock it used (examples/offline/quickstart.sh); then one line.
+    *which, refusal = again.stderr.strip().splitlines()
+    assert refusal == (f"quickstart: --workdir {work} holds an earlier run (its workspace, lock and environments "
+                       "would be overwritten); pass --replace to start it afresh, or give another --workdir")
+    assert which and all(line.startswith(("quickstart: python: ", "quickstart: rocmlock: ")) for line in which)
     assert _snapshot(work) == before
 
 

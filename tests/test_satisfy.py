@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from channels import Pkg, build_channel
-from lockhelpers import make_workspace
 from rattler import BuildString, PackageRecord, RepoDataRecord
 from rocmlock.cli.main import main
 from rocmlock.lock.satisfy import records_unsat
@@ -36,9 +35,11 @@ def env_of(tmp_path: Path, deps: str) -> tuple[Environment, Platform]:
 def test_virtual_packages_are_the_ones_pixi_models(tmp_path: Path) -> None:
     """pixi_core/src/workspace/virtual_packages.rs (get_minimal_virtual_packages, generic_to_virtual_package) drops
     names rattler does not model; its linux-64 snapshot has `__archspec` version 1 (rattler_virtual_packages
-    lib.rs, From<Archspec> for GenericVirtualPackage) and build "0" on version-only packages."""
+    lib.rs, From<Archspec> for GenericVirtualPackage) and build "0" on version-only packages. rattler models
+    `__amdgpu`/`__amdgpu_arch` since conda/rattler#2806 (py-rattler 0.28 detects them: `__amdgpu=0=0`)."""
     env, gpu = env_of(tmp_path, 'a = "*"\n')
-    assert pixi_virtual_packages(gpu.declared_virtual_packages()) == [
+    assert pixi_virtual_packages([*gpu.declared_virtual_packages(), ("__fpga", "1", "")]) == [
+        ("__amdgpu", "0", "0"), ("__amdgpu_arch", "9.4.2", "0"),
         ("__unix", "0", "0"), ("__linux", "4.18", "0"), ("__glibc", "2.28", "0"), ("__archspec", "1", "x86_64")]
     # The lock file still records the declared form (pixi_manifest platform.rs, subdir_default_virtual_packages).
     assert ("__archspec", "0", "x86_64") in gpu.declared_virtual_packages()
@@ -50,8 +51,9 @@ def test_virtual_packages_are_the_ones_pixi_models(tmp_path: Path) -> None:
     (("__archspec 1.*",), True),          # pixi's archspec is version 1
     (("__archspec 0.*",), False),
     (("__glibc >=2.17",), True),
-    (("__amdgpu_arch ==9.4.2",), False),  # pixi has no __amdgpu_arch to satisfy it
-    (("__amdgpu",), False),
+    (("__amdgpu_arch ==9.4.2",), True),   # the platform's __amdgpu_arch, a rattler virtual package
+    (("__amdgpu_arch ==9.0.10",), False),
+    (("__amdgpu",), True),
     (('b *[when="python >=3.12"]',), True),   # condition unmet (python 3.11 locked): skipped
     (('b *[when="python >=3.10"]',), False),  # condition met: b must be locked
     (('b *[when="python >=3.12 or __unix"]',), False),
@@ -70,18 +72,22 @@ def test_record_dependencies_by_pixis_rules(tmp_path: Path, depends: tuple[str, 
 
 def test_a_solve_pixi_would_reject_is_not_written(
         tmp_path: Path, channels: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    """A package that depends on `__amdgpu_arch` solves with rocmlock's guard packages, but pixi provides no
-    `__amdgpu_arch` (virtual_packages.rs) and its --locked check would fail: rocmlock refuses the lock."""
+    """A package that depends on `__amdgpu_arch`, in an environment whose GPU comes from its amdgpu-target pin on a
+    plain `linux-64` platform: it solves with rocmlock's guard packages, but the platform declares no
+    `__amdgpu_arch` for pixi's --locked check (virtual_packages.rs) to match it, so rocmlock refuses the lock."""
     gpu_only = build_channel(tmp_path / "gpu-only", [
         Pkg("gpu-only", "1", "0", subdir="noarch", noarch="generic", depends=("__amdgpu_arch ==9.4.2",))])
-    extra = '\n[feature.g.dependencies]\ngpu-only = "*"\n[environments.odd]\nfeatures = ["gfx942", "g"]\n'
-    root = make_workspace(tmp_path / "ws", channels, extra=extra)
-    text = (root / "pixi.toml").read_text()
-    (root / "pixi.toml").write_text(text.replace('channels = ["', f'channels = ["{gpu_only.as_uri()}", "', 1))
-    assert main(["lock", "--manifest-path", str(root / "pixi.toml"), "-e", "odd"]) == 1
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "pixi.toml").write_text(
+        f'[workspace]\nname = "t"\nchannels = ["{gpu_only.as_uri()}", "{channels["private"].as_uri()}"]\n'
+        'platforms = ["linux-64"]\n[dependencies]\ngpu-only = "*"\n'
+        'amdgpu-target = { version = "*", build = "gfx942" }\n')
+    assert main(["lock", "--manifest-path", str(root / "pixi.toml")]) == 1
     err = capsys.readouterr().err
-    assert "environment 'odd' on platform 'linux-64-gfx942' is one pixi would reject" in err
+    assert "environment 'default' on platform 'linux-64' is one pixi would reject" in err
     assert "'__amdgpu_arch ==9.4.2' (from gpu-only) has no matching locked package" in err
+    assert "__amdgpu_arch = \"9.4.2\"" in err  # the hint: declare it on a rich platform
     assert not (root / "pixi.lock").exists()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tarfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -416,10 +417,38 @@ def test_empty_channels_are_refused_where_dependencies_must_be_solved(
     ["export"], ["install", "-e", "mi300x", "--prefix", "PREFIX"], ["pack", "-e", "mi300x", "-o", "BUNDLE"],
     ["preset", "-e", "mi300x", "--method", "lora"]])
 def test_empty_channels_are_no_error_for_what_reads_the_lock(
-        ws_copy: Path, tmp_path: Path, command: list[str]) -> None:
+        ws_copy: Path, tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """What reads the lock takes its packages and channels from the lock: the manifest's `channels = []` changes
+    none of what it writes."""
+    manifest = ["--manifest-path", str(ws_copy / "pixi.toml")]
+    locked = by_name(ws_copy / "pixi.lock", "mi300x")  # name -> "version build"
+    files = {f"{name}-{pin.replace(' ', '-')}.conda" for name, pin in locked.items()}
+    before = snapshot(ws_copy)
+    if command[0] == "preset":  # the same preset from the manifest with its channels
+        assert main([*command, "-o", str(tmp_path / "with-channels.yaml"), *manifest]) == 0
     _no_channels(ws_copy)
+    shutil.rmtree(ws_copy / "envs")  # export writes them again, from the lock alone
     argv = [a.replace("PREFIX", str(tmp_path / "prefix")).replace("BUNDLE", str(tmp_path / "b.tar")) for a in command]
-    assert main([*argv, "--manifest-path", str(ws_copy / "pixi.toml")]) == 0
+    capsys.readouterr()
+    assert main([*argv, *manifest]) == 0
+    err = capsys.readouterr().err
+    if command[0] == "export":
+        envs = {k: v for k, v in before.items() if k.startswith("envs/")}
+        assert envs and {k: v for k, v in snapshot(ws_copy).items() if k.startswith("envs/")} == envs
+        channels = yaml.safe_load((ws_copy / "envs/mi300x/environment.yml").read_text())["channels"]
+        assert len(channels) == 2 and all(c.startswith("file://") for c in channels)  # the lock's two channels
+    elif command[0] == "install":
+        metas = [json.loads(p.read_text()) for p in (tmp_path / "prefix/conda-meta").glob("*.json")]
+        assert {m["name"]: f"{m['version']} {m['build']}" for m in metas} == locked
+        assert f"installed {len(locked)} package(s) of 'mi300x'" in err
+    elif command[0] == "pack":
+        with tarfile.open(tmp_path / "b.tar") as tar:
+            packed = {Path(n).name for n in tar.getnames() if n.endswith(".conda")}
+        assert packed == files and f"packed {len(locked)} package(s) of 'mi300x'" in err
+    else:
+        preset = ws_copy / "presets/mi300x-lora.yaml"
+        assert preset.read_text() == (tmp_path / "with-channels.yaml").read_text()
+        assert f"wrote {preset}" in err
 
 
 def test_pixis_workspace_without_channels_locks_and_exports(tmp_path: Path) -> None:

@@ -82,6 +82,18 @@ AOTRITON_EXPERIMENTAL: dict[str, frozenset[str]] = {
 # only moves forward, and from 0.12b on gfx1100 and gfx1151 are supported.
 AOTRITON_OF_TORCH: dict[str, str] = {"2.12": "0.11.2b", "2.13": "0.12b"}
 AOTRITON_VAR = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
+# (AOTriton release, target) -> a known defect of that release on that target that users feel, with its upstream
+# issue; a copy of rocmlock's rocmlock.gpu.targets.AOTRITON_KNOWN_ISSUES (a test keeps them equal). ROCm/TheRock#7696
+# ("Verified Issue", 2026-08-27, first identified in ROCm 10.0.0): AOTriton 0.13b selects a slower flash-attention
+# backward kernel on MI350X (gfx950) than 0.11.2b's 3-kernel split, 9-25 % lower training throughput. The SDPA check
+# reads the release torch really bundles (torch/lib/libaotriton_v2.so.<version>, 0.13.0 for 0.13b).
+AOTRITON_KNOWN_ISSUES: dict[tuple[str, str], str] = {
+    ("0.13b", "gfx950"): ("its flash-attention backward on gfx950 is a slower kernel than 0.11.2b's 3-kernel "
+                          "split: 9-25 % lower training throughput (ROCm/TheRock#7696)"),
+}
+AOTRITON_ISSUE_FIX = ("train with flash-attn's CK kernels (LLaMA-Factory `flash_attn: fa2`; `rocmlock preset` picks "
+                      "them where the environment has flash-attn), or use a PyTorch built with AOTriton 0.11.2b "
+                      "(the issue's workaround)")
 
 DRIVER_FIX = ("install and load the amdgpu kernel driver on the host: AMD's `amdgpu-install --usecase=dkms`, "
               "then `sudo modprobe amdgpu` (or reboot); `dmesg | grep -i amdgpu` shows why it did not load")
@@ -272,6 +284,38 @@ def rattler_pick(gpus: Sequence[tuple[str, tuple[int, int, int], int | None]]) -
     return max(gpus, key=lambda g: (g[2] is not None, g[2] or 0, g[1]))[0]
 
 
+# rattler's AMD GPU overrides (py-rattler 0.28, conda/rattler#2806, rattler_virtual_packages amdgpu.rs), read as
+# rattler reads them, so the probe answers as `rattler.VirtualPackage.detect` (and rocmlock's node checks) do:
+# CONDA_OVERRIDE_AMDGPU "0" forces __amdgpu on, "" off, anything else is refused; CONDA_OVERRIDE_AMDGPU_ARCH is
+# the ISA "major.minor.stepping" in decimal ("" for none); __amdgpu_arch exists only with __amdgpu.
+AMDGPU_OVERRIDES = ("CONDA_OVERRIDE_AMDGPU", "CONDA_OVERRIDE_AMDGPU_ARCH")
+_ISA = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+
+
+def amdgpu_seen(ctx: Context, found: Sequence[tuple[str, tuple[int, int, int], int | None]]
+                ) -> tuple[bool, tuple[int, int, int] | None, str]:
+    """(__amdgpu, __amdgpu_arch, where they come from) for KFD's GPUs ``found`` and rattler's overrides;
+    a ValueError names a bad override as rattler refuses it."""
+    present_override = ctx.environ.get(AMDGPU_OVERRIDES[0])
+    arch_override = ctx.environ.get(AMDGPU_OVERRIDES[1])
+    if present_override not in (None, "", "0"):
+        raise ValueError(f"{AMDGPU_OVERRIDES[0]}={present_override!r}: __amdgpu is always '0'; set it to 0 (on) or "
+                         "to an empty string (off)")
+    if arch_override and not _ISA.fullmatch(arch_override):
+        raise ValueError(f"{AMDGPU_OVERRIDES[1]}={arch_override!r}: not an AMDGPU ISA version major.minor.stepping "
+                         "(e.g. 9.4.2 for gfx942)")
+    overrides = [f"{n}={ctx.environ[n]!r}" for n in AMDGPU_OVERRIDES if n in ctx.environ]
+    source = f"rattler with {' '.join(overrides)}" if overrides else "/sys/class/kfd/kfd/topology/nodes"
+    present = present_override == "0" if present_override is not None else bool(found)
+    if not present:
+        return False, None, source
+    if arch_override is not None:
+        isa = tuple(int(p) for p in arch_override.split(".")) if arch_override else None
+        return True, (isa[0], isa[1], isa[2]) if isa else None, source
+    pick = max(found, key=lambda g: (g[2] is not None, g[2] or 0, g[1]), default=None)
+    return True, pick[1] if pick else None, source
+
+
 def amdgpu_arch_picks(gpus: Sequence[tuple[str, tuple[int, int, int], int | None]]) -> str:
     """What ``__amdgpu_arch`` is on a node of several targets: rattler/pixi take the GPU with the most compute
     units, ties to the highest ISA (conda/rattler#2806); the CEP draft the highest ISA (conda/ceps#189)."""
@@ -409,6 +453,16 @@ def exc_text(exc: BaseException) -> str:
 def check_driver(ctx: Context) -> Outcome:
     module = ctx.path("/sys/module/amdgpu")
     found = kfd_gpus(ctx)
+    try:
+        present, isa, source = amdgpu_seen(ctx, found)
+    except ValueError as exc:
+        return fail(f"bad GPU override: {exc}", "fix or unset the variable (rattler refuses it too)")
+    label = "KFD GPUs"
+    if any(n in ctx.environ for n in AMDGPU_OVERRIDES):  # the node as rattler/pixi see it under the overrides
+        label = "GPU as rattler sees it"
+        found = [(gfx_from_kfd_version(isa[0] * 10000 + isa[1] * 100 + isa[2]), isa, None)] if isa else []
+    seen = (f"__amdgpu_arch {'.'.join(map(str, isa))} from {source}" if isa else
+            f"{'__amdgpu but ' if present else ''}no __amdgpu_arch from {source}")
     gpus = [g[0] for g in found]
     if not module.is_dir():
         nvidia = " (an NVIDIA driver is loaded: not ROCm)" if ctx.path("/sys/module/nvidia").is_dir() else ""
@@ -417,12 +471,12 @@ def check_driver(ctx: Context) -> Outcome:
     if state != "live":
         return fail(f"amdgpu initstate is '{state}'", DRIVER_FIX)
     if not gpus:
-        return warn("amdgpu is loaded but KFD lists no GPU node (/sys/class/kfd/kfd/topology)",
+        return warn(f"amdgpu is loaded but KFD lists no GPU node (/sys/class/kfd/kfd/topology; {seen})",
                     "a GPU without compute support, or KFD disabled; check `dmesg | grep -i kfd`")
     summary = _tally(gpus)
     if ctx.expect_arch and ctx.expect_arch not in gpus:
-        return fail(f"amdgpu loaded; KFD GPUs: {summary}; the environment is for {ctx.expect_arch} "
-                    f"({ctx.expect_arch_source}), which is none of them",
+        return fail(f"amdgpu loaded; {label}: {summary}; the environment is for {ctx.expect_arch} "
+                    f"({ctx.expect_arch_source}), which is none of them ({seen})",
                     f"install the environment built for {rattler_pick(found)} "
                     "(its amdgpu-target) on this node", gfx=gpus)
     if len(set(gpus)) > 1:
@@ -432,7 +486,7 @@ def check_driver(ctx: Context) -> Outcome:
                "only its target" if mine else "pass --expect-arch or install the environment's amdgpu-target package")
         return warn(f"amdgpu loaded; GPUs of {len(set(gpus))} targets: {listed}; {amdgpu_arch_picks(found)}", fix,
                     gfx=gpus)
-    return ok(f"amdgpu loaded; KFD GPUs: {summary}", gfx=gpus)
+    return ok(f"amdgpu loaded; {label}: {summary}; {seen}", gfx=gpus)
 
 
 def device_files(ctx: Context) -> tuple[Path | None, list[Path]]:
@@ -972,27 +1026,49 @@ def kpack_archive_toc(path: Path) -> tuple[list[str], dict[str, set[str]]]:
     return arches, {k: {a for a in v if isinstance(a, str)} for k, v in toc["toc"].items() if isinstance(v, dict)}
 
 
-def kpack_served(ref: KpackRef, where: str, archives: Mapping[str, tuple[list[str], dict[str, set[str]]]]) -> list[str]:
+KpackArchives = Mapping[str, tuple[list[str], dict[str, set[str]]]]
+
+
+def kpack_index(archives: KpackArchives) -> dict[int, list[tuple[str, str]]]:
+    """The archives by what is left of a path around each name its archive lists (``.kpack/x_gfx942.kpack``:
+    ``(".kpack/x_", ".kpack")`` for gfx942), as hashes (the pair is compared again at a look-up): a search path's
+    @GFXARCH@ is then one look-up, not a pass over every archive (a 1 MB tree took a minute and 420 MB)."""
+    index: dict[int, list[tuple[str, str]]] = {}
+    for path in sorted(archives):
+        for arch in dict.fromkeys(archives[path][0]):
+            at = path.find(arch) if arch and "/" not in arch else -1  # the loader puts a name in one component
+            while at >= 0:
+                index.setdefault(hash((path[:at], path[at + len(arch):])), []).append((path, arch))
+                at = path.find(arch, at + 1)
+    return index
+
+
+def kpack_served(ref: KpackRef, where: str, archives: KpackArchives,
+                 index: Mapping[int, list[tuple[str, str]]] | None = None) -> list[str]:
     """The GPU names whose archive (the first along ``ref``'s search paths listing the name; paths relative to the
-    prefix) holds every code object of the library at ``where``."""
-    candidates: list[tuple[str, str | None]] = []
-    for raw in ref.search_paths:
+    prefix) holds every code object of the library at ``where``; ``index``: :func:`kpack_index` of ``archives``."""
+    index = kpack_index(archives) if index is None else index
+    first: dict[str, str] = {}
+    for raw in dict.fromkeys(ref.search_paths):
         full = os.path.normpath(os.path.join(os.path.dirname(where), raw))
         if raw.startswith("/") or full.startswith(".."):
             continue
         head, sep, tail = full.partition("@GFXARCH@")
-        for path in sorted(archives):
-            middle = path[len(head):len(path) - len(tail)]
-            if not sep and path == full:
-                candidates.append((path, None))
-            elif sep and path.startswith(head) and path.endswith(tail) and middle and "/" not in middle:
-                candidates.append((path, middle))
-    served = []
-    for name in dict.fromkeys(a for p, only in candidates for a in archives[p][0] if only in (None, a)):
-        path = next(p for p, only in candidates if only in (None, name) and name in archives[p][0])
-        if all(name in archives[path][1].get(f"{ref.kernel_name}#{i}", ()) for i in ref.indices):
-            served.append(name)
-    return served
+        if not sep:
+            for name in archives[full][0] if full in archives else ():
+                first.setdefault(name, full)
+            continue
+        for path, name in index.get(hash((head, tail)), ()):
+            if len(path) == len(head) + len(name) + len(tail) and path.startswith(head) and path.endswith(tail):
+                first.setdefault(name, path)
+    keys = [f"{ref.kernel_name}#{i}" for i in ref.indices]
+    return [name for name, path in first.items() if all(name in archives[path][1].get(key, ()) for key in keys)]
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` from a file the probe did not write, safe for one terminal line: control characters (ESC, newline)
+    as Python escapes."""
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def device_code_ids(path: Path) -> list[str] | KpackRef | None:
@@ -1077,8 +1153,10 @@ def _scan_prefix(prefix: Path) -> Iterator[tuple[str, list[str] | str]]:
                 refs[rel] = ids
             elif ids is not None:
                 yield rel, ids
+    index = kpack_index(archives)
     for rel, ref in sorted(refs.items()):
-        yield rel, kpack_served(ref, rel, archives) or [f"no kpack archive for it at {', '.join(ref.search_paths)}"]
+        yield rel, kpack_served(ref, rel, archives, index) or [
+            f"no kpack archive for it at {first_line(terminal_safe(', '.join(ref.search_paths)), 300)}"]
 
 
 def _without_kernels(files: Mapping[str, list[str]], gpus: list[str]) -> dict[str, list[str]]:
@@ -1109,15 +1187,15 @@ def check_kernels(ctx: Context) -> Outcome:
                                                                              for i in v}) for p, v in files.items()}}
     seen = f"{len(files)} file(s) with GPU code in {ctx.prefix}"
     if missing:
-        shown = "; ".join(f"{p} ({', '.join(sorted(set(ids))) or 'no AMDGPU code'})" for p, ids in
-                          sorted(missing.items())[:5])
+        shown = "; ".join(f"{terminal_safe(p)} ({terminal_safe(', '.join(sorted(set(ids)))) or 'no AMDGPU code'})"
+                          for p, ids in sorted(missing.items())[:5])
         return fail(f"{seen}; {len(missing)} without kernels for {', '.join(gpus)}: {shown}"
                     + (" ..." if len(missing) > 5 else ""),
                     "install the packages built for this GPU (build string rocmXY_<gfx>_...); `rocmlock audit "
                     "--prefix DIR` lists what each file holds (hipErrorNoBinaryForGpu otherwise)", **data)
     if unread:
         path, why = min(unread.items())
-        return warn(f"{seen}; {len(unread)} could not be read: {path}: {why}",
+        return warn(f"{seen}; {len(unread)} could not be read: {terminal_safe(path)}: {terminal_safe(why)}",
                     "`rocmlock audit --prefix DIR` reads every form (pip install zstandard for zstd bundles here)",
                     **data)
     return ok(f"{seen}, all with kernels for {', '.join(gpus)}", **data)
@@ -1240,8 +1318,48 @@ def check_sdpa(ctx: Context) -> Outcome:
                     f"{tier}", f"AOTriton's experimental kernels are wrong here: unset {AOTRITON_VAR} and train with "
                     "flash-attn (`flash_attn: fa2`)" if experimental_ran else
                     "the attention kernels (AOTriton) are wrong for this GPU: check torch.arch_list and ROCm")
-    return ok(f"bf16 causal, output error {out_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}"
-              f"{_aotriton_tier(ctx)}", out_err=out_err, grad_err=grad_err)
+    evidence = (f"bf16 causal, output error {out_err:.1e}, gradient error {grad_err:.1e} {_where(ctx)}"
+                f"{_aotriton_tier(ctx)}")
+    issue = _aotriton_issue(ctx)
+    if issue:  # correct, but a known slow kernel of the bundled AOTriton on this GPU
+        return warn(evidence + issue, AOTRITON_ISSUE_FIX, out_err=out_err, grad_err=grad_err)
+    return ok(evidence, out_err=out_err, grad_err=grad_err)
+
+
+def bundled_aotriton(torch: Any) -> str | None:
+    """The version of the AOTriton runtime ``torch`` ships, from the name of torch/lib/libaotriton_v2.so.<X.Y.Z>
+    (``0.13.0`` for AOTriton 0.13b); None when torch has no such file (a CUDA build, or AOTriton linked elsewhere)."""
+    lib = os.path.join(os.path.dirname(str(getattr(torch, "__file__", "") or "")), "lib")
+    prefix = "libaotriton_v2.so."
+    try:
+        names = os.listdir(lib)
+    except OSError:
+        return None
+    found = [n[len(prefix):] for n in names if n.startswith(prefix) and re.fullmatch(r"[0-9]+(\.[0-9]+)*",
+                                                                                    n[len(prefix):])]
+    return max(found, key=lambda v: tuple(int(p) for p in v.split("."))) if found else None
+
+
+def _release_numbers(release: str) -> tuple[int, ...]:
+    """``0.13b`` -> ``(0, 13)``, ``0.13.0`` -> ``(0, 13)``: an AOTriton release and its soname compare equal."""
+    numbers = [int(p) for p in re.findall(r"[0-9]+", release.split("b")[0])]
+    while len(numbers) > 2 and numbers[-1] == 0:
+        numbers.pop()
+    return tuple(numbers)
+
+
+def _aotriton_issue(ctx: Context) -> str:
+    """For a GPU with a known defect of the AOTriton torch bundles (AOTRITON_KNOWN_ISSUES): the defect, said."""
+    if ctx.device in (None, "cpu") or not ctx.is_rocm:
+        return ""
+    bundled = bundled_aotriton(ctx.torch)
+    if bundled is None:
+        return ""
+    gpus = set(_device_targets(ctx.torch))
+    notes = [f"; {gfx} with AOTriton {release} (torch/lib/libaotriton_v2.so.{bundled}): {text}"
+             for (release, gfx), text in AOTRITON_KNOWN_ISSUES.items()
+             if gfx in gpus and _release_numbers(release) == _release_numbers(bundled)]
+    return "".join(notes)
 
 
 def aotriton_of_torch(version: str) -> str | None:

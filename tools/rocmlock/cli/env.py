@@ -47,11 +47,13 @@ def cmd_install(args: argparse.Namespace) -> int:
 
     manifest = _locked_manifest(args, "install")
     result = install_from_lock(manifest.parent / LOCK_NAME, args.environment, args.prefix.resolve(),
-                               args.platform, channels=manifest_channels(manifest))
+                               args.platform, channels=manifest_channels(manifest), on_wait=err)
     if args.json:
         print_json(result.to_dict())
     if result.left_out:
         err("warning: " + left_out_warning(result.left_out, result.environment, result.platform, "installed"))
+    if result.gpu_warning:
+        err("warning: " + result.gpu_warning)
     err(f"installed {len(result.packages)} package(s) of '{result.environment}' [{result.platform}] "
         f"into {result.prefix}")
     return 0

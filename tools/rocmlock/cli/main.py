@@ -186,10 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parse(parser, args_list)
     except UsageError as exc:
         return _usage_error(exc, args_list)
-    # No --manifest-path: look for it as pixi does, unless the command reads none by default (`diff`).
-    if getattr(args, "manifest_path", "") is None and not getattr(args, "manifest_optional", False):
-        args.manifest_path = _discovered_manifest()
     try:
+        # No --manifest-path: look for it as pixi does, unless the command reads none by default (`diff`).
+        if getattr(args, "manifest_path", "") is None and not getattr(args, "manifest_optional", False):
+            args.manifest_path = _discovered_manifest()
         code = int(args.handler(args))
         sys.stdout.flush()  # here, so that a reader gone (EPIPE) is met below, not in run()'s final flush
         return code

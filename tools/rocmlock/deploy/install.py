@@ -9,13 +9,15 @@ reached with the credentials of the manifest's channel URLs, held in memory
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rattler import RepoDataRecord
 
 from rocmlock.errors import InputError, OperationError
+from rocmlock.host.node import rattler_amdgpu
+from rocmlock.lock.gpuarch import contradictions, describe_isa, platform_isa, refusal
 from rocmlock.lock.lockfile import (
     LockedPlatform,
     LockedWorkspace,
@@ -46,10 +48,12 @@ class InstallResult:
     packages: tuple[str, ...]
     # PyPI and source packages of the lock that rattler does not install (see :func:`left_out`).
     left_out: tuple[str, ...] = ()
+    # This machine's GPU (rattler's __amdgpu_arch) is not the platform's: a line saying so (see :func:`gpu_mismatch`).
+    gpu_warning: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {"prefix": str(self.prefix), "environment": self.environment, "platform": self.platform,
-                "packages": list(self.packages), "left_out": list(self.left_out)}
+                "packages": list(self.packages), "left_out": list(self.left_out), "gpu_warning": self.gpu_warning}
 
 
 def read_named(lock_path: Path) -> LockedWorkspace | None:
@@ -74,8 +78,11 @@ def left_out(lock_path: Path, environment: str, platform: str) -> tuple[str, ...
     env = locked.environments.get(environment) if locked else None
     if env is None:
         return ()
-    pins = [f"{p.name}=={p.version} (pypi)" for p in env.pypi.get(platform, [])]
-    return tuple(pins + [s.describe() for s in env.sources.get(platform, [])])
+    return _not_conda(env.pypi.get(platform, ()), env.sources.get(platform, ()))
+
+
+def _not_conda(pins: Sequence[PypiPin], sources: Sequence[SourcePackage]) -> tuple[str, ...]:
+    return tuple([f"{p.name}=={p.version} (pypi)" for p in pins] + [s.describe() for s in sources])
 
 
 def left_out_warning(names: Sequence[str], environment: str, platform: str, where: str) -> str:
@@ -102,9 +109,11 @@ def select_records(lock_path: Path, environment: str, platform: str | None = Non
     return selected.platform, selected.records
 
 
-def select_environment(lock_path: Path, environment: str, platform: str | None = None) -> Selected:
-    """What ``environment`` on ``platform`` (its only one when None) of the lock holds."""
-    settle(lock_path.parent)  # a write of the lock outputs that was interrupted is finished first
+def select_environment(lock_path: Path, environment: str, platform: str | None = None,
+                       on_wait: Callable[[str], None] | None = None) -> Selected:
+    """What ``environment`` on ``platform`` (its only one when None) of the lock holds: one read of pixi.lock,
+    which a writer replaces by a rename (so it is the old lock or the new one, whatever runs beside)."""
+    settle(lock_path.parent, on_wait)  # a write of the lock outputs that was interrupted is finished first
     locked = read_named(lock_path)
     if locked is None:
         raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first")
@@ -122,7 +131,12 @@ def select_environment(lock_path: Path, environment: str, platform: str | None =
         raise InputError(f"{lock_path}: environment '{environment}' has no platform '{platform}'",
                          hint=f"locked platforms: {', '.join(platforms)}")
     subdir = records[0].subdir if records else "noarch"
-    return Selected(locked.platforms.get(platform) or LockedPlatform(platform, subdir, ()), records,
+    locked_platform = locked.platforms.get(platform) or LockedPlatform(platform, subdir, ())
+    # Issue 40: a lock whose records are another GPU's builds than the platform's __amdgpu_arch is not installed.
+    if error := refusal(contradictions(environment, platform, locked_platform.virtual_packages, records),
+                        lock_path, solved=False):
+        raise error
+    return Selected(locked_platform, records,
                     tuple(env.pypi.get(platform, ())), tuple(env.sources.get(platform, ())))
 
 
@@ -154,16 +168,20 @@ def check_prefix(prefix: Path) -> None:
 
 
 def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform: str | None = None,
-                      cache_dir: Path | None = None, channels: Sequence[str] = ()) -> InstallResult:
+                      cache_dir: Path | None = None, channels: Sequence[str] = (),
+                      on_wait: Callable[[str], None] | None = None) -> InstallResult:
     """Install ``environment``'s locked records for ``platform`` (its only one when omitted) into ``prefix``.
 
     ``channels`` are the manifest's channel URLs as written, credentials included: the lock records clean
-    URLs only, and the credentials go to rattler in memory.
+    URLs only, and the credentials go to rattler in memory. What it installs and what it reports as left out
+    come from one read of pixi.lock, so a ``rocmlock lock`` running meanwhile cannot mix two locks in the result.
     """
     from rattler import install
 
-    locked_platform, records = select_records(lock_path, environment, platform)
+    selected = select_environment(lock_path, environment, platform, on_wait)
+    locked_platform, records = selected.platform, selected.records
     check_prefix(prefix)
+    gpu_warning = gpu_mismatch(locked_platform)
     _, client = client_for_urls(channels)
     created = not prefix.exists()
     try:
@@ -177,8 +195,23 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
         raise _install_error(f"installing '{environment}' into {prefix} failed ({left})", text,
                              [*channels, *(r.channel or "" for r in records)], records) from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
-    return InstallResult(prefix, environment, locked_platform.name, names,
-                         left_out(lock_path, environment, locked_platform.name))
+    return InstallResult(prefix, environment, locked_platform.name, names, _not_conda(selected.pins, selected.sources),
+                         gpu_warning)
+
+
+def gpu_mismatch(platform: LockedPlatform) -> str | None:
+    """A line when this machine's ``__amdgpu_arch``, as rattler detects it (its overrides applied), is not the one
+    ``platform`` declares; None on a machine without one (a CI runner filling a container) or of that GPU. pixi
+    warns likewise and installs: a prefix may be made for other nodes (a shared file system)."""
+    want = platform_isa(platform.virtual_packages)
+    if want is None:
+        return None
+    have = rattler_amdgpu()
+    if have.isa is None or have.isa == want:
+        return None
+    return (f"this machine is {have.describe()}, but platform '{platform.name}' is for {describe_isa(want)}: "
+            f"its packages will not run on this GPU (install them on a node of that GPU; "
+            f"CONDA_OVERRIDE_AMDGPU_ARCH={want} says this one is)")
 
 
 def _install_error(what: str, text: str, channels: Sequence[str], records: Sequence[RepoDataRecord]) -> OperationError:

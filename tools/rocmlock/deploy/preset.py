@@ -25,6 +25,7 @@ from rocmlock.errors import InputError
 from rocmlock.gpu.targets import (
     AOTRITON_EXPERIMENTAL_VAR,
     GpuTarget,
+    aotriton_known_issue,
     aotriton_release_for,
     aotriton_tier_for,
     minor_version,
@@ -154,6 +155,21 @@ def attention(caps: Capabilities) -> tuple[str, str]:
     return "sdpa", missing
 
 
+def _aotriton_issue(caps: Capabilities) -> list[str]:
+    """A known defect of the AOTriton that SDPA runs on this GPU (gfx950 with 0.13b: ROCm/TheRock#7696), and the
+    way around it: flash-attn's own kernels, where it has a backend for the GPU."""
+    issue = aotriton_known_issue(caps.target, caps.pytorch_series)
+    if issue is None:
+        return []
+    ck, triton = caps.target.flash_attn_ck, caps.target.flash_attn_triton
+    if ck or triton:
+        backend = "CK" if ck else "Triton"
+        issue += (f"; add flash-attn to environment '{caps.environment}' (its {backend} kernels serve "
+                  f"{caps.target.gfx}; the preset then sets flash_attn: fa2), or use a PyTorch built with AOTriton "
+                  "0.11.2b (the issue's workaround)")
+    return [issue]
+
+
 def check_method(caps: Capabilities, method: str) -> Method:
     """``method`` validated against the environment: QLoRA needs bitsandbytes built for the GPU."""
     if method not in METHODS:
@@ -261,6 +277,8 @@ def make_preset(workspace: Workspace, request: PresetRequest, cwd: Path | None =
              (f"batch {size.per_device_train_batch_size} x accumulation {size.gradient_accumulation_steps}, "
              f"cutoff_len {size.cutoff_len}: sized for a 7-8B model on "
              f"{_memory_note(caps.target, request.memory_gib)}")]
+    if flash_attn == "sdpa":
+        notes += _aotriton_issue(caps)
     if ds_path is not None:
         notes.append(f"DeepSpeed ZeRO-{stage} config: {relative_path(ds_path, cwd)}")
     if not size.fits:

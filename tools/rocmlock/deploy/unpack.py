@@ -270,7 +270,8 @@ def _check_node(meta: BundleMetadata, root: Path, env: Mapping[str, str], force:
     if problem is None:
         rocm = f", ROCm {meta.rocm_version}" if meta.rocm_version else ""
         mixed = gpu_choice(node.gpus, meta.gpu_target)
-        return f"node check: a {meta.gpu_target} GPU{rocm} found, as the bundle needs" + (f"; {mixed}" if mixed else "")
+        return (f"node check: a {meta.gpu_target} GPU{rocm} found, as the bundle needs"
+                + (f"; {mixed}" if mixed else "") + f"; {node.amdgpu.describe()}")
     if force:
         return f"node check skipped (--force): {problem}"
     raise OperationError(problem, hint="--force installs anyway (the integrity check still runs)")

@@ -49,6 +49,15 @@ AotritonTier = Literal["supported", "experimental", "none"]
 AOTRITON_TIERS: tuple[AotritonTier, ...] = ("supported", "experimental", "none")
 # PyTorch reads it once, at its first SDPA call, and then uses an experimental target's AOTriton kernels.
 AOTRITON_EXPERIMENTAL_VAR = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
+# (AOTriton release, target) -> a known defect of that release on that target that users feel, with its upstream
+# issue. ROCm/TheRock#7696 ("Verified Issue", 2026-08-27, first identified in ROCm 10.0.0): on MI350X (gfx950)
+# AOTriton 0.13b selects a slower flash-attention backward kernel than 0.11.2b's 3-kernel split; HuggingFace training
+# (BART, GPT-2, DiT, BERT, Llama 2 70B, RoBERTa-large) loses 9-25 % throughput; upstream's workaround is a PyTorch
+# rebuilt on AOTriton 0.11.2b. The probe keeps a copy (tools/verify_env.py; tests/test_probe.py keeps them equal).
+AOTRITON_KNOWN_ISSUES: dict[tuple[str, str], str] = {
+    ("0.13b", "gfx950"): ("its flash-attention backward on gfx950 is a slower kernel than 0.11.2b's 3-kernel "
+                          "split: 9-25 % lower training throughput (ROCm/TheRock#7696)"),
+}
 _RELEASE = re.compile(r"[0-9][0-9A-Za-z.+_-]*")
 # What to write for a key a row lacks (the comment at the top of gpu_targets.toml says what each means).
 _EXAMPLES = {"architecture": '"cdna3"', "family": '"gfx9" (rocm-bootstrap\'s family)',
@@ -132,16 +141,39 @@ def aotriton_release() -> str:
     return expect_match(read_toml(path).get("version"), _RELEASE, path, "version", "the AOTriton release, e.g. 0.11.2b")
 
 
+def _pytorch_releases() -> list[tuple[tuple[int, ...], str]]:
+    """data/aotriton.toml's [pytorch_releases] rows, oldest series first (validated by ``rocmlock.build.aotriton``;
+    here only read)."""
+    path = Path(str(resources.files("rocmlock").joinpath("data/aotriton.toml")))
+    table = read_toml(path).get("pytorch_releases")
+    return sorted((version_tuple(s), str(r)) for s, r in table.items()) if isinstance(table, dict) else []
+
+
 def aotriton_release_for(pytorch_series: str | None) -> str:
     """The AOTriton release a PyTorch series (``"2.13"``) builds with: its row of data/aotriton.toml's
     [pytorch_releases]; a series newer than every row takes the newest row, and none (or an older one) the pinned
-    release (validated by ``rocmlock.build.aotriton``; here only read)."""
-    path = Path(str(resources.files("rocmlock").joinpath("data/aotriton.toml")))
-    table = read_toml(path).get("pytorch_releases")
-    rows = sorted((version_tuple(s), str(r)) for s, r in table.items()) if isinstance(table, dict) else []
+    release."""
     want = version_tuple(pytorch_series or "")
-    older = [release for series, release in rows if want and series <= want]
+    older = [release for series, release in _pytorch_releases() if want and series <= want]
     return older[-1] if older else aotriton_release()
+
+
+def aotriton_known_issue(target: GpuTarget, pytorch_series: str | None) -> str | None:
+    """The known AOTriton defect (:data:`AOTRITON_KNOWN_ISSUES`) that SDPA on ``target`` may meet with a PyTorch of
+    ``pytorch_series``, said as a warning: certain where the series' recorded release has it, conditional where
+    the series is newer than every recorded one (its AOTriton is then not known here); None otherwise."""
+    rows = _pytorch_releases()
+    want = version_tuple(pytorch_series or "")
+    release = aotriton_release_for(pytorch_series)
+    exact = AOTRITON_KNOWN_ISSUES.get((release, target.gfx))
+    if exact:
+        return f"warning: AOTriton {release}, that of PyTorch {pytorch_series}: {exact}"
+    if not want or not rows or want[:2] <= rows[-1][0][:2]:
+        return None
+    later = [(r, text) for (r, gfx), text in AOTRITON_KNOWN_ISSUES.items()
+             if gfx == target.gfx and version_tuple(r.rstrip("b")) > version_tuple(release.rstrip("b"))]
+    return "; ".join(f"warning: if PyTorch {pytorch_series} bundles AOTriton {r} (torch/lib/libaotriton_v2.so."
+                     f"{r.rstrip('b')}.*; `rocmlock probe` reads it): {text}" for r, text in later) or None
 
 
 def aotriton_tier_for(target: GpuTarget, release: str) -> AotritonTier:

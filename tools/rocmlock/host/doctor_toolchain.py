@@ -16,7 +16,7 @@ from rocmlock.gpu.targets import GpuTarget, version_tuple
 from rocmlock.host import rocm as rocm_host
 from rocmlock.host import therock
 from rocmlock.host.doctor_report import Check, Status
-from rocmlock.host.node import KFD_NODES, gpu_choice, rattler_pick, read_gpus
+from rocmlock.host.node import gfx_of_isa, gpu_choice, node_gpus, rattler_pick
 from rocmlock.host.rocm import HIP_HEADER, Host, holds_device_libs, holds_header
 from rocmlock.util.runner import CommandResult
 
@@ -234,23 +234,24 @@ def check_gpus(host: Host, targets: tuple[GpuTarget, ...], build: bool) -> Check
     targets warns, naming what rattler and the CEP draft report as ``__amdgpu_arch`` there (:mod:`rocmlock.host.node`).
     A build host compiles for any target, so its GPUs only inform.
     """
-    gpus = read_gpus(host.sysroot)
+    gpus, amdgpu = node_gpus(host.sysroot)
     if not gpus:
-        return None
+        return Check("gpus", "warn", f"no GPU of a known ISA: {amdgpu.describe()}",
+                     "set CONDA_OVERRIDE_AMDGPU_ARCH as well (the ISA, e.g. 9.4.2)") if amdgpu.present else None
     wanted = [t.gfx for t in targets]
     present = [g for g in wanted if any(gpu.gfx == g for gpu in gpus)]
     listed = ", ".join(g.describe() for g in gpus)
     if wanted and not present and not build:
-        pick = rattler_pick(gpus) or gpus[0]
-        return Check("gpus", "fail", f"{listed}; the environments checked are for {', '.join(wanted)}: "
-                     "none of them runs on this node",
-                     f"use the environment built for {pick.gfx} (`rocmlock doctor --target {pick.gfx}`, "
-                     f"`pixi install -e <env for {pick.gfx}>`)")
+        pick = gfx_of_isa(amdgpu.isa) if amdgpu.isa else (rattler_pick(gpus) or gpus[0]).gfx
+        return Check("gpus", "fail", f"{listed}; the environments checked are for {', '.join(wanted)}: none of "
+                     f"them runs on this node ({amdgpu.describe()})",
+                     f"use the environment built for {pick} (`rocmlock doctor --target {pick}`, "
+                     f"`pixi install -e <env for {pick}>`)")
     mixed = gpu_choice(gpus, present[0] if len(present) == 1 else None)
     if mixed:
         return Check("gpus", "ok" if build else "warn", mixed,
                      "" if build else "pin each job to the GPUs of its environment's target (HIP_VISIBLE_DEVICES)")
-    return Check("gpus", "ok", f"{listed} (/{KFD_NODES})")
+    return Check("gpus", "ok", f"{listed}; {amdgpu.describe()}")
 
 
 def check_gpu_driver(host: Host) -> Check:

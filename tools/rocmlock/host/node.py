@@ -14,16 +14,25 @@ as doctor finds it (:mod:`rocmlock.host.rocm`: ``$HIP_PATH`` / ``$ROCM_PATH`` / 
 ``/opt/rocm`` / a distribution's ``/usr``; the version from ``.info/version``, rocm-core's header or ``hipconfig``);
 TheRock's runtime packages without a devel tree by ``rocm-sdk version``. ``root``
 stands for ``/`` so tests (and a container with the host mounted) can show another machine.
+
+What the node *is* for a solver (``__amdgpu``/``__amdgpu_arch``) is rattler's answer, not a list kept here
+(py-rattler 0.28, conda/rattler#2806: ``rattler.VirtualPackage.detect`` reports both, and honours
+``CONDA_OVERRIDE_AMDGPU`` (``0`` on, empty off) and ``CONDA_OVERRIDE_AMDGPU_ARCH`` (``9.4.2``, empty for none)):
+:func:`node_gpus` asks rattler on ``/`` and wherever an override is set; below another root, where rattler cannot
+look, KFD's GPUs are read and picked by rattler's rule (:func:`rattler_pick`). The tests compare both with
+rattler's own detection of the same KFD tree (tests/test_amdgpu_detect.py).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmlock.gpu.targets import all_targets, minor_version
+from rocmlock.errors import InputError
+from rocmlock.gpu.targets import all_targets, isa_of, minor_version
 from rocmlock.host import therock
 from rocmlock.host.rocm import Host, discover_prefix, find_version, holds_header, sdk_runtime
 
@@ -51,12 +60,84 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class AmdGpu:
+    """``__amdgpu`` (``present``) and ``__amdgpu_arch`` (``isa``: ``9.4.2``, None when not known) of a node, and
+    where they come from (``source``: rattler's detection, its overrides, or KFD read with rattler's rule)."""
+
+    present: bool
+    isa: str | None
+    source: str
+
+    def describe(self) -> str:
+        if not self.present:
+            return f"no __amdgpu from {self.source}"
+        if self.isa is None:
+            return f"__amdgpu but no __amdgpu_arch from {self.source}"
+        return f"__amdgpu_arch {self.isa} ({gfx_of_isa(self.isa)}) from {self.source}"
+
+
+@dataclass(frozen=True)
 class Node:
-    """The GPUs and the ROCm of a host."""
+    """The GPUs and the ROCm of a host, and what a solver sees of its GPU (``amdgpu``)."""
 
     gpus: tuple[Gpu, ...]
     rocm_root: Path | None
     rocm_version: str | None
+    amdgpu: AmdGpu = AmdGpu(False, None, "")
+
+
+# rattler's overrides (conda/rattler#2806, rattler_virtual_packages amdgpu.rs; checked with py-rattler 0.28).
+OVERRIDES = ("CONDA_OVERRIDE_AMDGPU", "CONDA_OVERRIDE_AMDGPU_ARCH")
+
+
+def gfx_of_isa(isa: str) -> str:
+    """``9.4.2`` -> ``gfx942``, ``9.0.10`` -> ``gfx90a``, ``11.0.0`` -> ``gfx1100`` (LLVM's processor name)."""
+    major, minor, step = (int(p) for p in isa.split("."))
+    return f"gfx{major}{minor:x}{step:x}"
+
+
+def overridden() -> bool:
+    """True when the process environment sets an AMD GPU override (rattler reads them from there)."""
+    return any(name in os.environ for name in OVERRIDES)
+
+
+def rattler_amdgpu() -> AmdGpu:
+    """``__amdgpu``/``__amdgpu_arch`` as rattler detects them on this host, its overrides applied
+    (``VirtualPackage.detect(VirtualPackageOverrides.from_env())``); a bad override is one line naming it."""
+    from rattler import VirtualPackage, VirtualPackageOverrides
+    from rattler.exceptions import DetectVirtualPackageError
+
+    try:
+        found = [vp.into_generic() for vp in VirtualPackage.detect(VirtualPackageOverrides.from_env())]
+    except DetectVirtualPackageError as exc:
+        names = " / ".join(n for n in OVERRIDES if n in os.environ) or "a CONDA_OVERRIDE_* variable"
+        raise InputError(f"rattler cannot detect this host's virtual packages: {str(exc).splitlines()[0]}",
+                         hint=f"fix {names}: CONDA_OVERRIDE_AMDGPU is 0 (on) or empty (off), "
+                              "CONDA_OVERRIDE_AMDGPU_ARCH the ISA version such as 9.4.2 (gfx942)") from None
+    by_name = {vp.name.normalized: str(vp.version) for vp in found}
+    source = "rattler with " + " ".join(f"{n}={os.environ[n]!r}" for n in OVERRIDES if n in os.environ) \
+        if overridden() else "rattler's detection"
+    return AmdGpu("__amdgpu" in by_name, by_name.get("__amdgpu_arch"), source)
+
+
+def node_gpus(root: Path) -> tuple[tuple[Gpu, ...], AmdGpu]:
+    """The GPUs the node checks go by, and what a solver sees of them.
+
+    With an override set, the node is what rattler reports under it (one GPU of that ISA, or none), as pixi
+    would see it; on ``/`` rattler's detection names ``__amdgpu_arch`` and KFD lists the GPUs (rattler's alone
+    when KFD lists none: ROCm on WSL, found through HIP); below another root KFD's GPUs, picked by rattler's rule.
+    """
+    kfd = read_gpus(root)
+    if not overridden() and root != Path("/"):
+        pick = rattler_pick(kfd)
+        return kfd, AmdGpu(bool(kfd), pick.isa_version if pick else None, f"/{KFD_NODES}")
+    seen = rattler_amdgpu()
+    if kfd and not overridden():
+        return kfd, seen
+    if seen.isa is None:
+        return (), seen
+    major, minor, step = (int(p) for p in seen.isa.split("."))
+    return (Gpu(0, gfx_of_isa(seen.isa), (major, minor, step)),), seen
 
 
 def gfx_from_kfd_version(value: int) -> str:
@@ -141,6 +222,7 @@ def read_node(root: Path, env: Mapping[str, str]) -> Node:
 
     Below another root no command of this host runs: its ``hipconfig`` would describe this host."""
     host = Host(env) if root == Path("/") else Host(env, which=lambda _name, _path: None)
+    gpus, amdgpu = node_gpus(root)
     prefix = _rocm_prefix(root, env, host)
     if root == Path("/") and not any(env.get(v) for v in ("HIP_PATH", "ROCM_PATH")) \
             and (prefix is None or not therock.is_python_tree(prefix)):
@@ -148,9 +230,9 @@ def read_node(root: Path, env: Mapping[str, str]) -> Node:
         # but `rocm-sdk version` says which ROCm the environment's PyTorch will load.
         runtime = sdk_runtime(host)
         if runtime is not None:
-            return Node(read_gpus(root), Path(runtime[0]), runtime[1])
+            return Node(gpus, Path(runtime[0]), runtime[1], amdgpu)
     version, _source = find_version(host, prefix)
-    return Node(read_gpus(root), prefix, version)
+    return Node(gpus, prefix, version, amdgpu)
 
 
 def _products(gfx: str) -> str:
@@ -164,14 +246,18 @@ def node_problem(node: Node, gpu_target: str | None, rocm_version: str | None) -
         return None
     wanted = _products(gpu_target)
     if not node.gpus:
-        return (f"no AMD GPU on this node (no GPU in /{KFD_NODES}): the bundle was built for {wanted}; "
-                "unpack it on a GPU node (is the amdgpu driver loaded?)")
+        what = node.amdgpu.describe() if node.amdgpu.source else f"no GPU in /{KFD_NODES}"
+        lead = "no AMD GPU of a known ISA" if node.amdgpu.present else "no AMD GPU"
+        fix = f"unset {' and '.join(n for n in OVERRIDES if n in os.environ)}, or set " \
+              f"CONDA_OVERRIDE_AMDGPU_ARCH={isa_of(gpu_target)} on a node of that GPU" if overridden() else \
+            "unpack it on a GPU node (is the amdgpu driver loaded?)"
+        return f"{lead} on this node ({what}): the bundle was built for {wanted}; {fix}"
     if not any(g.gfx == gpu_target for g in node.gpus):
         seen = ", ".join(f"GPU {g.index} is {g.gfx}" for g in node.gpus)
         # On a node of several targets, the one rattler would solve for (the most compute units) is the one to pack.
-        pick = rattler_pick(node.gpus) or node.gpus[0]
-        return (f"{seen}; the bundle was built for {wanted}, which is none of them: pack the environment of this "
-                f"node's target (`rocmlock pack -e <env for {pick.gfx}>`)")
+        pick = gfx_of_isa(node.amdgpu.isa) if node.amdgpu.isa else (rattler_pick(node.gpus) or node.gpus[0]).gfx
+        return (f"{seen}; the bundle was built for {wanted}, which is none of them ({node.amdgpu.describe()}): "
+                f"pack the environment of this node's target (`rocmlock pack -e <env for {pick}>`)")
     if rocm_version is None:
         return None
     if node.rocm_version is None:

@@ -88,8 +88,11 @@ def lock_packages(text: str, source: str) -> LockPackages:
     """What ``text`` (a pixi.lock; ``source`` names it in errors) locks, per environment and platform."""
     import yaml  # here: the no-op lock (rocmlock.lock.noop, through rocmlock.lock.result) imports this module
 
-    try:
-        data = yaml.safe_load(text)
+    from rocmlock.lock.lockyaml import load_lock_yaml, refuse_anchors
+
+    refuse_anchors(text, source)
+    try:  # as rattler reads it: no YAML 1.1 dates, booleans or base-60 numbers where the lock has strings
+        data = load_lock_yaml(text)
     except yaml.YAMLError as exc:
         raise _bad(source, f"invalid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("environments", {}), dict) \

@@ -33,6 +33,7 @@ from rattler.exceptions import ConversionError, ParseCondaLockError
 from rattler.lock.package import CondaLockedBinaryPackage
 
 from rocmlock.errors import InputError
+from rocmlock.lock.lockyaml import load_lock_yaml, refuse_anchors
 from rocmlock.util.credentials import has_query, mask_queries, redact_url, refuse_query
 from rocmlock.util.fs import read_regular
 from rocmlock.util.text import escape, line_problem
@@ -138,6 +139,7 @@ def read_lockfile(path: Path) -> LockedWorkspace | None:
     if not path.exists():
         return None
     data = lock_bytes(path)
+    refuse_anchors(data, path)  # before rattler expands an alias into a copy (issue 41 J)
     try:
         lock = LockFile.from_path(path)
     except (ParseCondaLockError, OSError, ValueError) as exc:
@@ -287,8 +289,8 @@ def _environment_options(raw: bytes) -> dict[str, dict[str, str]]:
         import yaml  # unpack needs no solve options
     except ImportError:
         return {}
-    try:  # libyaml's loader where PyYAML has it (the block read is small either way)
-        data = yaml.load("\n".join(kept), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if kept else None
+    try:  # as rattler reads it: an environment named `on` stays "on" (YAML 1.1 made it True), a date its text
+        data = load_lock_yaml("\n".join(kept)) if kept else None
     except yaml.YAMLError:
         return {}
     envs = data.get("environments") if isinstance(data, dict) else None

@@ -20,6 +20,7 @@ from rocmlock.errors import InputError, OperationError
 from rocmlock.lock import stamp
 from rocmlock.lock.diff import Explicit, LockDiff, PackageType, diff_lock_files, diff_locks, lock_packages
 from rocmlock.lock.exports import render_exports
+from rocmlock.lock.gpuarch import lock_contradictions, refusal
 from rocmlock.lock.lockfile import (
     LockedEnvironment,
     LockedPlatform,
@@ -171,8 +172,9 @@ def _check_solved(envs: list[Environment], solved: dict[SolveKey, list[RepoDataR
         if reason is not None:
             raise OperationError(
                 f"the solve of environment '{env_name}' on platform '{plat_name}' is one pixi would reject: {reason}",
-                hint="a package that depends on __amdgpu/__amdgpu_arch cannot be installed by pixi (it does not "
-                     "detect them); depend on the amdgpu-target mutex instead")
+                hint="a package that depends on __amdgpu/__amdgpu_arch needs a platform that declares them "
+                     "(a rich platform such as { name = \"linux-64-gfx942\", platform = \"linux-64\", "
+                     "__amdgpu = \"0\", __amdgpu_arch = \"9.4.2\" }), or depend on the amdgpu-target mutex instead")
 
 
 def _lock_channel(ws: Workspace, channel: str) -> str:
@@ -338,6 +340,8 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
     if update is None and not discard and (same := unchanged(manifest, cache)) is not None:
         return same
     old, before, discarded, before_text = _previous(ws, discard)
+    if check and old is not None and (error := refusal(lock_contradictions(old), ws.root / LOCK_NAME, False)):
+        raise error
     _check_update_names(ws, old, update)
     kept, jobs, reasons = _plan(ws, envs, names, plats, old, update)
     if discard:
@@ -345,6 +349,8 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
     solved = _solve(ws, envs, jobs, cache)
     _check_solved(envs, solved)
     locked = _assemble(ws, envs, {**kept, **solved})
+    if error := refusal(lock_contradictions(locked), ws.root / LOCK_NAME, solved=True):
+        raise error  # issue 40: never written
     changes = [c for env in envs for p in env.platforms if (key := (env.name, p.name)) in solved
                for c in diff_records(env.name, p.name, before.records(*key) if before else None, solved[key])]
     files = render_outputs(ws, locked, envs)
@@ -398,6 +404,9 @@ def _export_held(manifest: Path, environments: Sequence[str] | None, check: bool
         raise InputError(f"{ws.root / LOCK_NAME}: environment '{missing[0]}' is not locked",
                          hint="run `rocmlock lock` (or `pixi lock`) first")
     selected = [e for e in envs if e.name in names]
+    if error := refusal(lock_contradictions(locked, [(e.name, p.name) for e in selected for p in e.platforms]),
+                        ws.root / LOCK_NAME, solved=False):
+        raise error
     warnings = _source_packages(ws.root / LOCK_NAME, locked, selected, skip_source)
     files = render_outputs(ws, locked, selected)
     files.pop(ws.root / LOCK_NAME)

@@ -13,8 +13,10 @@ pixi_core/src/lock_file/satisfiability/{environment.rs,platform.rs}:
 - every locked record named in ``[constraints]`` matches the constraint;
 - every locked record is reached (nothing extra);
 - a dependency whose ``[when="..."]`` condition no locked record or virtual package meets is skipped;
-- the virtual packages are the ones pixi models (pixi_compat.pixi_virtual_packages): ``__amdgpu`` and
-  ``__amdgpu_arch`` satisfy nothing, ``__archspec`` is version 1.
+- the virtual packages are the ones rattler models (pixi_compat.pixi_virtual_packages, ``__amdgpu`` and
+  ``__amdgpu_arch`` of a platform that declares them included), ``__archspec`` is version 1;
+- and rocmlock's own: no locked record is built for another GPU than the platform's ``__amdgpu_arch``
+  (:mod:`rocmlock.lock.gpuarch`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from functools import lru_cache
 
 from rattler import BuildString, MatchSpec, PackageRecord, RepoDataRecord
 
+from rocmlock.lock.gpuarch import contradictions
 from rocmlock.lock.lockfile import LockedWorkspace
 from rocmlock.util.credentials import redact_url
 from rocmlock.workspace.dependencies import condition_holds
@@ -131,13 +134,17 @@ def platform_unsat(env: Environment, platform: Platform, locked: LockedWorkspace
     records = locked.records(env.name, platform.name)
     if lplat is None or records is None:
         return f"platform '{platform.name}' is not locked"
+    found = contradictions(env.name, platform.name, lplat.virtual_packages, records)
+    if found:  # rocmlock's rule, not pixi's: a record built for another GPU than the platform's __amdgpu_arch
+        return found[0].line()
     return records_unsat(env, platform, records)
 
 
 def records_unsat(env: Environment, platform: Platform, records: Sequence[RepoDataRecord]) -> str | None:
     """Why ``records`` would not satisfy ``env`` on ``platform`` by pixi's package rules, or None.
 
-    Also run on every fresh solve: rocmlock's solve offers ``__amdgpu``/``__amdgpu_arch``, pixi's check does not.
+    Also run on every fresh solve: rocmlock's solve offers ``__amdgpu``/``__amdgpu_arch`` for an environment's GPU
+    target on a platform that does not declare them, which pixi's check does not see.
     """
     specs = [d.matchspec() for d in env.dependencies_for(platform)]
     for constraint in env.constraints_for(platform):  # pixi: PlatformUnsat::ConstraintViolated

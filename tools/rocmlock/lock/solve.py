@@ -1,9 +1,9 @@
 """Solving: every environment (or solve group) x platform with ``rattler.solve``, concurrently.
 
 The solve sees the virtual packages pixi solves with (the rattler-modelled ones a platform declares,
-subdir defaults included) and, for an environment with a GPU target, ``__amdgpu=0`` and
-``__amdgpu_arch=<ISA>``, so a locking machine needs no GPU and a package built for another target
-cannot enter.
+subdir defaults included) and, for a platform with a GPU (its own ``__amdgpu_arch``, or an environment's
+GPU target), ``__amdgpu=0`` and ``__amdgpu_arch=<ISA>``, so a locking machine needs no GPU and a package
+built for another target cannot enter.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from rattler import (
 from rattler.exceptions import GatewayError, InvalidMatchSpecError, SolverError
 
 from rocmlock.errors import InputError, OperationError
-from rocmlock.gpu.targets import GpuTarget
+from rocmlock.gpu.targets import GpuTarget, target_for_isa
 from rocmlock.lock.result import SolveKey
 from rocmlock.util.credentials import (
     client_for_urls,
@@ -48,6 +48,7 @@ from rocmlock.workspace.model import Environment, Workspace
 from rocmlock.workspace.pixi_compat import VirtualPackage, pixi_virtual_packages
 from rocmlock.workspace.platforms import Platform
 
+GPU_PACKAGES = ("__amdgpu", "__amdgpu_arch")
 _PRIORITY = {"strict": ChannelPriority.Strict, "flexible": ChannelPriority.Flexible,
              "disabled": ChannelPriority.Disabled}
 # Key of one solve: (environment name, platform name).
@@ -74,18 +75,27 @@ class SolveJob:
         return f"environment '{env}' on platform '{plat}'{target}"
 
 
-def virtual_packages_for(env: Environment, platform: Platform) -> tuple[VirtualPackage, ...]:
-    """The solve's virtual packages: pixi's for the platform, plus ``__amdgpu``/``__amdgpu_arch`` for a GPU.
+def gpu_target_for(env: Environment, platform: Platform) -> GpuTarget | None:
+    """The GPU a solve of ``env`` on ``platform`` is for: the platform's own ``__amdgpu_arch`` (a rich platform such
+    as ``linux-64-gfx942``), else the environment's target (an ``amdgpu-target`` feature) on a Linux platform."""
+    if (isa := platform.virtual_package("__amdgpu_arch")) is not None:
+        return target_for_isa(isa, f"platform '{platform.name}'")
+    return env.gpu_target if platform.subdir.startswith("linux") else None
 
-    pixi solves with the packages rattler models only (pixi_compat.pixi_virtual_packages). The two GPU
-    packages are added as a guard: a package built for another target carries ``run_constraints:
-    __amdgpu_arch ==<its ISA>`` and cannot enter. They only remove candidates, except for a package that
-    *depends* on them, which pixi could never install; lock.py checks every fresh solve by pixi's rules.
+
+def virtual_packages_for(env: Environment, platform: Platform) -> tuple[VirtualPackage, ...]:
+    """The solve's virtual packages: pixi's for the platform, and ``__amdgpu``/``__amdgpu_arch`` for its GPU.
+
+    Each (environment, platform) is solved with that platform's own GPU (:func:`gpu_target_for`), whether it
+    comes from the platform or from a feature: an environment over ``linux-64-gfx942`` and ``linux-64-gfx90a``
+    gets each platform's builds. A package built for another target carries ``run_constraints:
+    __amdgpu_arch ==<its ISA>`` and cannot enter.
     """
-    vps = pixi_virtual_packages(platform.declared_virtual_packages())
-    if env.gpu_target is not None and platform.subdir.startswith("linux"):
+    vps = [v for v in pixi_virtual_packages(platform.declared_virtual_packages()) if v[0] not in GPU_PACKAGES]
+    target = gpu_target_for(env, platform)
+    if target is not None:
         vps.append(("__amdgpu", platform.virtual_package("__amdgpu") or "0", ""))
-        vps.append(("__amdgpu_arch", platform.virtual_package("__amdgpu_arch") or env.gpu_target.isa, ""))
+        vps.append(("__amdgpu_arch", platform.virtual_package("__amdgpu_arch") or target.isa, ""))
     return tuple(vps)
 
 
@@ -108,7 +118,7 @@ def make_job(ws: Workspace, env: Environment, platform: Platform,
         specs=specs,
         virtual_packages=virtual_packages_for(env, platform),
         channel_priority=env.channel_priority,
-        target=env.gpu_target,
+        target=gpu_target_for(env, platform),
         locked=tuple(locked),
         constraints=tuple(d.matchspec() for d in env.constraints_for(platform)),
     )

@@ -21,15 +21,8 @@ from packaging.utils import canonicalize_name
 from rocmlock.build.recipes import VARIANTS_FILE
 from rocmlock.errors import InputError, OperationError
 from rocmlock.upstream.client import Client, Unreachable
-from rocmlock.upstream.pins import (
-    Rule,
-    Source,
-    Table,
-    Upstream,
-    load_table,
-    parse_version,
-    version_placeholder,
-)
+from rocmlock.upstream.pairing import Rule, parse_version
+from rocmlock.upstream.pins import Source, Table, Upstream, load_table, version_placeholder
 from rocmlock.upstream.yamledit import Document, load, set_value, values, zip_group
 from rocmlock.util import journal
 from rocmlock.util.credentials import mask_query

@@ -19,7 +19,8 @@ from packaging.version import Version
 from rocmlock.build.recipes import ENV_KEYS, VARIANTS_FILE
 from rocmlock.errors import OperationError
 from rocmlock.upstream.client import Client, Unreachable
-from rocmlock.upstream.pins import Rule, Source, Table, Upstream, load_table, version_placeholder
+from rocmlock.upstream.pairing import Rule
+from rocmlock.upstream.pins import Source, Table, Upstream, load_table, version_placeholder
 from rocmlock.upstream.pypijson import Project
 from rocmlock.upstream.rocmreleases import RocmLine, rocm_line
 from rocmlock.upstream.yamledit import load, values

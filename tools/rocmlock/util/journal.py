@@ -4,7 +4,10 @@ leaves the old set or the new set (the lock outputs of :mod:`rocmlock.lock.outpu
 **One writer.** :func:`exclusive` holds an OS file lock (``flock`` on ``<root>/.rocmlock/writer.lock``) for a whole
 read-change-write; a second writer waits up to :data:`DEFAULT_TIMEOUT` seconds (``ROCMLOCK_LOCK_TIMEOUT``),
 saying whom it waits for, then fails naming the holder. The kernel drops the lock when its process dies, so a
-``kill -9`` never leaves a stale lock. Readers take the lock shared and create nothing.
+``kill -9`` never leaves a stale lock. Readers take the lock shared and create nothing. Neither ``.rocmlock/`` nor
+the lock file is ever removed, and before the lock a writer only makes the directory and opens the file with
+``O_CREAT`` (steps any number of processes may take at once); everything else, ``.gitignore`` included, is written
+by the holder (issue 40: two first writers raced on ``.gitignore.tmp``).
 
 **Atomic set.** :func:`commit` is a redo journal in ``<root>/.rocmlock/txn/`` (a directory with a ``.gitignore``
 of ``*``, so ``git add`` never picks up leftovers):
@@ -104,13 +107,20 @@ def _ensure_dir(path: Path) -> None:
 
 
 def state_dir(root: Path) -> Path:
-    """``<root>/.rocmlock``, created with a ``.gitignore`` of ``*`` (pixi does the same for ``.pixi``)."""
+    """``<root>/.rocmlock``, created with a ``.gitignore`` of ``*`` (pixi does the same for ``.pixi``); the caller
+    holds the writer lock.
+
+    The ``.gitignore`` goes through a temporary file of one fixed name (never an empty ``.gitignore``, whenever
+    a kill comes; a kill between the two steps leaves the temporary file, which the next writer writes again and
+    renames). One fixed name is safe only under the lock: two writers that both saw no ``.gitignore`` would each
+    write it and the second rename would find the file gone (issue 40: ENOENT, "cannot write the lock outputs").
+    """
     state = root / STATE_DIR
     ignore = state / ".gitignore"
     if not ignore.is_file():
-        _mkdir(state)
+        _ensure_dir(state)
         _write(state / ".gitignore.tmp", b"*\n")
-        _rename(state / ".gitignore.tmp", ignore)  # never an empty .gitignore, whenever the kill comes
+        _rename(state / ".gitignore.tmp", ignore)
     return state
 
 
@@ -210,6 +220,8 @@ def exclusive(root: Path, subject: Subject, write: bool = True, timeout: float |
     try:
         _wait_for(fd, kind, lock_path, _timeout(timeout), on_wait, subject)
         if kind == fcntl.LOCK_EX:
+            with contextlib.suppress(OSError):  # best effort: a write that needs it fails in commit, in one line
+                state_dir(root)
             _recover_or_fail(root, subject)
         yield
     finally:
@@ -227,7 +239,10 @@ def _open_lock(root: Path, lock_path: Path, write: bool, subject: Subject) -> tu
     try:
         if write:
             try:
-                state_dir(root)
+                # Only steps that any number of processes may take at once come before the lock: a directory made
+                # if missing, a file opened with O_CREAT. Nothing here (or anywhere) ever removes either, so
+                # every process that opens writer.lock opens the same file (see rocmlock.util.oslock).
+                _ensure_dir(root / STATE_DIR)
             except OSError as exc:
                 if exc.errno not in oslock.NOT_WRITABLE:
                     raise

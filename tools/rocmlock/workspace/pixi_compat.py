@@ -99,11 +99,15 @@ def channel_base_url(channel: str, root: Path) -> str:
     return url.rstrip("/") + "/"
 
 
-# The virtual packages rattler models (rattler_virtual_packages' VirtualPackage variants). pixi solves and
-# checks a lock with these only: pixi_core/src/workspace/virtual_packages.rs, get_minimal_virtual_packages /
-# generic_to_virtual_package, drops every other declared name (`__amdgpu`, `__amdgpu_arch`, ...).
+# The virtual packages rattler models: rattler_virtual_packages' VirtualPackage variants, which py-rattler 0.28
+# (the version rocmlock pins) detects. `__amdgpu` (presence, `0=0`) and `__amdgpu_arch` (the ISA, `9.4.2`) joined
+# them in conda/rattler#2806 (crates/rattler_virtual_packages/src/amdgpu.rs; overrides CONDA_OVERRIDE_AMDGPU and
+# CONDA_OVERRIDE_AMDGPU_ARCH). pixi solves and checks a lock with the declared packages it maps to these
+# (pixi_core/src/workspace/virtual_packages.rs, generic_to_virtual_package) and drops every other name. pixi
+# 0.77.0 (2026-08-18, the newest source that could be read here) predates #2806 and has no arm for the two AMD
+# names: which pixi release first maps them is not verified (docs/locking.md, "pixi and __amdgpu").
 RATTLER_VIRTUAL_PACKAGES = frozenset({"__unix", "__linux", "__glibc", "__musl", "__eglibc", "__win", "__osx",
-                                      "__cuda", "__cuda_arch", "__archspec"})
+                                      "__cuda", "__cuda_arch", "__archspec", "__amdgpu", "__amdgpu_arch"})
 
 
 def pixi_virtual_packages(declared: Iterable[VirtualPackage]) -> list[VirtualPackage]:

@@ -18,11 +18,13 @@ A directory's manifest is its ``pixi.toml``, else a ``pyproject.toml`` with a ``
 from __future__ import annotations
 
 import copy
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from rocmlock.errors import InputError, expect_type
+from rocmlock.util.text import escape
 from rocmlock.workspace.pixi_keys import LockRefusal
 
 PYPROJECT = "pyproject.toml"
@@ -128,13 +130,40 @@ def under_tool_pixi(exc: InputError, path: Path) -> InputError:
     return InputError(prefix + _KEY.sub(spell, body) if exc.message.startswith(prefix) else exc.message, hint=hint)
 
 
-def _toml_or_none(path: Path) -> dict[str, Any] | None:
+def _toml_or_none(text: str) -> dict[str, Any] | None:
     import tomli
 
     try:
-        return tomli.loads(read_manifest_text(path))
-    except (OSError, InputError, UnicodeDecodeError, RecursionError, tomli.TOMLDecodeError):
+        return tomli.loads(text)
+    except (RecursionError, tomli.TOMLDecodeError):
         return None
+
+
+def _present_text(path: Path) -> str | None:
+    """The text of the manifest ``path`` for discovery: None when there is no such name at all; an InputError (one
+    line) when the name is there but is no regular file it can read (a FIFO, a directory, a link to ``/dev/zero``,
+    a dangling link, a loop, a file it may not read).
+
+    pixi asks ``is_file()`` first and then reads with ``?`` (pixi_manifest/src/discovery.rs ``provenance_from_dir``
+    and ``WorkspaceDiscoverer::discover``, manifests/provenance.rs ``ManifestProvenance::read``, tag v0.77.0): a
+    regular file it cannot read stops the search with that I/O error. Other kinds pixi passes over, walking up to
+    an outer workspace; rocmlock stops at those too (issue 41), as a lock written into the workspace above, for a
+    manifest the user meant to be here, is worse than one line saying what is wrong with it."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        return read_manifest_text(path)
+    except UnicodeDecodeError:
+        return ""  # there, and not TOML: loading it says so
+    except OSError as exc:
+        why = "a dangling link" if isinstance(exc, FileNotFoundError) else (exc.strerror or type(exc).__name__)
+        raise InputError(f"{escape(str(path))}: cannot be read ({why.lower()}); it stops the search for a "
+                         "workspace here", hint=_BROKEN_HINT) from None
+    except InputError as exc:
+        raise InputError(f"{exc.message}; it stops the search for a workspace here", hint=_BROKEN_HINT) from None
+
+
+_BROKEN_HINT = "fix or remove it, or pass --manifest-path to the workspace's pixi.toml"
 
 
 def discover_manifest(start: Path) -> Path | None:
@@ -142,19 +171,22 @@ def discover_manifest(start: Path) -> Path | None:
     ``start`` and then each parent, the first directory whose ``pixi.toml`` has a ``[workspace]`` (or
     ``[project]``) table, or, where there is no ``pixi.toml``, whose ``pyproject.toml`` has
     ``[tool.pixi.workspace]`` (or ``[tool.pixi.project]``). A package-only manifest is passed over; one that is
-    no valid TOML stops the search there (pixi reports it; so does loading it). None when no directory has one."""
+    no valid TOML stops the search there (pixi reports it; so does loading it), and so does one that is there but
+    cannot be read (:func:`_present_text`: an InputError). None when no directory has one."""
     for directory in (start, *start.parents):
         pixi = directory / "pixi.toml"
-        if pixi.is_file():
-            data = _toml_or_none(pixi)
+        text = _present_text(pixi)
+        if text is not None:
+            data = _toml_or_none(text)
             if data is None or "workspace" in data or "project" in data:
                 return pixi
             continue
         pyproject = directory / PYPROJECT
-        if pyproject.is_file():
-            data = _toml_or_none(pyproject)
+        text = _present_text(pyproject)
+        if text is not None:
+            data = _toml_or_none(text)
             if data is None:
-                if "[tool.pixi" in pyproject.read_text(errors="replace"):
+                if "[tool.pixi" in text:
                     return pyproject
                 continue
             tool = data.get("tool")
