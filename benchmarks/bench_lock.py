@@ -237,6 +237,10 @@ def paired(work: Path, url: str, runs: int) -> dict[str, object]:
         solve_floor.append(_timed(floor, cache))
     noop, rattler_import = [], []
     before = outputs(ws)
+    # A workspace locked a while ago, as a CI job or a pre-commit hook finds it: the first no-op after the outputs
+    # have settled (rocmlock.lock.stamp.SETTLED_NS) checks their bytes and records their stat; the rest are timed.
+    time.sleep(2.5)
+    _timed(lock, cache)
     for _ in range(runs):
         noop.append(_timed(lock, cache))
         rattler_import.append(_timed([sys.executable, "-c", "import rattler"], cache))
