@@ -51,7 +51,7 @@ def _tracked_files() -> list[str]:
     return [p for p in out.split("\0") if p and (REPO / p).is_file()]
 
 
-def _scratch(root: Path, modules: list[str], tests: list[str], children: int) -> None:
+def _scratch(root: Path, modules: list[str], tests: list[str], children: int, pytest_args: list[str]) -> None:
     for rel in _tracked_files():
         dest = root / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -67,7 +67,8 @@ def _scratch(root: Path, modules: list[str], tests: list[str], children: int) ->
         "source_paths": ["src"],
         "only_mutate": [f"src/rocmlock/{m}" for m in modules],
         "pytest_add_cli_args_test_selection": tests,
-        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q"],
+        # A group's "pytest_args": e.g. --deselect of a test that times itself (mutmut's trampolines slow it).
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q", *pytest_args],
         "also_copy": ALSO_COPY,
         # py-rattler's tokio threads do not survive fork(): workers come from a clean fork server.
         "process_isolation": "forkserver",
@@ -102,7 +103,7 @@ def run_group(name: str, group: dict[str, list[str]], workdir: Path, children: i
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
-    _scratch(root, group["modules"], group["tests"], children)
+    _scratch(root, group["modules"], group["tests"], children, group.get("pytest_args", []))
     start = time.monotonic()
     # "mutants": fnmatch patterns of mutant names (a module's functions), where one group covers part of a module.
     patterns = group.get("mutants", [])

@@ -223,3 +223,73 @@ def streamed_conda(path: Path, member: str, parts: tuple[bytes, int, bytes]) -> 
             info.size, info.mtime = len(head) + count + len(tail), 0
             tar.addfile(info, _Zeros(head, count, tail))  # type: ignore[arg-type]
     return path
+
+
+# ----------------------------------------------------------------------------- kpack, at scale (issue 41, cause K)
+
+
+def kpacked_elf(kernel_name: str, search_paths: list[str], indices: tuple[int, ...] = (0,)) -> bytes:
+    """A kpacked host library as rocm-kpack's tool leaves one: a ``.hipFatBinSegment`` of HIPK wrappers (the code
+    object index a u32 at offset 16) and, last, the ``.rocm_kpack_ref`` marker, a MessagePack map of any size (the
+    real fixture's marker cannot grow in place)."""
+    import msgpack
+
+    wrappers = b"".join(b"HIPK" + struct.pack("<I", 1) + b"\0" * 8 + struct.pack("<I", i) + b"\0" * 4
+                        for i in indices)
+    marker = msgpack.packb({"kernel_name": kernel_name, "kpack_search_paths": search_paths})
+    names = b"\0.hipFatBinSegment\0.rocm_kpack_ref\0.shstrtab\0"
+    seg_off = 64
+    ref_off = seg_off + len(wrappers)
+    names_off = ref_off + len(marker)
+    shoff = -(-(names_off + len(names)) // 8) * 8
+    ehdr = (b"\x7fELF\x02\x01\x01" + b"\0" * 9 + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 56, 0,
+                                                                 64, 4, 3))
+
+    def sh(name: int, kind: int, offset: int, size: int) -> bytes:
+        return struct.pack("<IIQQQQIIQQ", name, kind, 0, 0, offset, size, 0, 0, 1, 0)
+
+    table = b"\0" * 64 + sh(1, 1, seg_off, len(wrappers)) + sh(19, 1, ref_off, len(marker)) \
+        + sh(35, 3, names_off, len(names))
+    body = ehdr + wrappers + marker + names
+    return body + b"\0" * (shoff - len(body)) + table
+
+
+def small_kpack(arches: list[str], keys: list[str], code_head: bytes) -> bytes:
+    """A scheme-none ``.kpack`` archive whose every TOC key holds, for each of ``arches``, the one blob
+    ``code_head`` (a code object's first 64 bytes are what the readers check)."""
+    import msgpack
+
+    toc = {"format_version": 1, "group_name": "g", "gfx_arch_family": arches[0], "gfx_arches": arches,
+           "compression_scheme": "none", "blobs": [{"offset": 64, "size": len(code_head)}],
+           "toc": {key: {arch: {"type": "hsaco", "ordinal": 0} for arch in arches} for key in keys}}
+    return struct.pack("<4sIQ", b"KPAK", 1, 64 + len(code_head)) + b"\0" * 48 + code_head + msgpack.packb(toc)
+
+
+def zstd_kpack(arch: str, key: str, frames: int, code_head: bytes) -> bytes:
+    """A zstd-per-kernel ``.kpack`` archive of ``frames`` frames, each ``code_head`` compressed, with a TOC entry
+    ``<key>#<i>`` for each: a few KiB once compressed in a package, however many frames."""
+    import msgpack
+    import zstandard
+
+    frame = zstandard.ZstdCompressor().compress(code_head)
+    blob = struct.pack("<I", frames) + (struct.pack("<I", len(frame)) + frame) * frames
+    toc = {"format_version": 1, "group_name": "g", "gfx_arch_family": arch, "gfx_arches": [arch],
+           "compression_scheme": "zstd-per-kernel", "zstd_offset": 64, "zstd_size": len(blob),
+           "toc": {f"{key}#{i}": {arch: {"type": "hsaco", "ordinal": i}} for i in range(frames)}}
+    return struct.pack("<4sIQ", b"KPAK", 1, 64 + len(blob)) + b"\0" * 48 + blob + msgpack.packb(toc)
+
+
+def sparse_zstd_kpack(path: Path, arch: str, key: str, frame_size: int, entries: int = 1) -> Path:
+    """A zstd-per-kernel archive at ``path`` whose one frame claims ``frame_size`` bytes, written sparse (a hole of
+    zeros: a few KiB on disk), its TOC after the hole: ``entries`` keys ``<key>#<i>``, each naming that frame."""
+    import msgpack
+
+    toc = msgpack.packb({"format_version": 1, "group_name": "g", "gfx_arch_family": arch, "gfx_arches": [arch],
+                         "compression_scheme": "zstd-per-kernel", "zstd_offset": 64, "zstd_size": 8 + frame_size,
+                         "toc": {f"{key}#{i}": {arch: {"type": "hsaco", "ordinal": 0}} for i in range(entries)}})
+    toc_at = 64 + 8 + frame_size
+    with open(path, "wb") as f:
+        f.write(struct.pack("<4sIQ", b"KPAK", 1, toc_at) + b"\0" * 48 + struct.pack("<II", 1, frame_size))
+        f.seek(toc_at)
+        f.write(toc)
+    return path

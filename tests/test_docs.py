@@ -62,3 +62,41 @@ def test_the_command_reference_covers_every_command_and_option() -> None:
 def test_the_reference_page_keeps_its_marker() -> None:
     hook = _hook()
     assert hook.MARKER in (REPO / "docs" / "reference.md").read_text()
+
+
+def _which_rocm_rows() -> dict[str, list[str]]:
+    """docs/recipes.md's "Which ROCm for which GPU" table: each gfx of a row -> the row's cells."""
+    text = (REPO / "docs" / "recipes.md").read_text()
+    section = text.split("### Which ROCm for which GPU\n", 1)[1].split("\n### ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not line.startswith("| ") or len(cells) != 4 or not re.search(r"\(gfx", cells[0]):
+            continue
+        for gfx in re.findall(r"gfx[0-9a-z]+", cells[0]):
+            assert gfx not in rows, gfx
+            rows[gfx] = cells
+    return rows
+
+
+def test_the_which_rocm_table_agrees_with_the_gpu_table() -> None:
+    # The table is read by users choosing a ROCm: every target of gpu_targets.toml is in it once, and what it says of
+    # 7.2 (not supported before first_rocm, no bitsandbytes before bnb_first_rocm, AOTriton 0.11.2b's experimental
+    # tier) and of gfx950's AOTriton 0.13b regression follows the tables the code reads.
+    from rocmlock.gpu.targets import AOTRITON_KNOWN_ISSUES, all_targets, version_tuple
+
+    rows = _which_rocm_rows()
+    targets = all_targets()
+    assert set(rows) == set(targets)
+    for gfx, target in targets.items():
+        _, rocm72, rocm714, rocm10 = rows[gfx]
+        if version_tuple(target.first_rocm) > (7, 2):
+            assert rocm72.startswith(f"no: first ROCm {target.first_rocm}"), gfx
+            continue
+        assert not rocm72.startswith("no:"), gfx
+        if not target.supports_bitsandbytes("7.2"):
+            assert "no bitsandbytes" in rocm72 and "bitsandbytes" in rocm714, gfx
+        if target.aotriton_tier("0.11.2b") == "experimental":
+            assert "AOTriton experimental" in rocm72, gfx
+        for release, issue_gfx in AOTRITON_KNOWN_ISSUES:
+            assert (f"AOTriton {release}" in rocm10) == (issue_gfx == gfx), gfx

@@ -1026,27 +1026,49 @@ def kpack_archive_toc(path: Path) -> tuple[list[str], dict[str, set[str]]]:
     return arches, {k: {a for a in v if isinstance(a, str)} for k, v in toc["toc"].items() if isinstance(v, dict)}
 
 
-def kpack_served(ref: KpackRef, where: str, archives: Mapping[str, tuple[list[str], dict[str, set[str]]]]) -> list[str]:
+KpackArchives = Mapping[str, tuple[list[str], dict[str, set[str]]]]
+
+
+def kpack_index(archives: KpackArchives) -> dict[int, list[tuple[str, str]]]:
+    """The archives by what is left of a path around each name its archive lists (``.kpack/x_gfx942.kpack``:
+    ``(".kpack/x_", ".kpack")`` for gfx942), as hashes (the pair is compared again at a look-up): a search path's
+    @GFXARCH@ is then one look-up, not a pass over every archive (a 1 MB tree took a minute and 420 MB)."""
+    index: dict[int, list[tuple[str, str]]] = {}
+    for path in sorted(archives):
+        for arch in dict.fromkeys(archives[path][0]):
+            at = path.find(arch) if arch and "/" not in arch else -1  # the loader puts a name in one component
+            while at >= 0:
+                index.setdefault(hash((path[:at], path[at + len(arch):])), []).append((path, arch))
+                at = path.find(arch, at + 1)
+    return index
+
+
+def kpack_served(ref: KpackRef, where: str, archives: KpackArchives,
+                 index: Mapping[int, list[tuple[str, str]]] | None = None) -> list[str]:
     """The GPU names whose archive (the first along ``ref``'s search paths listing the name; paths relative to the
-    prefix) holds every code object of the library at ``where``."""
-    candidates: list[tuple[str, str | None]] = []
-    for raw in ref.search_paths:
+    prefix) holds every code object of the library at ``where``; ``index``: :func:`kpack_index` of ``archives``."""
+    index = kpack_index(archives) if index is None else index
+    first: dict[str, str] = {}
+    for raw in dict.fromkeys(ref.search_paths):
         full = os.path.normpath(os.path.join(os.path.dirname(where), raw))
         if raw.startswith("/") or full.startswith(".."):
             continue
         head, sep, tail = full.partition("@GFXARCH@")
-        for path in sorted(archives):
-            middle = path[len(head):len(path) - len(tail)]
-            if not sep and path == full:
-                candidates.append((path, None))
-            elif sep and path.startswith(head) and path.endswith(tail) and middle and "/" not in middle:
-                candidates.append((path, middle))
-    served = []
-    for name in dict.fromkeys(a for p, only in candidates for a in archives[p][0] if only in (None, a)):
-        path = next(p for p, only in candidates if only in (None, name) and name in archives[p][0])
-        if all(name in archives[path][1].get(f"{ref.kernel_name}#{i}", ()) for i in ref.indices):
-            served.append(name)
-    return served
+        if not sep:
+            for name in archives[full][0] if full in archives else ():
+                first.setdefault(name, full)
+            continue
+        for path, name in index.get(hash((head, tail)), ()):
+            if len(path) == len(head) + len(name) + len(tail) and path.startswith(head) and path.endswith(tail):
+                first.setdefault(name, path)
+    keys = [f"{ref.kernel_name}#{i}" for i in ref.indices]
+    return [name for name, path in first.items() if all(name in archives[path][1].get(key, ()) for key in keys)]
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` from a file the probe did not write, safe for one terminal line: control characters (ESC, newline)
+    as Python escapes."""
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def device_code_ids(path: Path) -> list[str] | KpackRef | None:
@@ -1131,8 +1153,10 @@ def _scan_prefix(prefix: Path) -> Iterator[tuple[str, list[str] | str]]:
                 refs[rel] = ids
             elif ids is not None:
                 yield rel, ids
+    index = kpack_index(archives)
     for rel, ref in sorted(refs.items()):
-        yield rel, kpack_served(ref, rel, archives) or [f"no kpack archive for it at {', '.join(ref.search_paths)}"]
+        yield rel, kpack_served(ref, rel, archives, index) or [
+            f"no kpack archive for it at {first_line(terminal_safe(', '.join(ref.search_paths)), 300)}"]
 
 
 def _without_kernels(files: Mapping[str, list[str]], gpus: list[str]) -> dict[str, list[str]]:
@@ -1163,15 +1187,15 @@ def check_kernels(ctx: Context) -> Outcome:
                                                                              for i in v}) for p, v in files.items()}}
     seen = f"{len(files)} file(s) with GPU code in {ctx.prefix}"
     if missing:
-        shown = "; ".join(f"{p} ({', '.join(sorted(set(ids))) or 'no AMDGPU code'})" for p, ids in
-                          sorted(missing.items())[:5])
+        shown = "; ".join(f"{terminal_safe(p)} ({terminal_safe(', '.join(sorted(set(ids)))) or 'no AMDGPU code'})"
+                          for p, ids in sorted(missing.items())[:5])
         return fail(f"{seen}; {len(missing)} without kernels for {', '.join(gpus)}: {shown}"
                     + (" ..." if len(missing) > 5 else ""),
                     "install the packages built for this GPU (build string rocmXY_<gfx>_...); `rocmlock audit "
                     "--prefix DIR` lists what each file holds (hipErrorNoBinaryForGpu otherwise)", **data)
     if unread:
         path, why = min(unread.items())
-        return warn(f"{seen}; {len(unread)} could not be read: {path}: {why}",
+        return warn(f"{seen}; {len(unread)} could not be read: {terminal_safe(path)}: {terminal_safe(why)}",
                     "`rocmlock audit --prefix DIR` reads every form (pip install zstandard for zstd bundles here)",
                     **data)
     return ok(f"{seen}, all with kernels for {', '.join(gpus)}", **data)

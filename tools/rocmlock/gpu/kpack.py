@@ -25,11 +25,11 @@ The format, from AMD's sources (ROCm/rocm-kpack: ``python/rocm_kpack/elf/kpack_t
   platform directory, beside the host libraries (TheRock ``build_tools/_therock_utils/py_packaging.py``). So a
   tree, or a bundle's packages together, is where a library's archives are looked up (:func:`resolve_all`).
 
-Hostile input costs bounded work: a marker is read up to ``MARKER_LIMIT`` bytes (the runtime's own limit), a TOC up
-to ``TOC_LIMIT``; every MessagePack count is checked against the bytes left, nesting against ``_DEPTH``, the values
-decoded against ``MAX_VALUES``; a code
-object is checked by its first 64 bytes (at most 64 bytes are decompressed). Damage is a :class:`KpackError` whose
-text is one line.
+Hostile input costs work and memory linear in what is read: a marker is read up to ``MARKER_LIMIT`` bytes (the
+runtime's limit), a TOC up to ``TOC_LIMIT``; every MessagePack count is checked against the bytes left, nesting
+against ``_DEPTH``, the values decoded against ``MAX_VALUES``; a code object is checked by its first 64 bytes, of a
+zstd frame (``MAX_FRAMES`` walked, once) at most ``FRAME_KEEP`` bytes read and 64 decompressed, once; a search path
+is one look-up (:class:`ArchiveIndex`). Damage is a :class:`KpackError` whose text is one line.
 """
 
 from __future__ import annotations
@@ -63,6 +63,11 @@ MAX_WRAPPERS = 1 << 16
 # ~75,000 code objects; about a second of pure Python at worst).
 MAX_VALUES = 1_000_000
 _DEPTH = 8
+# Frames walked in a zstd blob (an empty one is 4 bytes), and bytes read of one: its header and first block (<= 128
+# KiB), what 64 bytes out need; never the whole frame (issue 41: a sparse 400 MB frame was read into memory).
+MAX_FRAMES = 1 << 17
+FRAME_KEEP = (128 << 10) + 64
+TOO_MANY_FRAMES = f"its zstd blob holds more than {MAX_FRAMES} frames (not read past them)"
 
 
 class KpackError(OffloadError):
@@ -307,19 +312,25 @@ def _zstd_reader(data: Buffer, start: Any, size: Any) -> Callable[[int], bytes |
     start, end = check_zstd_blob(start, size, len(data))
     count = struct.unpack("<I", data[start:start + 4])[0]
     frames: list[tuple[int, int]] = []  # walked once, lazily: a u32 size before each frame
+    heads: dict[int, bytes | str] = {}  # each frame decompressed once, whatever the TOC entries naming it
     pos = start + 4
 
     def frame(ordinal: int) -> bytes | str:
         nonlocal pos
         if not 0 <= ordinal < count:
             return f"ordinal {ordinal} names no kernel ({count} in its zstd blob)"
-        while len(frames) <= ordinal:
+        while len(frames) <= min(ordinal, MAX_FRAMES - 1):
             length = struct.unpack("<I", data[pos:pos + 4])[0] if pos + 4 <= end else end
             if pos + 4 + length > end:
                 return f"zstd frame {len(frames)} runs past the end of its blob"
             frames.append((pos + 4, length))
             pos += 4 + length
-        return zstd_head(data[frames[ordinal][0]:frames[ordinal][0] + frames[ordinal][1]])
+        if ordinal >= MAX_FRAMES:
+            return TOO_MANY_FRAMES
+        if ordinal not in heads:
+            at, length = frames[ordinal]
+            heads[ordinal] = zstd_head(data[at:at + min(length, FRAME_KEEP)])  # never the whole frame
+        return heads[ordinal]
 
     return frame
 
@@ -329,6 +340,8 @@ def zstd_head(frame: bytes) -> bytes | str:
     there are none."""
     import zstandard
 
+    if not frame:  # as often as a hostile blob likes: what zstandard gives for it, without a decompressor each
+        return b""
     try:
         with zstandard.ZstdDecompressor().stream_reader(frame) as reader:
             return bytes(reader.read(64))
@@ -417,19 +430,22 @@ def _compatible(name: str) -> list[str]:
             for mask in range((1 << n) - 1, -1, -1)]
 
 
-def resolve(marker: Marker, binary: str, archives: Mapping[str, Archive]) -> Coverage:
+def resolve(marker: Marker, binary: str, archives: Mapping[str, Archive], index: ArchiveIndex | None = None) -> Coverage:
     """The coverage of the kpacked binary at ``binary`` (a posix path relative to the tree audited) from the readable
-    ``archives`` of that tree (same kind of paths). A search path leaving the tree (absolute, or ``..`` past its
-    root) finds nothing: the audit reads what it is given."""
-    candidates = list(_candidates(marker, binary, archives))
+    ``archives`` of that tree (same kind of paths; ``index``: theirs, made once for many binaries). A search path
+    leaving the tree (absolute, or ``..`` past its root) finds nothing: the audit reads what it is given."""
+    index = index if index is not None else ArchiveIndex(archives)
+    first: dict[str, str] = {}  # each name, the first archive (in the loader's order) that lists it for the binary
+    for path, only in _candidates(marker, binary, index):
+        for arch in archives[path].arches if only is None else (only,):
+            first.setdefault(arch, path)
+    keys = marker.toc_keys()
     served: dict[str, str] = {}
     lacking: dict[str, tuple[str, str]] = {}
-    names = dict.fromkeys(a for path, only in candidates for a in archives[path].arches if only in (None, a))
-    for arch in names:
-        path = next(p for p, only in candidates if only in (None, arch) and arch in archives[p].arches)
+    for arch, path in first.items():
         entries = archives[path].entries
         why = next((f"{key}: {entries[key][arch]}" if arch in entries.get(key, {}) else f"no entry {key}"
-                    for key in marker.toc_keys() if entries.get(key, {}).get(arch, "none") != ""), "")
+                    for key in keys if entries.get(key, {}).get(arch, "none") != ""), "")
         if why:
             lacking[arch] = (path, shown(why))
         else:
@@ -437,27 +453,48 @@ def resolve(marker: Marker, binary: str, archives: Mapping[str, Archive]) -> Cov
     return Coverage(marker, served, lacking, () if served or lacking else marker.search_paths)
 
 
-def _candidates(marker: Marker, binary: str, archives: Mapping[str, Archive]) -> Iterator[tuple[str, str | None]]:
-    """``(archive path, the one name it may serve or None for any)`` in the loader's search order."""
+class ArchiveIndex:
+    """A tree's archives by path and, for ``@GFXARCH@``, by what is left of a path around each name its archive
+    lists (``.kpack/x_gfx942.kpack``: ``(".kpack/x_", ".kpack")`` for ``gfx942``), made once: a search path is one
+    look-up, not a pass over every archive (issue 41: a 1 MB tree took 56 s and 420 MB). Only the pair's hash is
+    kept (a long path naming its archs often costs a tuple each), the pair compared again at a look-up."""
+
+    def __init__(self, archives: Mapping[str, Archive]) -> None:
+        self.archives = archives
+        self.around: dict[int, list[tuple[str, str]]] = {}
+        for path in sorted(archives):
+            for arch in dict.fromkeys(archives[path].arches):
+                if not arch or "/" in arch:
+                    continue  # the loader puts a name in one path component
+                at = path.find(arch)
+                while at >= 0:
+                    self.around.setdefault(hash((path[:at], path[at + len(arch):])), []).append((path, arch))
+                    at = path.find(arch, at + 1)
+
+    def named(self, head: str, tail: str) -> list[tuple[str, str]]:
+        """``(path, name)`` of the archives at ``head + name + tail`` listing ``name``, in path order."""
+        return [(path, arch) for path, arch in self.around.get(hash((head, tail)), ())
+                if len(path) == len(head) + len(arch) + len(tail) and path.startswith(head) and path.endswith(tail)]
+
+
+def _candidates(marker: Marker, binary: str, index: ArchiveIndex) -> Iterator[tuple[str, str | None]]:
+    """``(archive path, the one name it may serve or None for any)`` in the loader's order; a path once only."""
+    seen: set[str] = set()
     for raw in marker.search_paths:
         if raw.startswith("/") or "\0" in raw:
             continue
         full = posixpath.normpath(posixpath.join(posixpath.dirname(binary), raw))
-        if full == ".." or full.startswith("../"):
+        if full == ".." or full.startswith("../") or full in seen:
             continue
-        if PLACEHOLDER not in full:
-            if full in archives:
-                yield full, None
-            continue
-        head, tail = full.split(PLACEHOLDER, 1)
-        for path in sorted(archives):
-            middle = path[len(head):len(path) - len(tail)]
-            if path.startswith(head) and path.endswith(tail) and middle and "/" not in middle \
-                    and len(path) >= len(head) + len(tail):
-                yield path, middle
+        seen.add(full)
+        if PLACEHOLDER in full:
+            yield from index.named(*full.split(PLACEHOLDER, 1))
+        elif full in index.archives:
+            yield full, None
 
 
 def resolve_all(found: Sequence[tuple[str, Marker | Archive | None]]) -> dict[str, Coverage]:
     """Every marker of ``found`` (``(path, what the file is)``) resolved against the archives among them."""
     archives = {path: what for path, what in found if isinstance(what, Archive)}
-    return {path: resolve(what, path, archives) for path, what in found if isinstance(what, Marker)}
+    index = ArchiveIndex(archives)
+    return {path: resolve(what, path, archives, index) for path, what in found if isinstance(what, Marker)}

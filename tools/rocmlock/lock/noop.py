@@ -9,7 +9,7 @@ CI gates and pre-commit hooks run on every commit) costs little more than Python
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from rocmlock.errors import InputError
@@ -53,7 +53,28 @@ def unchanged(manifest: Path, cache: Path) -> LockResult | None:
     outputs = stamp.unchanged(cache, manifest)
     if outputs is None or leftovers(manifest.parent, outputs):
         return None
-    return LockResult(manifest, {p: p.read_text() for p in outputs}, (), (), (), False)
+    return LockResult(manifest, _Texts(outputs), (), (), (), False)
+
+
+class _Texts(Mapping[Path, str]):
+    """The outputs' texts, each read when first asked for: the no-op answer needs none of them."""
+
+    def __init__(self, paths: Iterable[Path]) -> None:
+        self._paths = list(paths)
+        self._texts: dict[Path, str] = {}
+
+    def __getitem__(self, path: Path) -> str:
+        if path not in self._paths:
+            raise KeyError(path)
+        if path not in self._texts:
+            self._texts[path] = path.read_text()
+        return self._texts[path]
+
+    def __iter__(self) -> Iterator[Path]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
 
 
 def lock_if_unchanged(manifest_path: str | Path, cache_dir: Path | None = None,

@@ -4,12 +4,15 @@ the no-op path (:mod:`rocmlock.lock.noop`) returns one without loading the solve
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rocmlock.lock.diff import LockDiff, diff_json, diff_markdown
 from rocmlock.util import fs as fsutil
+
+if TYPE_CHECKING:  # the module itself is loaded when a diff is shown, not by the no-op lock (issue 40)
+    from rocmlock.lock.diff import LockDiff
 
 # An environment and a platform of it, by name.
 SolveKey = tuple[str, str]
@@ -37,7 +40,7 @@ class LockResult:
     """What a lock/export did or (with ``check``) would do."""
 
     manifest: Path
-    files: dict[Path, str] = field(hash=False)
+    files: Mapping[Path, str] = field(hash=False)  # path -> text (the no-op's: read when asked for)
     stale: tuple[Path, ...]
     changes: tuple[Change, ...]
     solved: tuple[SolveKey, ...]
@@ -71,6 +74,8 @@ class LockResult:
 
     def markdown(self) -> str:
         """The lock's changes as the markdown table pixi-diff-to-markdown makes of :meth:`to_json`."""
+        from rocmlock.lock.diff import diff_markdown
+
         return diff_markdown(self.diff)
 
     def to_json(self) -> dict[str, Any]:
@@ -80,6 +85,8 @@ class LockResult:
         for c in self.changes:
             envs[c.environment][c.platform].append({"kind": c.kind, "name": c.name, "old": c.old, "new": c.new})
         root = self.manifest.parent
+        from rocmlock.lock.diff import diff_json
+
         return {
             **diff_json(self.diff),
             "manifest": str(self.manifest),
