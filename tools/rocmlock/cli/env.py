@@ -63,8 +63,10 @@ def add_image(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
     env_arg(p, multiple=False, required=True)
     platform_arg(p)
-    p.add_argument("--base", metavar="REF", help="the base image: oci:DIR[:TAG] (an OCI layout) or REGISTRY/REPO:TAG "
-                   "(fetched with skopeo); it needs /bin/sh and a glibc the lock's platform accepts")
+    p.add_argument("--base", metavar="REF", help="the base image: oci:DIR[:TAG] (an OCI layout), REGISTRY/REPO:TAG "
+                   "(fetched with skopeo), or debootstrap:SUITE[:PKG,...] (Debian minbase made here from "
+                   "$ROCMLOCK_DEBIAN_MIRROR, cached; root the first time); it needs /bin/sh and a glibc the lock's "
+                   "platform accepts")
     p.add_argument("--no-base", action="store_true", help="no base: the environment alone, which cannot run on its "
                    "own (a layer to COPY --from in a Dockerfile of yours)")
     p.add_argument("--prefix", default="/opt/env", metavar="DIR", help="where the environment lives in the image "

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rocmlock.deploy import oci, ociref
+from rocmlock.deploy import debianbase, oci, ociref
 from rocmlock.deploy.activation import ActivationInputs
 from rocmlock.deploy.fetch import fetch_each
 from rocmlock.deploy.image_files import (
@@ -92,6 +92,8 @@ def _skopeo(args: Sequence[str], what: str, secrets: Sequence[str] = ()) -> None
 
 
 def _base(ref: str, work: Path, arch: str, insecure: bool) -> oci.BaseImage:
+    if ref.startswith(debianbase.PREFIX):
+        return oci.read_layout(debianbase.debian_base(ref, arch), debianbase.TAG, arch, f"--base {ref}")
     if ref.startswith("oci:"):
         path, _, tag = ref[4:].partition(":")
         return oci.read_layout(Path(path), tag or None, arch, f"--base {ref}")
@@ -212,7 +214,7 @@ def _labels(environment: str, selected: Selected, lock_sha256: str, base: oci.Ba
               "io.rocmlock.probe": tools.probe, "io.rocmlock.activation.sha256": tools.activation_sha256}
     if base is not None:
         labels["org.opencontainers.image.base.digest"] = base.manifest_digest
-        if base_ref and not base_ref.startswith("oci:"):  # a registry name; a layout's path is the builder's
+        if base_ref and not base_ref.startswith(("oci:", debianbase.PREFIX)):  # a registry name, not a path
             labels["org.opencontainers.image.base.name"] = base_ref.removeprefix("docker://")
     return {k: v for k, v in labels.items() if v}
 
