@@ -1,6 +1,7 @@
 """`rocmlock audit` speed on a prefix-sized tree, and its memory on a decompression bomb.
 
     python benchmarks/bench_audit.py [--files 20000] [--libs 200] [--runs 3] [--bundles 32000] [--member-gib 4]
+    python benchmarks/bench_audit.py --kpack-only [--frames 8000] [--archives 2000] [--kpack-libs 8]
 
 The tree: ``--files`` small non-ELF files (Python sources, as an environment is mostly made of) and ``--libs`` hard
 links to PyPI's bitsandbytes 0.50.1 ``libbitsandbytes_rocm72.so`` (25 MB, two zstd bundles; links cost no disk),
@@ -11,7 +12,11 @@ section of many bundles (issue 33): ``--bundles`` bundles of one small kernel ea
 12.8 MB section), plain and zstd-compressed, read by ``read_fatbin`` in this process. The large member (issue 33):
 a ``.conda`` of a few hundred KiB holding a ``--member-gib`` GiB library (zeros, then a gfx942 bundle), audited in
 a fresh process with ``TMPDIR`` an empty directory: the time, the peak resident memory and what was written there.
-Figures: benchmarks/README.md.
+kpack (issue 41, cause K; ``--kpack-only`` runs these alone), each in a fresh process, time and peak RSS: a sparse
+zstd-per-kernel archive whose one frame claims 400 MB (8 KiB on disk) scanned mapped; a ``.conda`` of one archive of
+``--frames`` frames, a TOC entry each, audited as a package (the one-pass reader); a prefix of ``--archives`` small
+archives and ``--kpack-libs`` kpacked libraries of 2,600 search paths each (about 1 MB), by ``rocmlock audit
+--prefix`` and by the probe's ``kernels.prefix`` scan. Figures: benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -131,6 +136,72 @@ def large_member(tmp: Path, gib: int) -> tuple[int, float, int, int]:
     return pkg.stat().st_size, float(out[1]), int(out[2]), written
 
 
+KPACK_CHILD = """
+import sys, time
+sys.path[:0] = sys.argv[1:3]
+case, arg = sys.argv[3], sys.argv[4]
+start = time.perf_counter()
+if case == "sparse":
+    from rocmlock.gpu.devicecode import scan_file
+    from pathlib import Path
+    assert scan_file(Path(arg), "s.kpack").kind == "kpack-archive"
+elif case == "package":
+    from rocmlock.cli.main import main
+    assert main(["audit", arg, "--json"]) == 0
+elif case == "tree":
+    from rocmlock.cli.main import main
+    assert main(["audit", "--prefix", arg, "--json"]) == 0
+else:
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("probe", sys.argv[2] + "/verify_env.py")
+    probe = importlib.util.module_from_spec(spec)
+    sys.modules["probe"] = probe
+    spec.loader.exec_module(probe)
+    files = dict(probe._scan_prefix(__import__("pathlib").Path(arg)))
+    assert all(v == ["gfx942"] for k, v in files.items() if k.endswith(".so")), files
+took = time.perf_counter() - start
+peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print("figures", took, int(peak.split()[1]) // 1024)
+"""
+
+
+def kpack_run(case: str, arg: Path) -> tuple[float, int]:
+    """(seconds, peak RSS MiB) of one kpack case in a fresh process (its output to /dev/null)."""
+    out = subprocess.run([sys.executable, "-c", KPACK_CHILD, str(REPO / "tests"), str(REPO / "tools"), case, str(arg)],
+                         capture_output=True, text=True, check=True).stdout.split("figures")[1].split()
+    return float(out[0]), int(out[1])
+
+
+def kpack_cases(tmp: Path, frames: int, archives: int, libs: int) -> None:
+    from devicecode_helpers import kpacked_elf, small_kpack, sparse_zstd_kpack, zstd_kpack
+    from test_kpack import real_code_object
+
+    head = real_code_object("gfx942")[:64]
+    sparse = sparse_zstd_kpack(tmp / "s.kpack", "gfx942", "k", 400 << 20)
+    took, rss = kpack_run("sparse", sparse)
+    print(f"sparse archive, one 400 MB zstd frame ({sparse.stat().st_blocks * 512 // 1024} KiB on disk): "
+          f"{took:.2f} s, peak RSS {rss} MiB")
+    package = streamed_conda(tmp / "k-1.0-rocm72_gfx942_h0_0.conda", ".kpack/x_gfx942.kpack",
+                             (zstd_kpack("gfx942", "k", frames, head), 0, b""))
+    took, rss = kpack_run("package", package)
+    print(f"a {package.stat().st_size // 1024} KiB .conda, one archive of {frames} zstd frames: {took:.2f} s, "
+          f"peak RSS {rss} MiB")
+    root = tmp / "env"
+    (root / "conda-meta").mkdir(parents=True)
+    (root / "conda-meta/amdgpu-target-1-gfx942.json").write_text("{}")
+    (root / "lib/.kpack").mkdir(parents=True)
+    for i in range(archives):
+        (root / f"lib/.kpack/x{i}_gfx942.kpack").write_bytes(small_kpack(["gfx942"], ["k#0"], head))
+    paths = [".kpack/@GFXARCH@"] * 1300 + [f".kpack/x{j}_@GFXARCH@.kpack" for j in range(1300)]
+    for i in range(libs):
+        (root / f"lib/lib{i}.so").write_bytes(kpacked_elf("k", paths))
+    size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    for case in ("tree", "probe"):
+        took, rss = kpack_run(case, root)
+        print(f"a {size / 1e6:.2f} MB prefix, {archives} archives, {libs} libraries of 2600 search paths, "
+              f"{'rocmlock audit' if case == 'tree' else 'the probe'}: {took:.2f} s, peak RSS {rss} MiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=20000)
@@ -138,7 +209,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--bundles", type=int, default=32000)
     parser.add_argument("--member-gib", type=int, default=4)
+    parser.add_argument("--kpack-only", action="store_true", help="only the kpack cases (issue 41)")
+    parser.add_argument("--frames", type=int, default=8000)
+    parser.add_argument("--archives", type=int, default=2000)
+    parser.add_argument("--kpack-libs", type=int, default=8)
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rocmlock-bench-audit-") as tmp:
+        kpack_cases(Path(tmp), args.frames, args.archives, args.kpack_libs)
+    if args.kpack_only:
+        return
     for compressed in (False, True):
         took = min(many_bundles(args.bundles, compressed) for _ in range(args.runs))
         print(f"a {args.bundles * 400 / 1e6:.1f} MB section of {args.bundles} {'zstd' if compressed else 'plain'} "

@@ -106,6 +106,44 @@ def run(argv: Sequence[str], *, env: Mapping[str, str] | None = None, amd_layout
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+# As _MOUNT_AND_CHROOT, but entered with pivot_root, the host's /dev bound and a private /tmp: Apptainer refuses
+# to run in a chroot ("Running inside a weak chrooted environment, prefer pivot_root") and needs /dev/pts and
+# /dev/fuse or loop devices. $1 root, $2 tools, $3 work, $4 a path under /tmp to bind work on as well ("" none:
+# so paths the host printed work inside); the command follows (run as nobody: below).
+_MOUNT_AND_PIVOT = """set -e
+r=$1 tools=$2 work=$3 also=$4; shift 4
+mount --bind "$r" "$r"
+mount -t proc proc "$r/proc"
+mount --rbind /dev "$r/dev"
+mount -t tmpfs tmpfs "$r/tmp"
+[ -z "$also" ] || { mkdir -p "$r$also" && mount --bind "$work" "$r$also"; }
+mount --bind -o ro "$tools" "$r/mnt/rocmlock" 2>/dev/null || mount --bind "$tools" "$r/mnt/rocmlock"
+mount --bind "$work" "$r/mnt/work"
+mkdir "$r/tmp/.old"
+cd "$r"
+pivot_root . tmp/.old
+cd /
+umount -l /tmp/.old
+rmdir /tmp/.old
+exec "$@"
+"""
+
+
+def run_unprivileged(argv: Sequence[str], work: Path, *, env: Mapping[str, str] | None = None,
+                     also_at: Path | None = None, timeout: float = 600.0) -> subprocess.CompletedProcess[str]:
+    """``argv`` in the chroot as a user runs Apptainer: uid/gid 65534 (nobody), unprivileged user namespaces, no
+    capability. (As root Apptainer asks for every capability, and a sandbox without CAP_SYS_RESOURCE refuses:
+    "Requesting capability set ... while permitted capability set is ...".) ``work`` (bound on /mnt/work) must be
+    writable by nobody; HOME and Apptainer's temporary and cache directories are under it."""
+    root = require_chroot()
+    full_env = [f"{k}={v}" for k, v in {**BASE_ENV, "HOME": "/mnt/work/home", "APPTAINER_TMPDIR": "/tmp",
+                                        "APPTAINER_CACHEDIR": "/mnt/work/home/cache", **(env or {})}.items()]
+    cmd = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _MOUNT_AND_PIVOT, "sh",
+           str(root), str(REPO / "tools"), str(work), str(also_at or ""), "setpriv", "--reuid=65534", "--regid=65534",
+           "--clear-groups", "env", "-i", *full_env, *argv]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
 def amd_view(opt: Path, name: str = f"rocm-{ROCM_VERSION}") -> Path:
     """A copy of the chroot's AMD-layout view (``/srv/rocmlock-amd/opt/rocm-7.2.4``: symlinks into the chroot's
     ``/usr`` and a real ``.info/version``) at ``opt/name``, for a test to change; bind ``opt`` on /opt with

@@ -244,3 +244,36 @@ def test_prefix_puts_the_environment_where_pixi_users_look_for_it(
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"CONDA_PREFIX=/app/.pixi/envs/{ENV}" in proc.stdout and "rocm-version-7.2.0-0.json" in proc.stdout
     assert "FROM_ENV_VARS_D=yes" in proc.stdout  # the activation follows the prefix
+
+
+def test_the_debootstrap_base_builds_twice_to_one_digest_and_its_image_runs(
+        ws: Path, podman: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--base debootstrap:SUITE[:PKG]`` twice from Debian's mirror, each into a cache of its own: one base, one
+    image digest; the printed podman line runs the check in it (python3 from the base: the environment has none)."""
+    from ciskips import in_ci
+
+    if os.geteuid() != 0 or shutil.which("debootstrap", path="/usr/sbin:/usr/bin:/sbin:/bin") is None:
+        reason = "debootstrap as root is needed (.ci/run installs debootstrap and runs as root)"
+        if in_ci():
+            pytest.fail(reason)
+        pytest.skip(reason)
+    digests, lines = [], []
+    for name in ("one", "two"):
+        monkeypatch.setenv("ROCMLOCK_CACHE_DIR", str(tmp_path / f"cache-{name}"))
+        assert main(["image", "--manifest-path", str(ws / "pixi.toml"), "-e", ENV, "--json",
+                     "--base", "debootstrap:bookworm:python3", "-o", str(tmp_path / name / "layout")]) == 0
+        captured = capsys.readouterr()
+        digests.append(json.loads(captured.out)["digest"])
+        lines = captured.err.splitlines()
+    assert digests[0] == digests[1]
+    bases = sorted((tmp_path / "cache-one/bases").glob("debootstrap-bookworm-*/layout"))
+    assert len(bases) == 1 and (tmp_path / "cache-two/bases" / bases[0].parent.name / "complete").is_file()
+    assert (bases[0] / "index.json").read_bytes() == \
+        (tmp_path / "cache-two/bases" / bases[0].parent.name / "layout/index.json").read_bytes()
+    (podman_line,) = [line.strip() for line in lines if "podman run" in line]
+    proc = subprocess.run(podman_line, shell=True, env=podman, capture_output=True, text=True, check=False,
+                          timeout=300)
+    assert proc.returncode == 1 and "host.devices" in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    env = _env(_run(podman, f"oci:{tmp_path / 'two' / 'layout'}:{ENV}", "env").stdout)
+    assert env["HSA_OVERRIDE_GFX_VERSION"] == "9.4.2-linux" and env["CONDA_PREFIX"] == "/opt/env"

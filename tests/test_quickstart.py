@@ -31,6 +31,15 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path: Path) -> None:
     assert [s.split()[1] for s in steps] == [f"{i}/8" for i in range(1, 9)]
     # The lock names the served channel, never its credentials; they stayed in the work directory.
     lock = (work / "workspace" / "pixi.lock").read_text()
+    # docs/try-it.md's listing of the kept work directory names everything in it (output/ and
+    # python-shim-files/ were missing), and only serve-channel.sh's pid file beyond it (written when it runs).
+    try_it = (REPO / "docs" / "try-it.md").read_text()
+    listing = try_it.split("The work directory holds:", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    listed = {line.split()[0].split("/")[0] for line in listing.splitlines()[1:] if line.startswith("  ")
+              and not line.startswith("   ")}
+    present = {p.name for p in work.iterdir() if not p.name.startswith(".")}
+    assert present <= listed and listed - present == {"serve-channel.pid"}, (present, listed)
+    assert (work / "workspace" / "recipes").resolve() == (REPO / "recipes").resolve()
     assert "http://127.0.0.1:" in lock and "/rocmlock-example" in lock
     auth = json.loads((work / "auth" / "credentials.json").read_text())
     password = auth["127.0.0.1"]["BasicHTTP"]["password"]

@@ -43,3 +43,14 @@ def test_long_lists_and_values_of_a_real_lock_shape() -> None:
                                       "dependencies": {f"d{j}": f">={j}.0" for j in range(i % 7)}, "optional": False}
                                      for i in range(50)]}
     assert render_yaml(doc) == _dump(doc)
+
+
+def test_a_list_item_is_its_lines_of_the_document_and_none_where_pyyaml_decides() -> None:
+    from rocmlock.lock.yamlwrite import render_item
+
+    items = [{"name": "a", "dependencies": {"b": ">=1", "on": ""}, "hash": {"md5": "0" * 32}, "optional": False},
+             {"name": "c", "dependencies": {}, "url": "https://x.example/c-1.0-0.conda"}]
+    parts = [render_item(i) for i in items]
+    assert render_yaml({"version": 1}) + "package:\n" + "".join(p or "" for p in parts) == \
+        _dump({"version": 1, "package": items})
+    assert render_item({"name": "caf\u00e9"}) is None and render_item({"name": "x" * 900}) is None

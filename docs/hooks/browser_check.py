@@ -95,7 +95,7 @@ def measure(site_dir: Path, pages: list[str], browser: str, width: int = WIDTH) 
         page.write_text(f"<!doctype html><html><body style='margin:0'><script>{script}</script></body></html>")
         with tempfile.TemporaryDirectory(prefix="rocmlock-docs-browser.") as profile:
             run = subprocess.run(
-                [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                  f"--user-data-dir={profile}", f"--window-size={width + 40},900", "--virtual-time-budget=30000",
                  "--dump-dom", f"http://127.0.0.1:{server.server_address[1]}/{_PAGE}"],
                 capture_output=True, text=True, timeout=300, check=False)

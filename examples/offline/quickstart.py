@@ -100,9 +100,19 @@ SERVE_SCRIPT = """#!/bin/sh
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROCMLOCK_SERVE_PASSWORD=$("{python}" -c 'import json, sys; print(json.load(open(sys.argv[1]))["127.0.0.1"]["BasicHTTP"]["password"])' "$HERE/auth/credentials.json")
 export ROCMLOCK_SERVE_PASSWORD
+# The server keeps this shell's pid (exec): `quickstart --replace` stops it before it deletes this directory.
+echo $$ > "$HERE/serve-channel.pid"
 PYTHONPATH="{tools}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{python}" -m rocmlock.channel.serve "$HERE/channel" --channel {channel} \\
     --user quickstart --password-env ROCMLOCK_SERVE_PASSWORD --port {port}
 """
+
+
+def link_recipes(workspace: Path) -> Path:
+    """``workspace/recipes``: a link to this checkout's recipes/, where `rocmlock plan` and `build` look by default,
+    so the kept workspace's commands (docs/try-it.md) need no --recipes-dir naming the checkout."""
+    link = workspace / "recipes"
+    link.symlink_to(REPO / "recipes", target_is_directory=True)
+    return link
 
 
 def write_serve_script(work: Path, url: str) -> Path:
@@ -144,6 +154,7 @@ def pipeline(work: Path) -> dict[str, object]:
         workspace.mkdir(exist_ok=True)
         manifest = workspace / "pixi.toml"
         manifest.write_text((HERE / "pixi.toml").read_text().replace(PLACEHOLDER, url))
+        link_recipes(workspace)
 
         step("4/8 lock the example workspace against the served channel")
         rocmlock("lock", "--manifest-path", str(manifest), env=env)
@@ -171,6 +182,40 @@ def pipeline(work: Path) -> dict[str, object]:
 
 
 MARKER = ".rocmlock-quickstart"
+SERVER_PID = "serve-channel.pid"
+
+
+def stop_earlier_server(work: Path) -> None:
+    """Stop the channel server an earlier run's serve-channel.sh started from ``work`` (its pid file), if it still
+    runs: deleting the directory would leave it serving nothing on its port. Only a process whose command line is
+    that script's server of ``work``'s channel is signalled (a pid can be reused by another process)."""
+    try:
+        text = (work / SERVER_PID).read_text().strip()
+    except OSError:
+        return
+    if not text.isdigit():
+        return
+    pid = int(text)
+
+    def ours() -> bool:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return b"rocmlock.channel.serve" in argv and os.fsencode(work.resolve() / "channel") in argv
+
+    if not ours():
+        return
+    try:
+        os.kill(pid, 15)
+    except OSError:
+        return
+    for _ in range(50):
+        if not ours():
+            break
+        time.sleep(0.1)
+    print(f"quickstart: stopped the earlier run's channel server (pid {pid}, started by serve-channel.sh)",
+          file=sys.stderr)
 
 
 def refuse(message: str) -> NoReturn:
@@ -261,6 +306,7 @@ def prepare_workdir(work: Path, replace: bool) -> None:
         if not replace:
             refuse(f"--workdir {work} holds an earlier run (its workspace, lock and environments would be "
                    "overwritten); pass --replace to start it afresh, or give another --workdir")
+        stop_earlier_server(work)
         shutil.rmtree(work)
     if not work.is_dir():
         work.parent.mkdir(parents=True, exist_ok=True)

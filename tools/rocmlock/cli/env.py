@@ -63,8 +63,10 @@ def add_image(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
     env_arg(p, multiple=False, required=True)
     platform_arg(p)
-    p.add_argument("--base", metavar="REF", help="the base image: oci:DIR[:TAG] (an OCI layout) or REGISTRY/REPO:TAG "
-                   "(fetched with skopeo); it needs /bin/sh and a glibc the lock's platform accepts")
+    p.add_argument("--base", metavar="REF", help="the base image: oci:DIR[:TAG] (an OCI layout), REGISTRY/REPO:TAG "
+                   "(fetched with skopeo), or debootstrap:SUITE[:PKG,...] (Debian minbase made here from "
+                   "$ROCMLOCK_DEBIAN_MIRROR, cached; root the first time); it needs /bin/sh and a glibc the lock's "
+                   "platform accepts")
     p.add_argument("--no-base", action="store_true", help="no base: the environment alone, which cannot run on its "
                    "own (a layer to COPY --from in a Dockerfile of yours)")
     p.add_argument("--prefix", default="/opt/env", metavar="DIR", help="where the environment lives in the image "
@@ -75,6 +77,8 @@ def add_image(p: argparse.ArgumentParser) -> None:
                           "tags kept)")
     out.add_argument("--push", metavar="REGISTRY/REPO:TAG", help="push to a registry with skopeo (credentials: "
                      "`skopeo login`, docker's config.json or REGISTRY_AUTH_FILE; never on the command line)")
+    out.add_argument("--sif", type=Path, metavar="FILE", help="also convert it to an Apptainer SIF (apptainer build "
+                     "FILE oci:LAYOUT:TAG; apptainer must be installed)")
     p.add_argument("--tag", metavar="TAG", help="the tag in the layout (default: --push's tag, else the environment)")
     p.add_argument("--insecure-registry", action="store_true",
                    help="plain HTTP / unverified TLS to the registries (always so for 127.0.0.1 and localhost)")
@@ -88,19 +92,21 @@ def cmd_image(args: argparse.Namespace) -> int:
     from rocmlock.errors import InputError
     from rocmlock.lock.noop import LOCK_NAME
 
-    if args.output is None and args.push is None:
-        raise InputError("rocmlock image: nowhere to put the image", hint="pass -o DIR, --push REGISTRY/REPO:TAG, or both")
+    if args.output is None and args.push is None and args.sif is None:
+        raise InputError("rocmlock image: nowhere to put the image",
+                         hint="pass -o DIR, --push REGISTRY/REPO:TAG, --sif FILE, or several")
     manifest = _locked_manifest(args, "image")
     result = build_image(manifest.parent / LOCK_NAME, args.environment, platform=args.platform, base_ref=args.base,
                          output=args.output.resolve() if args.output else None, push=args.push, tag=args.tag,
                          channels=manifest_channels(manifest), insecure=args.insecure_registry, prefix=args.prefix,
-                         manifest=manifest, no_base=args.no_base)
+                         manifest=manifest, no_base=args.no_base, sif=args.sif.resolve() if args.sif else None)
     if args.json:
         print_json(result.to_dict())
     if result.left_out:
         err("warning: " + left_out_warning(result.left_out, result.environment, result.platform, "in the image"))
     where = " and ".join(w for w in (f"oci:{result.output}:{result.tag}" if result.output else "",
-                                     f"pushed to {result.pushed}" if result.pushed else "") if w)
+                                     f"pushed to {result.pushed}" if result.pushed else "",
+                                     f"SIF {result.sif}" if result.sif else "") if w)
     err(f"image of '{result.environment}' [{result.platform}], {result.packages} package(s): {result.digest} ({where})")
     for line in run_hints(result):
         err(line)
@@ -243,6 +249,8 @@ def add_verify(p: argparse.ArgumentParser) -> None:
     env_arg(p, multiple=False)
     p.add_argument("--prefix", type=Path, metavar="DIR",
                    help="a conda environment's prefix instead of a pixi environment (default: $CONDA_PREFIX)")
+    p.add_argument("--image", type=Path, metavar="SIF", help="run the check inside this Apptainer image of `rocmlock "
+                   "image --sif` (apptainer exec --rocm SIF /opt/rocmlock/check), with -e ENV's expectations")
     p.add_argument("--json", action="store_true", help="print the probe's report as JSON on stdout")
     p.add_argument("--bench", action="store_true", help="also measure bf16 GEMM TFLOP/s against the GPU's peak")
     p.add_argument("--train", action="store_true", help="also run a LoRA smoke training on a tiny local model")
@@ -276,6 +284,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if not args.slurm and (args.srun_args or args.nodes is not None or args.nodelist or args.partition or args.time
                            or args.reports):
         raise InputError("--nodes, --nodelist, --partition, --time, --reports and srun options go with --slurm")
+    if args.image is not None:
+        return _verify_image(args)
     target = resolve_target(args.manifest_path, args.environment, args.prefix, os.environ.get("CONDA_PREFIX"))
     if args.slurm:
         return _verify_slurm(args, target)
@@ -284,14 +294,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return run_probe(cmd)
 
 
-def _verify_slurm(args: argparse.Namespace, target: ProbeTarget) -> int:
+def _verify_image(args: argparse.Namespace) -> int:
+    from rocmlock.deploy.sif import image_target, require_image
+    from rocmlock.deploy.verify import probe_command, run_probe
+    from rocmlock.util.runner import format_argv
+
+    image = require_image(args.image, args.prefix, slurm=args.slurm)
+    target = image_target(args.manifest_path, args.environment, args.image)
+    if args.slurm:
+        return _verify_slurm(args, target, image)
+    cmd = probe_command(target, json_out=args.json, bench=args.bench, train=args.train, image=image)
+    err(f"> {format_argv(cmd)}")
+    return run_probe(cmd)
+
+
+def _verify_slurm(args: argparse.Namespace, target: ProbeTarget, image: list[str] | None = None) -> int:
     from rocmlock.deploy.report import render_fleet
     from rocmlock.deploy.slurm_verify import SlurmOptions, verify_fleet
     from rocmlock.deploy.verify import probe_command
 
     opts = SlurmOptions(args.nodes, args.nodelist, args.partition, args.time, tuple(args.srun_args))
     reports = args.reports or Path(f"verify-{args.environment or target.prefix.name}")
-    cmd = probe_command(target, json_out=True, bench=args.bench, train=args.train, prefer_prefix=True)
+    cmd = probe_command(target, json_out=True, bench=args.bench, train=args.train, prefer_prefix=True,
+                        image=image or ())
     fleet = verify_fleet(cmd, opts, reports.resolve(), args.min_gemm_ratio, err)
     print_report(args, fleet.to_dict(), render_fleet(fleet))
     return 0 if fleet.ok else 1

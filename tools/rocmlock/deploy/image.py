@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rocmlock.deploy import oci, ociref
+from rocmlock.deploy import debianbase, oci, ociref
 from rocmlock.deploy.activation import ActivationInputs
 from rocmlock.deploy.fetch import fetch_each
 from rocmlock.deploy.image_files import (
@@ -37,6 +37,7 @@ from rocmlock.deploy.image_files import (
 )
 from rocmlock.deploy.install import Selected, left_out, select_environment
 from rocmlock.deploy.pkgcheck import check_packages
+from rocmlock.deploy.sif import build_sif, check_sif_path, require_apptainer
 from rocmlock.errors import InputError, OperationError, RocmlockError
 from rocmlock.util.credentials import client_for_urls, one_line, redact_text, split_url
 from rocmlock.util.fs import file_sha256
@@ -67,12 +68,14 @@ class ImageResult:
     left_out: tuple[str, ...]
     prefix: str = DEFAULT_PREFIX
     has_base: bool = True
+    sif: Path | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {"digest": self.digest, "tag": self.tag, "environment": self.environment, "platform": self.platform,
                 "packages": self.packages, "layer_size": self.layer_size, "created": self.created,
                 "labels": self.labels, "output": str(self.output) if self.output else None, "pushed": self.pushed,
-                "left_out": list(self.left_out), "prefix": self.prefix, "base": self.has_base}
+                "left_out": list(self.left_out), "prefix": self.prefix, "base": self.has_base,
+                "sif": str(self.sif) if self.sif else None}
 
 
 def _skopeo(args: Sequence[str], what: str, secrets: Sequence[str] = ()) -> None:
@@ -92,6 +95,8 @@ def _skopeo(args: Sequence[str], what: str, secrets: Sequence[str] = ()) -> None
 
 
 def _base(ref: str, work: Path, arch: str, insecure: bool) -> oci.BaseImage:
+    if ref.startswith(debianbase.PREFIX):
+        return oci.read_layout(debianbase.debian_base(ref, arch), debianbase.TAG, arch, f"--base {ref}")
     if ref.startswith("oci:"):
         path, _, tag = ref[4:].partition(":")
         return oci.read_layout(Path(path), tag or None, arch, f"--base {ref}")
@@ -212,7 +217,7 @@ def _labels(environment: str, selected: Selected, lock_sha256: str, base: oci.Ba
               "io.rocmlock.probe": tools.probe, "io.rocmlock.activation.sha256": tools.activation_sha256}
     if base is not None:
         labels["org.opencontainers.image.base.digest"] = base.manifest_digest
-        if base_ref and not base_ref.startswith("oci:"):  # a registry name; a layout's path is the builder's
+        if base_ref and not base_ref.startswith(("oci:", debianbase.PREFIX)):  # a registry name, not a path
             labels["org.opencontainers.image.base.name"] = base_ref.removeprefix("docker://")
     return {k: v for k, v in labels.items() if v}
 
@@ -293,7 +298,8 @@ def _check_shell(facts: oci.RootfsFacts, label: str) -> None:
 def build_image(lock_path: Path, environment: str, *, platform: str | None = None, base_ref: str | None = None,
                 output: Path | None = None, push: str | None = None, tag: str | None = None,
                 channels: Sequence[str] = (), insecure: bool = False, cache_dir: Path | None = None,
-                prefix: str = DEFAULT_PREFIX, manifest: Path | None = None, no_base: bool = False) -> ImageResult:
+                prefix: str = DEFAULT_PREFIX, manifest: Path | None = None, no_base: bool = False,
+                sif: Path | None = None) -> ImageResult:
     """Build the image of ``environment`` (see the module); write it to ``output`` and/or push it to ``push``.
 
     Without ``base_ref`` the image holds the environment alone, which runs nowhere by itself: ``no_base`` must
@@ -314,6 +320,12 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
         raise InputError(f"--tag {tag[:140]!r}: not an image tag", hint="letters, digits, '_', '.', '-' (at most 128)")
     if output is not None:
         check_output(output)
+    if sif is not None:
+        check_sif_path(sif)
+        require_apptainer("--sif")
+        if base_ref is None:
+            raise InputError("--sif with --no-base: a SIF of the environment alone could not run",
+                             hint="pass --base REF (a system with /bin/sh) for a SIF")
     epoch = _epoch(selected)
     created = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     lock_sha256 = file_sha256(lock_path)
@@ -347,8 +359,10 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
             if insecure or (pushed is not None and pushed.loopback):
                 copy.append("--dest-tls-verify=false")
             _skopeo([*copy, f"oci:{layout}:{tag}", f"docker://{dest}"], f"pushing the image to {dest}")
+        if sif is not None:
+            build_sif(layout, sif)
         if output is not None:
             oci.place_layout(layout, output)
     return ImageResult(image_digest, tag, environment, selected.platform.name, len(selected.records), size, epoch,
                        labels, output, dest, left_out(lock_path, environment, selected.platform.name), prefix,
-                       base is not None)
+                       base is not None, sif)

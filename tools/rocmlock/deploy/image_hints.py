@@ -1,6 +1,7 @@
 """The commands ``rocmlock image`` prints after a build: how to run what was written, with the tools that can.
 
-An OCI layout directory is run by podman (``oci:DIR:TAG``) and converted by apptainer (``apptainer build``); docker
+An OCI layout directory is run by podman (``oci:DIR:TAG``) and converted by apptainer (``apptainer build SIF
+oci:DIR``, a layout of one image only); docker
 cannot read one, so it is loaded into docker's daemon with ``skopeo copy ... docker-daemon:NAME:TAG`` first. A
 pushed image is run by name. GPU device flags are printed only where this machine has the devices (``/dev/kfd``):
 elsewhere ``--device=/dev/kfd`` fails before the check starts. An image without a base cannot run: the hint says so
@@ -9,6 +10,7 @@ and how to use it. tests/test_image_run.py executes every line printed here.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -24,6 +26,15 @@ _REF_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 
 def _podman_can_name(path: Path) -> bool:
     return all(_REF_COMPONENT.fullmatch(part) for part in path.parts[1:])
+
+
+def _one_image(layout: Path) -> bool:
+    """Whether the layout's index names one manifest: ``apptainer build SIF oci:DIR`` takes no tag (1.4.5: the
+    tag is read as part of the path), so it can convert only a layout of one image (rocmlock.deploy.sif)."""
+    try:
+        return len(json.loads((layout / "index.json").read_bytes()).get("manifests") or []) == 1
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def run_hints(result: ImageResult, dev: Path = Path("/dev")) -> list[str]:
@@ -47,6 +58,8 @@ def run_hints(result: ImageResult, dev: Path = Path("/dev")) -> list[str]:
     rocm = "--rocm " if gpu else ""
     sif = f"{result.environment}.sif"
     lines = ["run the check (exit 0: the environment can use the GPU the container sees), with:"]
+    if result.sif is not None:
+        lines.append(f"  apptainer exec {rocm}{shlex.quote(str(result.sif))} {CHECK}")
     if result.output is not None:
         layout = shlex.quote(f"oci:{result.output}:{result.tag}")
         if _podman_can_name(result.output):
@@ -55,12 +68,18 @@ def run_hints(result: ImageResult, dev: Path = Path("/dev")) -> list[str]:
             lines.append(f"  skopeo copy {layout} containers-storage:localhost/{name} && "
                          f"podman run --rm {podman_gpu}localhost/{name} {CHECK}")
         lines.append(f"  skopeo copy {layout} docker-daemon:{name} && docker run --rm {docker_gpu}{name} {CHECK}")
-        lines.append(f"  apptainer build {sif} {layout} && apptainer exec {rocm}{sif} {CHECK}")
-    else:
+        if result.sif is None and _one_image(result.output):
+            lines.append(f"  apptainer build {sif} {shlex.quote(f'oci:{result.output}')} && "
+                         f"apptainer exec {rocm}{sif} {CHECK}")
+        elif result.sif is None:
+            lines.append("  apptainer: build again with --sif FILE (apptainer 1.4 reads only a layout's sole image, "
+                         f"and {result.output} holds several)")
+    elif result.pushed is not None:
         ref = shlex.quote(str(result.pushed))
         lines.append(f"  podman run --rm {podman_gpu}{ref} {CHECK}")
         lines.append(f"  docker run --rm {docker_gpu}{ref} {CHECK}")
-        lines.append(f"  apptainer build {sif} docker://{result.pushed} && apptainer exec {rocm}{sif} {CHECK}")
+        if result.sif is None:
+            lines.append(f"  apptainer build {sif} docker://{result.pushed} && apptainer exec {rocm}{sif} {CHECK}")
     if not gpu:
         lines.append("  (no /dev/kfd on this machine, so no GPU flags: here the check fails at host.devices, as it "
                      "does outside a container; on a GPU node add --device=/dev/kfd --device=/dev/dri)")

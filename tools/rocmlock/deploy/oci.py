@@ -269,7 +269,7 @@ def _glibc(state: dict[str, tarfile.TarInfo | bytes | None], candidates: list[st
 # ----------------------------------------------------------------------------- writing
 
 
-class _Hashing:
+class HashingWriter:
     """A write-only file that hashes and counts what passes through it to ``sink``."""
 
     def __init__(self, sink: IO[bytes]) -> None:
@@ -302,7 +302,7 @@ def write_layer(root: Path, out: Path, mtime: int) -> tuple[str, str, int]:
     same output whatever their number (:class:`rocmlock.util.pgzip.ParallelGzip`). Returns (diff_id, digest,
     size)."""
     with out.open("wb") as raw:
-        outer = _Hashing(raw)
+        outer = HashingWriter(raw)
         # 1 MiB writes: the stream's default (10 KiB) and copy buffer (16 KiB) cost thousands of calls per 100 MB.
         with ParallelGzip(outer, level=6) as gz, \
                 tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]

@@ -281,6 +281,10 @@ def make_preset(workspace: Workspace, request: PresetRequest, cwd: Path | None =
         notes += _aotriton_issue(caps)
     if ds_path is not None:
         notes.append(f"DeepSpeed ZeRO-{stage} config: {relative_path(ds_path, cwd)}")
+    if request.dataset == DEFAULT_DATASET:
+        notes.append(f"dataset {DEFAULT_DATASET}: a demo of LLaMA-Factory's, looked up in ./data (dataset_dir: its "
+                     "repository's data/): train from a checkout of LLaMA-Factory, or pass --dataset with an entry "
+                     "of your own data/dataset_info.json")
     if not size.fits:
         notes.append(f"warning: {memory:g} GiB is below what {method} of a 7-8B model needs "
                      f"(~{STATE_GIB[method]:.0f} GiB of model state); use a smaller model or ZeRO-3 sharding")

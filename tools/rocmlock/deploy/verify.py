@@ -50,8 +50,9 @@ def _peak(gfx: str | None) -> float | None:
     return peak if peak > 0 else None
 
 
-def target_for_environment(manifest: Path, name: str) -> ProbeTarget:
-    """The pixi environment ``name`` of the workspace at ``manifest`` (installed under .pixi/envs)."""
+def target_for_environment(manifest: Path, name: str, installed: bool = True) -> ProbeTarget:
+    """The pixi environment ``name`` of the workspace at ``manifest`` (installed under .pixi/envs; ``installed``
+    False: only its expectations, for the environment in an image)."""
     workspace = load_workspace(manifest)
     env = workspace.environment(name)
     rocm = env.dependency("rocm-version")
@@ -63,7 +64,7 @@ def target_for_environment(manifest: Path, name: str) -> ProbeTarget:
         expect_rocm=rocm_from_spec(rocm.version) if rocm else None,
         peak_tflops=_peak(gfx),
     )
-    if not target.python.exists():
+    if installed and not target.python.exists():
         raise OperationError(
             f"{target.label} is not installed: no python at {target.python}",
             hint=f"install it with `pixi install -e {name} --manifest-path {workspace.path}`, or with rocmlock: "
@@ -133,9 +134,14 @@ def probe_script(target: ProbeTarget, prefer_prefix: bool = False) -> Path:
 
 
 def probe_command(target: ProbeTarget, *, json_out: bool = False, bench: bool = False, train: bool = False,
-                  extra: Sequence[str] = (), prefer_prefix: bool = False) -> list[str]:
-    """The argv that runs the probe with the environment's python and the workspace's expectations."""
-    cmd = [str(target.python), str(probe_script(target, prefer_prefix)), "--prefix", str(target.prefix)]
+                  extra: Sequence[str] = (), prefer_prefix: bool = False,
+                  image: Sequence[str] = ()) -> list[str]:
+    """The argv that runs the probe with the environment's python and the workspace's expectations; ``image``:
+    the argv that runs an image's check (``apptainer exec SIF /opt/rocmlock/check``, which adds ``--prefix``)."""
+    if image:
+        cmd = list(image)
+    else:
+        cmd = [str(target.python), str(probe_script(target, prefer_prefix)), "--prefix", str(target.prefix)]
     if target.expect_arch:
         cmd += ["--expect-arch", target.expect_arch]
     if target.expect_rocm:

@@ -24,7 +24,7 @@ from rattler import RepoDataRecord
 
 from rocmlock.lock.generated import HEADER
 from rocmlock.lock.lockfile import LockedPlatform
-from rocmlock.lock.yamlwrite import render_yaml
+from rocmlock.lock.yamlwrite import render_item, render_yaml
 from rocmlock.util.credentials import redact_url
 
 CONDA_LOCK_NAME = "conda-lock.yml"
@@ -82,6 +82,17 @@ def _custom_metadata(by_subdir: Mapping[str, list[LockedPlatform]], gpu_target: 
     return meta
 
 
+def _body(metadata: dict[str, Any], packages: list[dict[str, Any]]) -> str:
+    """The YAML document: the metadata, then the packages one by one (a package the environments share is written
+    once per process), or the whole as PyYAML writes it where a string needs PyYAML's own rules."""
+    doc = {"version": 1, "metadata": metadata, "package": packages}
+    items = [render_item(p) for p in packages]
+    if not packages or any(i is None for i in items):
+        return render_yaml(doc)
+    head = render_yaml({"version": 1, "metadata": metadata})
+    return head + "package:\n" + "".join(items)  # type: ignore[arg-type]  # no None left
+
+
 def render_conda_lock(env: str, channels: Sequence[str], platforms: Sequence[LockedPlatform],
                       records: Mapping[str, Sequence[RepoDataRecord]], gpu_target: str | None = None,
                       pypi_platforms: Sequence[str] = ()) -> str | None:
@@ -101,7 +112,7 @@ def render_conda_lock(env: str, channels: Sequence[str], platforms: Sequence[Loc
                 "channels": [{"url": redact_url(c).rstrip("/"), "used_env_vars": []} for c in channels],
                 "platforms": sorted(by_subdir), "sources": [],
                 "custom_metadata": _custom_metadata(by_subdir, gpu_target)}
-    body = render_yaml({"version": 1, "metadata": metadata, "package": packages})
+    body = _body(metadata, packages)
     target = f", GPU target {gpu_target}" if gpu_target else ""
     notes = [HEADER, f"# environment: {env}{target}; conda-lock v1 format, one solution per conda subdir:",
              "#   conda-lock install -p <prefix> conda-lock.yml"]

@@ -85,10 +85,13 @@ class LockResult:
         for c in self.changes:
             envs[c.environment][c.platform].append({"kind": c.kind, "name": c.name, "old": c.old, "new": c.new})
         root = self.manifest.parent
-        from rocmlock.lock.diff import diff_json
+        pixi: dict[str, Any] = {"version": 1, "environment": {}}  # diff_json of no change, without loading it
+        if self.diff:
+            from rocmlock.lock.diff import diff_json
 
+            pixi = diff_json(self.diff)
         return {
-            **diff_json(self.diff),
+            **pixi,
             "manifest": str(self.manifest),
             "up_to_date": self.up_to_date,
             "written": self.written,

@@ -50,6 +50,8 @@ def _gfm_char(text: str, i: int) -> str:
 def line_problem(value: str, hash_allowed: bool = False) -> str | None:
     """Why ``value`` cannot go onto one line of a generated file (a control character; a ``#``, which starts
     a comment in YAML and requirements files and a hash in ``@EXPLICIT``, unless ``hash_allowed``), else None."""
+    if value.isprintable():  # the common case, in C (a space is printable)
+        return None if hash_allowed or "#" not in value else "holds a '#'"
     bad = next((c for c in value if not (c.isprintable() or c == " ")), None)
     if bad is not None:
         return f"holds the control character {bad.encode('unicode_escape').decode('ascii')}"
