@@ -57,7 +57,7 @@ def _scratch(root: Path, modules: list[str], tests: list[str], children: int, py
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, dest)
     shutil.copytree(root / "tools" / "rocmlock", root / "src" / "rocmlock")
-    # The probe beside the package, where deploy/verify.py's REPO_PROBE finds it (image and pack copy it).
+    # The probe beside the package, where fleet/verify.py's REPO_PROBE finds it (image and pack copy it).
     shutil.copy2(root / "tools" / "verify_env.py", root / "src" / "verify_env.py")
     # Beside the package, so that it is on every child's path that has the mutated package on it (some tests
     # hand their children PYTHONPATH=<the imported rocmlock's parent>); mutmut copies src/ as it is, less the

@@ -29,10 +29,10 @@ def missing_tools() -> list[str]:
 def debian_base() -> Path:
     """The cached OCI layout directory of the Debian base (made now when absent); ``oci:<it>:base``.
 
-    Made by rocmlock's own ``--base debootstrap:bookworm:python3`` (rocmlock.deploy.debianbase), so the tests'
+    Made by rocmlock's own ``--base debootstrap:bookworm:python3`` (rocmlock.image.debianbase), so the tests'
     base is the one users get: a test that builds it twice is tests/test_image_run.py's."""
-    from rocmlock.deploy.debianbase import debian_base as make
     from rocmlock.errors import RocmlockError
+    from rocmlock.image.debianbase import debian_base as make
 
     if missing := missing_tools():
         raise BaseUnavailable(f"missing {', '.join(missing)} (apt-get install skopeo umoci docker-registry debootstrap)")

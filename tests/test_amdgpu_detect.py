@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 from rattler import VirtualPackage, VirtualPackageOverrides
+from rocmlock.bundle import unpack
+from rocmlock.bundle.layout import BundleMetadata
 from rocmlock.cli.main import main
-from rocmlock.deploy import unpack
-from rocmlock.deploy.bundle import BundleMetadata
 from rocmlock.errors import InputError, OperationError
 from rocmlock.gpu.targets import get_target
 from rocmlock.host.doctor import run_doctor

@@ -183,7 +183,8 @@ def test_imports_follow_the_stated_layers() -> None:
 def test_layers_are_a_dag_and_name_real_packages() -> None:
     allowed = layering(PACKAGE)
     assert set(allowed) >= {f"rocmlock.{p}" for p in
-                            ("util", "gpu", "workspace", "lock", "build", "host", "channel", "deploy", "upstream", "cli")}
+                            ("util", "gpu", "workspace", "lock", "build", "host", "channel", "prefix", "bundle", "image", "fleet",
+                             "train", "upstream", "cli")}
     for unit, deps in allowed.items():
         for dep in deps:
             target = PACKAGE.parent / dep.replace(".", "/")
@@ -266,6 +267,48 @@ def test_a_command_loads_only_its_own_stage(tmp_path: Path) -> None:
     out = _run(sys.executable, "-c", code, str(tmp_path / "pixi.toml"))
     loaded = set(out.stdout.split())
     assert "rocmlock.cli.lock" in loaded, out.stderr  # the run reached its command
-    stray = sorted(m for m in loaded if m.split(".")[1:2] in (["build"], ["upstream"], ["deploy"], ["channel"])
+    stray = sorted(m for m in loaded if m.split(".")[1:2] in (["build"], ["upstream"], ["channel"], ["bundle"],
+                                                                   ["image"], ["fleet"], ["train"], ["prefix"])
                    or m in {"rocmlock.cli.build", "rocmlock.cli.env", "rocmlock.cli.upstream"})
     assert stray == []
+
+
+# ----------------------------------------------------------------------------- the rooms (issue 45)
+ROOM_SHARE_LIMIT = 0.125  # issue 45: no subpackage holds more than ~12 % of the package's lines
+_ROW = re.compile(r"^\| `(\w+)/` \| .*? \| ([^|]*) \|$", re.MULTILINE)
+
+
+def _room_graph() -> dict[str, set[str]]:
+    """Room -> the rooms its ``May import:`` line names (``errors`` and the top level left out)."""
+    return {unit.split(".")[1]: {d.split(".")[1] for d in deps if d.count(".") == 1 and d != "rocmlock.errors"}
+            for unit, deps in layering(PACKAGE).items()}
+
+
+def test_rooms_are_a_dag_and_none_is_too_big() -> None:
+    rooms = _room_graph()
+    assert cycles({f"rocmlock.{k}": {f"rocmlock.{d}" for d in v} for k, v in rooms.items()}) == []
+    lines = {room: sum(len(p.read_text().splitlines()) for p in (PACKAGE / room).rglob("*.py")) for room in rooms}
+    total = sum(len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py"))
+    assert {room: n for room, n in lines.items() if n > ROOM_SHARE_LIMIT * total} == {}, total
+
+
+@pytest.mark.parametrize("page", ["docs/architecture.md", "README.md"])
+def test_the_documented_rooms_are_the_layers(page: str) -> None:
+    """Each subpackage table names every room, and its 'may import' column says what the ``May import:`` line
+    says: the rooms it names, or (``... and below``) those and what they may import in turn."""
+    rooms = _room_graph()
+    rows = {room: text for room, text in _ROW.findall((REPO / page).read_text()) if room != "cli"}
+    assert set(rows) == set(rooms) - {"cli"}, page
+
+    def below(named: set[str]) -> set[str]:
+        seen, todo = set(named), list(named)
+        while todo:
+            for dep in rooms.get(todo.pop(), set()) - seen:
+                seen.add(dep)
+                todo.append(dep)
+        return seen
+
+    for room, text in rows.items():
+        named = set(re.findall(r"`(\w+)`", text)) - {"errors"}
+        reach = below(named) if "and below" in text else named
+        assert named <= rooms[room] and rooms[room] <= reach, (page, room, sorted(named), sorted(rooms[room]))

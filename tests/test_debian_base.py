@@ -1,4 +1,4 @@
-"""``--base debootstrap:SUITE[:PKG,...]`` (rocmlock.deploy.debianbase) with a stand-in debootstrap on PATH that
+"""``--base debootstrap:SUITE[:PKG,...]`` (rocmlock.image.debianbase) with a stand-in debootstrap on PATH that
 writes the kind of tree the real one leaves (logs, apt lists with the suite's Release, the host's resolv.conf,
 /etc/shadow with today's day, byte code, device nodes, setuid and sticky modes, hard links): what depends on the
 day is gone, what a system needs is kept, the cache is reused without root, and errors are one line. The real
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from rocmlock.cli.main import main
-from rocmlock.deploy import debianbase
 from rocmlock.errors import InputError, OperationError
+from rocmlock.image import debianbase
 
 RELEASE_DATE = "Sat, 10 Jan 2026 10:00:00 UTC"
 EPOCH = 1768039200

@@ -14,8 +14,8 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
-from rocmlock.deploy import unpack
-from rocmlock.deploy.bundle import BundleMetadata
+from rocmlock.bundle import unpack
+from rocmlock.bundle.layout import BundleMetadata
 from rocmlock.errors import OperationError
 from rocmlock.gpu.targets import get_target
 from rocmlock.host.doctor import run_doctor

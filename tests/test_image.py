@@ -344,7 +344,7 @@ def test_a_registry_that_refuses_the_push_is_exit_1_and_one_line(base: Path, loc
 def _synthetic_base(root: Path, layers: list[dict[str, str | bytes]], zstd: bool = False) -> Path:
     """An OCI layout whose layers hold ``{path: bytes (a file) | "->target" (a symlink)}``, in that order
     (gzip'd, or zstd'd)."""
-    from rocmlock.deploy import oci
+    from rocmlock.image import oci
 
     blobs = oci.start_layout(root)
     descs, diff_ids = [], []
@@ -378,7 +378,7 @@ def _synthetic_base(root: Path, layers: list[dict[str, str | bytes]], zstd: bool
 
 
 def test_the_glibc_is_read_through_symlinks_and_whiteouts_of_the_layers(tmp_path: Path) -> None:
-    from rocmlock.deploy import oci
+    from rocmlock.image import oci
 
     newer = b"\x7fELF...GNU C Library (GNU libc) stable release version 2.40.\n...GLIBC_2.40\x00"
     layout = _synthetic_base(tmp_path / "layout", [
@@ -407,7 +407,7 @@ def test_the_glibc_is_read_through_symlinks_and_whiteouts_of_the_layers(tmp_path
 
 def test_the_bases_shell_is_found_through_merged_usr_and_a_base_without_one_is_refused(
         locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from rocmlock.deploy import oci
+    from rocmlock.image import oci
 
     libc = {"usr/lib64/libc.so.6": b"GLIBC_2.34\x00"}
     cases = [({"bin": "->usr/bin", "usr/bin/sh": "->dash", "usr/bin/dash": b""}, "/bin/sh"),

@@ -328,8 +328,8 @@ def test_a_reference_without_a_registry_is_refused(locked_ws: Path, tmp_path: Pa
     (b'{"architecture": null}', "blob: no 'architecture'"),
 ])
 def test_the_json_checks_say_what_and_where(data: bytes, says: str) -> None:
-    from rocmlock.deploy import ocischema
     from rocmlock.errors import InputError
+    from rocmlock.image import ocischema
 
     base = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
     if data.startswith(b"{") and data != b"{":
@@ -342,8 +342,8 @@ def test_the_json_checks_say_what_and_where(data: bytes, says: str) -> None:
 @pytest.mark.parametrize(("size", "ok"), [(0, True), ((1 << 63) - 1, True), (-1, False), (1 << 63, False),
                                           (True, False)])
 def test_a_size_is_a_non_negative_int64(size: int, ok: bool) -> None:
-    from rocmlock.deploy import ocischema
     from rocmlock.errors import InputError
+    from rocmlock.image import ocischema
 
     desc = json.dumps({"mediaType": "m", "digest": "d", "size": size}).encode()
     if ok:
@@ -354,8 +354,8 @@ def test_a_size_is_a_non_negative_int64(size: int, ok: bool) -> None:
 
 
 def test_json_nesting_is_refused_past_64_levels_only() -> None:
-    from rocmlock.deploy import ocischema
     from rocmlock.errors import InputError
+    from rocmlock.image import ocischema
 
     assert ocischema.load(("{\"x\":" + "[" * 63 + "]" * 63 + "}").encode(), "blob")  # 64 levels with the object
     with pytest.raises(InputError, match="blob: JSON nested deeper than 64 levels") as deep:
@@ -383,7 +383,7 @@ def test_json_nesting_is_refused_past_64_levels_only() -> None:
 ])
 def test_references_that_name_their_registry_are_read_by_the_grammar(ref: str, domain: str, path: str,
                                                                       tag: str | None, loopback: bool) -> None:
-    from rocmlock.deploy import ociref
+    from rocmlock.image import ociref
 
     parsed = ociref.parse(ref, "--push")
     assert (parsed.domain, parsed.path, parsed.tag, parsed.loopback) == (domain, path, tag, loopback)
@@ -403,8 +403,8 @@ def test_references_that_name_their_registry_are_read_by_the_grammar(ref: str, d
     ("r.io/" + "a" * 251, "r.io/" + "a" * 195, "the name is longer than 255 characters"),
 ])
 def test_references_that_are_not_are_refused(ref: str, shown: str, says: str) -> None:
-    from rocmlock.deploy import ociref
     from rocmlock.errors import InputError
+    from rocmlock.image import ociref
 
     with pytest.raises(InputError) as caught:
         ociref.parse(ref, "--push")
@@ -431,8 +431,8 @@ def _pax(keys: dict[str, str], kind: bytes = tarfile.XGLTYPE) -> bytes:
 
 @pytest.mark.parametrize(("keys", "ok"), [(1000, True), (1001, False)])
 def test_global_pax_keys_are_bounded(tmp_path: Path, keys: int, ok: bool) -> None:
-    from rocmlock.deploy import ocilayer
     from rocmlock.errors import InputError
+    from rocmlock.image import ocilayer
 
     headers = _pax({f"k{i}": "v" for i in range(keys)}) + _pax({"last": "v"}) + _tar_header("f", 0, tarfile.REGTYPE)
     path, diff_id = _tar_layer(tmp_path, headers)
@@ -449,8 +449,8 @@ def test_global_pax_keys_are_bounded(tmp_path: Path, keys: int, ok: bool) -> Non
 
 
 def test_a_gnu_long_name_past_1_mib_is_refused_before_it_is_read(tmp_path: Path) -> None:
-    from rocmlock.deploy import ocilayer
     from rocmlock.errors import InputError
+    from rocmlock.image import ocilayer
 
     path, diff_id = _tar_layer(tmp_path, _tar_header("././@LongLink", (1 << 20) + 1, tarfile.GNUTYPE_LONGNAME))
     with pytest.raises(InputError, match=r"a GNU header record of 1048577 bytes \(more than 1 MiB\)"), \

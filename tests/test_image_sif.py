@@ -137,9 +137,9 @@ def test_the_sif_runs_activated_and_its_check_agrees_with_podmans(
     (rocm / ".info/version").write_text("7.2.0-43\n")
     for path in [work, *work.rglob("*")]:
         path.chmod(0o777 if path.is_dir() else 0o666)  # nobody builds and runs in it
-    # --sif's conversion (rocmlock.deploy.sif.build_sif) of the layout, in the chroot, as a user.
+    # --sif's conversion (rocmlock.image.sif.build_sif) of the layout, in the chroot, as a user.
     build = rocm72chroot.run_unprivileged(
-        ["python3", "-c", ("from pathlib import Path; from rocmlock.deploy.sif import build_sif; "
+        ["python3", "-c", ("from pathlib import Path; from rocmlock.image.sif import build_sif; "
                            "build_sif(Path('/mnt/work/layout'), Path('/mnt/work/env.sif'))")], work)
     assert build.returncode == 0, build.stderr[-3000:]
     assert (work / "env.sif").read_bytes()[:41] == LAUNCH + b"\0SIF_MAGIC"

@@ -354,7 +354,7 @@ def test_build_and_publish_identity_of_a_kpacked_package(tmp_path: Path) -> None
 
 
 def _bundle_dir(root: Path, packages: list[Path]) -> Path:
-    from rocmlock.deploy.bundle import (
+    from rocmlock.bundle.layout import (
         CHANNEL_DIR,
         ENVIRONMENT_FILE,
         PIXI_PACK_METADATA,
@@ -391,8 +391,8 @@ def test_a_bundle_resolves_archives_across_its_packages(tmp_path: Path, capsys: 
     code, out = _audit(capsys, str(_bundle_dir(tmp_path / "bad", [host])))
     assert code == 1 and out.rstrip().endswith(f"cannot run on gfx942: {host.name}/lib/libaxpy.so")
     # unpack's node check reads the extracted bundle the same way.
-    from rocmlock.deploy.audit import check_bundle_for_node
-    from rocmlock.deploy.bundle import ROCMLOCK_METADATA, parse_metadata
+    from rocmlock.bundle.audit import check_bundle_for_node
+    from rocmlock.bundle.layout import ROCMLOCK_METADATA, parse_metadata
     from rocmlock.errors import OperationError
 
     for where, ok in ((tmp_path / "good", True), (tmp_path / "bad", False)):

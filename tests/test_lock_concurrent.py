@@ -43,7 +43,7 @@ STATE_FILES = {".gitignore", "writer.lock"}  # all .rocmlock/ may hold afterward
 TOGETHER = """
 import os, sys, time
 from pathlib import Path
-import rattler, rocmlock.lock.pipeline, rocmlock.deploy.install
+import rattler, rocmlock.lock.pipeline, rocmlock.prefix.install
 from rocmlock.cli.main import run
 barrier, me, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 (barrier / me).touch()

@@ -77,7 +77,7 @@ def test_a_commands_result_goes_to_stdout_and_nothing_of_it_to_stderr(case: str,
 def test_the_images_check_runs_the_probe_with_its_streams(tmp_path: Path) -> None:
     """`podman run ... /opt/rocmlock/check > out`: the check execs the probe, so the probe's table is the
     container's stdout (what was 0 bytes was the probe's, now on stdout)."""
-    from rocmlock.deploy.image_files import _CHECK
+    from rocmlock.image.files import _CHECK
 
     assert _CHECK.rstrip().splitlines()[-1].startswith('exec "$py" {probe} --prefix {prefix} "$@"')
     assert ">&2" not in _CHECK and "2>" not in _CHECK and ">" not in _CHECK.replace("->", "")

@@ -16,8 +16,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from rocmlock.bundle.layout import FIXED_MTIME
 from rocmlock.cli.main import main
-from rocmlock.deploy.bundle import FIXED_MTIME
 from rocmlock.lock.lockfile import read_lockfile
 
 ENV, PLATFORM = "mi300x", "linux-64-gfx942"
@@ -142,7 +142,7 @@ def test_the_bundles_environment_yml_is_for_conda_23_to_26_on_a_node_without_net
 
 
 def test_the_pip_note_is_there_only_when_python_is_locked_without_pip() -> None:
-    from rocmlock.deploy.bundle import BundledPackage, render_environment_yml
+    from rocmlock.bundle.layout import BundledPackage, render_environment_yml
 
     def pkg(name: str) -> BundledPackage:
         return BundledPackage("noarch", f"{name}-1-0.conda", name, "1", "0", "0" * 64, 1)
@@ -437,7 +437,7 @@ def test_with_installer_a_node_without_rocmlock_installs_the_bundle(locked_ws: P
 def test_the_tar_writer_writes_what_tarfile_would(tmp_path: Path) -> None:
     # bundle.write_tar copies files with copy_file_range and leaves holes for the packages that are downloaded
     # into place; the bytes must be tarfile's own for the same members.
-    from rocmlock.deploy.bundle import Member, _tarinfo, members_of_tree, sort_members, write_tar
+    from rocmlock.bundle.layout import Member, _tarinfo, members_of_tree, sort_members, write_tar
 
     payload = os.urandom(70_001)
     tree = tmp_path / "tree"

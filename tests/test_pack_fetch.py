@@ -139,7 +139,7 @@ def test_a_timeout_that_is_no_number_of_seconds_is_refused(ws_copy: Path, tmp_pa
 def test_a_lock_replaced_while_pack_reads_it_is_an_error_not_a_mixed_bundle(
         ws_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # `pixi lock` takes no rocmlock lock: pack sees the lock it hashed replaced before its records were read.
-    from rocmlock.deploy import pack as pack_module
+    from rocmlock.bundle import pack as pack_module
 
     real = pack_module.select_environment
 
@@ -163,7 +163,7 @@ def test_a_failed_wheel_build_shows_the_builds_own_last_lines(tmp_path: Path) ->
     import subprocess
     import sys
 
-    from rocmlock.deploy.installer import build_failure
+    from rocmlock.bundle.installer import build_failure
 
     project = tmp_path / "broken"
     project.mkdir()

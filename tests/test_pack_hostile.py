@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rocmlock.deploy.admit import DAMAGED
+from rocmlock.bundle.admit import DAMAGED
 from test_pack import fake_node, installed, pack, unpack
 from test_pack_robust import _one_error
 

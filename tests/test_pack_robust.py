@@ -81,7 +81,7 @@ def test_pack_replaces_an_existing_bundle_and_prints_no_blank_line(
 
 KILL_PACK = """
 import os, signal, sys
-from rocmlock.deploy import fetch
+from rocmlock.prefix import fetch
 def copy_half_then_die(src, writer):
     with open(src, "rb") as fh:
         writer.write(fh.read(max(1, writer.expected_size // 2)))
@@ -232,7 +232,7 @@ def test_an_unpack_into_a_prefix_another_unpack_is_installing_is_refused(
         bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import fcntl
 
-    from rocmlock.deploy.unpack import MARKER
+    from rocmlock.bundle.unpack import MARKER
 
     prefix, host = tmp_path / "env", fake_node(tmp_path / "host", [90402])
     (prefix / "conda-meta").mkdir(parents=True)
@@ -284,7 +284,7 @@ def test_metadata_naming_a_path_outside_is_refused(bundle: Path, tmp_path: Path,
 def test_rocmlocks_wheel_in_the_installer_does_not_depend_on_the_umask(tmp_path: Path) -> None:
     # setuptools writes the wheel's files with the umask's mode and keeps the source files' modes (a checkout
     # made under umask 077 has 0600 files), and the zip records them: two packs differed under two umasks.
-    from rocmlock.deploy.installer import _build_rocmlock_wheel
+    from rocmlock.bundle.installer import _build_rocmlock_wheel
 
     wheels = []
     for umask in (0o077, 0o022):
@@ -445,7 +445,7 @@ def test_rocmlocks_wheel_builds_with_a_pythons_old_setuptools_under_a_constraint
     # fills the isolated build environment from pyproject.toml's requires (setuptools, and wheel for <70.1).
     import venv
 
-    from rocmlock.deploy.installer import _build_rocmlock_wheel
+    from rocmlock.bundle.installer import _build_rocmlock_wheel
 
     venv.create(tmp_path / "venv", with_pip=True)
     python = tmp_path / "venv" / "bin" / "python"

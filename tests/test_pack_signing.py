@@ -127,7 +127,7 @@ def locked_key(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _pack_argv(ws: Path, out: Path, key: Path) -> list[str]:
-    script = ("import sys; import rocmlock.deploy.signing as s; s.TIMEOUT_S = s.PASSPHRASE_TIMEOUT_S = 3.0; "
+    script = ("import sys; import rocmlock.bundle.signing as s; s.TIMEOUT_S = s.PASSPHRASE_TIMEOUT_S = 3.0; "
               "from rocmlock.cli.main import main; sys.exit(main(sys.argv[1:]))")
     return [sys.executable, "-c", script, "pack", "--manifest-path", str(ws / "pixi.toml"), "-e", "mi300x", "-o",
             str(out), "--sign", str(key)]

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 from rocmlock.cli.main import main
-from rocmlock.deploy.preset import CUTOFFS, EFFECTIVE_BATCH, PresetRequest, capabilities, make_preset, sizing
 from rocmlock.errors import InputError
 from rocmlock.gpu.targets import all_targets
+from rocmlock.train.preset import CUTOFFS, EFFECTIVE_BATCH, PresetRequest, capabilities, make_preset, sizing
 from rocmlock.workspace.manifest import load_workspace
 from shipped import manifest_with_gfx908
 

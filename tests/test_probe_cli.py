@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hostpython import python_shim
 from rocmlock.cli.main import main
-from rocmlock.deploy.verify import REPO_PROBE, probe_command, resolve_target, rocm_from_spec
+from rocmlock.fleet.verify import REPO_PROBE, probe_command, resolve_target, rocm_from_spec
 
 REPO = Path(__file__).resolve().parents[1]
 

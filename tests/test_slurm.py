@@ -325,7 +325,7 @@ def test_credentials_in_the_channel_never_reach_a_batch_script(
 
 
 def test_task_reports_are_named_by_a_valid_unique_host_name_else_by_rank(tmp_path: Path) -> None:
-    from rocmlock.deploy.slurm_verify import write_reports
+    from rocmlock.fleet.slurm_verify import write_reports
 
     def task(rank: int, host: str) -> str:
         body = ["{", '  "checks": [', '    {"data": {', '      "hostname": "nested-trap"', "    }}", "  ],",
@@ -457,7 +457,7 @@ def test_job_size_is_the_builds_max_jobs_rule_on_the_partitions_node() -> None:
 
 def test_on_the_nodes_the_environments_own_probe_comes_first(tmp_path: Path) -> None:
     """Other nodes have the environment (shared or unpacked), not necessarily this checkout."""
-    from rocmlock.deploy.verify import PREFIX_PROBE, REPO_PROBE, ProbeTarget, probe_script
+    from rocmlock.fleet.verify import PREFIX_PROBE, REPO_PROBE, ProbeTarget, probe_script
 
     target = ProbeTarget("prefix", tmp_path, None, None, None)
     assert probe_script(target, prefer_prefix=True) == REPO_PROBE  # none in the prefix

@@ -56,7 +56,7 @@ sys.stderr.buffer.write(b"0: PASS: every required check passed\\n1: caf\\xe9\\n"
 
 
 def test_one_nodes_stray_bytes_cost_only_its_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rocmlock.deploy.slurm_verify import SlurmOptions, verify_fleet
+    from rocmlock.fleet.slurm_verify import SlurmOptions, verify_fleet
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

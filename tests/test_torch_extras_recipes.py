@@ -467,5 +467,5 @@ def test_torchaudio_is_cpu_kernels_only_and_nothing_uses_it_on_the_gpu() -> None
     assert "rocmlock_require_rocm_components" not in build and "pytorch/audio#4180" in build
     assert "CPU-kernels-only" in (RECIPES / "torchaudio-rocm" / "recipe.yaml").read_text()
     # The probe and the presets never touch torchaudio, so they cannot depend on GPU kernels it lacks.
-    for path in (ROOT / "tools/verify_env.py", ROOT / "tools/rocmlock/deploy/preset.py"):
+    for path in (ROOT / "tools/verify_env.py", ROOT / "tools/rocmlock/train/preset.py"):
         assert "torchaudio" not in path.read_text(), path

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rocmlock.cli.common import env_arg, err, manifest_arg, platform_arg, print_json, print_report
 
 if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
-    from rocmlock.deploy.verify import ProbeTarget
+    from rocmlock.fleet.verify import ProbeTarget
 
 
 def _locked_manifest(args: argparse.Namespace, command: str) -> Path:
@@ -42,8 +42,8 @@ def add_install(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from rocmlock.deploy.install import install_from_lock, left_out_warning, manifest_channels
     from rocmlock.lock.noop import LOCK_NAME
+    from rocmlock.prefix.install import install_from_lock, left_out_warning, manifest_channels
 
     manifest = _locked_manifest(args, "install")
     result = install_from_lock(manifest.parent / LOCK_NAME, args.environment, args.prefix.resolve(),
@@ -86,11 +86,11 @@ def add_image(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    from rocmlock.deploy.image import build_image
-    from rocmlock.deploy.image_hints import run_hints
-    from rocmlock.deploy.install import left_out_warning, manifest_channels
     from rocmlock.errors import InputError
+    from rocmlock.image.builder import build_image
+    from rocmlock.image.hints import run_hints
     from rocmlock.lock.noop import LOCK_NAME
+    from rocmlock.prefix.install import left_out_warning, manifest_channels
 
     if args.output is None and args.push is None and args.sif is None:
         raise InputError("rocmlock image: nowhere to put the image",
@@ -176,10 +176,10 @@ class _DownloadProgress:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    from rocmlock.deploy.fetch import Timeouts
-    from rocmlock.deploy.install import left_out_warning, manifest_channels
-    from rocmlock.deploy.pack import pack_environment
+    from rocmlock.bundle.pack import pack_environment
     from rocmlock.lock.noop import LOCK_NAME
+    from rocmlock.prefix.fetch import Timeouts
+    from rocmlock.prefix.install import left_out_warning, manifest_channels
     from rocmlock.util.credentials import client_for_urls
 
     manifest = _locked_manifest(args, "pack")
@@ -224,7 +224,7 @@ def add_unpack(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_unpack(args: argparse.Namespace) -> int:
-    from rocmlock.deploy.unpack import unpack_bundle
+    from rocmlock.bundle.unpack import unpack_bundle
 
     result = unpack_bundle(args.bundle, args.prefix, force=args.force, verify=not args.no_verify,
                            root=args.host_root, extract_dir=args.extract_dir,
@@ -277,8 +277,8 @@ def _min_ratio_arg(p: argparse._ActionsContainer) -> None:
 def cmd_verify(args: argparse.Namespace) -> int:
     import os
 
-    from rocmlock.deploy.verify import probe_command, resolve_target, run_probe
     from rocmlock.errors import InputError
+    from rocmlock.fleet.verify import probe_command, resolve_target, run_probe
     from rocmlock.util.runner import format_argv
 
     if not args.slurm and (args.srun_args or args.nodes is not None or args.nodelist or args.partition or args.time
@@ -295,8 +295,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _verify_image(args: argparse.Namespace) -> int:
-    from rocmlock.deploy.sif import image_target, require_image
-    from rocmlock.deploy.verify import probe_command, run_probe
+    from rocmlock.fleet.verify import probe_command, run_probe
+    from rocmlock.image.sif import image_target, require_image
     from rocmlock.util.runner import format_argv
 
     image = require_image(args.image, args.prefix, slurm=args.slurm)
@@ -309,9 +309,9 @@ def _verify_image(args: argparse.Namespace) -> int:
 
 
 def _verify_slurm(args: argparse.Namespace, target: ProbeTarget, image: list[str] | None = None) -> int:
-    from rocmlock.deploy.report import render_fleet
-    from rocmlock.deploy.slurm_verify import SlurmOptions, verify_fleet
-    from rocmlock.deploy.verify import probe_command
+    from rocmlock.fleet.report import render_fleet
+    from rocmlock.fleet.slurm_verify import SlurmOptions, verify_fleet
+    from rocmlock.fleet.verify import probe_command
 
     opts = SlurmOptions(args.nodes, args.nodelist, args.partition, args.time, tuple(args.srun_args))
     reports = args.reports or Path(f"verify-{args.environment or target.prefix.name}")
@@ -330,7 +330,7 @@ def add_report(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from rocmlock.deploy.report import fleet_report, render_fleet
+    from rocmlock.fleet.report import fleet_report, render_fleet
 
     fleet = fleet_report(args.paths, args.min_gemm_ratio)
     for bad in fleet.unreadable if args.json else ():  # the table lists them too
@@ -357,7 +357,7 @@ def add_preset(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_preset(args: argparse.Namespace) -> int:
-    from rocmlock.deploy.preset import (
+    from rocmlock.train.preset import (
         DEFAULT_DATASET,
         DEFAULT_MODEL,
         DEFAULT_TEMPLATE,
@@ -394,7 +394,7 @@ def add_audit(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from rocmlock.deploy.audit import audit_path, audit_prefix
+    from rocmlock.bundle.audit import audit_path, audit_prefix
     from rocmlock.errors import InputError
 
     if (args.source is None) == (args.prefix is None):

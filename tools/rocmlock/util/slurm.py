@@ -1,5 +1,5 @@
 """Slurm's commands as rocmlock runs them: ``srun``, ``sbatch --parsable``, ``squeue``, ``sinfo``, through the one
-subprocess runner. Nothing here knows what is built or verified; ``build.slurm`` and ``deploy.slurm_verify`` do.
+subprocess runner. Nothing here knows what is built or verified; ``build.slurm`` and ``fleet.slurm_verify`` do.
 
 Facts checked against Slurm's source and man pages (22.05, Debian bookworm's ``slurm-wlm``, and upstream master):
 ``sbatch --parsable`` prints ``<jobid>`` or ``<jobid>;<cluster>``; ``--dependency=afterok:<id>[:<id>...]`` runs a

@@ -15,8 +15,8 @@ import re
 import shlex
 from pathlib import Path
 
-from rocmlock.deploy.image import ImageResult
-from rocmlock.deploy.image_files import CHECK, ENTRYPOINT, TOOL_DIR
+from rocmlock.image.builder import ImageResult
+from rocmlock.image.files import CHECK, ENTRYPOINT, TOOL_DIR
 
 # podman 4 names an image read from oci:DIR after DIR's path, which must then be a reference's path
 # (distribution/reference: lowercase components, separators . _ __ -); otherwise `podman run oci:DIR` fails with
@@ -30,7 +30,7 @@ def _podman_can_name(path: Path) -> bool:
 
 def _one_image(layout: Path) -> bool:
     """Whether the layout's index names one manifest: ``apptainer build SIF oci:DIR`` takes no tag (1.4.5: the
-    tag is read as part of the path), so it can convert only a layout of one image (rocmlock.deploy.sif)."""
+    tag is read as part of the path), so it can convert only a layout of one image (rocmlock.image.sif)."""
     try:
         return len(json.loads((layout / "index.json").read_bytes()).get("manifests") or []) == 1
     except (OSError, ValueError, AttributeError):

@@ -2,9 +2,9 @@
 
 The formats are the OCI image spec's (image-layout.md: ``oci-layout``, ``index.json``, ``blobs/sha256/``;
 manifest.md, config.md, layer.md: whiteouts are ``.wh.<name>`` and ``.wh..wh..opq``). Everything read from a
-base image is hostile: JSON is size-bounded and typed field by field (:mod:`rocmlock.deploy.ocischema`), blobs
+base image is hostile: JSON is size-bounded and typed field by field (:mod:`rocmlock.image.ocischema`), blobs
 are checked against their digests and sizes before use, layers are read bounded and checked against their
-diff_ids (:mod:`rocmlock.deploy.ocilayer`), and only the few members the glibc check needs are kept from them.
+diff_ids (:mod:`rocmlock.image.ocilayer`), and only the few members the glibc check needs are kept from them.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from rocmlock.deploy import ocilayer, ocischema
 from rocmlock.errors import InputError
+from rocmlock.image import ocilayer, ocischema
 from rocmlock.util.fs import read_regular, write_atomic
 from rocmlock.util.pgzip import ParallelGzip
 from rocmlock.util.text import escape
@@ -110,7 +110,7 @@ def read_index(root: Path, label: str) -> dict[str, Any]:
 
 def read_layout(root: Path, tag: str | None, arch: str, label: str) -> BaseImage:
     """The image ``tag`` (the only one when None) of the OCI layout ``root``, for linux/``arch``; every JSON
-    field it uses checked for its type (:mod:`rocmlock.deploy.ocischema`), every layer's descriptor against its
+    field it uses checked for its type (:mod:`rocmlock.image.ocischema`), every layer's descriptor against its
     blob and the config (diff_ids are checked as the layers are read: :func:`rootfs_facts`)."""
     blobs = root / "blobs"
     desc = _tagged(read_index(root, label)["manifests"], tag, label)
@@ -166,7 +166,7 @@ def _merged_files(base: BaseImage, wanted: Iterable[str]) -> dict[str, tarfile.T
     of a regular file (bounded), a symlink's TarInfo, or None (absent or whited out). Layers apply in order; a
     layer's whiteouts (``.wh.NAME``, ``.wh..wh..opq``) hide what the layers below it hold, never what it holds
     itself (image-spec layer.md). Every layer is read to its end and checked against its diff_id
-    (:func:`rocmlock.deploy.ocilayer.open_layer`), with memory bounded whatever its members."""
+    (:func:`rocmlock.image.ocilayer.open_layer`), with memory bounded whatever its members."""
     want = set(wanted)
     state: dict[str, tarfile.TarInfo | bytes | None] = {}
     for layer, diff_id in zip(base.layers, base.diff_ids, strict=True):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rattler import __version__ as rattler_version
 
-from rocmlock.deploy.bundle import FIXED_MTIME, INSTALLER_DIR, BundleMetadata
+from rocmlock.bundle.layout import FIXED_MTIME, INSTALLER_DIR, BundleMetadata
 from rocmlock.errors import OperationError
 from rocmlock.util.runner import CommandError, run_command
 from rocmlock.util.text import escape

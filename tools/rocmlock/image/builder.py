@@ -3,7 +3,7 @@
 The environment is installed by rattler (hashes verified, as ``rocmlock install``) into a staging directory with
 ``alternative_target_prefix=/opt/env`` (py-rattler's ``install``: files are written under the stage, the prefix
 written into them is /opt/env), its conda-meta cleaned of host paths, and written as one reproducible layer
-(:func:`rocmlock.deploy.oci.write_layer`) on top of the base image's layers. The layout is written to a scratch
+(:func:`rocmlock.image.oci.write_layer`) on top of the base image's layers. The layout is written to a scratch
 directory and renamed into place; a push hands it to skopeo (``skopeo copy --preserve-digests``), which reads
 registry credentials from the usual auth files itself (containers-auth.json(5), docker's config.json): rocmlock
 never sees, writes or prints them. A base from a registry is fetched the same way.
@@ -24,10 +24,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rocmlock.deploy import debianbase, oci, ociref
-from rocmlock.deploy.activation import ActivationInputs
-from rocmlock.deploy.fetch import fetch_each
-from rocmlock.deploy.image_files import (
+from rocmlock.errors import InputError, OperationError, RocmlockError
+from rocmlock.image import debianbase, oci, ociref
+from rocmlock.image.activation import ActivationInputs
+from rocmlock.image.files import (
     CHECK,
     DEFAULT_PREFIX,
     ENTRYPOINT,
@@ -35,10 +35,10 @@ from rocmlock.deploy.image_files import (
     add_tool_files,
     check_prefix,
 )
-from rocmlock.deploy.install import Selected, left_out, select_environment
-from rocmlock.deploy.pkgcheck import check_packages
-from rocmlock.deploy.sif import build_sif, check_sif_path, require_apptainer
-from rocmlock.errors import InputError, OperationError, RocmlockError
+from rocmlock.image.sif import build_sif, check_sif_path, require_apptainer
+from rocmlock.prefix.fetch import fetch_each
+from rocmlock.prefix.install import Selected, left_out, select_environment
+from rocmlock.prefix.pkgcheck import check_packages
 from rocmlock.util.credentials import client_for_urls, one_line, redact_text, split_url
 from rocmlock.util.fs import file_sha256
 from rocmlock.util.scratch import scratch_dir
@@ -137,7 +137,7 @@ def _check_glibc(facts: oci.RootfsFacts, selected: Selected, label: str) -> None
 
 def _admit(selected: Selected, lock_path: Path, work: Path, client: Any) -> dict[str, str]:
     """Every locked package fetched into ``work`` (its size and sha256 checked against the lock) and admitted as
-    ``unpack`` admits a bundle's (:func:`rocmlock.deploy.pkgcheck.check_packages`: no path of it leaves the
+    ``unpack`` admits a bundle's (:func:`rocmlock.prefix.pkgcheck.check_packages`: no path of it leaves the
     prefix), before rattler links anything; the records then point at the checked files. The lock's URL of
     each file name, for conda-meta."""
     records = selected.records

@@ -8,13 +8,13 @@ pixi-pack 0.7.10 source, QuantCo/pixi-pack ``src/lib.rs``, ``src/pack.rs``, ``sr
                                          every package these list; each directory of channel/ needs one)
     environment.yml                      ``./channel``, exact ``name=version=build`` pins (for conda; no
                                          ``nodefaults``, unlike pixi-pack's: see ``render_environment_yml``)
-    pypi/<wheel>.whl                     the lock's PyPI wheels (:mod:`rocmlock.deploy.wheels`)
+    pypi/<wheel>.whl                     the lock's PyPI wheels (:mod:`rocmlock.bundle.wheels`)
     pixi-pack.json                       ``{"version": "1", "pixi-pack-version": "0.7.10", "platform": <subdir>}``
     rocmlock-pack.json                   environment, GPU target, ROCm version, lock hash, every member's sha256
-    rocmlock-pack.json.sig               (``--sign``) its OpenSSH signature (:mod:`rocmlock.deploy.signing`)
+    rocmlock-pack.json.sig               (``--sign``) its OpenSSH signature (:mod:`rocmlock.bundle.signing`)
     installer/                           (``--with-installer``) wheels + install.sh; pixi-unpack ignores it
 
-Nothing else: unpack refuses a member the metadata does not list (:mod:`rocmlock.deploy.admit`), and every
+Nothing else: unpack refuses a member the metadata does not list (:mod:`rocmlock.bundle.admit`), and every
 string of the metadata is checked (:func:`parse_metadata`) before a path is built from it.
 
 Members are written like pixi-pack's tar-rs ``HeaderMode::Deterministic`` writes them: sorted depth-first by

@@ -3,7 +3,7 @@
 A bundle travels over USB disks and shared filesystems, so nothing of it is trusted until checked, in this
 order: the tar's member list (plain files and directories, relative names that stay inside, the archive
 complete) -> the metadata's bytes, read from the tar (nothing extracted yet) -> with ``--trusted-signers``,
-its OpenSSH signature (:mod:`rocmlock.deploy.signing`) -> the metadata's strings (:func:`parse_metadata`)
+its OpenSSH signature (:mod:`rocmlock.bundle.signing`) -> the metadata's strings (:func:`parse_metadata`)
 -> the member list against the metadata: exactly the members it names, and its signature, nothing the
 format does not define -> extraction -> every file's sha256 against the metadata (:func:`check_digests`).
 An extracted directory given as the bundle goes through the same steps on its tree (symbolic links
@@ -18,14 +18,14 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmlock.deploy.bundle import (
+from rocmlock.bundle.layout import (
     ROCMLOCK_METADATA,
     SIGNATURE,
     BundleMetadata,
     expected_members,
     parse_metadata,
 )
-from rocmlock.deploy.signing import Signer
+from rocmlock.bundle.signing import Signer
 from rocmlock.errors import InputError, OperationError
 from rocmlock.lock.exports import explicit_name
 from rocmlock.util.fs import file_sha256
@@ -91,7 +91,7 @@ def _admit(shown: Path, files: set[str], dirs: set[str], raw: bytes | None, sign
                          hint="a plain pixi-pack bundle installs with `pixi-unpack`")
     signer = None
     if signers is not None:
-        from rocmlock.deploy.signing import verify_bytes
+        from rocmlock.bundle.signing import verify_bytes
 
         signer = verify_bytes(raw, signature, signers, shown, scratch)
     meta = parse_metadata(raw, f"{shown}: {ROCMLOCK_METADATA}")

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from rocmlock.deploy.bundle import PYPI_DIR, WHEEL_NAME, BundleMetadata
-from rocmlock.deploy.fetch import FileDownload, Timeouts, fetch_files
+from rocmlock.bundle.layout import PYPI_DIR, WHEEL_NAME, BundleMetadata
 from rocmlock.errors import InputError, OperationError
+from rocmlock.prefix.fetch import FileDownload, Timeouts, fetch_files
 from rocmlock.util.credentials import mask_query, redact_url
 from rocmlock.util.runner import CommandError, run_command
 from rocmlock.util.text import escape
@@ -134,7 +134,7 @@ def _pip_failure(prefix: Path, output: str) -> OperationError:
         return OperationError(f"installing the PyPI wheels into {prefix} failed: this pip has no --python option",
                               hint="pip >= 22.3 is needed beside rocmlock (`python -m pip install -U pip`)")
     if not errors:
-        from rocmlock.deploy.installer import build_failure
+        from rocmlock.bundle.installer import build_failure
 
         return OperationError(f"installing the PyPI wheels into {prefix} failed: {build_failure(output)}",
                               hint="check the pip beside rocmlock (`python -m pip --version`: pip >= 22.3 is needed)")

@@ -5,7 +5,7 @@ same path on every node: on a filesystem they share, or unpacked on each (``rocm
 prefix). ``srun --label`` prefixes every line a task prints with its rank, so the reports come back through srun
 itself: no shared directory is needed for them. Each task's JSON and its readable table are written, atomically,
 to ``<reports>/<node>.json`` and ``<node>.log`` on this host, and the directory is merged by
-:func:`rocmlock.deploy.report.fleet_report`.
+:func:`rocmlock.fleet.report.fleet_report`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmlock.deploy.report import FleetReport, check_ratio, fleet_report
-from rocmlock.deploy.report_read import HOSTNAME
 from rocmlock.errors import InputError, OperationError
+from rocmlock.fleet.report import FleetReport, check_ratio, fleet_report
+from rocmlock.fleet.report_read import HOSTNAME
 from rocmlock.util import slurm
 from rocmlock.util.fs import write_atomic
 from rocmlock.util.runner import Runner, format_argv, run_command

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rocmlock.deploy.report_read import NodeReport, Unreadable, read_report
 from rocmlock.errors import InputError
+from rocmlock.fleet.report_read import NodeReport, Unreadable, read_report
 from rocmlock.util.text import format_table, printable
 
 DEFAULT_MIN_RATIO = 0.8

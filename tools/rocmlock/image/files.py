@@ -2,7 +2,7 @@
 entrypoint that sources it, the check (the post-install probe, activated) and the probe itself when the environment
 does not ship one.
 
-- ``/opt/rocmlock/activate.sh``: the environment's activation (:mod:`rocmlock.deploy.activation`);
+- ``/opt/rocmlock/activate.sh``: the environment's activation (:mod:`rocmlock.image.activation`);
 - ``/opt/rocmlock/entrypoint``: sources it, then ``exec "$@"`` (pixi's container guidance: ``pixi shell-hook``
   output in an entrypoint ending in ``exec "$@"``);
 - ``/opt/rocmlock/check``: sources it and runs the probe with the environment's python (else the base's python3),
@@ -19,9 +19,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from rocmlock.deploy.activation import ActivationInputs, render_activation
-from rocmlock.deploy.verify import PREFIX_PROBE, REPO_PROBE
 from rocmlock.errors import InputError
+from rocmlock.fleet.verify import PREFIX_PROBE, REPO_PROBE
+from rocmlock.image.activation import ActivationInputs, render_activation
 
 DEFAULT_PREFIX = "/opt/env"
 TOOL_DIR = "/opt/rocmlock"

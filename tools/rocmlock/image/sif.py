@@ -19,9 +19,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from rocmlock.deploy.image_files import CHECK
-from rocmlock.deploy.verify import ProbeTarget, target_for_environment
 from rocmlock.errors import InputError, OperationError
+from rocmlock.fleet.verify import ProbeTarget, target_for_environment
+from rocmlock.image.files import CHECK
 from rocmlock.util.credentials import one_line
 
 _FATAL = re.compile(r"(?:FATAL|ERROR):\s*(.*)")

@@ -28,8 +28,8 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 
-from rocmlock.deploy import oci
 from rocmlock.errors import InputError, OperationError
+from rocmlock.image import oci
 from rocmlock.util.credentials import one_line, redact_text, split_url
 from rocmlock.util.pgzip import ParallelGzip
 

@@ -1,13 +1,13 @@
 """``rocmlock unpack``: install a bundle of ``rocmlock pack`` on a node, after checking the bundle and the node.
 
-``unpack_bundle`` reads top to bottom: admit the bundle (:mod:`rocmlock.deploy.admit`: its member list, the
+``unpack_bundle`` reads top to bottom: admit the bundle (:mod:`rocmlock.bundle.admit`: its member list, the
 metadata's signature with ``--trusted-signers``, the metadata's strings, exactly the members it lists; then
 extract the tar, or use an extracted directory) -> check every member's sha256 -> check it was made for this
 machine's platform -> check that the channel's repodata lists exactly the metadata's packages and redirects
-nowhere, and that no package writes outside the prefix (:mod:`rocmlock.deploy.pkgcheck`) (none of this is
+nowhere, and that no package writes outside the prefix (:mod:`rocmlock.prefix.pkgcheck`) (none of this is
 ever skipped) -> check the node's GPUs and ROCm against the bundle's target (``--force`` skips only this) ->
 install with rattler from the bundle's channel (``file://`` URLs of the checked files, no network), then its
-PyPI wheels (:mod:`rocmlock.deploy.wheels`) -> write an ``@EXPLICIT`` file with those URLs where the bundle
+PyPI wheels (:mod:`rocmlock.bundle.wheels`) -> write an ``@EXPLICIT`` file with those URLs where the bundle
 stays extracted -> run the environment's probe (``rocm-env-check --json``) unless told not to.
 """
 
@@ -25,9 +25,9 @@ from urllib.parse import unquote, urlsplit
 
 from rattler import RepoDataRecord
 
-from rocmlock.deploy.admit import DAMAGED, Admitted, admit_directory, check_digests, extract
-from rocmlock.deploy.audit import check_bundle_for_node
-from rocmlock.deploy.bundle import (
+from rocmlock.bundle.admit import DAMAGED, Admitted, admit_directory, check_digests, extract
+from rocmlock.bundle.audit import check_bundle_for_node
+from rocmlock.bundle.layout import (
     CHANNEL_DIR,
     PIXI_PACK_FORMAT,
     PIXI_PACK_METADATA,
@@ -35,13 +35,13 @@ from rocmlock.deploy.bundle import (
     BundleMetadata,
     index_mismatch,
 )
-from rocmlock.deploy.pkgcheck import check_packages
-from rocmlock.deploy.signing import Signer
-from rocmlock.deploy.wheels import bundled_wheels, install_wheels
+from rocmlock.bundle.signing import Signer
+from rocmlock.bundle.wheels import bundled_wheels, install_wheels
 from rocmlock.errors import InputError, OperationError, RocmlockError
 from rocmlock.host.node import gpu_choice, node_problem, read_node
 from rocmlock.lock.exports import explicit_name, render_explicit
 from rocmlock.lock.lockfile import LockedPlatform
+from rocmlock.prefix.pkgcheck import check_packages
 from rocmlock.util.credentials import one_line, redact_text
 from rocmlock.util.fs import write_atomic
 from rocmlock.util.runner import CommandError, run_command
@@ -128,7 +128,7 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
         say(f"bundle ok: {len(meta.packages)} packages of '{meta.environment}' ({meta.platform}), sha256 checked")
         node = _check_node(meta, root, env, force)
         say(node)
-        # Issue 25: the packages' GPU code against this node's GPUs (deploy/audit.py).
+        # Issue 25: the packages' GPU code against this node's GPUs (bundle/audit.py).
         say(check_bundle_for_node(where, meta, tuple(g.gfx for g in read_node(root, env).gpus), force))
         wheels = bundled_wheels(meta)
         say(f"installing {len(meta.packages)} packages into {prefix}")
@@ -207,7 +207,7 @@ def _check_writable(path: Path, flag: str) -> None:
 @contextlib.contextmanager
 def _opened(bundle: Path, keep: Path | None, scratch: Path, signers: Path | None,
             say: Log) -> Iterator[tuple[Path, Admitted]]:
-    """The extracted bundle and its admitted metadata (:mod:`rocmlock.deploy.admit`): the bundle itself when
+    """The extracted bundle and its admitted metadata (:mod:`rocmlock.bundle.admit`): the bundle itself when
     it is a directory, else extracted into ``scratch`` (beside the prefix: a bundle of many GB may not fit in
     /tmp) or, for ``--extract-dir``, into a scratch directory beside that one, from where :func:`_keep` moves
     it once the install succeeded."""

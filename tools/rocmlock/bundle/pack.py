@@ -6,9 +6,9 @@ ROCm version -> lay out the bundle's members (each subdir's repodata.json from t
 environment.yml, the wheels (downloaded and checked first: the lock has no size for them), optionally the
 offline installer, then the metadata with every member's sha256 and, with ``sign``, its signature; the
 packages as holes of the lock's sizes) -> write the tar's headers and small files -> fetch every package
-straight into its place (:mod:`rocmlock.deploy.fetch`), hashing each byte as it is written and comparing with
+straight into its place (:mod:`rocmlock.prefix.fetch`), hashing each byte as it is written and comparing with
 the lock's size and sha256 -> move the finished file into place. The bytes go to disk once; a failure leaves nothing.
-The format is :mod:`rocmlock.deploy.bundle`'s (pixi-pack's layout).
+The format is :mod:`rocmlock.bundle.layout`'s (pixi-pack's layout).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 from rattler import RepoDataRecord
 
 from rocmlock import __version__
-from rocmlock.deploy.bundle import (
+from rocmlock.bundle.layout import (
     CHANNEL_DIR,
     ENVIRONMENT_FILE,
     INSTALLER_DIR,
@@ -45,12 +45,12 @@ from rocmlock.deploy.bundle import (
     sort_members,
     write_tar,
 )
-from rocmlock.deploy.fetch import DEFAULT_TIMEOUTS, Progress, Timeouts, fetch_all
-from rocmlock.deploy.install import Selected, select_environment
-from rocmlock.deploy.wheels import fetch_wheels, select_wheels
+from rocmlock.bundle.wheels import fetch_wheels, select_wheels
 from rocmlock.errors import InputError, OperationError
 from rocmlock.gpu.targets import all_targets, minor_version
 from rocmlock.lock.lockfile import LockedPlatform
+from rocmlock.prefix.fetch import DEFAULT_TIMEOUTS, Progress, Timeouts, fetch_all
+from rocmlock.prefix.install import Selected, select_environment
 from rocmlock.util.fs import file_sha256, open_regular, stream_sha256
 from rocmlock.util.scratch import scratch_dir
 from rocmlock.util.text import escape
@@ -91,8 +91,8 @@ def pack_environment(lock_path: Path, environment: str, platform: str | None = N
     ``client`` is the ``rattler.Client`` that downloads (default: rattler's authenticated default client,
     credentials from ``RATTLER_AUTH_FILE``); ``progress(total_bytes, count)`` returns a callback that is
     given each downloaded chunk's size; ``sign`` an OpenSSH private key that signs the metadata
-    (:mod:`rocmlock.deploy.signing`); ``timeouts`` end a download that stops or trickles
-    (:mod:`rocmlock.deploy.fetch`). Everything is written in a scratch directory beside ``output``
+    (:mod:`rocmlock.bundle.signing`); ``timeouts`` end a download that stops or trickles
+    (:mod:`rocmlock.prefix.fetch`). Everything is written in a scratch directory beside ``output``
     (:mod:`rocmlock.util.scratch`: a killed pack's is removed by the next one) and renamed into place at the end.
     """
     selected, lock_sha256 = _read_lock(lock_path, environment, platform)
@@ -111,7 +111,7 @@ def pack_environment(lock_path: Path, environment: str, platform: str | None = N
             fetch_wheels(wheels, scratch / PYPI_DIR, client, timeouts)
             members += members_of_tree(scratch / PYPI_DIR, PYPI_DIR)
         if with_installer:
-            from rocmlock.deploy.installer import add_installer
+            from rocmlock.bundle.installer import add_installer
 
             add_installer(scratch / INSTALLER_DIR, metadata)
             members += members_of_tree(scratch / INSTALLER_DIR, INSTALLER_DIR)
@@ -141,7 +141,7 @@ def _metadata_members(metadata: BundleMetadata, sign: Path | None, scratch: Path
                               "and lock again") from None
     members = [Member(ROCMLOCK_METADATA, data=raw)]
     if sign is not None:
-        from rocmlock.deploy.signing import sign_bytes
+        from rocmlock.bundle.signing import sign_bytes
 
         members.append(Member(SIGNATURE, data=sign_bytes(raw, sign, scratch)))
     return members

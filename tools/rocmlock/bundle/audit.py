@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from rocmlock.deploy.bundle import CHANNEL_DIR, ROCMLOCK_METADATA, BundleMetadata, parse_metadata
+from rocmlock.bundle.layout import CHANNEL_DIR, ROCMLOCK_METADATA, BundleMetadata, parse_metadata
 from rocmlock.errors import InputError, OperationError
 from rocmlock.gpu.devicecode import (
     DeviceCode,
