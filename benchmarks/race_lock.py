@@ -30,33 +30,6 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE / "tests"))
 
 DROPPED = 'llamafactory = "0.9.*"\n'  # the dependency the edit removes
-KEPT = {".gitignore", "writer.lock"}  # what .rocmlock/ may hold after a round (the cache lives elsewhere)
-TOGETHER = """
-import os, sys, time
-from pathlib import Path
-import rattler, rocmlock.lock.pipeline
-from rocmlock.cli.main import run
-barrier, n = Path(sys.argv[1]), int(sys.argv[2])
-(barrier / str(os.getpid())).touch()
-deadline = time.monotonic() + 120
-while len(os.listdir(barrier)) < n and time.monotonic() < deadline:
-    time.sleep(0.0005)
-sys.argv[1:] = sys.argv[3:]
-run()
-"""
-
-
-def outputs(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".rocmlock" not in p.parts}
-
-
-def leftovers(root: Path) -> list[str]:
-    state = root / ".rocmlock"
-    return sorted(str(p.relative_to(root)) for p in state.rglob("*")
-                  if p.name not in KEPT and not (p.is_dir() and p.name == "txn" and not any(p.iterdir())))
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=50)
@@ -66,6 +39,7 @@ def main() -> int:
     args = parser.parse_args()
     from channels import build_channel, forge_packages, private_packages
     from lockhelpers import manifest
+    from racehelpers import TOGETHER, left_in_state, outputs
 
     work = Path(tempfile.mkdtemp(prefix="rocmlock-race-"))
     env = {**os.environ, "PYTHONPATH": str(args.tools.resolve()), "ROCMLOCK_CACHE_DIR": str(work / "cache")}
@@ -83,15 +57,19 @@ def main() -> int:
         expected = outputs(edited)
         failed_runs, wrong_sets, left = 0, 0, 0
         errors: dict[str, int] = {}
+
+        def launcher(i: int) -> list[str]:
+            if args.barrier:  # run i waits at the barrier until all are loaded
+                return [sys.executable, "-c", TOGETHER, str(work / "barrier"), str(i), str(args.runs)]
+            return [sys.executable, "-m", "rocmlock"]
+
         start = time.perf_counter()
         for n in range(args.rounds):
             root = work / f"r{n}"
             shutil.copytree(base, root, ignore=shutil.ignore_patterns(".rocmlock"))  # a fresh checkout
             (root / "pixi.toml").write_text(text.replace(DROPPED, ""))
             (work / "barrier").mkdir()
-            start_cmd = [sys.executable, "-c", TOGETHER, str(work / "barrier"), str(args.runs)] if args.barrier \
-                else [sys.executable, "-m", "rocmlock"]
-            procs = [subprocess.Popen(["nice", "-n", str(i % 2 * 5), *start_cmd, *lock[3:], str(root / "pixi.toml")],
+            procs = [subprocess.Popen(["nice", "-n", str(i % 2 * 5), *launcher(i), *lock[3:], str(root / "pixi.toml")],
                                       env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                      for i in range(args.runs)]
@@ -102,7 +80,7 @@ def main() -> int:
                     line = err.strip().splitlines()[0] if err.strip() else f"exit {proc.returncode}"
                     errors[line.replace(str(root), "<ws>")] = errors.get(line.replace(str(root), "<ws>"), 0) + 1
             wrong_sets += outputs(root) != expected
-            left += bool(leftovers(root))
+            left += bool(left_in_state(root))
             shutil.rmtree(root)
             shutil.rmtree(work / "barrier")
         took = time.perf_counter() - start

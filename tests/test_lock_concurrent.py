@@ -31,42 +31,12 @@ from pathlib import Path
 import pytest
 import rocmlock
 from lockhelpers import manifest
+from racehelpers import TOGETHER, left_in_state, outputs
 from rocmlock.cli.main import main
 from rocmlock.lock.lockfile import read_lockfile
 
 TOOLS = str(Path(rocmlock.__file__).resolve().parents[1])
 DROPPED = 'llamafactory = "0.9.*"\n'  # the edit: one dependency removed from pixi.toml
-STATE_FILES = {".gitignore", "writer.lock"}  # all .rocmlock/ may hold afterwards (the cache is elsewhere)
-
-# Each child imports what the commands need, says it is ready, waits for the others, then runs the CLI's entry
-# point (`run`: it leaves through os._exit, as `rocmlock` does).
-TOGETHER = """
-import os, sys, time
-from pathlib import Path
-import rattler, rocmlock.lock.pipeline, rocmlock.prefix.install
-from rocmlock.cli.main import run
-barrier, me, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-(barrier / me).touch()
-deadline = time.monotonic() + 120
-while len(os.listdir(barrier)) < n and time.monotonic() < deadline:
-    time.sleep(0.0005)
-sys.argv[1:] = sys.argv[4:]
-run()
-"""
-
-
-def _outputs(root: Path) -> dict[str, bytes]:
-    """Every file of the checkout outside .rocmlock/ (a stray temporary file would show here)."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".rocmlock" not in p.relative_to(root).parts}
-
-
-def _left_in_state(root: Path) -> list[str]:
-    state = root / ".rocmlock"
-    return sorted(str(p.relative_to(state)) for p in state.rglob("*")
-                  if p.name not in STATE_FILES and not (p.name == "txn" and p.is_dir() and not any(p.iterdir())))
-
-
 def _installed(prefix: Path) -> set[str]:
     return {p.stem for p in (prefix / "conda-meta").glob("*.json")}
 
@@ -121,7 +91,7 @@ MIXES = {
 def test_runs_started_together_all_succeed_and_leave_one_set(checkouts: dict[str, Path], tmp_path: Path,
                                                             mix: str) -> None:
     kinds, start, rounds = MIXES[mix]
-    expected = _outputs(checkouts["new"])
+    expected = outputs(checkouts["new"])
     waited = 0
     for n in range(rounds):
         where = tmp_path / f"r{n}"
@@ -136,8 +106,8 @@ def test_runs_started_together_all_succeed_and_leave_one_set(checkouts: dict[str
             assert code == 0 and "Traceback" not in err, f"round {n}, {kind}: exit {code}: {err}"
             assert not any(line.startswith(("error:", "hint:")) for line in err.splitlines()), err
             waited += "waiting for process" in err  # a run that waited said so, and for whom
-        assert _outputs(root) == expected, f"round {n}: not the set one lock writes"
-        assert _left_in_state(root) == [], f"round {n}: left in .rocmlock/"
+        assert outputs(root) == expected, f"round {n}: not the set one lock writes"
+        assert left_in_state(root) == [], f"round {n}: left in .rocmlock/"
         assert main(["lock", "--check", *ws]) == 0
         if "install" in kinds:  # one whole lock's environment: the old one or the new one, never a mix
             assert _installed(where / "env") in (_locked(checkouts["old"], "mi300x"),
@@ -149,7 +119,7 @@ def test_runs_started_together_all_succeed_and_leave_one_set(checkouts: dict[str
 
 def test_the_edit_changes_what_is_locked(checkouts: dict[str, Path]) -> None:
     """The rounds above would prove nothing if the edit left the lock as it was: the writers must write."""
-    old, new = _outputs(checkouts["old"]), _outputs(checkouts["new"])
+    old, new = outputs(checkouts["old"]), outputs(checkouts["new"])
     changed = sorted(k for k in new if old.get(k) != new[k] and k != "pixi.toml")
     assert "pixi.lock" in changed and any(k.startswith("envs/mi300x/") for k in changed), changed
     gone = _locked(checkouts["old"], "mi300x") - _locked(checkouts["new"], "mi300x")
