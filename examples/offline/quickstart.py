@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-import rattler_build as rb
-from rocmlock.channel.serve import serving
+# rattler_build and rocmlock are imported where the pipeline needs them: the --workdir check runs first, on the
+# interpreter alone, so that it refuses a bad directory even where the venv is not readable (another uid's check).
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -58,6 +58,8 @@ def python_shim(output: Path) -> Path:
     (files / "bin").mkdir(parents=True, exist_ok=True)
     (files / "bin" / "python").write_text(SHIM)
     (files / "bin" / "python").chmod(0o755)
+    import rattler_build as rb
+
     version = ".".join(str(v) for v in sys.version_info[:3])
     out = rb.assemble_package(name="python", version=version, target_platform="noarch", build_string="host_shim",
                               output_dir=str(output / "noarch"), files_dir=str(files), noarch="generic",
@@ -126,6 +128,8 @@ def write_serve_script(work: Path, url: str) -> Path:
 
 
 def pipeline(work: Path) -> dict[str, object]:
+    from rocmlock.channel.serve import serving
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONDA_", "PIXI_", "RATTLER_"))}
     started = time.monotonic()
     output, channel = work / "output", work / "channel"
