@@ -11,8 +11,8 @@ text is ``json.dumps``'s in every case (tests/test_json_write.py compares the tw
 from __future__ import annotations
 
 import json
-from json.encoder import encode_basestring_ascii
 from collections.abc import Iterable
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 
