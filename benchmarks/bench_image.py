@@ -92,7 +92,8 @@ def main() -> int:
         out.mkdir(parents=True)
         floor = timed([*rocmlock, "install", "--manifest-path", manifest, "-e", "default", "--prefix", str(out / "env")],
                       ["tar", "-cf", str(out / "env.tar"), "-C", str(out / "env"), "."])
-        image = timed([*rocmlock, "image", "--manifest-path", manifest, "-e", "default", "-o", str(out / "image")])
+        image = timed([*rocmlock, "image", "--manifest-path", manifest, "-e", "default", "--no-base",
+                       "-o", str(out / "image")])
         if run:
             floors.append(floor)
             images.append(image)

@@ -11,16 +11,23 @@ agreeing with the same check run by podman on every check from python up. The re
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shlex
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 import rocm72chroot
 from rocmlock.cli.main import main
+from slurmcluster import Cluster
 from test_image_run import ENV, _run, base, podman, ws  # noqa: F401 - the fixtures, shared
+from test_slurm import cluster, slurm_env  # noqa: F401 - the fixtures, shared
+
+TESTS = Path(__file__).resolve().parent
 
 LAUNCH = b"#!/usr/bin/env run-singularity\n"
 FAKE_APPTAINER = """#!/bin/sh
@@ -119,17 +126,20 @@ def _checks(text: str) -> dict[str, str]:
     return {c["id"]: c["status"] for c in json.loads(text)["checks"]}
 
 
-def test_the_sif_runs_activated_and_its_check_agrees_with_podmans(
-        ws: Path, base: Path, podman: dict[str, str], tmp_path: Path,  # noqa: F811
-        capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture(scope="module")
+def sif_work(ws: Path, base: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:  # noqa: F811
+    """The image's layout and its SIF made by ``--sif``'s code in the chroot as a user (once for this module), in a
+    work directory nobody may write, and the ``apptainer build`` hint the image build printed."""
     rocm72chroot.require_chroot()
     if not (rocm72chroot.CHROOT / "usr/bin/apptainer").exists():
         pytest.fail(f"{rocm72chroot.CHROOT} has no apptainer: tests/rocm72/packages.txt lists it; "
                     "run tests/rocm72/make-chroot.sh")
-    work = tmp_path / "work"
+    work = tmp_path_factory.mktemp("sif") / "work"
     (work / "home").mkdir(parents=True)
-    assert _image(ws, "--base", f"oci:{base}:base", "-o", str(work / "layout")) == 0
-    (hint,) = [ln.strip() for ln in capsys.readouterr().err.splitlines() if ln.strip().startswith("apptainer build")]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert _image(ws, "--base", f"oci:{base}:base", "-o", str(work / "layout")) == 0
+    (hint,) = [ln.strip() for ln in err.getvalue().splitlines() if ln.strip().startswith("apptainer build")]
     rocm = work / "rocm"
     (rocm / "include/hip").mkdir(parents=True)
     (rocm / "include/hip/hip_runtime.h").write_text("")
@@ -143,6 +153,12 @@ def test_the_sif_runs_activated_and_its_check_agrees_with_podmans(
                            "build_sif(Path('/mnt/work/layout'), Path('/mnt/work/env.sif'))")], work)
     assert build.returncode == 0, build.stderr[-3000:]
     assert (work / "env.sif").read_bytes()[:41] == LAUNCH + b"\0SIF_MAGIC"
+    return work, hint
+
+
+def test_the_sif_runs_activated_and_its_check_agrees_with_podmans(
+        sif_work: tuple[Path, str], podman: dict[str, str]) -> None:  # noqa: F811
+    work, hint = sif_work
     # The entrypoint, as the SIF's runscript: activated as `podman run IMAGE env` is.
     ran = rocm72chroot.run_unprivileged(["apptainer", "run", "--bind", "/mnt/work/rocm:/opt/rocm",
                                          "/mnt/work/env.sif", "env"], work)
@@ -168,3 +184,51 @@ def test_the_sif_runs_activated_and_its_check_agrees_with_podmans(
     above = sorted(n for n in outside if not n.startswith(("host.", "tools.")))
     assert "torch.import" in above and len(above) >= 10, above
     assert above and {n: inside.get(n) for n in above} == {n: outside[n] for n in above}
+
+
+# A node's `apptainer` for srun's tasks: the real one (Debian sid's, in the ROCm 7.2 chroot), run as a user runs it,
+# with the work directory at its own path too, so the SIF path verify passes on the host names the same file.
+APPTAINER_ON_NODE = """#!{python}
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+import rocm72chroot
+done = rocm72chroot.run_unprivileged(["apptainer", *sys.argv[1:]], Path({work!r}), also_at=Path({work!r}))
+sys.stdout.write(done.stdout)
+sys.stderr.write(done.stderr)
+sys.exit(done.returncode)
+"""
+
+
+def test_verify_slurm_image_runs_the_sifs_check_through_srun_on_every_task(
+        sif_work: tuple[Path, str], ws: Path, slurm_env: Cluster, tmp_path: Path,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    work, _ = sif_work
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "apptainer").write_text(APPTAINER_ON_NODE.format(python=sys.executable, tests=str(TESTS),
+                                                               work=str(work)))
+    (bindir / "apptainer").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    reports = tmp_path / "reports"
+    code = main(["verify", "-e", ENV, "--manifest-path", str(ws / "pixi.toml"), "--image", str(work / "env.sif"),
+                 "--slurm", "--reports", str(reports), "--json", "--", "--ntasks=2", "--overcommit"])
+    out, err = capsys.readouterr()
+    assert code == 1 and out, err[-3000:]
+    (srun,) = [shlex.split(ln[2:]) for ln in err.splitlines() if ln.startswith("> srun ")]
+    on_node = srun[srun.index("apptainer"):]
+    assert on_node[:4] == ["apptainer", "exec", "--rocm", str(work / "env.sif")] and "--json" in on_node, srun
+    fleet = json.loads(out)
+    assert len(fleet["nodes"]) == 2, fleet
+    # Each task ran the image's check: no GPU here, so host.devices fails (the example has no torch: torch.import
+    # fails too, on purpose), and each task's report is what the same command gives run by hand on the node.
+    by_hand = rocm72chroot.run_unprivileged(on_node, work, also_at=work)
+    assert by_hand.returncode == 1, by_hand.stderr[-3000:]
+    expected = _checks(by_hand.stdout)
+    assert expected["host.devices"] == "fail" and len(expected) >= 10, expected
+    reports_json = sorted(reports.glob("*.json"))
+    assert len(reports_json) == 2, sorted(reports.iterdir())
+    assert [_checks(r.read_text()) for r in reports_json] == [expected, expected]
+    for node in fleet["nodes"]:
+        assert node["verdict"] == "fail"
+        assert sorted(node["failed"]) == sorted(k for k, v in expected.items() if v == "fail"), node

@@ -139,9 +139,9 @@ def test_a_timeout_that_is_no_number_of_seconds_is_refused(ws_copy: Path, tmp_pa
 def test_a_lock_replaced_while_pack_reads_it_is_an_error_not_a_mixed_bundle(
         ws_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # `pixi lock` takes no rocmlock lock: pack sees the lock it hashed replaced before its records were read.
-    from rocmlock.bundle import pack as pack_module
+    from rocmlock.prefix import install as install_module
 
-    real = pack_module.select_environment
+    real = install_module.select_environment
 
     def replaced_meanwhile(lock_path: Path, *args: object) -> object:
         text = lock_path.read_text()
@@ -149,7 +149,7 @@ def test_a_lock_replaced_while_pack_reads_it_is_an_error_not_a_mixed_bundle(
         os.replace(lock_path.parent / "new.lock", lock_path)
         return real(lock_path, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(pack_module, "select_environment", replaced_meanwhile)
+    monkeypatch.setattr(install_module, "select_environment", replaced_meanwhile)
     out = tmp_path / "out"
     out.mkdir()
     assert pack(ws_copy, out / "b.tar") == 1

@@ -1,4 +1,4 @@
-"""conda-lock.yml's direct YAML writer (rocmlock.lock.yamlwrite, issue 40) against PyYAML's ``safe_dump``: the same
+"""conda-lock.yml's direct YAML writer (rocmlock.util.yamlwrite, issue 40) against PyYAML's ``safe_dump``: the same
 bytes for every string, key or value, whichever way PyYAML would write it (plain, quoted, folded, explicit key)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 import yaml
-from rocmlock.lock.yamlwrite import render_yaml
+from rocmlock.util.yamlwrite import render_yaml
 
 # the characters PyYAML's scalar analysis looks at, and a few it does not
 ALPHABET = list("aZ09_.-+*=<>!~^@%,:;#?&|'\"`[]{}()/\\ ") + ["\t", "\u00e9", "\n", "\x85", "\u2028"]
@@ -46,7 +46,7 @@ def test_long_lists_and_values_of_a_real_lock_shape() -> None:
 
 
 def test_a_list_item_is_its_lines_of_the_document_and_none_where_pyyaml_decides() -> None:
-    from rocmlock.lock.yamlwrite import render_item
+    from rocmlock.util.yamlwrite import render_item
 
     items = [{"name": "a", "dependencies": {"b": ">=1", "on": ""}, "hash": {"md5": "0" * 32}, "optional": False},
              {"name": "c", "dependencies": {}, "url": "https://x.example/c-1.0-0.conda"}]

@@ -50,8 +50,8 @@ from rocmlock.errors import InputError, OperationError
 from rocmlock.gpu.targets import all_targets, minor_version
 from rocmlock.lock.lockfile import LockedPlatform
 from rocmlock.prefix.fetch import DEFAULT_TIMEOUTS, Progress, Timeouts, fetch_all
-from rocmlock.prefix.install import Selected, select_environment
-from rocmlock.util.fs import file_sha256, open_regular, stream_sha256
+from rocmlock.prefix.install import read_selected
+from rocmlock.util.fs import file_sha256
 from rocmlock.util.scratch import scratch_dir
 from rocmlock.util.text import escape
 
@@ -95,7 +95,7 @@ def pack_environment(lock_path: Path, environment: str, platform: str | None = N
     (:mod:`rocmlock.prefix.fetch`). Everything is written in a scratch directory beside ``output``
     (:mod:`rocmlock.util.scratch`: a killed pack's is removed by the next one) and renamed into place at the end.
     """
-    selected, lock_sha256 = _read_lock(lock_path, environment, platform)
+    selected, lock_sha256 = read_selected(lock_path, environment, platform, "pack")
     locked_platform, records = selected.platform, selected.records
     metadata = _describe(environment, locked_platform, records, lock_sha256)
     wheels, left_out = select_wheels(selected.pins, selected.sources, ignore_pypi_non_wheel,
@@ -161,34 +161,6 @@ def check_output(out: Path) -> None:
     if out.exists() and not (out.is_file() and tarfile.is_tarfile(out)):
         raise InputError(f"-o {out}: exists and is not a bundle; pack replaces only an earlier bundle",
                          hint="remove it or choose another -o")
-
-
-def _read_lock(lock_path: Path, environment: str, platform: str | None) -> tuple[Selected, str]:
-    """The environment's records and the sha256 of the very bytes they were read from.
-
-    Under the workspace's reader lock (:func:`rocmlock.lock.outputs.exclusive`, shared), so no ``rocmlock lock``
-    replaces pixi.lock meanwhile; a lock replaced anyway (``pixi lock`` takes no such lock) is seen by its
-    identity (inode, size, mtime) before and after, and is an error rather than a bundle whose lock-sha256
-    names another lock than its packages."""
-    from rocmlock.lock.outputs import exclusive
-
-    with exclusive(lock_path.parent, write=False):
-        try:
-            with open_regular(lock_path, "a lock is a file") as fh:
-                before = _identity(os.fstat(fh.fileno()))
-                digest = stream_sha256(fh)
-        except FileNotFoundError:
-            raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first") from None
-        selected = select_environment(lock_path, environment, platform)
-        if _identity(os.stat(lock_path)) != before:
-            raise OperationError(f"{lock_path}: changed while pack read it", hint="run pack again when the lock "
-                                 "is written (`pixi lock` or `rocmlock lock` was running)")
-    return selected, digest
-
-
-def _identity(st: os.stat_result) -> tuple[int, ...]:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
 
 
 # ----------------------------------------------------------------------------- describe

@@ -39,10 +39,9 @@ from rocmlock.image.files import (
 )
 from rocmlock.image.sif import build_sif, check_sif_path, require_apptainer
 from rocmlock.prefix.fetch import fetch_each
-from rocmlock.prefix.install import Selected, left_out, select_environment
+from rocmlock.prefix.install import Selected, read_selected
 from rocmlock.prefix.pkgcheck import check_packages
 from rocmlock.util.credentials import client_for_urls, one_line, redact_text, split_url
-from rocmlock.util.fs import file_sha256
 from rocmlock.util.scratch import scratch_dir
 from rocmlock.util.text import escape
 
@@ -309,7 +308,8 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
     say that this is wanted (an image to ``COPY --from``)."""
     _check_base_choice(base_ref, no_base)
     prefix = check_prefix(prefix)
-    selected = select_environment(lock_path, environment, platform)
+    # One read of pixi.lock: the records, what is left out and the lock sha256 of the labels (issue 43).
+    selected, lock_sha256 = read_selected(lock_path, environment, platform, "image")
     arch = _ARCH.get(selected.platform.subdir)
     if arch is None:
         raise InputError(f"{lock_path}: environment '{environment}' is for {selected.platform.subdir}, "
@@ -331,7 +331,6 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
                              hint="pass --base REF (a system with /bin/sh) for a SIF")
     epoch = _epoch(selected)
     created = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    lock_sha256 = file_sha256(lock_path)
     # Beside -o, so that the finished layout is renamed into place; a killed run's leftover is swept by the next.
     parent = output.parent if output is not None else Path(tempfile.gettempdir())
     with scratch_dir(parent, ".rocmlock-image-") as work:
@@ -370,5 +369,5 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
         if output is not None:
             oci.place_layout(layout, output)
     return ImageResult(image_digest, tag, environment, selected.platform.name, len(selected.records), size, epoch,
-                       labels, output, dest, left_out(lock_path, environment, selected.platform.name), prefix,
+                       labels, output, dest, selected.left_out, prefix,
                        base is not None, sif)

@@ -2,8 +2,8 @@
 render, write), the solve (``solve``), pixi.lock v7 read and written (``lockfile``), pixi's satisfiability rules
 (``satisfy``), the manifest stamp (``stamp``) and the no-op answer it gives without loading rattler (``noop``,
 ``result``, ``generated``), conda exports (``exports``; conda-lock.yml: ``condalock``), pixi's lock diff and
-pixi-diff-to-markdown's tables (``diff``), pixi.lock's YAML read as rattler reads it (``lockyaml``), conda-lock.yml's
-YAML writer (``yamlwrite``) and the atomic output set (``outputs``).
+pixi-diff-to-markdown's tables (``diff``; the entries of the lock just written, from its records: ``lockentry``),
+pixi.lock's YAML read as rattler reads it (``lockyaml``) and the atomic output set (``outputs``).
 
 May import: rocmlock.errors, rocmlock.util, rocmlock.gpu, rocmlock.workspace.
 """

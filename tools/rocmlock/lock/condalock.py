@@ -24,8 +24,8 @@ from rattler import RepoDataRecord
 
 from rocmlock.lock.generated import HEADER
 from rocmlock.lock.lockfile import LockedPlatform
-from rocmlock.lock.yamlwrite import render_item, render_yaml
 from rocmlock.util.credentials import redact_url
+from rocmlock.util.yamlwrite import render_item, render_yaml
 
 CONDA_LOCK_NAME = "conda-lock.yml"
 

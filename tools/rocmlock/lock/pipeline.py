@@ -256,10 +256,16 @@ def explicit_marks(envs: Sequence[Environment]) -> Explicit:
     return explicit
 
 
-def pixi_diff(envs: Sequence[Environment], before: str | None, after: str, lock_path: Path) -> LockDiff:
-    """pixi's diff from the lock text ``before`` (None: no readable lock) to ``after``."""
+def pixi_diff(envs: Sequence[Environment], before: str | None, after: str, lock_path: Path,
+              locked: LockedWorkspace | None = None) -> LockDiff:
+    """pixi's diff from the lock text ``before`` (None: no readable lock) to ``after``, the text rendered from
+    ``locked``: its entries are built from ``locked``'s records where :mod:`rocmlock.lock.lockentry` can (issue
+    40), else read from ``after``."""
+    from rocmlock.lock.lockentry import memory_lock_packages
+
     old = lock_packages(before, str(lock_path)) if before is not None else None
-    return diff_locks(old, lock_packages(after, str(lock_path)), explicit_marks(envs))
+    new = memory_lock_packages(locked) if locked is not None else None
+    return diff_locks(old, lock_packages(after, str(lock_path)) if new is None else new, explicit_marks(envs))
 
 
 def diff_workspace_locks(old: Path, new: Path, manifest_path: str | Path | None = None) -> LockDiff:
@@ -359,8 +365,9 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
     if everything and not check:
         stamp.record(cache, manifest, files)
     missing = tuple((e.name, p.name) for e in envs for p in e.platforms if locked.records(e.name, p.name) is None)
-    diff = pixi_diff(envs, before_text, files[ws.root / LOCK_NAME], ws.root / LOCK_NAME)
-    return replace(result, not_locked=missing, discarded=discarded, diff=diff)
+    lock_path = ws.root / LOCK_NAME
+    return replace(result, not_locked=missing, discarded=discarded,
+                   diff_of=lambda: pixi_diff(envs, before_text, files[lock_path], lock_path, locked))
 
 
 def _source_packages(lock_path: Path, locked: LockedWorkspace, envs: Sequence[Environment],

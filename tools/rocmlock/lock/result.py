@@ -4,8 +4,9 @@ the no-op path (:mod:`rocmlock.lock.noop`) returns one without loading the solve
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,9 +55,15 @@ class LockResult:
     removed: tuple[Path, ...] = ()
     # ``--discard-lock``: how many locked packages of the previous pixi.lock were dropped (None: not discarded).
     discarded: int | None = None
-    # pixi's diff of pixi.lock, from the lock before this run to the one it wrote (or would write): empty when
-    # the lock does not change (rocmlock.lock.diff).
-    diff: LockDiff = field(default_factory=dict, hash=False)
+    # What makes pixi's diff of pixi.lock (:attr:`diff`), called when it is first asked for: a plain `rocmlock lock`
+    # prints none (issue 40). None: no change.
+    diff_of: Callable[[], LockDiff] | None = field(default=None, hash=False, compare=False, repr=False)
+
+    @cached_property
+    def diff(self) -> LockDiff:
+        """pixi's diff of pixi.lock, from the lock before this run to the one it wrote (or would write): empty when
+        the lock does not change (rocmlock.lock.diff)."""
+        return self.diff_of() if self.diff_of is not None else {}
 
     @property
     def up_to_date(self) -> bool:
@@ -78,15 +85,16 @@ class LockResult:
 
         return diff_markdown(self.diff)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, diff: bool = True) -> dict[str, Any]:
         """The result as plain data (``--json``): pixi's diff (``version``, ``environment``: what ``pixi update
-        --json`` prints, so pixi-diff-to-markdown reads it), then rocmlock's own keys (changes, stale files)."""
+        --json`` prints, so pixi-diff-to-markdown reads it; left empty without ``diff``), then rocmlock's own keys
+        (changes, stale files)."""
         envs: dict[str, dict[str, list[dict[str, str | None]]]] = defaultdict(lambda: defaultdict(list))
         for c in self.changes:
             envs[c.environment][c.platform].append({"kind": c.kind, "name": c.name, "old": c.old, "new": c.new})
         root = self.manifest.parent
         pixi: dict[str, Any] = {"version": 1, "environment": {}}  # diff_json of no change, without loading it
-        if self.diff:
+        if diff and self.diff:
             from rocmlock.lock.diff import diff_json
 
             pixi = diff_json(self.diff)

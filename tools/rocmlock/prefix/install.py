@@ -9,6 +9,7 @@ reached with the credentials of the manifest's channel URLs, held in memory
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from rocmlock.util.credentials import (
     refused_channel,
     split_url,
 )
+from rocmlock.util.fs import open_regular, stream_sha256
 from rocmlock.util.scratch import remove_tree
 from rocmlock.util.tables import did_you_mean
 from rocmlock.workspace.pypi import PypiPin, SourcePackage
@@ -46,7 +48,7 @@ class InstallResult:
     environment: str
     platform: str
     packages: tuple[str, ...]
-    # PyPI and source packages of the lock that rattler does not install (see :func:`left_out`).
+    # PyPI and source packages of the lock that rattler does not install (see :attr:`Selected.left_out`).
     left_out: tuple[str, ...] = ()
     # This machine's GPU (rattler's __amdgpu_arch) is not the platform's: a line saying so (see :func:`gpu_mismatch`).
     gpu_warning: str | None = None
@@ -71,16 +73,6 @@ def read_named(lock_path: Path) -> LockedWorkspace | None:
     return empty_platforms(align_platforms(locked, ws.platforms), ws.environments())
 
 
-def left_out(lock_path: Path, environment: str, platform: str) -> tuple[str, ...]:
-    """The packages of ``environment`` on ``platform`` that are not conda binaries (PyPI and source packages
-    of a pixi-written lock): rattler installs conda packages only, so install and pack leave them out."""
-    locked = read_named(lock_path)
-    env = locked.environments.get(environment) if locked else None
-    if env is None:
-        return ()
-    return _not_conda(env.pypi.get(platform, ()), env.sources.get(platform, ()))
-
-
 def _not_conda(pins: Sequence[PypiPin], sources: Sequence[SourcePackage]) -> tuple[str, ...]:
     return tuple([f"{p.name}=={p.version} (pypi)" for p in pins] + [s.describe() for s in sources])
 
@@ -100,6 +92,12 @@ class Selected:
     records: list[RepoDataRecord]
     pins: tuple[PypiPin, ...] = ()
     sources: tuple[SourcePackage, ...] = ()
+
+    @property
+    def left_out(self) -> tuple[str, ...]:
+        """Its packages that are not conda binaries (PyPI and source packages of a pixi-written lock): rattler
+        installs conda packages only, so install, pack and image leave them out."""
+        return _not_conda(self.pins, self.sources)
 
 
 def select_records(lock_path: Path, environment: str, platform: str | None = None
@@ -138,6 +136,33 @@ def select_environment(lock_path: Path, environment: str, platform: str | None =
         raise error
     return Selected(locked_platform, records,
                     tuple(env.pypi.get(platform, ())), tuple(env.sources.get(platform, ())))
+
+
+def read_selected(lock_path: Path, environment: str, platform: str | None, what: str) -> tuple[Selected, str]:
+    """:func:`select_environment` and the sha256 of the very bytes it read (``what``: the command, for errors).
+
+    Under the workspace's reader lock (:func:`rocmlock.lock.outputs.exclusive`, shared), so no ``rocmlock lock``
+    replaces pixi.lock meanwhile; a lock replaced anyway (``pixi lock`` takes no such lock) is seen by its
+    identity (inode, size, mtime) before and after, and is an error rather than a bundle or an image whose
+    lock sha256 names another lock than its packages."""
+    from rocmlock.lock.outputs import exclusive
+
+    with exclusive(lock_path.parent, write=False):
+        try:
+            with open_regular(lock_path, "a lock is a file") as fh:
+                before = _identity(os.fstat(fh.fileno()))
+                digest = stream_sha256(fh)
+        except FileNotFoundError:
+            raise InputError(f"{lock_path}: no lock file", hint="run `rocmlock lock` first") from None
+        selected = select_environment(lock_path, environment, platform)
+        if _identity(os.stat(lock_path)) != before:
+            raise OperationError(f"{lock_path}: changed while {what} read it", hint=f"run {what} again when the "
+                                 "lock is written (`pixi lock` or `rocmlock lock` was running)")
+    return selected, digest
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _not_locked(lock_path: Path, environment: str, locked: list[str]) -> InputError:
@@ -195,7 +220,7 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
         raise _install_error(f"installing '{environment}' into {prefix} failed ({left})", text,
                              [*channels, *(r.channel or "" for r in records)], records) from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
-    return InstallResult(prefix, environment, locked_platform.name, names, _not_conda(selected.pins, selected.sources),
+    return InstallResult(prefix, environment, locked_platform.name, names, selected.left_out,
                          gpu_warning)
 
 

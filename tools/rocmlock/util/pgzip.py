@@ -32,7 +32,7 @@ class Sink(Protocol):
     def write(self, data: bytes, /) -> int: ...
 
 
-def _deflate(data: bytes, zdict: bytes, level: int, last: bool) -> bytes:
+def _deflate(data: bytes | bytearray, zdict: bytes, level: int, last: bool) -> bytes:
     # A chunk whose first 64 KiB do not shrink at level 1 (random bytes, or already compressed: ROCm 7's device
     # code bundles are zstd) is stored (level 0): deflating it costs a core for nothing.
     sample = data[:_PROBE]
@@ -41,6 +41,12 @@ def _deflate(data: bytes, zdict: bytes, level: int, last: bool) -> bytes:
     comp = zlib.compressobj(level, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict) if zdict else \
         zlib.compressobj(level, zlib.DEFLATED, -15, 9)
     return comp.compress(data) + comp.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+
+
+class Readable(Protocol):
+    """Where :meth:`ParallelGzip.copy_from` reads: anything with ``readinto`` (a file opened with ``buffering=0``)."""
+
+    def readinto(self, buffer: memoryview, /) -> int | None: ...
 
 
 class ParallelGzip:
@@ -55,28 +61,57 @@ class ParallelGzip:
         # The CRC-32 and sha256 of the data (an image layer's diff_id) on one more thread, in order.
         self.serial = ThreadPoolExecutor(1)
         self.sha256 = hashlib.sha256()
-        self.buffer = bytearray()
+        self.chunk = bytearray(CHUNK)  # filled up to ``fill``
+        self.fill = 0
         self.previous = b""
         self.crc = 0
         self.size = 0
         sink.write(_HEADER)
 
-    def write(self, data: bytes) -> int:
-        self.buffer += data
-        while len(self.buffer) > CHUNK:  # never the last chunk: that one is sent by close()
-            self._submit(bytes(self.buffer[:CHUNK]), last=False)
-            del self.buffer[:CHUNK]
-        return len(data)
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            if self.fill == CHUNK:  # never the last chunk: that one is sent by close()
+                self._submit_full()
+            n = min(CHUNK - self.fill, len(view) - done)
+            self.chunk[self.fill:self.fill + n] = view[done:done + n]
+            self.fill += n
+            done += n
+        return len(view)
 
-    def _digest(self, chunk: bytes) -> None:
+    def copy_from(self, fh: Readable, size: int) -> int:
+        """At most ``size`` bytes of ``fh`` read straight into the chunks (an unbuffered file: one ``read`` system
+        call per MiB, no copy in Python); returns how many there were (fewer at the file's end)."""
+        left = size
+        while left:
+            full = self.fill == CHUNK  # sent only once a byte follows it: the last chunk is close()'s
+            chunk = bytearray(CHUNK) if full else self.chunk
+            start = 0 if full else self.fill
+            with memoryview(chunk) as whole, whole[start:start + min(CHUNK - start, left)] as room:
+                got = fh.readinto(room)
+            if not got:
+                break
+            if full:
+                self._submit(self.chunk, last=False)
+                self.chunk = chunk
+            self.fill = start + got
+            left -= got
+        return size - left
+
+    def _submit_full(self) -> None:
+        chunk, self.chunk, self.fill = self.chunk, bytearray(CHUNK), 0  # handed to the threads, never changed
+        self._submit(chunk, last=False)
+
+    def _digest(self, chunk: bytes | bytearray) -> None:
         self.crc = zlib.crc32(chunk, self.crc)
         self.sha256.update(chunk)
 
-    def _submit(self, chunk: bytes, last: bool) -> None:
+    def _submit(self, chunk: bytes | bytearray, last: bool) -> None:
         self.serial.submit(self._digest, chunk)
         self.size += len(chunk)
         self.pending.append(self.pool.submit(_deflate, chunk, self.previous, self.level, last))
-        self.previous = chunk[-_WINDOW:]
+        self.previous = bytes(chunk[-_WINDOW:])
         while len(self.pending) > 2 * self.workers:
             self.sink.write(self.pending.popleft().result())
 
@@ -85,7 +120,7 @@ class ParallelGzip:
 
     def close(self) -> None:
         try:
-            self._submit(bytes(self.buffer), last=True)
+            self._submit(bytes(self.chunk[:self.fill]), last=True)
             while self.pending:
                 self.sink.write(self.pending.popleft().result())
             self.serial.shutdown(wait=True)
