@@ -270,9 +270,9 @@ def test_a_hostile_archive_is_one_line_in_bounded_time(tmp_path: Path, case: str
     data, message = HOSTILE_ARCHIVES[case]
     path = tmp_path / "x.kpack"
     path.write_bytes(data)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: the machine's other work does not count
     code = scan_file(path, "x.kpack")
-    assert time.perf_counter() - start < 5.0  # a second at most here; 2 shared cores in CI
+    assert time.process_time() - start < 5.0  # 0.6 s here
     assert code is not None and code.kind == "kpack-archive" and message in code.error, code
     assert "\n" not in code.error
     assert code.runs_on(parse_target_id("gfx942")) is False
@@ -444,14 +444,14 @@ def test_the_probes_reader_is_bounded_on_hostile_archives(tmp_path: Path, case: 
     from test_probe import probe
 
     path = _write(tmp_path / "x.kpack", HOSTILE_ARCHIVES[case][0])
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: the machine's other work does not count
     try:
         probe.kpack_archive_toc(path)
     except probe.KernelReadError as exc:
         assert "\n" not in str(exc)
     else:  # the probe reads the TOC only: a scheme or blob it does not use is not its concern
         assert case in ("unknown scheme", "zstd blob outside")
-    assert time.perf_counter() - start < 5.0  # a second at most here; 2 shared cores in CI
+    assert time.process_time() - start < 5.0  # 0.6 s here
 
 
 def test_the_probes_messagepack_reader_agrees_with_msgpack() -> None:
@@ -499,9 +499,9 @@ def test_a_member_streamed_reads_as_the_file_mapped(name: str) -> None:
 @pytest.mark.parametrize("case", sorted(HOSTILE_ARCHIVES))
 def test_a_hostile_archive_streamed_fails_as_mapped(tmp_path: Path, case: str) -> None:
     data, message = HOSTILE_ARCHIVES[case]
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: the machine's other work does not count
     streamed = _streamed(data, "x.kpack")
-    assert time.perf_counter() - start < 5.0
+    assert time.process_time() - start < 5.0
     _same(streamed, _mapped(tmp_path, data, "x.kpack"))
     assert streamed is not None and message in streamed.error
 

@@ -23,14 +23,14 @@ from typing import Any
 from rattler import RepoDataRecord
 
 from rocmlock.lock.generated import HEADER
-from rocmlock.lock.lockfile import LockedPlatform
+from rocmlock.lock.lockfile import LockedPlatform, RecordView, view
 from rocmlock.util.credentials import redact_url
 from rocmlock.util.yamlwrite import render_item, render_yaml
 
 CONDA_LOCK_NAME = "conda-lock.yml"
 
 
-def _dependencies(record: RepoDataRecord) -> dict[str, str]:
+def _dependencies(record: RecordView) -> dict[str, str]:
     # conda-lock writes `name: spec` per dependency (its solver output's `depends`, split at the first space)
     deps: dict[str, str] = {}
     for dep in record.depends:
@@ -39,17 +39,17 @@ def _dependencies(record: RepoDataRecord) -> dict[str, str]:
     return deps
 
 
-def _package(record: RepoDataRecord, subdir: str) -> dict[str, Any]:
+def _package(record: RecordView, subdir: str) -> dict[str, Any]:
     assert record.md5 is not None  # _solutions leaves out a platform with a record lacking one
-    hashes = {"md5": record.md5.hex(), **({"sha256": record.sha256.hex()} if record.sha256 else {})}
+    hashes = {"md5": record.md5, **({"sha256": record.sha256} if record.sha256 else {})}
     # `build` (optional in the model) keeps the GPU build string (rocm72_gfx942_...) beside the URL's
-    return {"name": record.name.normalized, "version": str(record.version), "build": str(record.build),
+    return {"name": record.name, "version": record.version, "build": record.build,
             "manager": "conda", "platform": subdir, "dependencies": _dependencies(record), "url": redact_url(record.url),
             "hash": hashes, "category": "main", "optional": False}
 
 
 def _pins(records: Sequence[RepoDataRecord]) -> tuple[str, ...]:
-    return tuple(sorted(redact_url(r.url) for r in records))
+    return tuple(sorted(redact_url(view(r).url) for r in records))
 
 
 def _solutions(platforms: Sequence[LockedPlatform], records: Mapping[str, Sequence[RepoDataRecord]]
@@ -63,7 +63,7 @@ def _solutions(platforms: Sequence[LockedPlatform], records: Mapping[str, Sequen
     for plats in by_subdir.values():
         if len({_pins(records[p.name]) for p in plats}) > 1:
             return None
-    if any(r.md5 is None for p in platforms if p.name in records for r in records[p.name]):
+    if any(view(r).md5 is None for p in platforms if p.name in records for r in records[p.name]):
         return None
     return by_subdir
 
@@ -104,8 +104,8 @@ def render_conda_lock(env: str, channels: Sequence[str], platforms: Sequence[Loc
     packages: list[dict[str, Any]] = []
     content_hash = {}
     for subdir, plats in sorted(by_subdir.items()):
-        recs = sorted(records[plats[0].name], key=lambda r: r.name.normalized)
-        packages += [_package(r, subdir) for r in recs]
+        recs = sorted(records[plats[0].name], key=lambda r: view(r).name)
+        packages += [_package(view(r), subdir) for r in recs]
         # conda-lock compares it with a hash of its sources to tell a stale lock; here: of the locked pins
         content_hash[subdir] = hashlib.sha256(json.dumps(_pins(recs)).encode()).hexdigest()
     metadata = {"content_hash": content_hash,

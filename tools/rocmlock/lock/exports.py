@@ -19,7 +19,7 @@ from rattler import PackageRecord, RepoDataRecord
 from rocmlock.errors import InputError
 from rocmlock.lock.condalock import CONDA_LOCK_NAME, render_conda_lock
 from rocmlock.lock.generated import HEADER
-from rocmlock.lock.lockfile import UNSAFE_HINT, LockedPlatform, pin_problem, record_problem
+from rocmlock.lock.lockfile import UNSAFE_HINT, LockedPlatform, pin_problem, record_problem, view
 from rocmlock.util.credentials import redact_url
 from rocmlock.util.text import escape, line_problem
 from rocmlock.workspace.pypi import DEFAULT_INDEXES, PypiIndexes, PypiPin, SourcePackage, render_requirements
@@ -63,7 +63,7 @@ PIP_NOTES = (
 
 
 def _pip_notes(records: Sequence[RepoDataRecord], pins: Sequence[PypiPin]) -> tuple[str, ...]:
-    names = {r.name.normalized for r in records}
+    names = {view(r).name for r in records}
     # A pip: section needs pip anyway (conda adds it, see _pip_section); its own comment says so.
     return PIP_NOTES if "python" in names and "pip" not in names and not pins else ()
 
@@ -78,7 +78,7 @@ def _pip_section(records: Sequence[RepoDataRecord], pins: Sequence[PypiPin], ind
     if not pins:
         return []
     lines = []
-    if not any(r.name.normalized == "pip" for r in records):
+    if not any(view(r).name == "pip" for r in records):
         # conda/env/env.py (validate_keys): a pip: section without a `pip` dependency makes conda add one.
         lines.append("  # no conda `pip` is locked: conda adds an unpinned `pip` from the channels to run this section")
     lines.append("  - pip:")
@@ -125,8 +125,8 @@ def render_environment_yml(env: str, channels: Sequence[str], platform: LockedPl
     lines += [f"  - {redact_url(c).rstrip('/')}" for c in channels]
     # conda 26.7 (conda/env/env.py, dependencies_validation) wants a list: `dependencies:` alone is null.
     lines.append("dependencies:" if records or pins else "dependencies: []")
-    for rec in sorted(records, key=lambda r: r.name.normalized):
-        lines.append(f"  - {rec.name.normalized}={rec.version}={rec.build}")
+    for pin in sorted(map(view, records), key=lambda v: v.name):
+        lines.append(f"  - {pin.name}={pin.version}={pin.build}")
     lines += _pip_section(records, pins, indexes)
     return "\n".join(lines) + "\n"
 
@@ -144,12 +144,13 @@ def render_explicit(env: str, platform: LockedPlatform, records: Sequence[RepoDa
     if pypi_file:
         lines.append(f"# PyPI packages: then `python -m pip install --require-hashes -r {pypi_file}`")
     lines += [*_skipped_comment(skipped), "@EXPLICIT"]
-    by_name = {r.name.normalized: r for r in records}
+    by_name = {view(r).name: view(r) for r in records}
     # sort_topologically is deterministic for a given input order; sort by name first.
-    ordered = PackageRecord.sort_topologically(sorted(records, key=lambda r: r.name.normalized))
+    by_name_first = sorted(records, key=lambda r: view(r).name)
+    ordered = PackageRecord.sort_topologically(list[PackageRecord](by_name_first))
     for rec in ordered:
         full = by_name[rec.name.normalized]
-        digest = f"#sha256:{full.sha256.hex()}" if full.sha256 else (f"#{full.md5.hex()}" if full.md5 else "")
+        digest = f"#sha256:{full.sha256}" if full.sha256 else (f"#{full.md5}" if full.md5 else "")
         lines.append(f"{redact_url(full.url)}{digest}")
     return "\n".join(lines) + "\n"
 

@@ -20,7 +20,7 @@ from rattler import BuildString, MatchSpec, PackageRecord, RepoDataRecord
 
 from rocmlock.errors import InputError, OperationError, RocmlockError
 from rocmlock.gpu.targets import all_targets, isa_of
-from rocmlock.lock.lockfile import LockedWorkspace
+from rocmlock.lock.lockfile import LockedWorkspace, view
 from rocmlock.lock.result import SolveKey
 
 ARCH = "__amdgpu_arch"
@@ -59,19 +59,24 @@ class Contradiction:
                 f"locks {r.name.normalized} {r.version} {r.build}, which is built for {self.target}")
 
 
+@lru_cache(maxsize=64)
+def _arch_record(isa: str, subdir: str) -> PackageRecord:
+    return PackageRecord(ARCH, isa, BuildString("0"), 0, subdir)
+
+
 def _record_target(record: RepoDataRecord, isa: str) -> str | None:
     """What ``record`` is built for when that is not ``isa``; None when it fits (or names no GPU)."""
-    if record.name.normalized == MUTEX:
-        want = isa_of(str(record.build))
+    seen = view(record)
+    if seen.name == MUTEX:
+        want = isa_of(seen.build)
         if want is not None and want != isa:
             return describe_isa(want)
         return None
-    arch = PackageRecord(ARCH, isa, BuildString("0"), 0, record.subdir)
-    for text in (*record.depends, *record.constrains):
+    for text in (*seen.depends, *seen.constrains):
         if not text.startswith(ARCH):
             continue
         spec = _spec(text)
-        if spec.name.normalized == ARCH and not spec.matches(arch):
+        if spec.name.normalized == ARCH and not spec.matches(_arch_record(isa, seen.subdir)):
             version = str(spec.version or "")
             exact = version.removeprefix("==")
             return describe_isa(exact) if version.startswith("==") else f"{ARCH} {version}"

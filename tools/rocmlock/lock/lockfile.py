@@ -23,7 +23,8 @@ import os
 import posixpath
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -105,7 +106,7 @@ def build_lockfile(locked: LockedWorkspace) -> LockFile:
     for env_name, env in sorted(locked.environments.items()):
         lock.set_channels(env_name, [LockChannel(redact_url(c)) for c in env.channels])
         for plat_name, records in sorted(env.records.items()):
-            for record in sorted(records, key=lambda r: r.name.normalized):
+            for record in sorted(records, key=lambda r: view(r).name):
                 lock.add_conda_package(env_name, platforms[plat_name], record)
     return lock
 
@@ -237,16 +238,61 @@ def _clean_records(records: Sequence[RepoDataRecord], path: Path, where: str) ->
     return [redact_record(r) for r in records]
 
 
+@dataclass(frozen=True)
+class RecordView:
+    """The strings of a record that the exports and checks read (issue 40: each read from rattler once per lock,
+    not once per reader: a name alone was read 15 times a record). ``problem``: :func:`record_problem`'s answer."""
+
+    name: str
+    version: str
+    build: str
+    url: str
+    subdir: str
+    sha256: str | None
+    md5: str | None
+    depends: tuple[str, ...]
+    constrains: tuple[str, ...]
+    problem: str | None
+
+
+_views: list[dict[int, tuple[RepoDataRecord, RecordView]]] = []
+
+
+@contextmanager
+def record_views() -> Iterator[None]:
+    """Within it, :func:`view` answers each record (the same object) once; nothing is kept after it."""
+    _views.append({})
+    try:
+        yield
+    finally:
+        _views.pop()
+
+
+def view(record: RepoDataRecord) -> RecordView:
+    """``record``'s :class:`RecordView` (read once per :func:`record_views` scope)."""
+    cache = _views[-1] if _views else None
+    hit = cache.get(id(record)) if cache is not None else None
+    if hit is not None and hit[0] is record:
+        return hit[1]
+    name, version, build, url = record.name.normalized, str(record.version), str(record.build), record.url
+    problem = None
+    for what, value in (("name", name), ("version", version), ("build", build), ("file name", record.file_name),
+                        ("url", url), ("channel", record.channel or "")):
+        if why := line_problem(value):
+            problem = f"package '{escape(name)}': its {what} {why}"
+            break
+    sha256, md5 = record.sha256, record.md5
+    found = RecordView(name, version, build, url, record.subdir, sha256.hex() if sha256 else None,
+                       md5.hex() if md5 else None, tuple(record.depends), tuple(record.constrains), problem)
+    if cache is not None:
+        cache[id(record)] = (record, found)  # the record kept alive: its id is not reused within the scope
+    return found
+
+
 def record_problem(record: RepoDataRecord) -> str | None:
     """Why a string of ``record`` cannot go onto one line of an export (a control character, or a ``#``: a
     comment in environment.yml, the hash in ``@EXPLICIT``), else None."""
-    name = record.name.normalized
-    for what, value in (("name", name), ("version", str(record.version)), ("build", str(record.build)),
-                        ("file name", record.file_name), ("url", record.url), ("channel", record.channel or "")):
-        problem = line_problem(value)
-        if problem:
-            return f"package '{escape(name)}': its {what} {problem}"
-    return None
+    return view(record).problem
 
 
 def pin_problem(pin: PypiPin) -> str | None:

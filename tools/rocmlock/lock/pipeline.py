@@ -30,8 +30,10 @@ from rocmlock.lock.lockfile import (
     empty_platforms,
     lock_platform,
     read_lockfile,
+    record_views,
     redact_record,
     render_lockfile,
+    view,
 )
 from rocmlock.lock.noop import ENVS_DIR, LOCK_NAME, existing_manifest, leftovers, unchanged
 from rocmlock.lock.outputs import commit, exclusive
@@ -52,15 +54,11 @@ from rocmlock.workspace.model import Environment, Workspace
 from rocmlock.workspace.pixi_compat import channel_base_url, is_local_channel
 
 
-def _pin(record: RepoDataRecord) -> str:
-    return f"{record.version} {record.build}"
-
-
 def diff_records(env: str, platform: str, old: Sequence[RepoDataRecord] | None,
                  new: Sequence[RepoDataRecord] | None) -> list[Change]:
     """The changes from ``old`` to ``new`` records, sorted by package name."""
-    before = {r.name.normalized: _pin(r) for r in old or []}
-    after = {r.name.normalized: _pin(r) for r in new or []}
+    before = {v.name: f"{v.version} {v.build}" for v in map(view, old or [])}
+    after = {v.name: f"{v.version} {v.build}" for v in map(view, new or [])}
     out: list[Change] = []
     for name in sorted(before.keys() | after.keys()):
         a, b = before.get(name), after.get(name)
@@ -155,12 +153,21 @@ def _solve(ws: Workspace, envs: list[Environment], jobs: list[SolveJob],
     merged = [merge_jobs(key, js) if len(js) > 1 else js[0] for key, js in grouped.items()]
     solved = solve_jobs(merged, cache_dir)
     out: dict[SolveKey, list[RepoDataRecord]] = {}
+    shared: dict[str, RepoDataRecord] = {}  # url -> the one record every solve that locks it gets (read once)
     for key, js in grouped.items():
         for job in js:
             recs = solved[key if len(js) > 1 else job.key]
             recs = subset_for(recs, job.specs) if len(js) > 1 else recs
-            out[job.key] = [redact_record(r) for r in recs]  # the one redaction: build_lockfile writes them as given
+            # the one redaction: build_lockfile writes them as given
+            out[job.key] = [_shared(shared, r) for r in recs]
     return out
+
+
+def _shared(shared: dict[str, RepoDataRecord], record: RepoDataRecord) -> RepoDataRecord:
+    found = shared.get(url := record.url)
+    if found is None:
+        found = shared[url] = redact_record(record)
+    return found
 
 
 def _check_solved(envs: list[Environment], solved: dict[SolveKey, list[RepoDataRecord]]) -> None:
@@ -313,7 +320,7 @@ def lock_workspace(manifest_path: str | Path, environments: Sequence[str] | None
     if discard_lock and (environments or platforms or update is not None):
         raise InputError(f"{manifest}: --discard-lock re-solves every environment and platform",
                          hint="drop -e/-p/--update, or drop --discard-lock to keep the other pins")
-    with exclusive(manifest.parent, write=not check, on_wait=on_wait):
+    with exclusive(manifest.parent, write=not check, on_wait=on_wait), record_views():
         return _lock_held(manifest, environments, platforms, update, check, cache_dir, discard_lock)
 
 
@@ -396,7 +403,7 @@ def export_workspace(manifest_path: str | Path, environments: Sequence[str] | No
     unless ``skip_source``, which leaves it out with a warning.
     """
     manifest = existing_manifest(manifest_path)
-    with exclusive(manifest.parent, write=not check, on_wait=on_wait):
+    with exclusive(manifest.parent, write=not check, on_wait=on_wait), record_views():
         return _export_held(manifest, environments, check, skip_source)
 
 

@@ -28,7 +28,7 @@ from functools import lru_cache
 from rattler import BuildString, MatchSpec, PackageRecord, RepoDataRecord
 
 from rocmlock.lock.gpuarch import contradictions
-from rocmlock.lock.lockfile import LockedWorkspace
+from rocmlock.lock.lockfile import LockedWorkspace, view
 from rocmlock.util.credentials import redact_url
 from rocmlock.workspace.dependencies import condition_holds
 from rocmlock.workspace.model import Environment, Workspace
@@ -149,7 +149,7 @@ def records_unsat(env: Environment, platform: Platform, records: Sequence[RepoDa
     specs = [d.matchspec() for d in env.dependencies_for(platform)]
     for constraint in env.constraints_for(platform):  # pixi: PlatformUnsat::ConstraintViolated
         spec = _spec(constraint.matchspec())
-        record = next((r for r in records if r.name.normalized == spec.name.normalized), None)
+        record = next((r for r in records if view(r).name == spec.name.normalized), None)
         if record is not None and not spec.matches(record):
             return f"locked {record.name.normalized} {record.version} {record.build} violates constraint " \
                    f"'{constraint.matchspec()}'"
@@ -159,7 +159,7 @@ def records_unsat(env: Environment, platform: Platform, records: Sequence[RepoDa
 
 def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
                    vps: Sequence[VirtualPackage], subdir: str) -> str | None:
-    by_name = {r.name.normalized: r for r in records}
+    by_name = {view(r).name: r for r in records}
     virtual = _virtual_records(vps, subdir)
 
     def present(text: str) -> bool:
@@ -186,6 +186,6 @@ def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
         if name in visited:
             continue
         visited.add(name)
-        stack.extend((dep, name) for dep in record.depends)
+        stack.extend((dep, name) for dep in view(record).depends)
     extra = sorted(set(by_name) - visited)
     return f"locked package(s) no longer needed: {', '.join(extra)}" if extra else None
