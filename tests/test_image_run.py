@@ -165,6 +165,23 @@ def test_the_image_records_its_activation_and_defaults_to_a_shell(built: Path) -
     assert b"WINDOWS_ONLY" not in script
 
 
+def test_the_docs_read_the_sbom_out_of_the_image_by_its_label(built: Path, podman: dict[str, str]) -> None:
+    """docs/containers.md "The SBOM": skopeo inspect names it, podman run --entrypoint cat reads it out, and its
+    sha256 is the label's."""
+    import hashlib
+
+    inspect = subprocess.run(["skopeo", "inspect", f"oci:{built}:{ENV}"], env=podman, capture_output=True,
+                             text=True, check=True)
+    labels = json.loads(inspect.stdout)["Labels"]
+    assert labels["io.rocmlock.sbom"] == "/opt/rocmlock/sbom.cdx.json"
+    proc = subprocess.run(["podman", "run", "--rm", "--quiet", "--entrypoint", "cat", f"oci:{built}:{ENV}",
+                           labels["io.rocmlock.sbom"]], env=podman, capture_output=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert hashlib.sha256(proc.stdout).hexdigest() == labels["io.rocmlock.sbom.sha256"]
+    sbom = json.loads(proc.stdout)
+    assert sbom["bomFormat"] == "CycloneDX" and {c["name"] for c in sbom["components"]} == {"rocm-version", "envvars"}
+
+
 def test_a_changed_activation_env_changes_the_digest(ws: Path, base: Path, built: Path, tmp_path: Path) -> None:
     copy = tmp_path / "ws"
     shutil.copytree(ws, copy)

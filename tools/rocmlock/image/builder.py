@@ -24,13 +24,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rocmlock import __version__
 from rocmlock.errors import InputError, OperationError, RocmlockError
-from rocmlock.image import debianbase, oci, ociref
+from rocmlock.image import debianbase, oci, ociref, sbom
 from rocmlock.image.activation import ActivationInputs
 from rocmlock.image.files import (
     CHECK,
     DEFAULT_PREFIX,
     ENTRYPOINT,
+    SBOM,
     ToolFiles,
     add_tool_files,
     check_prefix,
@@ -213,7 +215,8 @@ def _labels(environment: str, selected: Selected, lock_sha256: str, base: oci.Ba
               "io.rocmlock.lock.sha256": lock_sha256, "io.rocmlock.environment": environment,
               "io.rocmlock.platform": selected.platform.name, "io.rocmlock.gpu-target": gfx,
               "io.rocmlock.rocm-version": rocm, "io.rocmlock.prefix": prefix, "io.rocmlock.check": CHECK,
-              "io.rocmlock.probe": tools.probe, "io.rocmlock.activation.sha256": tools.activation_sha256}
+              "io.rocmlock.probe": tools.probe, "io.rocmlock.activation.sha256": tools.activation_sha256,
+              "io.rocmlock.sbom": SBOM, "io.rocmlock.sbom.sha256": tools.sbom_sha256}
     if base is not None:
         labels["org.opencontainers.image.base.digest"] = base.manifest_digest
         if base_ref and not base_ref.startswith(("oci:", debianbase.PREFIX)):  # a registry name, not a path
@@ -338,8 +341,11 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
             _check_shell(facts, base_ref or "")
         stage = work / "rootfs"
         staged = _install(selected, stage, prefix, channels, cache_dir, lock_path, work)
-        tools = add_tool_files(stage, prefix, _activation_inputs(manifest, lock_path, environment, selected,
-                                                                  staged, prefix))
+        inputs = _activation_inputs(manifest, lock_path, environment, selected, staged, prefix)
+        document = sbom.document(selected.records, root_name=inputs.project, environment=environment,
+                                 platform=selected.platform.name, lock_name=lock_path.name,
+                                 lock_sha256=lock_sha256, prefix=prefix, created=created, tool_version=__version__)
+        tools = add_tool_files(stage, prefix, inputs, document)
         layout = work / "layout"
         blobs = oci.start_layout(layout)
         diff_id, digest, size = oci.write_layer(stage, blobs / "layer.tmp", epoch)

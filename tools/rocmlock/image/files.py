@@ -8,7 +8,8 @@ does not ship one.
 - ``/opt/rocmlock/check``: sources it and runs the probe with the environment's python (else the base's python3),
   so it is activated however it is started (``docker run``, Kubernetes ``command:``, ``apptainer exec``);
 - the probe: the environment's own (``<prefix>/share/rocm-env-check/verify_env.py``, from ``rocm-env-check``) or,
-  without it, rocmlock's copy at ``/opt/rocmlock/verify_env.py``: one copy in the image either way.
+  without it, rocmlock's copy at ``/opt/rocmlock/verify_env.py``: one copy in the image either way;
+- ``/opt/rocmlock/sbom.cdx.json``: the environment's CycloneDX SBOM (:mod:`rocmlock.image.sbom`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ TOOL_DIR = "/opt/rocmlock"
 CHECK = f"{TOOL_DIR}/check"
 ENTRYPOINT = f"{TOOL_DIR}/entrypoint"
 ACTIVATE = f"{TOOL_DIR}/activate.sh"
+SBOM = f"{TOOL_DIR}/sbom.cdx.json"
 _PREFIX_CHARS = re.compile(r"/[A-Za-z0-9._+/-]{1,200}")
 # Directories of the base's system a prefix must not replace or sit in (the layer would shadow them).
 _SYSTEM = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin", "/sys",
@@ -50,10 +52,11 @@ exec "$py" {probe} --prefix {prefix} "$@"
 
 @dataclass(frozen=True)
 class ToolFiles:
-    """Where the files went and the activation script's sha256 (a label)."""
+    """Where the files went and the sha256 of the activation script and the SBOM (labels)."""
 
     probe: str
     activation_sha256: str
+    sbom_sha256: str
 
 
 def check_prefix(prefix: str) -> str:
@@ -70,8 +73,9 @@ def check_prefix(prefix: str) -> str:
     return norm
 
 
-def add_tool_files(stage: Path, prefix: str, inputs: ActivationInputs) -> ToolFiles:
-    """Write the activation script, the entrypoint, the check and (when needed) the probe into ``stage``."""
+def add_tool_files(stage: Path, prefix: str, inputs: ActivationInputs, sbom: bytes) -> ToolFiles:
+    """Write the activation script, the entrypoint, the check, the SBOM and (when needed) the probe into
+    ``stage``."""
     tools = stage / TOOL_DIR.lstrip("/")
     tools.mkdir(parents=True)
     activation = render_activation(inputs)
@@ -88,4 +92,5 @@ def add_tool_files(stage: Path, prefix: str, inputs: ActivationInputs) -> ToolFi
     for name, template in (("entrypoint", _ENTRYPOINT), ("check", _CHECK)):
         (tools / name).write_text(template.format(activate=ACTIVATE, prefix=prefix, probe=probe))
         (tools / name).chmod(0o755)
-    return ToolFiles(probe, hashlib.sha256(text).hexdigest())
+    (stage / SBOM.lstrip("/")).write_bytes(sbom)
+    return ToolFiles(probe, hashlib.sha256(text).hexdigest(), hashlib.sha256(sbom).hexdigest())
