@@ -179,3 +179,25 @@ def test_a_failed_wheel_build_shows_the_builds_own_last_lines(tmp_path: Path) ->
     shown = build_failure(res.stdout + res.stderr)
     assert "boom: the backend says why" in shown and "See above" not in shown, shown
     assert "\n" not in shown
+
+
+@pytest.mark.parametrize(("environ", "bar"), [({}, False), ({"FORCE_COLOR": "1"}, True),
+                                              ({"TTY_COMPATIBLE": "1"}, True), ({"FORCE_COLOR": ""}, False)])
+def test_the_progress_bar_and_rich_itself_only_where_rich_would_draw_it(
+        ws_copy: Path, tmp_path: Path, environ: dict[str, str], bar: bool) -> None:
+    # stderr is a pipe here: rich (rich.console.Console.is_terminal) draws only when TTY_COMPATIBLE=1 or
+    # FORCE_COLOR is non-empty; otherwise pack does not import it (issue 43: a tenth of a second of its start).
+    import subprocess
+    import sys
+
+    import rocmlock
+
+    argv = ["pack", "--manifest-path", str(ws_copy / "pixi.toml"), "-e", ENV, "-o", str(tmp_path / "b.tar")]
+    code = f"import sys; from rocmlock.cli.main import main; print(main({argv!r}), 'rich' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR")}
+    env.update(environ, PYTHONPATH=str(Path(rocmlock.__file__).parents[1]))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          stdin=subprocess.DEVNULL, check=False)
+    assert proc.stdout.split() == ["0", str(bar)], proc.stderr
+    assert ("fetching" in proc.stderr) == bar, proc.stderr
+    assert (tmp_path / "b.tar").is_file()

@@ -17,7 +17,6 @@ from pathlib import Path
 from rattler import RepoDataRecord
 
 from rocmlock.errors import InputError, OperationError
-from rocmlock.host.node import rattler_amdgpu
 from rocmlock.lock.gpuarch import contradictions, describe_isa, platform_isa, refusal
 from rocmlock.lock.lockfile import (
     LockedPlatform,
@@ -228,6 +227,8 @@ def gpu_mismatch(platform: LockedPlatform) -> str | None:
     """A line when this machine's ``__amdgpu_arch``, as rattler detects it (its overrides applied), is not the one
     ``platform`` declares; None on a machine without one (a CI runner filling a container) or of that GPU. pixi
     warns likewise and installs: a prefix may be made for other nodes (a shared file system)."""
+    from rocmlock.host.node import rattler_amdgpu  # imported here: pack and image never ask
+
     want = platform_isa(platform.virtual_packages)
     if want is None:
         return None
