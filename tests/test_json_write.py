@@ -59,3 +59,11 @@ def test_the_golden_lock_diff_is_written_byte_for_byte() -> None:
     for name in ("fresh-lock.json", "relock.json", "diff.json"):
         data = json.loads((GOLDEN / name).read_text())
         assert dumps_indented(data) == json.dumps(data, indent=2), name
+
+
+def test_a_dict_shared_at_several_places_is_written_where_it_is_each_time() -> None:
+    entry = {"conda": "https://x/linux-64/a-1-0.conda", "depends": ["b >=1", "c"], "size": 1}
+    data = {"e1": {"p": [{"after": entry}, {"after": entry}]}, "e2": [entry, [entry]], "e3": entry}
+    assert dumps_indented(data) == json.dumps(data, indent=2)
+    changed = {**data, "e4": {**entry, "size": 2}}
+    assert dumps_indented(changed) == json.dumps(changed, indent=2)

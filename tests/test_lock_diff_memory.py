@@ -128,3 +128,21 @@ def test_a_record_not_built_in_memory_falls_back_to_the_text(sandbox: Path, serv
     locked, text, printed = _lock(ws, monkeypatch)
     assert "purls:" in text
     _same(locked, text, printed, built=False)
+
+
+def test_a_url_with_a_secret_in_a_record_is_masked_alike(sandbox: Path, served: tuple[Path, str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A license holding a URL with credentials and a query: the diff masks it (rocmlock.lock.diff), from memory
+    as from the text."""
+    channel, _ = served
+    data = json.loads((channel / "linux-64" / "repodata.json").read_text())
+    for rec in data["packages.conda"].values():
+        if rec["name"] == "clib-a":
+            rec["license"] = "see https://bob:pw@example.org/t/tok/x?sig=abc"
+    (channel / "linux-64" / "repodata.json").write_text(json.dumps(data))
+    ws = sandbox / "ws"
+    ws.mkdir()
+    (ws / "pixi.toml").write_text(MANIFEST.replace('"./channel"', f'"{channel}"'))
+    locked, text, printed = _lock(ws, monkeypatch)
+    assert "sig=abc" in text and "sig=abc" not in json.dumps(printed) and "pw@" not in json.dumps(printed)
+    _same(locked, text, printed)

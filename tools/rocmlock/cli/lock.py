@@ -59,8 +59,8 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
         would = "would drop" if args.check else "dropped"
         err(f"--discard-lock: {would} the {result.discarded} pin(s) of pixi.lock; every environment re-solved "
             "from pixi.toml")
-    for line in result.change_lines():
-        err(line)
+    if lines := result.change_lines():
+        err("\n".join(lines))  # one write: a fresh lock of four GPU environments lists thousands
     if result.not_locked:
         missing = ", ".join(f"{env} [{plat}]" for env, plat in result.not_locked)
         err(f"warning: pixi.lock does not hold {missing}; `pixi install --locked` refuses a lock without every "

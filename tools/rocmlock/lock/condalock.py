@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from rattler import RepoDataRecord
@@ -39,6 +40,7 @@ def _dependencies(record: RecordView) -> dict[str, str]:
     return deps
 
 
+@lru_cache(maxsize=16384)  # by value: a package the GPU environments share is built once per lock
 def _package(record: RecordView, subdir: str) -> dict[str, Any]:
     assert record.md5 is not None  # _solutions leaves out a platform with a record lacking one
     hashes = {"md5": record.md5, **({"sha256": record.sha256} if record.sha256 else {})}
@@ -82,11 +84,15 @@ def _custom_metadata(by_subdir: Mapping[str, list[LockedPlatform]], gpu_target: 
     return meta
 
 
-def _body(metadata: dict[str, Any], packages: list[dict[str, Any]]) -> str:
+@lru_cache(maxsize=16384)
+def _item(record: RecordView, subdir: str) -> str | None:
+    return render_item(_package(record, subdir))
+
+
+def _body(metadata: dict[str, Any], packages: list[dict[str, Any]], items: list[str | None]) -> str:
     """The YAML document: the metadata, then the packages one by one (a package the environments share is written
     once per process), or the whole as PyYAML writes it where a string needs PyYAML's own rules."""
     doc = {"version": 1, "metadata": metadata, "package": packages}
-    items = [render_item(p) for p in packages]
     if not packages or any(i is None for i in items):
         return render_yaml(doc)
     head = render_yaml({"version": 1, "metadata": metadata})
@@ -102,17 +108,19 @@ def render_conda_lock(env: str, channels: Sequence[str], platforms: Sequence[Loc
     if not by_subdir:
         return None
     packages: list[dict[str, Any]] = []
+    items: list[str | None] = []
     content_hash = {}
     for subdir, plats in sorted(by_subdir.items()):
         recs = sorted(records[plats[0].name], key=lambda r: view(r).name)
         packages += [_package(view(r), subdir) for r in recs]
+        items += [_item(view(r), subdir) for r in recs]
         # conda-lock compares it with a hash of its sources to tell a stale lock; here: of the locked pins
         content_hash[subdir] = hashlib.sha256(json.dumps(_pins(recs)).encode()).hexdigest()
     metadata = {"content_hash": content_hash,
                 "channels": [{"url": redact_url(c).rstrip("/"), "used_env_vars": []} for c in channels],
                 "platforms": sorted(by_subdir), "sources": [],
                 "custom_metadata": _custom_metadata(by_subdir, gpu_target)}
-    body = _body(metadata, packages)
+    body = _body(metadata, packages, items)
     target = f", GPU target {gpu_target}" if gpu_target else ""
     notes = [HEADER, f"# environment: {env}{target}; conda-lock v1 format, one solution per conda subdir:",
              "#   conda-lock install -p <prefix> conda-lock.yml"]

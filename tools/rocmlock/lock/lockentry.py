@@ -67,6 +67,11 @@ def _noarch(subdir: str, build: str) -> str | None:
     return "python" if "py" in build else "generic"
 
 
+def _secret_possible(text: str) -> bool:
+    """Whether the diff's cleaning (:func:`rocmlock.lock.diff.clean_entry`) could change ``text``."""
+    return "://" in text and ("?" in text or "#" in text or "@" in text or "/t/" in text)
+
+
 def conda_entry(record: RepoDataRecord) -> LockedEntry | None:
     """``record`` as the diff reads it from pixi.lock (its entry as rattler writes it); None for a shape not built
     here."""
@@ -75,8 +80,8 @@ def conda_entry(record: RepoDataRecord) -> LockedEntry | None:
         return None
     url, name, version, build = data.get("url"), data.get("name"), data.get("version"), data.get("build")
     subdir, channel, noarch = data.get("subdir"), data.get("channel"), data.get("noarch")
-    if not all(isinstance(v, str) and v for v in (url, name, version, build, subdir, channel)) or \
-            noarch not in (None, "python", "generic"):
+    texts = (url, name, version, build, subdir, channel)  # strings in rattler's JSON, or left out
+    if None in texts or "" in texts or noarch not in (None, "python", "generic"):
         return None
     file_name = url.rsplit("/", 1)[-1]
     stem = next((file_name[:-len(ext)] for ext in _EXTENSIONS if file_name.endswith(ext)), None)
@@ -114,7 +119,10 @@ def conda_entry(record: RepoDataRecord) -> LockedEntry | None:
     for key in ("license", "license_family", "size", "timestamp", "indexed_timestamp"):
         if key in data:
             entry[key] = data[key]
-    entry = clean_entry(entry)
+    texts = (url, channel, *(v for v in entry.values() if type(v) is str),
+             *entry.get("depends", ()), *entry.get("constrains", ()))
+    if any(map(_secret_possible, texts)):
+        entry = clean_entry(entry)
     return LockedEntry("conda", name, entry["conda"], version, build, entry)
 
 

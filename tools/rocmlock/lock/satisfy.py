@@ -44,6 +44,11 @@ from rocmlock.workspace.platforms import Platform
 _spec = lru_cache(maxsize=65536)(MatchSpec)
 
 
+@lru_cache(maxsize=65536)
+def _spec_name(text: str) -> str:
+    return str(_spec(text).name.normalized)
+
+
 def _virtual_records(vps: Sequence[VirtualPackage], subdir: str) -> dict[str, PackageRecord]:
     return {name: PackageRecord(name, version, BuildString(build or "0"), 0, subdir)
             for name, version, build in vps}
@@ -163,9 +168,9 @@ def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
     virtual = _virtual_records(vps, subdir)
 
     def present(text: str) -> bool:
-        spec = _spec(text)
-        record = by_name.get(spec.name.normalized) or virtual.get(spec.name.normalized)
-        return record is not None and spec.matches(record)
+        name = _spec_name(text)
+        record = by_name.get(name) or virtual.get(name)
+        return record is not None and _spec(text).matches(record)
 
     visited: set[str] = set()
     stack = [(s, "the manifest") for s in specs if not (c := _spec(s).condition) or condition_holds(c, present)]
@@ -174,7 +179,7 @@ def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
         spec = _spec(text)
         if spec.condition and not condition_holds(spec.condition, present):
             continue
-        name = spec.name.normalized
+        name = _spec_name(text)
         record = by_name.get(name)
         if record is None:
             vrec = virtual.get(name)

@@ -12,8 +12,7 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
-from urllib.request import url2pathname
+from urllib.parse import unquote, urlsplit
 
 from rattler import (
     BuildString,
@@ -251,7 +250,8 @@ def check_local_channels(channels: Iterable[str]) -> None:
     """A ``file://`` channel that is not a directory is reported by name before any solve starts."""
     for url in channels:
         if url.startswith("file://"):
-            path = Path(url2pathname(urlsplit(url).path))
+            # urllib.request.url2pathname on POSIX (CPython 3.11 Lib/urllib/request.py) without loading http.client
+            path = Path(unquote(urlsplit(url).path))
             if not path.is_dir():
                 raise OperationError(f"channel {url} cannot be reached: {path} is not a directory",
                                      hint="fix the channel path in pixi.toml (paths are relative to it)")

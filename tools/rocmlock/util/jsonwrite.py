@@ -21,14 +21,15 @@ class _Fallback(Exception):
 
 
 def dumps_indented(data: Any, indent: int = 2) -> str:
-    """``json.dumps(data, indent=indent)``."""
+    """``json.dumps(data, indent=indent)``. A dict that appears several times at one depth (a package entry every
+    GPU environment shares) is encoded once."""
     try:
-        return _encode(data, "\n", " " * indent)
+        return _encode(data, "\n", " " * indent, {})
     except _Fallback:
         return json.dumps(data, indent=indent)
 
 
-def _encode(value: Any, newline: str, step: str) -> str:
+def _encode(value: Any, newline: str, step: str, seen: dict[tuple[int, int], str]) -> str:
     kind = type(value)
     if kind is str:
         return encode_basestring_ascii(value)
@@ -44,12 +45,16 @@ def _encode(value: Any, newline: str, step: str) -> str:
     if kind is dict:
         if not value:
             return "{}"
+        done = seen.get((id(value), len(newline)))  # the dict is alive (in ``data``) for the whole call
+        if done is not None:
+            return done
         parts = []
         for key, item in value.items():
             if type(key) is not str:
                 raise _Fallback
-            parts.append(f"{encode_basestring_ascii(key)}: {_encode(item, inner, step)}")
-        return f"{{{inner}{(',' + inner).join(parts)}{newline}}}"
+            parts.append(f"{encode_basestring_ascii(key)}: {_encode(item, inner, step, seen)}")
+        done = seen[(id(value), len(newline))] = f"{{{inner}{(',' + inner).join(parts)}{newline}}}"
+        return done
     if kind is list or kind is tuple:
         if not value:
             return "[]"
@@ -57,6 +62,6 @@ def _encode(value: Any, newline: str, step: str) -> str:
         if all(type(item) is str for item in value):
             items = map(encode_basestring_ascii, value)
         else:
-            items = (_encode(item, inner, step) for item in value)
+            items = (_encode(item, inner, step, seen) for item in value)
         return f"[{inner}{(',' + inner).join(items)}{newline}]"
     raise _Fallback
