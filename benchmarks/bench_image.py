@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -68,11 +70,17 @@ def prepare(workdir: Path, big: int, mb: int) -> Path:
     return ws
 
 
-def timed(*cmds: list[str]) -> float:
+def timed(*cmds: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system of the commands, every thread) of ``cmds`` one after the other.
+
+    The CPU time does not move with the machine's load as the wall time does (2 shared cores here)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     for cmd in cmds:
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def main() -> int:
@@ -86,7 +94,8 @@ def main() -> int:
     manifest = str(ws / "pixi.toml")
     out = args.workdir / "out"
     rocmlock = [sys.executable, "-m", "rocmlock"]
-    floors, images = [], []
+    floors, images, floor_cpu, image_cpu = [], [], [], []
+    load = os.getloadavg()[0]
     for run in range(args.runs + 1):  # the first run of each warms rattler's package cache and is not counted
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
@@ -95,14 +104,19 @@ def main() -> int:
         image = timed([*rocmlock, "image", "--manifest-path", manifest, "-e", "default", "--no-base",
                        "-o", str(out / "image")])
         if run:
-            floors.append(floor)
-            images.append(image)
+            floors.append(floor[0])
+            images.append(image[0])
+            floor_cpu.append(floor[1])
+            image_cpu.append(image[1])
     size = sum(p.stat().st_size for p in (out / "env").rglob("*") if p.is_file()) / 1e6
     layer = max(p.stat().st_size for p in (out / "image/blobs/sha256").iterdir()) / 1e6
     floor, image = statistics.median(floors), statistics.median(images)
     print(f"environment: {args.big + 4} packages, {size:.0f} MB installed; image layer {layer:.0f} MB (gzip)")
     print(f"install + tar: {floor:.2f} s   image: {image:.2f} s   ratio {image / floor:.2f} "
           f"(target <= {TARGET_RATIO}) [{args.runs} runs]")
+    fc, ic = statistics.median(floor_cpu), statistics.median(image_cpu)
+    print(f"CPU (user + system): install + tar {fc:.2f} s   image {ic:.2f} s   ratio {ic / fc:.2f}; "
+          f"load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
     shutil.rmtree(out, ignore_errors=True)
     return 0 if image / floor <= TARGET_RATIO else 1
 

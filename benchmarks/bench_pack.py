@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -66,8 +67,8 @@ def workspace(root: Path, url: str, names: list[str]) -> Path:
     return root
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MiB) of ``cmd`` in a fresh process."""
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS in MiB, CPU seconds: user + system) of ``cmd`` in a fresh process."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -75,16 +76,20 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, flo
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise SystemExit(f"{cmd[2:4]} failed with exit code {proc.returncode}")
-    return elapsed, usage.ru_maxrss / 1024
+    return elapsed, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
-def floor(files: list[Path], dest: Path) -> float:
+def floor(files: list[Path], dest: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of ``sha256sum`` then ``cp`` of ``files``."""
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(["sha256sum", *map(str, files)], check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["cp", *map(str, files), str(dest)], check=True)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def main() -> int:
@@ -106,7 +111,8 @@ def main() -> int:
     auth.write_text(json.dumps({"127.0.0.1": {"BasicHTTP": {"username": USER, "password": PASSWORD}}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONDA_", "PIXI_", "RATTLER_"))}
     env["RATTLER_AUTH_FILE"] = str(auth)
-    floors, packs, rss = [], [], []
+    floors, packs, rss, floor_cpu, pack_cpu = [], [], [], [], []
+    load = os.getloadavg()[0]
     with serving(channel, "bench", USER, PASSWORD) as url:
         ws = workspace(work / "ws", url, names)
         (ws / "pixi.lock").unlink(missing_ok=True)
@@ -115,11 +121,14 @@ def main() -> int:
         out = work / "out" / "bench.tar"
         out.parent.mkdir(exist_ok=True)
         for _ in range(args.runs):
-            floors.append(floor(files, work / "floor"))
-            wall, peak = timed([sys.executable, "-m", "rocmlock", "pack", "--manifest-path", str(ws / "pixi.toml"),
+            wall, cpu = floor(files, work / "floor")
+            floors.append(wall)
+            floor_cpu.append(cpu)
+            wall, peak, cpu = timed([sys.executable, "-m", "rocmlock", "pack", "--manifest-path", str(ws / "pixi.toml"),
                                 "-e", "default", "-o", str(out)], env)
             packs.append(wall)
             rss.append(peak)
+            pack_cpu.append(cpu)
     mb = total / 1e6
     f, p = statistics.median(floors), statistics.median(packs)
     print(f"{len(files)} packages, {mb:.1f} MB; median of {args.runs} runs")
@@ -127,6 +136,9 @@ def main() -> int:
     print(f"rocmlock pack (HTTP, 127.0.0.1):  {p:6.2f} s  {mb / p:7.1f} MB/s")
     print(f"ratio pack / floor: {p / f:.2f} (target <= {TARGET_RATIO}); bundle {out.stat().st_size / 1e6:.1f} MB")
     print(f"peak RSS of rocmlock pack: {max(rss):.0f} MiB")
+    fc, pc = statistics.median(floor_cpu), statistics.median(pack_cpu)
+    print(f"CPU (user + system): floor {fc:.2f} s   pack {pc:.2f} s (the server's not counted)   ratio {pc / fc:.2f}; "
+          f"load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -35,7 +35,8 @@ def _no_build_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two environments: ``probed`` has rocm-env-check (the probe at share/rocm-env-check/verify_env.py, as
-    recipes/rocm-env-check installs it), ``plain`` has not."""
+    recipes/rocm-env-check installs it), ``plain`` has not. ``plus`` is declared by three features (one in a
+    target table): pixi-sbom lists them sorted by name in ``pixi:declared-in``."""
     from channels import Pkg, build_channel
 
     root = tmp_path_factory.mktemp("sbom")
@@ -49,8 +50,10 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "ws").mkdir()
     (root / "ws/pixi.toml").write_text(
         f'[workspace]\nname = "sbom-test"\nchannels = ["{channel.as_uri()}"]\nplatforms = ["linux-64"]\n'
-        '[dependencies]\nepoch = "*"\n[feature.probe.dependencies]\nrocm-env-check = "*"\n'
-        '[environments]\nprobed = ["probe"]\nplain = []\n')
+        '[dependencies]\nepoch = "*"\nplus = "*"\n[feature.probe.dependencies]\nrocm-env-check = "*"\n'
+        '[feature.probe.target.linux-64.dependencies]\nplus = ">=2"\n'
+        '[feature.alpha.dependencies]\nplus = "*"\n'
+        '[environments]\nprobed = ["probe", "alpha"]\nplain = []\n')
     assert main(["lock", "--manifest-path", str(root / "ws/pixi.toml")]) == 0
     return root / "ws"
 
@@ -132,13 +135,13 @@ def test_the_sbom_is_the_environments_as_pixi_sbom_writes_it_and_its_label_names
         "pkg:conda/plus@2.5.1%2Brocm7.2?build=py312_h1_0&channel=ch%252Bx&subdir=linux-64&type=conda",
         "pkg:conda/epoch@1!2.0?build=h_0&channel=ch%252Bx&subdir=linux-64&type=conda",
         "pkg:conda/rocm-env-check@0.1.0?build=0&channel=ch%252Bx&subdir=noarch&type=conda"}
-    for mine, its in zip(ours["components"], theirs["components"], strict=True):
-        # pixi-sbom's properties from the manifest (pixi:direct, pixi:declared-in) are not ours; the rest agree
-        assert {(p["name"], p["value"]) for p in mine["properties"]} <= \
-            {(p["name"], p["value"]) for p in its["properties"]}
-    edges = [d for d in ours["dependencies"] if d["ref"] != "root"]
-    assert edges == [d for d in theirs["dependencies"] if d["ref"] != "root"]
-    assert any(d["dependsOn"] for d in edges)
+    # The pixi:* properties, pixi:direct and pixi:declared-in (from pixi.toml) included, and the dependency graph
+    assert [c["properties"] for c in ours["components"]] == [c["properties"] for c in theirs["components"]]
+    assert ours["dependencies"] == theirs["dependencies"]
+    declared = {c["name"]: p["value"] for c in ours["components"] for p in c["properties"]
+                if p["name"] == "pixi:declared-in"}
+    assert declared == {"epoch": "default", "plus": "alpha,default,probe", "rocm-env-check": "probe"}
+    assert any(d["dependsOn"] for d in ours["dependencies"] if d["ref"] != "root")
 
 
 def test_two_builds_are_one_digest_and_the_date_moves_the_sbom_with_the_image(ws: Path, built: Path, tmp_path: Path,

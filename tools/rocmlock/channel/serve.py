@@ -128,12 +128,22 @@ class ChannelHandler(SimpleHTTPRequestHandler):
         self.end_headers()
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5 (TCPServer.request_queue_size, docs.python.org/3/library/
+    # socketserver.html): a client opening more connections at once than the accepting thread takes in time
+    # (pack fetches 8 packages at once) has its SYNs dropped and waits for TCP's retransmission one second later
+    # (RFC 6298's initial RTO), which was most of a pack benchmark's time on a loaded machine (issue 43). nginx
+    # listens with 511 on Linux (nginx.org/en/docs/http/ngx_http_core_module.html#listen); the kernel caps it
+    # at net.core.somaxconn.
+    request_queue_size = 128
+
+
 def make_server(root: Path, channel: str, user: str, password: str, port: int = 0,
                 path_token: str | None = None) -> ThreadingHTTPServer:
     """A server on 127.0.0.1 (``port`` 0: a free one) for ``root`` as ``/<channel>`` (or ``/t/<token>/<channel>``)."""
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     handler = partial(ChannelHandler, root=root.resolve(), channel=channel, token=token, path_token=path_token)
-    return ThreadingHTTPServer(("127.0.0.1", port), handler)
+    return _Server(("127.0.0.1", port), handler)
 
 
 def main(argv: list[str] | None = None) -> int:

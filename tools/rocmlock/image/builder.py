@@ -280,6 +280,27 @@ def _activation_inputs(manifest: Path | None, lock_path: Path, environment: str,
                             environment_activation(ws, environment, selected.platform.name))
 
 
+def _declared(manifest: Path | None, environment: str, platform: str) -> dict[str, list[str]]:
+    """The conda packages the manifest declares for ``environment`` on ``platform`` (its merged dependencies),
+    each with the features whose tables name it (a target's too), sorted by name as pixi-sbom 1.15 lists them
+    (``pixi:direct``/``pixi:declared-in``: ``abc,default``); nothing without a manifest."""
+    from rocmlock.workspace.manifest import load_workspace
+
+    if manifest is None:
+        return {}
+    ws = load_workspace(manifest)
+    env = ws.environment(environment)
+    plat = next((p for p in env.platforms if p.name == platform), None)
+    direct = {d.name.lower() for d in env.dependencies_for(plat)} if plat is not None else set()
+    out: dict[str, list[str]] = {}
+    for name in sorted(env.features):
+        feature = ws.features[name]
+        tables = [feature.dependencies, *(deps for _, deps in feature.target_dependencies)]
+        for dep in sorted({d.name.lower() for deps in tables for d in deps} & direct):
+            out.setdefault(dep, []).append(name)
+    return out
+
+
 def _check_base_choice(base_ref: str | None, no_base: bool) -> None:
     if base_ref is None and not no_base:
         raise InputError("rocmlock image: no --base: the image would hold the environment alone, without a system "
@@ -344,7 +365,8 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
         inputs = _activation_inputs(manifest, lock_path, environment, selected, staged, prefix)
         document = sbom.document(selected.records, root_name=inputs.project, environment=environment,
                                  platform=selected.platform.name, lock_name=lock_path.name,
-                                 lock_sha256=lock_sha256, prefix=prefix, created=created, tool_version=__version__)
+                                 lock_sha256=lock_sha256, prefix=prefix, created=created, tool_version=__version__,
+                                 declared=_declared(manifest, environment, selected.platform.name))
         tools = add_tool_files(stage, prefix, inputs, document)
         layout = work / "layout"
         blobs = oci.start_layout(layout)

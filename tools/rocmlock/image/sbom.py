@@ -14,10 +14,12 @@ aesir-oss/pixi-sbom src/format/cyclonedx.rs, src/format/mod.rs, src/purl.rs), an
   segment of its URL), ``supplier`` the channel, ``hashes`` SHA-256 and MD5, a ``distribution`` reference to the
   package's URL, ``pixi:*`` properties of the record (build, build number, channel, file name, noarch, size,
   subdir, kind);
-- ``dependencies``: each package's ``depends`` that name a package of the environment.
+- ``dependencies``: each package's ``depends`` that name a package of the environment; the root's are the
+  packages the manifest declares (``pixi:direct`` true, ``pixi:declared-in`` the features whose tables declare
+  them, comma separated) and those no other package needs (pixi-sbom 0.9.0's notes: "root edges are the declared
+  set ∪ graph roots").
 
-Left out: what pixi-sbom reads from the manifest (``pixi:direct``, ``pixi:declared-in``, the root's direct
-dependencies: here the root depends on the packages no other package needs), its CPE for python, and SPDX
+Left out: the root's version, authors and URLs of the manifest, pixi-sbom's CPE for python, and SPDX
 normalisation of licenses (pixi-sbom carries the SPDX license list; here the declared license is a license
 ``name``, as the lock has it). Only conda packages are in the image (PyPI and source packages are left out, as
 ``install`` leaves them out), so only they are in its SBOM.
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rattler import PackageName, RepoDataRecord
@@ -79,11 +81,12 @@ def _noarch(record: RepoDataRecord) -> bool:
     return bool(kind.python or kind.generic)
 
 
-def _component(record: RepoDataRecord, ref: str) -> dict[str, Any]:
+def _component(record: RepoDataRecord, ref: str, declared_in: Sequence[str]) -> dict[str, Any]:
     channel = redact_url(record.channel or "")
     name = channel_name(channel)
     props = {"pixi:build": str(record.build), "pixi:build-number": str(record.build_number),
-             "pixi:channel": name, "pixi:channel-url": channel, "pixi:file-name": record.file_name,
+             "pixi:channel": name, "pixi:channel-url": channel, "pixi:declared-in": ",".join(declared_in),
+             "pixi:direct": "true" if declared_in else "", "pixi:file-name": record.file_name,
              "pixi:noarch": "true" if _noarch(record) else "", "pixi:size": str(record.size or ""),
              "pixi:subdir": record.subdir}
     component: dict[str, Any] = {"type": "library", "bom-ref": ref, "name": record.name.source,
@@ -113,8 +116,11 @@ def _dependency_name(spec: str) -> str:
 
 
 def document(records: Sequence[RepoDataRecord], *, root_name: str, environment: str, platform: str,
-             lock_name: str, lock_sha256: str, prefix: str, created: str, tool_version: str) -> bytes:
-    """The CycloneDX JSON of ``records`` (pretty-printed as pixi-sbom prints it, ASCII, with a final newline)."""
+             lock_name: str, lock_sha256: str, prefix: str, created: str, tool_version: str,
+             declared: Mapping[str, Sequence[str]] | None = None) -> bytes:
+    """The CycloneDX JSON of ``records`` (pretty-printed as pixi-sbom prints it, ASCII, with a final newline).
+    ``declared``: the normalised names the manifest declares for this environment, each with its features."""
+    declared = declared or {}
     ordered = sorted(records, key=lambda r: (r.name.normalized, purl(r)))
     refs = {r.name.normalized: purl(r) for r in ordered}
     edges = {refs[r.name.normalized]: sorted({refs[n] for n in map(_dependency_name, r.depends)
@@ -140,8 +146,9 @@ def document(records: Sequence[RepoDataRecord], *, root_name: str, environment: 
                            {"name": "rocmlock:lock-sha256", "value": lock_sha256},
                            {"name": "rocmlock:prefix", "value": prefix}],
         },
-        "components": [_component(r, refs[r.name.normalized]) for r in ordered],
-        "dependencies": [{"ref": "root", "dependsOn": sorted(set(refs.values()) - needed)},
+        "components": [_component(r, refs[r.name.normalized], declared.get(r.name.normalized, ())) for r in ordered],
+        "dependencies": [{"ref": "root", "dependsOn": sorted((set(refs.values()) - needed) |
+                                                              {refs[n] for n in declared if n in refs})},
                          *({"ref": ref, "dependsOn": deps} for ref, deps in edges.items())],
     }
     return (json.dumps(bom, indent=2, ensure_ascii=True) + "\n").encode()
