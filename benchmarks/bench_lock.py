@@ -165,7 +165,10 @@ def run_lock(ws: Path, cache: Path) -> float:
 def _env() -> dict[str, str]:
     import os
 
-    return {k: v for k, v in os.environ.items() if not k.startswith(("CONDA_", "PIXI_", "RATTLER_"))}
+    # PYTHONDONTWRITEBYTECODE would keep the warm-up run from writing the .pyc files: every timed run would then
+    # compile the modules changed since (a tree under test) or all of them (an unpacked tree) from source.
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("CONDA_", "PIXI_", "RATTLER_")) and k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def outputs(ws: Path) -> dict[str, bytes]:

@@ -156,3 +156,14 @@ def test_the_reasons_name_the_spec_its_source_and_each_extra_package(tmp_path: P
     assert records_unsat(env, gpu, [record("a"), record("b"), record("c")]) == \
         "locked package(s) no longer needed: b, c"
     assert records_unsat(env, gpu, [record("a", depends=("d",))]) == "'d' (from a) has no matching locked package"
+
+
+def test_answers_remembered_across_solves_are_each_records_own(tmp_path: Path) -> None:
+    """_check_solved (rocmlock.lock.pipeline) shares one ``matched`` memo across the solves of a lock: a spec met
+    by one solve's record is asked again of another's."""
+    env, gpu = env_of(tmp_path, 'a = "*"\n')
+    matched: dict[tuple[str, int], bool] = {}
+    first, second = [record("a", depends=("b 1.*",)), record("b", "1")], [record("a", depends=("b 1.*",)),
+                                                                          record("b", "2")]  # both alive
+    assert records_unsat(env, gpu, first, matched) is None
+    assert records_unsat(env, gpu, second, matched) == "locked b 2 0 does not match 'b 1.*' (from a)"

@@ -206,8 +206,20 @@ def diff_locks(old: LockPackages | None, new: LockPackages, explicit: Explicit |
 
 
 def diff_json(diff: LockDiff) -> dict[str, Any]:
-    """pixi's ``LockFileJsonDiff``: ``{"version": 1, "environment": ...}``."""
-    return {"version": 1, "environment": {env: {plat: [c.to_json() for c in rows] for plat, rows in plats.items()}
+    """pixi's ``LockFileJsonDiff``: ``{"version": 1, "environment": ...}``. The row of a package added to several
+    environments and platforms is one object (to be read, not changed), so a writer may encode it once."""
+    added: dict[tuple[int, bool], dict[str, Any]] = {}
+
+    def row(change: PackageChange) -> dict[str, Any]:
+        if change.before is not None or change.after is None:
+            return change.to_json()
+        key = (id(change.after.entry), change.explicit)  # the entries live in ``diff``
+        found = added.get(key)
+        if found is None:
+            found = added[key] = change.to_json()
+        return found
+
+    return {"version": 1, "environment": {env: {plat: [row(c) for c in rows] for plat, rows in plats.items()}
                                           for env, plats in diff.items()}}
 
 

@@ -173,9 +173,10 @@ def _shared(shared: dict[str, RepoDataRecord], record: RepoDataRecord) -> RepoDa
 def _check_solved(envs: list[Environment], solved: dict[SolveKey, list[RepoDataRecord]]) -> None:
     """Every fresh solve must pass pixi's own check, or pixi would refuse the lock we write."""
     by_name = {e.name: e for e in envs}
+    matched: dict[tuple[str, int], bool] = {}  # the solves share their records (_solve): each match asked once
     for (env_name, plat_name), records in sorted(solved.items()):
         env = by_name[env_name]
-        reason = records_unsat(env, env.platform(plat_name), records)
+        reason = records_unsat(env, env.platform(plat_name), records, matched)
         if reason is not None:
             raise OperationError(
                 f"the solve of environment '{env_name}' on platform '{plat_name}' is one pixi would reject: {reason}",

@@ -145,11 +145,13 @@ def platform_unsat(env: Environment, platform: Platform, locked: LockedWorkspace
     return records_unsat(env, platform, records)
 
 
-def records_unsat(env: Environment, platform: Platform, records: Sequence[RepoDataRecord]) -> str | None:
+def records_unsat(env: Environment, platform: Platform, records: Sequence[RepoDataRecord],
+                  matched: dict[tuple[str, int], bool] | None = None) -> str | None:
     """Why ``records`` would not satisfy ``env`` on ``platform`` by pixi's package rules, or None.
 
     Also run on every fresh solve: rocmlock's solve offers ``__amdgpu``/``__amdgpu_arch`` for an environment's GPU
-    target on a platform that does not declare them, which pixi's check does not see.
+    target on a platform that does not declare them, which pixi's check does not see. ``matched`` remembers each
+    (spec, record) answer for the caller's next call, while the records live (the GPU environments share most).
     """
     specs = [d.matchspec() for d in env.dependencies_for(platform)]
     for constraint in env.constraints_for(platform):  # pixi: PlatformUnsat::ConstraintViolated
@@ -159,11 +161,11 @@ def records_unsat(env: Environment, platform: Platform, records: Sequence[RepoDa
             return f"locked {record.name.normalized} {record.version} {record.build} violates constraint " \
                    f"'{constraint.matchspec()}'"
     return _records_unsat(specs, records, pixi_virtual_packages(platform.declared_virtual_packages()),
-                          platform.subdir)
+                          platform.subdir, {} if matched is None else matched)
 
 
 def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
-                   vps: Sequence[VirtualPackage], subdir: str) -> str | None:
+                   vps: Sequence[VirtualPackage], subdir: str, matched: dict[tuple[str, int], bool]) -> str | None:
     by_name = {view(r).name: r for r in records}
     virtual = _virtual_records(vps, subdir)
 
@@ -186,7 +188,10 @@ def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
             if vrec is not None and spec.matches(vrec):
                 continue
             return f"'{text}' (from {source}) has no matching locked package"
-        if not spec.matches(record):
+        ok = matched.get((text, id(record)))
+        if ok is None:
+            ok = matched[(text, id(record))] = spec.matches(record)
+        if not ok:
             return f"locked {name} {record.version} {record.build} does not match '{text}' (from {source})"
         if name in visited:
             continue

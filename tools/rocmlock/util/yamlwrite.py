@@ -80,13 +80,16 @@ def _mapping(data: Mapping[str, Any], indent: str, out: list[str], first_prefix:
             raise _Fallback
         lead = first_prefix if i == 0 and first_prefix is not None else indent
         head = f"{lead}{_scalar(key, key=True)}:"
-        if isinstance(value, Mapping):
+        kind = type(value)
+        if kind is str:  # the common case first, without an ABC check
+            out.append(f"{head} {_scalar(value)}")
+        elif kind is dict or (kind is not list and isinstance(value, Mapping)):
             if not value:
                 out.append(f"{head} {{}}")
                 continue
             out.append(head)
             _mapping(value, indent + "  ", out)
-        elif isinstance(value, list):
+        elif kind is list or isinstance(value, list):
             if not value:
                 out.append(f"{head} []")
                 continue
@@ -98,7 +101,9 @@ def _mapping(data: Mapping[str, Any], indent: str, out: list[str], first_prefix:
 
 def _sequence(items: list[Any], indent: str, out: list[str]) -> None:
     for item in items:
-        if isinstance(item, Mapping) and item:
+        if type(item) is str:
+            out.append(f"{indent}- {_scalar(item)}")
+        elif isinstance(item, Mapping) and item:
             _mapping(item, indent + "  ", out, first_prefix=f"{indent}- ")
         elif isinstance(item, (Mapping, list)):
             raise _Fallback
