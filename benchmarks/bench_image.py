@@ -6,9 +6,11 @@ few small ones, assembled with py-rattler-build; a workspace whose environment d
 ``rocmlock lock``. Then, alternating, each in a fresh process with rattler's package cache warm for both:
 
 - the floor: ``python -m rocmlock install -e default --prefix P`` then ``tar -cf`` of P (GNU tar, uncompressed);
-- ``python -m rocmlock image -e default -o DIR`` (install into a stage, gzip'd reproducible layer, OCI layout).
+- ``python -m rocmlock image -e default --no-base -o DIR`` (install into a stage, gzip'd reproducible layer, OCI
+  layout).
 
-Medians of --runs; the target is image within 2x of the floor (issue 37).
+Medians of --runs, wall and CPU (user + system, which the machine's load moves much less); the target is image
+within 2x of the floor (issue 37).
 
     python benchmarks/bench_image.py --runs 5
 """
