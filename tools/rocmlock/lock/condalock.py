@@ -63,7 +63,7 @@ def _solutions(platforms: Sequence[LockedPlatform], records: Mapping[str, Sequen
         if plat.name in records:
             by_subdir.setdefault(plat.subdir, []).append(plat)
     for plats in by_subdir.values():
-        if len({_pins(records[p.name]) for p in plats}) > 1:
+        if len(plats) > 1 and len({_pins(records[p.name]) for p in plats}) > 1:
             return None
     if any(view(r).md5 is None for p in platforms if p.name in records for r in records[p.name]):
         return None

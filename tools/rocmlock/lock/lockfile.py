@@ -238,10 +238,11 @@ def _clean_records(records: Sequence[RepoDataRecord], path: Path, where: str) ->
     return [redact_record(r) for r in records]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RecordView:
     """The strings of a record that the exports and checks read (issue 40: each read from rattler once per lock,
-    not once per reader: a name alone was read 15 times a record). ``problem``: :func:`record_problem`'s answer."""
+    not once per reader: a name alone was read 15 times a record). ``problem``: :func:`record_problem`'s answer.
+    Compared and hashed by identity: one view per record and run, a cheap key for what is built from it."""
 
     name: str
     version: str
