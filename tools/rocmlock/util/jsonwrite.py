@@ -52,7 +52,8 @@ def _encode(value: Any, newline: str, step: str, seen: dict[tuple[int, int], str
         for key, item in value.items():
             if type(key) is not str:
                 raise _Fallback
-            parts.append(f"{encode_basestring_ascii(key)}: {_encode(item, inner, step, seen)}")
+            text = encode_basestring_ascii(item) if type(item) is str else _encode(item, inner, step, seen)
+            parts.append(f"{encode_basestring_ascii(key)}: {text}")
         done = seen[(id(value), len(newline))] = f"{{{inner}{(',' + inner).join(parts)}{newline}}}"
         return done
     if kind is list or kind is tuple:
