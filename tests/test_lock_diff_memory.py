@@ -146,3 +146,24 @@ def test_a_url_with_a_secret_in_a_record_is_masked_alike(sandbox: Path, served: 
     locked, text, printed = _lock(ws, monkeypatch)
     assert "sig=abc" in text and "sig=abc" not in json.dumps(printed) and "pw@" not in json.dumps(printed)
     _same(locked, text, printed)
+
+
+@pytest.mark.parametrize("flag", ["", "--json"])
+def test_the_diff_is_built_only_to_be_printed(sandbox: Path, served: tuple[Path, str], flag: str) -> None:
+    """A plain `rocmlock lock` prints no diff, so it builds none (rocmlock.lock.result.LockResult.diff is lazy)."""
+    import os
+    import subprocess
+    import sys
+
+    channel, _ = served
+    ws = sandbox / "ws"
+    ws.mkdir()
+    (ws / "pixi.toml").write_text(MANIFEST.replace('"./channel"', f'"{channel}"'))
+    code = ("import sys; from rocmlock.cli.main import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
+            "    print('DIFF-BUILT' if 'rocmlock.lock.lockentry' in sys.modules else 'NO-DIFF', file=sys.stderr)")
+    args = ["lock", "--manifest-path", str(ws / "pixi.toml"), *([flag] if flag else [])]
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=False,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == ("DIFF-BUILT" if flag else "NO-DIFF")
+    assert ('"environment"' in out.stdout) is bool(flag)
