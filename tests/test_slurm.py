@@ -55,13 +55,16 @@ export PATH="$root/bin:$PATH" ROCM_PATH="$root/opt/rocm"
 exec {python} "$@" --root "$root" --device cpu --only host --only tools --only rocm --only bench
 """
 
-# A throttled GPU: every matmul of this node takes a quarter of a second longer (the probe measures wall time).
+# A throttled GPU: every matmul of this node takes 20 times as long as it did, plus 50 ms (the probe measures wall
+# time). A slowdown in proportion holds on a loaded machine, where a fixed delay was lost in the others' slowdown.
 SLOW = """import time
 import torch
 _matmul = torch.Tensor.__matmul__
 def _throttled(self, other):
-    time.sleep(0.25)
-    return _matmul(self, other)
+    start = time.perf_counter()
+    out = _matmul(self, other)
+    time.sleep(0.05 + 19 * (time.perf_counter() - start))
+    return out
 torch.Tensor.__matmul__ = _throttled
 """
 
