@@ -252,7 +252,10 @@ def change_type(change: PackageChange) -> str:
         a, b = Version(old.version), Version(new.version)
     except Exception:  # noqa: BLE001  # rattler raises its own error types for a version it cannot parse
         return "Other"
-    first = next(i for i, (x, y) in enumerate(zip_longest(a.segments(), b.segments(), fillvalue=[0])) if x != y)
+    # No segment differs where the versions differ only in spelling (1.0 -> 1.0.0, equal as versions): "Other".
+    # (pixi-diff-to-markdown 0.3.10 stops there on `assert False, "padded_vars is not empty"`.)
+    padded = zip_longest(a.segments(), b.segments(), fillvalue=[0])
+    first = next((i for i, (x, y) in enumerate(padded) if x != y), 3)
     level = ("Major", "Minor", "Patch")[first] if first < 3 else None
     return f"{level} {'Downgrade' if a > b else 'Upgrade'}" if level else "Other"
 

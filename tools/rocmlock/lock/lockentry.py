@@ -92,7 +92,7 @@ def conda_entry(record: RepoDataRecord) -> LockedEntry | None:
         location, derived_subdir, derived_channel = url[len("file://"):], None, None
     elif url.startswith(("http://", "https://")):
         parent = url.rsplit("/", 2)
-        if len(parent) != 3 or "/" not in parent[0].split("://", 1)[1]:
+        if len(parent) != 3 or "/" not in parent[0].partition("://")[2]:  # a URL at the host's root: no channel
             return None
         location, derived_subdir, derived_channel = url, parent[1] if _is_platform(parent[1]) else None, \
             parent[0] + "/"
