@@ -234,3 +234,107 @@ def test_a_record_of_a_shape_not_built_falls_back_to_the_text(url: str) -> None:
     assert conda_entry(RepoDataRecord(record, "a-1.0-h0_0.conda", url, CH + "/")) is None
     locked = _workspace([RepoDataRecord(record, "a-1.0-h0_0.conda", url, CH + "/")])
     assert memory_lock_packages(locked) is None
+
+
+def test_a_key_null_on_one_side_is_a_change_not_an_equal_key() -> None:
+    # pixi's compute_json_diff compares values, and a key missing from one side is not a key holding null there
+    old = yaml.safe_load(_lock_text({"e": {"linux-64": [("a", "1.0", "h0_0")]}}))
+    new = yaml.safe_load(_lock_text({"e": {"linux-64": [("a", "1.1", "h0_0")]}}))
+    old["packages"][0]["license_family"] = None  # null before, absent after
+    new["packages"][0]["md5"] = None  # null after, its md5 before
+    new["packages"][0]["size"] = None  # null after, absent before
+    diff = diff_locks(lock_packages(yaml.safe_dump(old), "old"), lock_packages(yaml.safe_dump(new), "new"))
+    (row,) = diff_json(diff)["environment"]["e"]["linux-64"]
+    assert row["before"] == {"conda": f"{FORGE}/a-1.0-h0_0.conda", "md5": "2" * 32, "license_family": None}
+    assert row["after"] == {"conda": f"{FORGE}/a-1.1-h0_0.conda", "md5": None, "size": None,
+                            "license_family": None}
+
+
+def test_packages_of_a_removed_platform_or_environment_keep_their_explicit_mark() -> None:
+    old = lock_packages(_lock_text({"e": {"linux-64": [("a", "1.0", "h0_0")], "osx-64": [("a", "1.0", "h0_0")]},
+                                    "gone": {"linux-64": [("a", "1.0", "h0_0")]}}), "old")
+    new = lock_packages(_lock_text({"e": {"linux-64": [("a", "1.0", "h0_0"), ("b", "1.0", "h0_0")]}}), "new")
+    marked = {("e", "osx-64", "conda", "a"), ("gone", "linux-64", "conda", "a"), ("e", "linux-64", "conda", "b")}
+    data = diff_json(diff_locks(old, new, lambda env, plat, kind, name: (env, plat, kind, name) in marked))
+    assert data["environment"]["e"]["osx-64"][0]["explicit"] is True  # a removed platform
+    assert data["environment"]["gone"]["linux-64"][0]["explicit"] is True  # a removed environment
+    assert data["environment"]["e"]["linux-64"][0]["explicit"] is True  # an added package
+
+
+def test_a_lock_with_an_anchor_or_bad_yaml_is_refused_naming_it() -> None:
+    with pytest.raises(InputError) as exc:
+        lock_packages("version: 7\nenvironments: &a {}\npackages: []\n", "anchored.lock")
+    assert str(exc.value).startswith("anchored.lock") and "anchor" in str(exc.value)
+    bad = "version: 7\nenvironments: {e: {\n"
+    with pytest.raises(InputError) as exc:
+        lock_packages(bad, "x.lock")
+    try:
+        yaml.safe_load(bad)
+    except yaml.YAMLError as error:
+        first = str(error).splitlines()[0]
+    assert str(exc.value) == f"x.lock: invalid YAML ({first}); not a pixi.lock"
+
+
+def test_a_diff_of_exactly_ten_rows_is_not_folded_as_the_tool_does(tools: Path, tmp_path: Path) -> None:  # noqa: F811
+    old = _lock_text({"e": {"linux-64": [(f"lib{i}", "1.0", "h0_0") for i in range(10)]}})
+    new = yaml.safe_load(_lock_text({"e": {"linux-64": [(f"lib{i}", "1.1", "h0_0") for i in range(10)]
+                                                       + [("wheel", "2.0", "pypi")]}}))
+    new["environments"]["e"]["packages"]["linux-64"] = new["environments"]["e"]["packages"]["linux-64"][:10]
+    diff = diff_locks(lock_packages(old, "old"), lock_packages(yaml.safe_dump(new, sort_keys=False), "new"))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    theirs = _to_markdown(tools, json.dumps(diff_json(diff)), cwd, "--merge-dependencies", "no")
+    assert theirs == diff_markdown(diff) + "\n" and "<details" not in theirs
+
+
+def test_links_follow_the_tools_rules_for_other_hosts(tools: Path, tmp_path: Path) -> None:  # noqa: F811
+    old = yaml.safe_load(_lock_text({"e": {"linux-64": [("fast", "1.0", "h0_0"), ("idx", "1.0", "pypi")]}}))
+    new = yaml.safe_load(_lock_text({"e": {"linux-64": [("fast", "1.1", "h0_0"), ("idx", "1.1", "pypi")]}}))
+    moves = {"https://conda.anaconda.org/": "https://fast.prefix.dev/",
+             "https://files.pythonhosted.org/packages/": "https://pypi.example.org/files/"}
+
+    def move(value: str) -> str:
+        for a, b in moves.items():
+            value = value.replace(a, b)
+        return value
+
+    new["packages"] = [{k: move(v) if isinstance(v, str) else v for k, v in p.items()} for p in new["packages"]]
+    new["environments"]["e"]["packages"]["linux-64"] = [
+        {k: move(v) for k, v in ref.items()} for ref in new["environments"]["e"]["packages"]["linux-64"]]
+    diff = diff_locks(lock_packages(_lock_text({"e": {"linux-64": [("fast", "1.0", "h0_0"), ("idx", "1.0", "pypi")]}}),
+                                    "old"), lock_packages(yaml.safe_dump(new, sort_keys=False), "new"))
+    assert old  # the same packages before
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    theirs = _to_markdown(tools, json.dumps(diff_json(diff)), cwd, "--merge-dependencies", "no")
+    assert theirs == diff_markdown(diff) + "\n"
+    assert "|[fast](https://prefix.dev/channels/conda-forge/packages/fast)|" in theirs  # fast.prefix.dev links
+    assert "|idx|1.0|1.1|" in theirs  # a wheel from another index: no PyPI link
+
+
+def test_text_lines_of_a_wheel_have_no_build() -> None:
+    old = lock_packages(_lock_text({"e": {"linux-64": [("Wheel.Pkg", "1.0", "pypi")]}}), "old")
+    new = lock_packages(_lock_text({"e": {"linux-64": [("Wheel.Pkg", "1.1", "pypi")]}}), "new")
+    assert diff_text(diff_locks(old, new)) == ["e [linux-64]", "  ~ wheel_pkg 1.0 -> 1.1"]
+
+
+SHAPES_MORE = {
+    "channel without its slash": _record(f"{CH}/linux-64/a-1.0-h0_0.conda", channel=CH),
+    "channel of another path without its slash": _record(f"{CH}/linux-64/a-1.0-h0_0.conda",
+                                                         channel="https://other.example/m"),
+    "a secret in a dependency": _record(f"{CH}/linux-64/a-1.0-h0_0.conda",
+                                        depends=["b @ https://u:p@x.org/b-1.0-0.conda"]),
+    "a secret in a constraint": _record(f"{CH}/linux-64/a-1.0-h0_0.conda",
+                                        constrains=["b @ https://x.org/b-1.0-0.conda?sig=1"]),
+    "a percent in the channel path": _record(f"{CH}/x%20y/linux-64/a-1.0-h0_0.conda", channel=f"{CH}/x%20y/"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES_MORE))
+def test_more_entries_built_from_records_are_what_rattler_writes(shape: str) -> None:
+    locked = _workspace([SHAPES_MORE[shape]])
+    memory = memory_lock_packages(locked)
+    text = lock_packages(render_lockfile(locked), "pixi.lock")
+    assert memory is None or memory == text, shape
+    if "percent" not in shape:
+        assert memory is not None, shape

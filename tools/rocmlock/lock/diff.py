@@ -352,7 +352,7 @@ def diff_text(diff: LockDiff) -> list[str]:
         for plat, rows in plats.items():
             lines.append(f"{env} [{plat}]")
             for c in rows:
-                pin = [f"{p.version} {p.build}".rstrip() if p else "" for p in (c.before, c.after)]
+                pin = [f"{p.version} {p.build or ''}".rstrip() if p else "" for p in (c.before, c.after)]  # wheel: none
                 kind = "+" if c.before is None else "-" if c.after is None else "~"
                 text = {"+": pin[1], "-": pin[0], "~": f"{pin[0]} -> {pin[1]}"}[kind]
                 if kind == "~" and pin[0] == pin[1]:  # the same pin from another place (channel, port, mirror)
