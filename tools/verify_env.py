@@ -1584,6 +1584,12 @@ def _peak(ctx: Context) -> tuple[float, str]:
     return 0.0, ""
 
 
+def _significant(value: float) -> float:
+    """``value`` to 4 significant digits: a fleet's median compares nodes of any speed (3 decimals made a CPU's
+    0.0004 TFLOP/s a 0.0 that no outlier falls below)."""
+    return float(f"{value:.4g}")
+
+
 def _time_gemm(torch: Any, device: str, n: int, budget_s: float) -> float:
     """TFLOP/s of repeated bf16 n x n matmuls for about ``budget_s`` seconds."""
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
@@ -1612,15 +1618,15 @@ def check_bench(ctx: Context) -> Outcome:
     peak, source = _peak(ctx)
     if not peak:
         return ok(f"{tflops:.4g} TFLOP/s ({n}x{n} bf16) {_where(ctx)}; peak unknown (--peak-tflops)",
-                  tflops=round(tflops, 3))
+                  tflops=_significant(tflops))
     ratio = tflops / peak
     evidence = f"{tflops:.4g} TFLOP/s ({n}x{n} bf16) = {ratio:.0%} of {peak:g} ({source}) {_where(ctx)}"
     if ratio < ctx.min_ratio:
         return warn(evidence + f", below {ctx.min_ratio:.0%}",
                     "look for other processes on the GPU (`amd-smi process`), low clocks or power caps "
-                    "(`amd-smi metric`), and a torch without hipBLASLt", tflops=round(tflops, 3),
+                    "(`amd-smi metric`), and a torch without hipBLASLt", tflops=_significant(tflops),
                     ratio=round(ratio, 3))
-    return ok(evidence, tflops=round(tflops, 3), peak=peak, ratio=round(ratio, 3))
+    return ok(evidence, tflops=_significant(tflops), peak=peak, ratio=round(ratio, 3))
 
 
 # ----------------------------------------------------------------------------- --train
