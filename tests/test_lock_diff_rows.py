@@ -338,3 +338,17 @@ def test_more_entries_built_from_records_are_what_rattler_writes(shape: str) -> 
     assert memory is None or memory == text, shape
     if "percent" not in shape:
         assert memory is not None, shape
+
+
+def test_an_environment_with_pypi_pins_or_source_packages_is_read_from_the_text() -> None:
+    # The records in memory are conda packages only; a lock that also pins wheels or source packages is diffed
+    # from the text rattler rendered (else its PyPI rows would be missing from the diff).
+    from rocmlock.workspace.pypi import PypiPin
+
+    conda = [_record(f"{CH}/linux-64/a-1.0-h0_0.conda")]
+    plain = LockedEnvironment((CH,), {"linux-64": conda})
+    wheel = LockedEnvironment((CH,), {"linux-64": conda}, pypi={"linux-64": [PypiPin("w", "1.0", "0" * 64)]})
+    platforms = {"linux-64": LockedPlatform("linux-64", "linux-64", ())}
+    assert memory_lock_packages(LockedWorkspace(platforms, {"e": plain})) is not None
+    assert memory_lock_packages(LockedWorkspace(platforms, {"e": wheel})) is None
+    assert memory_lock_packages(LockedWorkspace(platforms, {"e": plain, "f": wheel})) is None
