@@ -288,7 +288,7 @@ def test_a_diff_of_exactly_ten_rows_is_not_folded_as_the_tool_does(tools: Path, 
 
 
 def test_links_follow_the_tools_rules_for_other_hosts(tools: Path, tmp_path: Path) -> None:  # noqa: F811
-    old = yaml.safe_load(_lock_text({"e": {"linux-64": [("fast", "1.0", "h0_0"), ("idx", "1.0", "pypi")]}}))
+    old = _lock_text({"e": {"linux-64": [("fast", "1.0", "h0_0"), ("idx", "1.0", "pypi")]}})
     new = yaml.safe_load(_lock_text({"e": {"linux-64": [("fast", "1.1", "h0_0"), ("idx", "1.1", "pypi")]}}))
     moves = {"https://conda.anaconda.org/": "https://fast.prefix.dev/",
              "https://files.pythonhosted.org/packages/": "https://pypi.example.org/files/"}
@@ -301,9 +301,7 @@ def test_links_follow_the_tools_rules_for_other_hosts(tools: Path, tmp_path: Pat
     new["packages"] = [{k: move(v) if isinstance(v, str) else v for k, v in p.items()} for p in new["packages"]]
     new["environments"]["e"]["packages"]["linux-64"] = [
         {k: move(v) for k, v in ref.items()} for ref in new["environments"]["e"]["packages"]["linux-64"]]
-    diff = diff_locks(lock_packages(_lock_text({"e": {"linux-64": [("fast", "1.0", "h0_0"), ("idx", "1.0", "pypi")]}}),
-                                    "old"), lock_packages(yaml.safe_dump(new, sort_keys=False), "new"))
-    assert old  # the same packages before
+    diff = diff_locks(lock_packages(old, "old"), lock_packages(yaml.safe_dump(new, sort_keys=False), "new"))
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     theirs = _to_markdown(tools, json.dumps(diff_json(diff)), cwd, "--merge-dependencies", "no")
