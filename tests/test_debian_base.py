@@ -163,3 +163,17 @@ def test_a_mirror_that_is_not_a_url_is_refused(fake: Path, monkeypatch: pytest.M
     monkeypatch.setenv("ROCMLOCK_DEBIAN_MIRROR", "--foreign")
     with pytest.raises(InputError, match="not an http"):
         debianbase.debian_base("debootstrap:bookworm", "amd64")
+
+
+def test_the_builder_knows_the_reference_without_importing_the_module() -> None:
+    """``rocmlock image`` imports rocmlock.image.debianbase only for a debootstrap base (issue 43, speed): its
+    spelling of the prefix is the module's, and an image with another base never loads it."""
+    import subprocess
+    import sys
+
+    from rocmlock.image import builder
+
+    assert builder.DEBOOTSTRAP == debianbase.PREFIX
+    code = ("import sys; import rocmlock.image.builder, rocmlock.cli.main; "
+            "sys.exit('rocmlock.image.debianbase' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

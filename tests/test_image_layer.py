@@ -1,6 +1,7 @@
 """The image layer writer (issue 43, speed): ``write_layer`` writes its tar stream itself, each file read straight
 into the compressor's chunks, and must give the very bytes it gave when Python's tarfile wrote the stream (the
-same digests for the same inputs: an image rebuilt by a newer rocmlock keeps its digest)."""
+same tar, so the same diff_id, for the same inputs); and the gzip writer stores what does not compress in
+deflate's stored blocks, written directly, in a stream GNU gzip reads."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import hashlib
 import io
 import os
 import random
+import shutil
 import struct
+import subprocess
 import tarfile
 import zlib
 from pathlib import Path
@@ -120,3 +123,23 @@ def test_writes_and_file_copies_in_any_pieces_give_the_reference_stream(tmp_path
         assert gz.copy_from(fh, 10) == 0  # at the file's end: fewer bytes than asked, none here
     assert buf.getvalue() == _reference_gzip(data)
     assert gzip.decompress(buf.getvalue()) == data
+
+
+@pytest.mark.parametrize("size", [1, 65_535, 65_536, MIB, 2 * MIB + 70_000])
+def test_random_bytes_are_stored_blocks_that_gnu_gzip_reads(tmp_path: Path, size: int) -> None:
+    """A chunk of random bytes costs only deflate's stored-block framing: 5 bytes for each 65,535 (RFC 1951
+    3.2.4), and GNU gzip, Python's gzip and zlib read the stream."""
+    data = random.Random(size).randbytes(size)
+    buf = io.BytesIO()
+    with ParallelGzip(buf) as gz:
+        gz.write(data)
+    out = buf.getvalue()
+    blocks = sum(-(-len(data[i:i + pgzip.CHUNK]) // 65_535) for i in range(0, size, pgzip.CHUNK))
+    assert len(out) == len(pgzip._HEADER) + 5 * blocks + size + 8
+    assert gzip.decompress(out) == data
+    (tmp_path / "layer.gz").write_bytes(out)
+    gnu = shutil.which("gzip")
+    assert gnu is not None, "GNU gzip (Debian's gzip package, essential) reads the layer here"
+    done = subprocess.run([gnu, "-dc", str(tmp_path / "layer.gz")], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == data

@@ -22,7 +22,8 @@ from typing import Protocol, Self
 
 CHUNK = 1 << 20
 _WINDOW = 32 << 10
-_PROBE = 64 << 10
+_PROBE = 16 << 10
+_STORED_MAX = 0xFFFF
 _HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no flags, mtime 0, no extra flags, OS unknown
 
 
@@ -32,12 +33,34 @@ class Sink(Protocol):
     def write(self, data: bytes, /) -> int: ...
 
 
-def _deflate(data: bytes | bytearray, zdict: bytes, level: int, last: bool) -> bytes:
-    # A chunk whose first 64 KiB do not shrink at level 1 (random bytes, or already compressed: ROCm 7's device
-    # code bundles are zstd) is stored (level 0): deflating it costs a core for nothing.
+def _incompressible(data: bytes | bytearray) -> bool:
+    """Whether ``data`` looks like random bytes (GPU code, or already compressed: ROCm 7's device code bundles are
+    zstd): its first 16 KiB do not shrink below 97 % at level 1 (0.2 ms; 64 KiB took 1.3 ms a chunk)."""
     sample = data[:_PROBE]
-    if level and sample and len(zlib.compress(sample, 1)) > 0.97 * len(sample):
-        level = 0
+    return len(zlib.compress(sample, 1)) > 0.97 * len(sample)
+
+
+def _stored(data: bytes | bytearray, last: bool) -> bytes:
+    """``data`` as deflate's stored blocks (RFC 1951 3.2.4: a header byte with BFINAL and BTYPE 00, then, byte
+    aligned, LEN and NLEN and the LEN bytes; at most 65,535 a block). Each chunk starts byte aligned (the previous
+    one ended with a sync flush or stored blocks) and ends so. zlib's level 0 writes the same kind of blocks, sized
+    by its buffers, after copying every byte through its window: 1.7 ms a MiB here against 0.1 ms."""
+    view = memoryview(data)
+    parts: list[bytes | memoryview] = []
+    for start in range(0, len(view), _STORED_MAX):
+        block = view[start:start + _STORED_MAX]
+        final = last and start + _STORED_MAX >= len(view)
+        parts += [struct.pack("<BHH", final, len(block), len(block) ^ 0xFFFF), block]
+    if last and not view:
+        parts.append(struct.pack("<BHH", 1, 0, 0xFFFF))  # an empty final block ends the stream
+    return b"".join(parts)
+
+
+def _deflate(data: bytes | bytearray, zdict: bytes, level: int, last: bool) -> bytes:
+    # A chunk that does not compress (random bytes, or already compressed) is stored: deflating it costs a core
+    # for nothing.
+    if level == 0 or (data and _incompressible(data)):
+        return _stored(data, last)
     comp = zlib.compressobj(level, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, zdict) if zdict else \
         zlib.compressobj(level, zlib.DEFLATED, -15, 9)
     return comp.compress(data) + comp.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
