@@ -22,6 +22,7 @@ import argparse
 import hashlib
 import json
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -214,10 +215,16 @@ def floor_jobs(ws: Path, out: Path) -> None:
                                 "virtual_packages": [list(v) for v in j.virtual_packages]} for j in jobs]))
 
 
-def _timed(argv: list[str], cache: Path, cwd: Path | None = None) -> float:
+def _timed(argv: list[str], cache: Path, cwd: Path | None = None, cpu: list[float] | None = None) -> float:
+    """Wall seconds of ``argv``; its CPU seconds (user + system, every thread) appended to ``cpu``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(argv, check=True, capture_output=True, cwd=cwd, env={**_env(), "ROCMLOCK_CACHE_DIR": str(cache)})
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cpu is not None:
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return wall
 
 
 def paired(work: Path, url: str, runs: int) -> dict[str, object]:
@@ -232,12 +239,12 @@ def paired(work: Path, url: str, runs: int) -> dict[str, object]:
     reset(ws, None)
     _timed(lock, cache)  # warm both repodata caches and the .pyc files
     _timed(floor, cache)
-    fresh, solve_floor = [], []
+    fresh, solve_floor, fresh_cpu, floor_cpu = [], [], [], []
     for _ in range(runs):
         reset(ws, None)
         shutil.rmtree(cache / "stamps", ignore_errors=True)
-        fresh.append(_timed(lock, cache))
-        solve_floor.append(_timed(floor, cache))
+        fresh.append(_timed(lock, cache, cpu=fresh_cpu))
+        solve_floor.append(_timed(floor, cache, cpu=floor_cpu))
     noop, rattler_import = [], []
     before = outputs(ws)
     # A workspace locked a while ago, as a CI job or a pre-commit hook finds it: the first no-op after the outputs
@@ -252,6 +259,10 @@ def paired(work: Path, url: str, runs: int) -> dict[str, object]:
     med = statistics.median
     return {"fresh_lock_s": round(med(fresh), 3), "solve_floor_s": round(med(solve_floor), 3),
             "fresh_over_floor": round(med(fresh) / med(solve_floor), 2),
+            # CPU seconds (user + system, every thread): the floor's over its wall tells how busy it keeps the
+            # cores; the lock's CPU beyond the floor's is the work it adds (the machine's load moves it less).
+            "fresh_lock_cpu_s": round(med(fresh_cpu), 3), "solve_floor_cpu_s": round(med(floor_cpu), 3),
+            "floor_cores_busy": round(med(floor_cpu) / med(solve_floor), 2),
             "noop_relock_s": round(med(noop), 3), "import_rattler_s": round(med(rattler_import), 3),
             "noop_over_import": round(med(noop) / med(rattler_import), 2)}
 

@@ -125,6 +125,16 @@ def test_a_later_release_is_another_digest_and_the_cache_is_reused_without_root(
     assert _members(debianbase.debian_base("debootstrap:bookworm", "amd64", fake / "other"))[0] != digest
 
 
+def test_a_base_cached_with_other_gzip_bytes_is_made_again(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A base cached by a rocmlock whose gzip writer wrote other bytes (another ``pgzip.FORMAT``) is not reused: it
+    would give another digest than the same base made now."""
+    layout = debianbase.debian_base("debootstrap:bookworm", "amd64")
+    assert debianbase.debian_base("debootstrap:bookworm", "amd64") == layout
+    monkeypatch.setattr(debianbase, "PGZIP_FORMAT", debianbase.PGZIP_FORMAT + 1)
+    again = debianbase.debian_base("debootstrap:bookworm", "amd64")
+    assert again != layout and (again / "index.json").is_file()
+
+
 def test_a_failing_mirror_is_one_line_without_its_credentials_and_leaves_no_cache(
         fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROCMLOCK_DEBIAN_MIRROR", "https://bob:s3cret@mirror.example/debian")

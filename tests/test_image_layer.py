@@ -143,3 +143,35 @@ def test_random_bytes_are_stored_blocks_that_gnu_gzip_reads(tmp_path: Path, size
     done = subprocess.run([gnu, "-dc", str(tmp_path / "layer.gz")], capture_output=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout == data
+
+
+# The bytes ParallelGzip writes for _golden_data(), per pgzip.FORMAT, with stock zlib (Debian's zlib1g; Python's
+# zlib.ZLIB_RUNTIME_VERSION 1.2.13). zlib-ng (Fedora's system zlib since its ZlibNGTransition change) deflates to
+# other bytes at the same level: there this test fails, as the layer digests would differ (docs/containers.md).
+GOLDEN = {2: "aba177b589bd814581405ace97e03a5176dd2af1fec237ff93261c3802a79407"}
+
+
+def _golden_data() -> bytes:
+    """Chunks the probe decides both ways: random bytes then text (stored: its first 16 KiB do not shrink), text,
+    random bytes, text then random bytes (deflated), and a short last chunk."""
+    rng = random.Random(2026)
+    text = b"a line of text, as headers hold\n" * 40_000
+
+    def chunk(head: bytes, fill: bytes) -> bytes:
+        return head + fill[:MIB - len(head)]
+
+    return b"".join([chunk(rng.randbytes(20 << 10), text), text[:MIB], rng.randbytes(MIB),
+                     chunk(text[:10 << 10], rng.randbytes(MIB)), rng.randbytes(5000) + text[:70_000]])
+
+
+def test_the_bytes_are_those_of_their_format_version() -> None:
+    """Changing what the writer writes for the same data must bump ``pgzip.FORMAT`` (a debootstrap base cached with
+    the old bytes is then made again: rocmlock.image.debianbase keys its cache with it) and record the new bytes
+    here."""
+    buf = io.BytesIO()
+    with ParallelGzip(buf) as gz:
+        gz.write(_golden_data())
+    assert pgzip.FORMAT in GOLDEN, f"record the bytes of pgzip.FORMAT {pgzip.FORMAT} in GOLDEN"
+    assert hashlib.sha256(buf.getvalue()).hexdigest() == GOLDEN[pgzip.FORMAT], (
+        f"ParallelGzip writes other bytes than format {pgzip.FORMAT} did (zlib {zlib.ZLIB_RUNTIME_VERSION}): "
+        "bump pgzip.FORMAT and record the new digest")

@@ -31,12 +31,13 @@ from pathlib import Path
 from rocmlock.errors import InputError, OperationError
 from rocmlock.image import oci
 from rocmlock.util.credentials import one_line, redact_text, split_url
+from rocmlock.util.pgzip import FORMAT as PGZIP_FORMAT
 from rocmlock.util.pgzip import ParallelGzip
 
 PREFIX = "debootstrap:"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 TAG = "base"
-RECIPE = 1  # bump when the tree's clean-up or the layer's writing changes: the cached bases are made again
+RECIPE = 1  # bump when the tree's clean-up or the layer's tar changes: the cached bases are made again
 _SUITE = re.compile(r"[a-z][a-z0-9-]{1,30}")
 _PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]{0,63}")  # Debian policy 5.6.1, bounded
 _PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -87,7 +88,8 @@ def debian_base(ref: str, arch: str, cache: Path | None = None) -> Path:
     """The OCI layout (tag ``base``) of ``ref`` for ``arch``, made now when it is not in the cache."""
     spec = parse(ref)
     given, clean, secrets = _mirror()
-    key = hashlib.sha256(f"{RECIPE}\n{spec}\n{arch}\n{clean}".encode()).hexdigest()[:16]
+    # pgzip.FORMAT: a base cached with other gzip bytes would give another digest than one made now
+    key = hashlib.sha256(f"{RECIPE}.{PGZIP_FORMAT}\n{spec}\n{arch}\n{clean}".encode()).hexdigest()[:16]
     root = (cache or cache_root()) / "bases"
     done = root / f"debootstrap-{spec.suite}-{arch}-{key}"
     if (done / "complete").is_file():

@@ -20,6 +20,10 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol, Self
 
+# The version of the bytes: bumped whenever the same data would be written differently, so that what was cached
+# with the earlier bytes (the debootstrap base's layer) is made again; tests/test_image_layer.py holds each
+# version's bytes. 2: incompressible chunks as stored blocks written here, probed on 16 KiB.
+FORMAT = 2
 CHUNK = 1 << 20
 _WINDOW = 32 << 10
 _PROBE = 16 << 10
