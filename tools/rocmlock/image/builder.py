@@ -98,7 +98,8 @@ def _skopeo(args: Sequence[str], what: str, secrets: Sequence[str] = ()) -> None
 
 def _base(ref: str, work: Path, arch: str, insecure: bool) -> oci.BaseImage:
     if ref.startswith(DEBOOTSTRAP):
-        from rocmlock.image import debianbase  # here: an image without that base does not import it (its cost)
+        # here: an image without that base does not import it (its cost)
+        from rocmlock.image import debianbase
 
         return oci.read_layout(debianbase.debian_base(ref, arch), debianbase.TAG, arch, f"--base {ref}")
     if ref.startswith("oci:"):
