@@ -151,6 +151,20 @@ def test_two_builds_in_other_directories_give_the_same_digest(built: Path, base:
     assert json.loads(_blob(other, manifest["config"]["digest"]))["created"] == "2023-11-14T22:13:20Z"
 
 
+def test_a_build_with_zlib_ng_says_its_digest_differs_from_stock_zlibs(
+        locked_ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Image digests are the same on any machine whose Python has stock zlib (docs/containers.md); one whose zlib is
+    zlib-ng (Fedora's) writes other gzip bytes, and the build says so in one line. Stock zlib: no such line."""
+    import zlib
+
+    assert image(locked_ws, "-o", str(tmp_path / "stock")) == 0
+    assert "Python's zlib" not in capsys.readouterr().err
+    monkeypatch.setattr(zlib, "ZLIB_RUNTIME_VERSION", "1.3.1.zlib-ng\x1b[2J")
+    assert image(locked_ws, "-o", str(tmp_path / "ng")) == 0
+    (note,) = [line for line in capsys.readouterr().err.splitlines() if "Python's zlib" in line]
+    assert note.startswith("note: ") and "1.3.1.zlib-ng" in note and "diff_id" in note and "\x1b" not in note
+
+
 def test_a_base_whose_glibc_is_older_than_the_locks_is_refused_before_building(
         base: Path, ws_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     manifest = ws_copy / "pixi.toml"

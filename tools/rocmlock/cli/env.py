@@ -93,6 +93,7 @@ def cmd_image(args: argparse.Namespace) -> int:
     from rocmlock.image.hints import run_hints
     from rocmlock.lock.noop import LOCK_NAME
     from rocmlock.prefix.install import left_out_warning, manifest_channels
+    from rocmlock.util.pgzip import zlib_note
 
     if args.output is None and args.push is None and args.sif is None:
         raise InputError("rocmlock image: nowhere to put the image",
@@ -110,6 +111,8 @@ def cmd_image(args: argparse.Namespace) -> int:
                                      f"pushed to {result.pushed}" if result.pushed else "",
                                      f"SIF {result.sif}" if result.sif else "") if w)
     err(f"image of '{result.environment}' [{result.platform}], {result.packages} package(s): {result.digest} ({where})")
+    if note := zlib_note():
+        err("note: " + note)
     for line in run_hints(result):
         err(line)
     return 0

@@ -20,6 +20,8 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol, Self
 
+from rocmlock.util.text import escape
+
 # The version of the bytes: bumped whenever the same data would be written differently, so that what was cached
 # with the earlier bytes (the debootstrap base's layer) is made again; tests/test_image_layer.py holds each
 # version's bytes. 2: incompressible chunks as stored blocks written here, probed on 16 KiB.
@@ -29,6 +31,17 @@ _WINDOW = 32 << 10
 _PROBE = 16 << 10
 _STORED_MAX = 0xFFFF
 _HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no flags, mtime 0, no extra flags, OS unknown
+
+
+def zlib_note() -> str | None:
+    """A line for the user when this Python's zlib is zlib-ng (Fedora's system zlib): it deflates the same data to
+    other bytes than stock zlib, by design (zlib-ng/zlib-ng#795), so a layer gets another digest than a build with
+    stock zlib, though the same diff_id; None with stock zlib."""
+    version = zlib.ZLIB_RUNTIME_VERSION
+    if "zlib-ng" not in version:
+        return None
+    return (f"this Python's zlib is {escape(version[:60])}, which compresses to other bytes than stock zlib: "
+            "the layer's digest (so the image's) differs from a build with stock zlib; its diff_id does not")
 
 
 class Sink(Protocol):
