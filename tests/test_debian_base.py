@@ -131,6 +131,10 @@ def test_a_base_cached_with_other_gzip_bytes_is_made_again(fake: Path, monkeypat
     layout = debianbase.debian_base("debootstrap:bookworm", "amd64")
     assert debianbase.debian_base("debootstrap:bookworm", "amd64") == layout
     monkeypatch.setattr(debianbase, "PGZIP_FORMAT", debianbase.PGZIP_FORMAT + 1)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # without root it cannot be made again, and says why
+    with pytest.raises(OperationError, match=r"needs root.*the 1 cached for this suite .*another rocmlock version"):
+        debianbase.debian_base("debootstrap:bookworm", "amd64")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     again = debianbase.debian_base("debootstrap:bookworm", "amd64")
     assert again != layout and (again / "index.json").is_file()
 

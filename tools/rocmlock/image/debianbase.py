@@ -94,7 +94,8 @@ def debian_base(ref: str, arch: str, cache: Path | None = None) -> Path:
     done = root / f"debootstrap-{spec.suite}-{arch}-{key}"
     if (done / "complete").is_file():
         return done / "layout"
-    _can_make(arch)
+    others = sum(1 for d in root.glob(f"debootstrap-{spec.suite}-{arch}-*") if (d / "complete").is_file())
+    _can_make(arch, others)
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f".{done.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -122,13 +123,17 @@ def _which() -> str | None:
     return shutil.which("debootstrap", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
 
 
-def _can_make(arch: str) -> None:
+def _can_make(arch: str, others: int = 0) -> None:
+    """Refuse in one line when this machine cannot make a base; ``others`` counts the cached bases of the same suite
+    and architecture that do not fit (other packages, another mirror, or an older rocmlock's bytes)."""
     if _which() is None:
         raise OperationError("--base debootstrap:...: debootstrap is not installed",
                              hint="install it (apt-get install debootstrap); the base is then made once and cached")
     if os.geteuid() != 0:
+        older = (f" (the {others} cached for this suite were made for other packages, another mirror or by "
+                 "another rocmlock version, and would give another digest)") if others else ""
         raise OperationError("--base debootstrap:...: making the base needs root (debootstrap installs as root); "
-                             f"it is not in the cache ({cache_root() / 'bases'})",
+                             f"it is not in the cache ({cache_root() / 'bases'}){older}",
                              hint="run it once as root (sudo --preserve-env=ROCMLOCK_CACHE_DIR,PATH); later "
                                   "builds reuse the cached base without root")
     host = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=False)
