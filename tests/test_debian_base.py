@@ -180,14 +180,14 @@ def test_a_mirror_that_is_not_a_url_is_refused(fake: Path, monkeypatch: pytest.M
 
 
 def test_the_builder_knows_the_reference_without_importing_the_module() -> None:
-    """``rocmlock image`` imports rocmlock.image.debianbase only for a debootstrap base (issue 43, speed): its
-    spelling of the prefix is the module's, and an image with another base never loads it."""
+    """``rocmlock image`` imports rocmlock.image.debianbase only for a debootstrap base (issue 43, speed): both
+    spell the prefix from rocmlock.image.ociref, and an image with another base never loads the module."""
     import subprocess
     import sys
 
-    from rocmlock.image import builder
+    from rocmlock.image import ociref
 
-    assert builder.DEBOOTSTRAP == debianbase.PREFIX
+    assert debianbase.PREFIX is ociref.DEBOOTSTRAP == "debootstrap:"
     code = ("import sys; import rocmlock.image.builder, rocmlock.cli.main; "
             "sys.exit('rocmlock.image.debianbase' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -51,7 +51,6 @@ _ARCH = {"linux-64": "amd64", "linux-aarch64": "arm64", "linux-ppc64le": "ppc64l
 _HOST_FIELDS = ("extracted_package_dir", "package_tarball_full_path", "link")
 DEFAULT_GLIBC = (2, 28)
 MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z
-DEBOOTSTRAP = "debootstrap:"  # --base debootstrap:SUITE (rocmlock.image.debianbase; tests hold the two equal)
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # the distribution spec's tag
 
 
@@ -97,7 +96,7 @@ def _skopeo(args: Sequence[str], what: str, secrets: Sequence[str] = ()) -> None
 
 
 def _base(ref: str, work: Path, arch: str, insecure: bool) -> oci.BaseImage:
-    if ref.startswith(DEBOOTSTRAP):
+    if ref.startswith(ociref.DEBOOTSTRAP):
         # here: an image without that base does not import it (its cost)
         from rocmlock.image import debianbase
 
@@ -223,7 +222,7 @@ def _labels(environment: str, selected: Selected, lock_sha256: str, base: oci.Ba
               "io.rocmlock.sbom": SBOM, "io.rocmlock.sbom.sha256": tools.sbom_sha256}
     if base is not None:
         labels["org.opencontainers.image.base.digest"] = base.manifest_digest
-        if base_ref and not base_ref.startswith(("oci:", DEBOOTSTRAP)):  # a registry name, not a path
+        if base_ref and not base_ref.startswith(("oci:", ociref.DEBOOTSTRAP)):  # a registry name, not a path
             labels["org.opencontainers.image.base.name"] = base_ref.removeprefix("docker://")
     return {k: v for k, v in labels.items() if v}
 

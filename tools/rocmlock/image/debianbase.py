@@ -30,11 +30,12 @@ from pathlib import Path
 
 from rocmlock.errors import InputError, OperationError
 from rocmlock.image import oci
+from rocmlock.image.ociref import DEBOOTSTRAP
 from rocmlock.util.credentials import one_line, redact_text, split_url
 from rocmlock.util.pgzip import FORMAT as PGZIP_FORMAT
 from rocmlock.util.pgzip import ParallelGzip
 
-PREFIX = "debootstrap:"
+PREFIX = DEBOOTSTRAP
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 TAG = "base"
 RECIPE = 1  # bump when the tree's clean-up or the layer's tar changes: the cached bases are made again

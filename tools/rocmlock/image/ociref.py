@@ -23,6 +23,8 @@ from rocmlock.errors import InputError
 from rocmlock.util.credentials import redact_url
 from rocmlock.util.text import escape
 
+# `--base debootstrap:SUITE[:PKG,...]`: a base rocmlock.image.debianbase makes, not a registry or layout reference
+DEBOOTSTRAP = "debootstrap:"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _HOST = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9A-Fa-f:.]+\])"
