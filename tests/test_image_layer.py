@@ -175,3 +175,14 @@ def test_the_bytes_are_those_of_their_format_version() -> None:
     assert hashlib.sha256(buf.getvalue()).hexdigest() == GOLDEN[pgzip.FORMAT], (
         f"ParallelGzip writes other bytes than format {pgzip.FORMAT} did (zlib {zlib.ZLIB_RUNTIME_VERSION}): "
         "bump pgzip.FORMAT and record the new digest")
+
+
+def test_the_zlib_note_names_zlib_ng_only_and_at_most_60_characters_of_its_version(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The version string comes from the linked library: shown escaped and bounded, and only for zlib-ng."""
+    monkeypatch.setattr(zlib, "ZLIB_RUNTIME_VERSION", "1.3.1")
+    assert pgzip.zlib_note() is None
+    version = "1.3.1.zlib-ng" + "x" * 100
+    monkeypatch.setattr(zlib, "ZLIB_RUNTIME_VERSION", version)
+    note = pgzip.zlib_note()
+    assert note is not None and version[:60] + "," in note and version[:61] not in note
