@@ -12,6 +12,7 @@ import pytest
 
 if TYPE_CHECKING:
     from fakeupstream import FakeUpstream
+    from flash_attn_aot import Compiles
     from quetz_server import QuetzChannel, QuetzServer
     from rocmlock.build.recipes import Matrix
 
@@ -168,8 +169,63 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+# flash-attn's training kernels compiled for every Triton-backend GPU target (tests/test_triton_aot.py): 12 targets
+# of about 40 s of CPU each, the suite's costliest test by far (205 s of its ~20 minutes, on 2 cores, when it ran
+# in the foreground). Started in the background at nice 19 when the test is among the collected ones, the
+# compiles use the CPU the rest of the suite leaves idle (a load average of 1.1-1.6 on 2 cores without them);
+# the test collects them, waiting for what is left.
+_FLASH_ATTN_TEST = ("test_triton_aot.py", "test_flash_attns_own_training_kernels_compile_for_every_triton_backend_target")
+_COMPILES = pytest.StashKey["Compiles"]()
+
+
+def flash_attn_targets() -> list[str]:
+    """``gfx:wavefront`` of every GPU target the table gives flash-attn's Triton backend."""
+    from rocmlock.gpu.targets import all_targets
+
+    return [f"{t.gfx}:{t.wavefront_size}" for t in all_targets().values() if t.flash_attn_triton]
+
+
+def start_flash_attn_compiles(sdist: Path, workdir: Path) -> Compiles:
+    from flash_attn_aot import Compiles
+
+    env = {k: v for k, v in os.environ.items() if not (k.startswith(SCRUB_PREFIXES) or k in SCRUB_NAMES)}
+    return Compiles(sdist, flash_attn_targets(), workdir, os.cpu_count() or 1, env)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    import importlib.util
+    import tempfile
+
+    from flash_attn_aot import sdist_path
+
+    if session.config.option.collectonly or not any(
+            (item.path.name, getattr(item, "originalname", item.name)) == _FLASH_ATTN_TEST for item in session.items):
+        return
+    sdist = Path(os.environ.get("ROCMLOCK_FLASH_ATTN_SDIST", str(sdist_path())))
+    # Without the sdist or triton the test says so itself (and fails under CI=true): nothing to start.
+    if sdist.is_file() and importlib.util.find_spec("triton") is not None:
+        workdir = Path(tempfile.mkdtemp(prefix="rocmlock-flash-attn-aot-"))
+        session.config.stash[_COMPILES] = start_flash_attn_compiles(sdist, workdir)
+
+
+@pytest.fixture(scope="session")
+def flash_attn_compiles(request: pytest.FixtureRequest,
+                        tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path], Compiles]:
+    """``flash_attn_compiles(sdist)``: the background compiles started at collection, or (where none was, e.g.
+    the sdist appeared later) ones started now."""
+
+    def get(sdist: Path) -> Compiles:
+        if _COMPILES not in request.config.stash:
+            request.config.stash[_COMPILES] = start_flash_attn_compiles(sdist, tmp_path_factory.mktemp("fa-aot"))
+        return request.config.stash[_COMPILES]
+
+    return get
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if (compiles := session.config.stash.get(_COMPILES, None)) is not None:
+        compiles.stop()
     # session.exitstatus, not the argument: the CI skip gate (ciskips.SkipGate) may have failed the run.
     _EXIT_STATUS.append(int(session.exitstatus))
 

@@ -7,6 +7,10 @@ Two uses:
   sdist ``SRC`` and compile its training kernels (forward, and the default "split" backward's dK/dV and dQ kernels,
   causal, bf16, head dim 128) for each target, printing one JSON object per target. It runs in a process of its
   own: importing flash_attn (with FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE) must not leak into the test process.
+- :class:`Compiles` runs those processes in the background, at the lowest CPU priority: about 40 s of CPU per
+  target here, 12 targets, so tests/conftest.py starts them as soon as the session's tests are collected and the
+  compiles use the CPU the rest of the suite leaves idle (it waits on servers, daemons and subprocesses); the
+  test collects their results at the end.
 
 The kernels' arguments follow the calls in flash-attn 2.8.3's fwd_prefill.py (attention_prefill_forward_triton_impl:
 attn_fwd[grid](...) with the Triton config of get_autotune_configs() when autotune is off) and bwd_prefill_split.py
@@ -22,9 +26,11 @@ import importlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -76,6 +82,50 @@ def unpack(sdist: Path, dest: Path) -> Path:
         tar.extractall(dest, members=members, filter="data")
     (top,) = {m.name.split("/", 1)[0] for m in members}
     return dest / top
+
+
+class Compiles:
+    """:func:`compile_all` for ``targets`` (``gfx:wave``), split round-robin over ``jobs`` processes started now
+    with ``nice 19`` (they take only CPU nothing else wants), each writing its JSON lines and stderr to files under
+    ``workdir``, with a Triton cache there (empty: every kernel is really compiled)."""
+
+    def __init__(self, sdist: Path, targets: list[str], workdir: Path, jobs: int, env: Mapping[str, str]) -> None:
+        self.workdir = workdir
+        src = unpack(sdist, workdir / "src")
+        run_env = {**env, "TRITON_CACHE_DIR": str(workdir / "triton-cache")}
+        self._runs: list[tuple[list[str], subprocess.Popen[bytes], int]] = []
+        for i in range(max(1, min(jobs, len(targets)))):
+            chunk = targets[i::max(1, min(jobs, len(targets)))]
+            with open(workdir / f"{i}.out", "wb") as out, open(workdir / f"{i}.err", "wb") as err:
+                proc = subprocess.Popen(["nice", "-n", "19", sys.executable, str(Path(__file__).resolve()), "compile",
+                                         str(src), *chunk], stdout=out, stderr=err, env=run_env)
+            self._runs.append((chunk, proc, i))
+
+    def results(self, timeout: float) -> dict[str, tuple[int, dict[str, Any] | None, str]]:
+        """gfx -> (its process's exit status, its JSON result or None, the last 3,000 characters of the
+        process's stderr), once every process has ended (killed, status -9, past ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        out: dict[str, tuple[int, dict[str, Any] | None, str]] = {}
+        for chunk, proc, i in self._runs:
+            try:
+                status = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                status = proc.wait()
+            found = {r["gfx"]: r for r in map(json.loads, (self.workdir / f"{i}.out").read_text().splitlines())}
+            err = (self.workdir / f"{i}.err").read_text(errors="replace")[-3000:]
+            for spec in chunk:
+                gfx = spec.split(":")[0]
+                out[gfx] = (status, found.get(gfx), err)
+        return out
+
+    def stop(self) -> None:
+        """Kill what still runs and remove ``workdir``."""
+        for _, proc, _ in self._runs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def describe(kernel: Any) -> dict[str, Any]:

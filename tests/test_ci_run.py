@@ -64,11 +64,25 @@ def test_mypy_and_ruff_run_pinned_before_the_suite_and_fail_ci() -> None:
     assert 'files = ["tools/rocmlock", "tools/verify_env.py"]' in pyproject
 
 
+def _between(start: str, end: str) -> str:
+    """The lines of .ci/run from the one that starts with ``start`` to the first one after it starting with ``end``,
+    that one excluded."""
+    first = CI_RUN.index("\n" + start) + 1
+    return CI_RUN[first:CI_RUN.index("\n" + end, first) + 1]
+
+
+def _cleanup_block() -> str:
+    """.ci/run's background helpers and its EXIT trap."""
+    block = _between("declare -A BG_PID BG_LOG", "# Debian's ROCm 7.2.4")
+    assert "\ntrap cleanup EXIT\n" in block
+    return block
+
+
 def _venv_block() -> str:
-    """The lines of .ci/run from the venv's path to its cleanup trap, with `python -m venv` made a mkdir."""
-    start = CI_RUN.index('VENV="${ROCMLOCK_CI_VENV')
-    end = CI_RUN.index("\nfi\n", CI_RUN.index("trap ")) + 4
-    return CI_RUN[start:end].replace('python -m venv "$VENV"', 'mkdir -p "$VENV"')
+    """The lines of .ci/run from the venv's path to its cleanup registration, `python -m venv` made a mkdir."""
+    block = _between('VENV="${ROCMLOCK_CI_VENV', "export VIRTUAL_ENV=")
+    assert "REMOVE_ON_EXIT+=" in block
+    return _cleanup_block() + block.replace('python -m venv "$VENV"', 'mkdir -p "$VENV"')
 
 
 def test_the_venv_is_removed_when_the_run_ends_unless_kept(tmp_path: Path) -> None:
@@ -101,3 +115,43 @@ def test_ci_says_it_is_ci_and_nothing_it_needs_is_optional() -> None:
     assert "bash examples/offline/quickstart.sh" in LINES
     assert re.search(r"^command -v apt-get >/dev/null 2>&1 \|\| \{$", CI_RUN, re.MULTILINE)
     assert not re.search(r"^\s*(if|\[).*(ROCMLOCK_MIRRORS|shared/mirrors).*\bthen\b.*\n\s*echo[^\n]*skip", CI_RUN)
+
+
+def test_background_steps_stop_ci_when_they_fail_and_die_with_a_run_that_stops(tmp_path: Path) -> None:
+    """`background NAME CMD...` runs a long step (the ROCm chroot, the Debian base) while the venv installs;
+    `finish NAME` waits for it, prints its log and fails the run with its name when it failed; a run that stops
+    before then kills it, children included (its process group), and leaves no log behind."""
+    import os
+    import subprocess
+    import time
+
+    assert re.search(r"^background chroot \$SUDO bash tests/rocm72/make-chroot\.sh$", CI_RUN, re.MULTILINE)
+    assert re.search(r"^background ocibase python tests/ocibase\.py$", CI_RUN, re.MULTILINE)
+    # Both are waited for, after every install into the venv and before the quickstart and the suite.
+    last_install = max(i for i, line in enumerate(LINES) if line.startswith("$PIP"))
+    for name in ("chroot", "ocibase"):
+        assert last_install < LINES.index(f"finish {name}") < LINES.index("bash examples/offline/quickstart.sh")
+    assert last_install < _index(r"^background ocibase ")  # nothing installs into the venv it imports from
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    head = "set -euo pipefail\n" + _cleanup_block()
+    ok = subprocess.run(["bash", "-c", head + "background a bash -c 'echo made; exit 0'\nfinish a\necho after\n"],
+                        env=env, capture_output=True, text=True, check=False)
+    assert ok.returncode == 0 and ok.stdout == "made\nafter\n", (ok.stdout, ok.stderr)
+    bad = subprocess.run(["bash", "-c", head + "background a bash -c 'echo why; exit 7'\nfinish a\necho after\n"],
+                         env=env, capture_output=True, text=True, check=False)
+    assert bad.returncode == 1 and bad.stdout == "why\n", (bad.stdout, bad.stderr)
+    assert bad.stderr.strip() == ".ci/run: a failed (exit 7; its output is above)"
+    pids = tmp_path / "pids"
+    stopped = subprocess.run(["bash", "-c", head + f"background a bash -c 'sleep 300 & echo $! >{pids}; wait'\n"
+                              "sleep 0.5\nexit 3\n"], env=env, capture_output=True, text=True, check=False)
+    assert stopped.returncode == 3, stopped.stderr
+    child = int(pids.read_text())
+    for _ in range(50):  # the grandchild `sleep` is killed with its group
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the background step's child {child} outlived the run")
+    pids.unlink()
+    assert list(tmp_path.iterdir()) == []  # no log left behind, whichever way the run ended
