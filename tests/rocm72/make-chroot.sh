@@ -147,6 +147,9 @@ step_venv() {
     rm -rf "${root}/venv" "${src}"
     mkdir -p "${src}"
     cp -r "${repo}/pyproject.toml" "${repo}/README.md" "${repo}/tools" "${src}/"
+    # Not what the host's own installs leave in tools/ (.ci/run runs this script while it pip-installs the
+    # checkout into its venv): the chroot's pip builds from the sources alone.
+    find "${src}/tools" \( -name '*.egg-info' -o -name __pycache__ \) -prune -exec rm -rf {} +
     [ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt "${root}/etc/ssl/certs/"
     [ -f /etc/pip.conf ] && cp /etc/pip.conf "${root}/etc/pip.conf"
     in_root python3 -m venv /venv
