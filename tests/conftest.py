@@ -199,11 +199,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     import importlib.util
     import tempfile
 
-    from flash_attn_aot import sdist_path
+    from flash_attn_aot import pinned, sdist_path, sha256
 
     sdist = Path(os.environ.get("ROCMLOCK_FLASH_ATTN_SDIST", str(sdist_path())))
-    # Without the sdist or triton the test says so itself (and fails under CI=true): nothing to start.
-    if sdist.is_file() and importlib.util.find_spec("triton") is not None:
+    # Without triton or the pinned sdist (absent, or other bytes) the test says so itself (and fails under
+    # CI=true): nothing is started, and nothing here can stop the session.
+    if (importlib.util.find_spec("triton") is not None and sdist.is_file()
+            and sha256(sdist) == pinned()[1]):
         workdir = Path(tempfile.mkdtemp(prefix="rocmlock-flash-attn-aot-"))
         session.config.stash[_COMPILES] = start_flash_attn_compiles(sdist, workdir)
 

@@ -164,6 +164,19 @@ def test_a_compile_process_that_fails_is_reported_for_each_of_its_targets(tmp_pa
     assert not (tmp_path / "work").exists()
 
 
+def test_a_wrong_sdist_fails_the_test_and_not_the_session(tmp_path: Path) -> None:
+    # tests/conftest.py starts the compiles at collection: other bytes than the pinned sdist's must leave that to
+    # the test (a one-line sha256 failure), not stop the whole session with an INTERNALERROR (pytest exit 3).
+    bad = tmp_path / "flash_attn.tar.gz"
+    bad.write_bytes(b"not a tar")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__)),
+                          "-k", "training_kernels_compile"], cwd=HERE.parent, capture_output=True, text=True,
+                         env={**os.environ, "ROCMLOCK_FLASH_ATTN_SDIST": str(bad), "ROCMLOCK_TEST_NORMAL_EXIT": "1"},
+                         timeout=300, check=False)
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "is not the flash-attn" in run.stdout and "INTERNALERROR" not in run.stdout + run.stderr
+
+
 # ----------------------------------------------------------------------------- the recipe's is_rdna patch
 
 _AUTOTUNE_IMPORT = """
