@@ -91,15 +91,20 @@ class Compiles:
 
     def __init__(self, sdist: Path, targets: list[str], workdir: Path, jobs: int, env: Mapping[str, str]) -> None:
         self.workdir = workdir
-        src = unpack(sdist, workdir / "src")
-        run_env = {**env, "TRITON_CACHE_DIR": str(workdir / "triton-cache")}
         self._runs: list[tuple[list[str], subprocess.Popen[bytes], int]] = []
-        for i in range(max(1, min(jobs, len(targets)))):
-            chunk = targets[i::max(1, min(jobs, len(targets)))]
-            with open(workdir / f"{i}.out", "wb") as out, open(workdir / f"{i}.err", "wb") as err:
-                proc = subprocess.Popen(["nice", "-n", "19", sys.executable, str(Path(__file__).resolve()), "compile",
-                                         str(src), *chunk], stdout=out, stderr=err, env=run_env)
-            self._runs.append((chunk, proc, i))
+        try:
+            src = unpack(sdist, workdir / "src")
+            run_env = {**env, "TRITON_CACHE_DIR": str(workdir / "triton-cache")}
+            jobs = max(1, min(jobs, len(targets)))
+            for i in range(jobs):
+                with open(workdir / f"{i}.out", "wb") as out, open(workdir / f"{i}.err", "wb") as err:
+                    proc = subprocess.Popen(["nice", "-n", "19", sys.executable, str(Path(__file__).resolve()),
+                                             "compile", str(src), *targets[i::jobs]], stdout=out, stderr=err,
+                                            env=run_env)
+                self._runs.append((targets[i::jobs], proc, i))
+        except BaseException:
+            self.stop()  # nothing started is left running, nothing made is left behind
+            raise
 
     def results(self, timeout: float) -> dict[str, tuple[int, dict[str, Any] | None, str]]:
         """gfx -> (its process's exit status, its JSON result or None, the last 3,000 characters of the

@@ -162,6 +162,12 @@ def test_a_compile_process_that_fails_is_reported_for_each_of_its_targets(tmp_pa
     for status, result, stderr in results.values():
         assert status == 1 and result is None and "flash_attn_triton_amd" in stderr, (status, stderr)
     assert not (tmp_path / "work").exists()
+    # An sdist that is not a tar: the error, and the work directory removed.
+    (tmp_path / "work").mkdir()
+    (tmp_path / "bad.tar.gz").write_bytes(b"not a tar")
+    with pytest.raises(tarfile.ReadError):
+        Compiles(tmp_path / "bad.tar.gz", ["gfx1100:32"], tmp_path / "work", 2, os.environ)
+    assert not (tmp_path / "work").exists()
 
 
 def test_a_wrong_sdist_fails_the_test_and_not_the_session(tmp_path: Path) -> None:
