@@ -117,8 +117,9 @@ def test_a_later_release_is_another_digest_and_the_cache_is_reused_without_root(
     (fake / "bin/debootstrap").write_text("#!/bin/sh\nexit 9\n")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert debianbase.debian_base("debootstrap:bookworm", "amd64") == layout  # cached: neither root nor debootstrap
-    with pytest.raises(OperationError, match="needs root"):
+    with pytest.raises(OperationError, match="needs root") as refused:
         debianbase.debian_base("debootstrap:trixie", "amd64")
+    assert "cached for this suite" not in refused.value.message  # no trixie base cached: none to name
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     (fake / "bin/debootstrap").write_text(FAKE)
     monkeypatch.setenv("DATE", "Sun, 11 Jan 2026 10:00:00 UTC")
@@ -187,7 +188,7 @@ def test_the_builder_knows_the_reference_without_importing_the_module() -> None:
 
     from rocmlock.image import ociref
 
-    assert debianbase.PREFIX is ociref.DEBOOTSTRAP == "debootstrap:"
+    assert debianbase.DEBOOTSTRAP is ociref.DEBOOTSTRAP == "debootstrap:"
     code = ("import sys; import rocmlock.image.builder, rocmlock.cli.main; "
             "sys.exit('rocmlock.image.debianbase' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

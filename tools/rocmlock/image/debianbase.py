@@ -35,7 +35,6 @@ from rocmlock.util.credentials import one_line, redact_text, split_url
 from rocmlock.util.pgzip import FORMAT as PGZIP_FORMAT
 from rocmlock.util.pgzip import ParallelGzip
 
-PREFIX = DEBOOTSTRAP
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 TAG = "base"
 RECIPE = 1  # bump when the tree's clean-up or the layer's tar changes: the cached bases are made again
@@ -50,12 +49,12 @@ class Spec:
     include: tuple[str, ...]
 
     def __str__(self) -> str:
-        return PREFIX + self.suite + (":" + ",".join(self.include) if self.include else "")
+        return DEBOOTSTRAP + self.suite + (":" + ",".join(self.include) if self.include else "")
 
 
 def parse(ref: str) -> Spec:
     """``debootstrap:SUITE[:PKG,PKG...]``; one line naming what is wrong otherwise."""
-    suite, _, extra = ref.removeprefix(PREFIX).partition(":")
+    suite, _, extra = ref.removeprefix(DEBOOTSTRAP).partition(":")
     if not _SUITE.fullmatch(suite):
         raise InputError(f"--base {ref[:80]!r}: {suite[:40]!r} is not a Debian suite name",
                          hint="debootstrap:SUITE[:PKG,...], e.g. debootstrap:bookworm or debootstrap:bookworm:python3")
@@ -95,8 +94,7 @@ def debian_base(ref: str, arch: str, cache: Path | None = None) -> Path:
     done = root / f"debootstrap-{spec.suite}-{arch}-{key}"
     if (done / "complete").is_file():
         return done / "layout"
-    others = sum(1 for d in root.glob(f"debootstrap-{spec.suite}-{arch}-*") if (d / "complete").is_file())
-    _can_make(arch, others)
+    _can_make(arch, root, spec.suite)
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f".{done.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -124,13 +122,15 @@ def _which() -> str | None:
     return shutil.which("debootstrap", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
 
 
-def _can_make(arch: str, others: int = 0) -> None:
-    """Refuse in one line when this machine cannot make a base; ``others`` counts the cached bases of the same suite
-    and architecture that do not fit (other packages, another mirror, or an older rocmlock's bytes)."""
+def _can_make(arch: str, root: Path, suite: str) -> None:
+    """Refuse in one line when this machine cannot make a base of ``suite`` for ``arch`` in the cache ``root``."""
     if _which() is None:
         raise OperationError("--base debootstrap:...: debootstrap is not installed",
                              hint="install it (apt-get install debootstrap); the base is then made once and cached")
     if os.geteuid() != 0:
+        # The cached bases of this suite and architecture, none of which fits (other packages, another mirror, or
+        # an older rocmlock's bytes): counted only here, where the refusal names them.
+        others = sum(1 for d in root.glob(f"debootstrap-{suite}-{arch}-*") if (d / "complete").is_file())
         older = (f" (the {others} cached for this suite were made for other packages, another mirror or by "
                  "another rocmlock version, and would give another digest)") if others else ""
         raise OperationError("--base debootstrap:...: making the base needs root (debootstrap installs as root); "
