@@ -120,6 +120,9 @@ def test_a_later_release_is_another_digest_and_the_cache_is_reused_without_root(
     with pytest.raises(OperationError, match="needs root") as refused:
         debianbase.debian_base("debootstrap:trixie", "amd64")
     assert "cached for this suite" not in refused.value.message  # no trixie base cached: none to name
+    with pytest.raises(OperationError, match="needs root") as refused:  # the cache it was given, named
+        debianbase.debian_base("debootstrap:trixie", "amd64", fake / "given")
+    assert f"not in the cache ({fake / 'given' / 'bases'})" in refused.value.message
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     (fake / "bin/debootstrap").write_text(FAKE)
     monkeypatch.setenv("DATE", "Sun, 11 Jan 2026 10:00:00 UTC")

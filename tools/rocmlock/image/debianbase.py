@@ -134,7 +134,7 @@ def _can_make(arch: str, root: Path, suite: str) -> None:
         older = (f" (the {others} cached for this suite were made for other packages, another mirror or by "
                  "another rocmlock version, and would give another digest)") if others else ""
         raise OperationError("--base debootstrap:...: making the base needs root (debootstrap installs as root); "
-                             f"it is not in the cache ({cache_root() / 'bases'}){older}",
+                             f"it is not in the cache ({root}){older}",
                              hint="run it once as root (sudo --preserve-env=ROCMLOCK_CACHE_DIR,PATH); later "
                                   "builds reuse the cached base without root")
     host = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=False)
