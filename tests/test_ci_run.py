@@ -135,9 +135,13 @@ def test_background_steps_stop_ci_when_they_fail_and_die_with_a_run_that_stops(t
 
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     head = "set -euo pipefail\n" + _cleanup_block()
-    ok = subprocess.run(["bash", "-c", head + "background a bash -c 'echo made; exit 0'\nfinish a\necho after\n"],
-                        env=env, capture_output=True, text=True, check=False)
+    # A finished job is not killed at exit: its process group id may be another process's by then (`kill` is
+    # traced here, on stdout, by a function of that name: cleanup sends its stderr to /dev/null).
+    trace = 'kill() { echo "kill $*"; command kill "$@"; }\n'
+    ok = subprocess.run(["bash", "-c", head + trace + "background a bash -c 'echo made; exit 0'\nfinish a\n"
+                         "echo after\n"], env=env, capture_output=True, text=True, check=False)
     assert ok.returncode == 0 and ok.stdout == "made\nafter\n", (ok.stdout, ok.stderr)
+    assert "kill" not in ok.stdout + ok.stderr
     bad = subprocess.run(["bash", "-c", head + "background a bash -c 'echo why; exit 7'\nfinish a\necho after\n"],
                          env=env, capture_output=True, text=True, check=False)
     assert bad.returncode == 1 and bad.stdout == "why\n", (bad.stdout, bad.stderr)
