@@ -178,18 +178,12 @@ _FLASH_ATTN_TEST = ("test_triton_aot.py", "test_flash_attns_own_training_kernels
 _COMPILES = pytest.StashKey["Compiles"]()
 
 
-def flash_attn_targets() -> list[str]:
-    """``gfx:wavefront`` of every GPU target the table gives flash-attn's Triton backend."""
-    from rocmlock.gpu.targets import all_targets
-
-    return [f"{t.gfx}:{t.wavefront_size}" for t in all_targets().values() if t.flash_attn_triton]
-
-
 def start_flash_attn_compiles(sdist: Path, workdir: Path) -> Compiles:
-    from flash_attn_aot import Compiles
+    from flash_attn_aot import Compiles, triton_targets
 
     env = {k: v for k, v in os.environ.items() if not (k.startswith(SCRUB_PREFIXES) or k in SCRUB_NAMES)}
-    return Compiles(sdist, flash_attn_targets(), workdir, os.cpu_count() or 1, env)
+    targets = [f"{t.gfx}:{t.wavefront_size}" for t in triton_targets()]
+    return Compiles(sdist, targets, workdir, os.cpu_count() or 1, env)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -199,9 +193,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     import importlib.util
     import tempfile
 
-    from flash_attn_aot import pinned, sdist_path, sha256
+    from flash_attn_aot import pinned, sdist_to_test, sha256
 
-    sdist = Path(os.environ.get("ROCMLOCK_FLASH_ATTN_SDIST", str(sdist_path())))
+    sdist = sdist_to_test()
     # Without triton or the pinned sdist (absent, or other bytes) the test says so itself (and fails under
     # CI=true): nothing is started, and nothing here can stop the session.
     if (importlib.util.find_spec("triton") is not None and sdist.is_file()

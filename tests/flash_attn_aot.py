@@ -33,9 +33,12 @@ import tarfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from rocmlock.gpu.targets import GpuTarget
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("ROCMLOCK_TEST_CACHE", str(Path.home() / ".cache/rocmlock-tests"))) / "flash-attn"
@@ -53,6 +56,18 @@ def sdist_path() -> Path:
     """Where .ci/run's ``fetch`` puts the pinned sdist."""
     version, _ = pinned()
     return CACHE / f"flash_attn-{version}.tar.gz"
+
+
+def sdist_to_test() -> Path:
+    """The sdist the tests compile: ``ROCMLOCK_FLASH_ATTN_SDIST``, else :func:`sdist_path`."""
+    return Path(os.environ.get("ROCMLOCK_FLASH_ATTN_SDIST", str(sdist_path())))
+
+
+def triton_targets() -> list[GpuTarget]:
+    """The GPU targets the table gives flash-attn's Triton backend."""
+    from rocmlock.gpu.targets import all_targets
+
+    return [t for t in all_targets().values() if t.flash_attn_triton]
 
 
 def sha256(path: Path) -> str:

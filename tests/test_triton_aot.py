@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 from ciskips import in_ci
-from flash_attn_aot import EM_AMDGPU, describe, pinned, sdist_path, sha256, unpack
-from rocmlock.gpu.targets import GpuTarget, all_targets
+from flash_attn_aot import EM_AMDGPU, describe, pinned, sdist_to_test, sha256, triton_targets, unpack
+from rocmlock.gpu.targets import GpuTarget
 from shipped import RECIPES
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if in_ci():
 else:
     triton = pytest.importorskip("triton", reason="tests/requirements-extra.txt installs triton (PyPI's wheel)")
 
-TRITON_TARGETS = [t for t in all_targets().values() if t.flash_attn_triton]
+TRITON_TARGETS: list[GpuTarget] = triton_targets()
 HERE = Path(__file__).resolve().parent
 
 
@@ -104,7 +104,7 @@ def test_our_attention_kernel_compiles_for_every_triton_backend_target(target: G
 
 def _sdist() -> Path:
     """The pinned flash-attn sdist; skip (fail under CI=true) where .ci/run's fetch has not put it here."""
-    path = Path(os.environ.get("ROCMLOCK_FLASH_ATTN_SDIST", str(sdist_path())))
+    path = sdist_to_test()
     if not path.is_file():
         reason = f"no flash-attn sdist at {path}: `python tests/flash_attn_aot.py fetch` downloads it (.ci/run does)"
         if in_ci():
