@@ -115,7 +115,7 @@ class Compiles:
                 with open(workdir / f"{i}.out", "wb") as out, open(workdir / f"{i}.err", "wb") as err:
                     proc = subprocess.Popen(["nice", "-n", "19", sys.executable, str(Path(__file__).resolve()),
                                              "compile", str(src), *targets[i::jobs]], stdout=out, stderr=err,
-                                            env=run_env)
+                                            env={**run_env, PARENT: f"{os.getpid()} {workdir}"})
                 self._runs.append((targets[i::jobs], proc, i))
         except BaseException:
             self.stop()  # nothing started is left running, nothing made is left behind
@@ -219,8 +219,32 @@ def kernels() -> list[tuple[str, Any, dict[str, str], dict[str, Any], dict[str, 
     return out
 
 
+# "PID WORKDIR" of the process that started a compile (Compiles): see end_with_parent.
+PARENT = "ROCMLOCK_AOT_PARENT"
+
+
+def end_with_parent() -> None:
+    """When the process named in :data:`PARENT` is gone (pytest killed: SIGKILL, or SIGTERM at a CI timeout, where
+    no ``stop()`` runs), remove its work directory and exit, rather than compile on for minutes as an orphan. A
+    thread polls ``getppid()``: an orphan is adopted by init or a subreaper, so its parent changes."""
+    import threading
+
+    pid, _, workdir = os.environ.get(PARENT, "").partition(" ")
+    if not pid.isdigit() or not workdir:
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(pid):
+            time.sleep(0.5)
+        shutil.rmtree(workdir, ignore_errors=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def compile_all(src: Path, targets: list[str]) -> None:
     """Compile every kernel of :func:`kernels` for each ``gfx:wave`` of ``targets``; one JSON line per target."""
+    end_with_parent()  # first: importing triton takes seconds
     os.environ["FLASH_ATTENTION_TRITON_AMD_ENABLE"] = "TRUE"
     sys.path.insert(0, str(src))
     import triton

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -168,6 +169,62 @@ def test_a_compile_process_that_fails_is_reported_for_each_of_its_targets(tmp_pa
     with pytest.raises(tarfile.ReadError):
         Compiles(tmp_path / "bad.tar.gz", ["gfx1100:32"], tmp_path / "work", 2, os.environ)
     assert not (tmp_path / "work").exists()
+
+
+_ORPHANING_DRIVER = """
+import os, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from flash_attn_aot import Compiles
+compiles = Compiles(Path(sys.argv[2]), ["gfx1100:32", "gfx942:64"], Path(sys.argv[3]), 2, os.environ)
+print(" ".join(str(proc.pid) for _, proc, _ in compiles._runs), flush=True)
+time.sleep(300)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"  # a zombie has ended (where pid 1 does not reap, it stays one)
+
+
+def test_compiles_whose_starter_is_killed_end_and_remove_their_work_directory(tmp_path: Path) -> None:
+    # pytest killed (SIGKILL, or SIGTERM at a CI timeout) runs no stop(): the nice-19 compiles must not go on as
+    # orphans for minutes, nor leave their directory in /tmp. Here they would sleep in flash_attn's import.
+    import io
+    import signal
+    import tarfile
+
+    sdist = tmp_path / "flash_attn-0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        data = b"import time\ntime.sleep(300)\n"
+        info = tarfile.TarInfo("flash_attn-0/flash_attn/__init__.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    work = tmp_path / "work"
+    work.mkdir()
+    driver = subprocess.Popen([sys.executable, "-c", _ORPHANING_DRIVER, str(HERE), str(sdist), str(work)],
+                              stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        assert driver.stdout is not None
+        pids = [int(p) for p in driver.stdout.readline().split()]
+        assert len(pids) == 2 and all(map(_running, pids))
+        time.sleep(1)  # the compiles are under way (their watch started first thing)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 20
+        while (any(map(_running, pids)) or work.exists()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(map(_running, pids)), "a compile outlived the process that started it"
+        assert not work.exists(), sorted(p.name for p in work.iterdir())
+    finally:
+        driver.kill()
+        for pid in pids:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_wrong_sdist_fails_the_test_and_not_the_session(tmp_path: Path) -> None:
