@@ -139,20 +139,27 @@ def test_flash_attns_own_training_kernels_compile_for_every_triton_backend_targe
                 raise AssertionError(f"{target.gfx} {name}: {exc}") from exc
 
 
+def _fake_sdist(tmp_path: Path, init: bytes) -> Path:
+    """An sdist holding only ``flash_attn/__init__.py`` with ``init`` in it."""
+    import io
+    import tarfile
+
+    sdist = tmp_path / "flash_attn-0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        info = tarfile.TarInfo("flash_attn-0/flash_attn/__init__.py")
+        info.size = len(init)
+        tar.addfile(info, io.BytesIO(init))
+    return sdist
+
+
 def test_a_compile_process_that_fails_is_reported_for_each_of_its_targets(tmp_path: Path) -> None:
     # An sdist whose flash_attn has no Triton backend: each process exits non-zero before printing a result,
     # and every target it had is reported with that status and the process's stderr, none silently missing.
-    import io
     import tarfile
 
     from flash_attn_aot import Compiles
 
-    sdist = tmp_path / "flash_attn-0.tar.gz"
-    with tarfile.open(sdist, "w:gz") as tar:
-        data = b"# not flash-attn\n"
-        info = tarfile.TarInfo("flash_attn-0/flash_attn/__init__.py")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
+    sdist = _fake_sdist(tmp_path, b"# not flash-attn\n")
     (tmp_path / "work").mkdir()
     compiles = Compiles(sdist, ["gfx1100:32", "gfx942:64", "gfx1201:32"], tmp_path / "work", 2, os.environ)
     try:
@@ -193,16 +200,9 @@ def _running(pid: int) -> bool:
 def test_compiles_whose_starter_is_killed_end_and_remove_their_work_directory(tmp_path: Path) -> None:
     # pytest killed (SIGKILL, or SIGTERM at a CI timeout) runs no stop(): the nice-19 compiles must not go on as
     # orphans for minutes, nor leave their directory in /tmp. Here they would sleep in flash_attn's import.
-    import io
     import signal
-    import tarfile
 
-    sdist = tmp_path / "flash_attn-0.tar.gz"
-    with tarfile.open(sdist, "w:gz") as tar:
-        data = b"import time\ntime.sleep(300)\n"
-        info = tarfile.TarInfo("flash_attn-0/flash_attn/__init__.py")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
+    sdist = _fake_sdist(tmp_path, b"import time\ntime.sleep(300)\n")
     work = tmp_path / "work"
     work.mkdir()
     driver = subprocess.Popen([sys.executable, "-c", _ORPHANING_DRIVER, str(HERE), str(sdist), str(work)],
