@@ -43,14 +43,26 @@ _loopback_bypasses_proxies()
 SCRUB_PREFIXES = ("CONDA_", "PIXI_", "HIP_", "ROCM_", "HSA_", "RATTLER_", "MAMBA_")
 SCRUB_NAMES = ("RATTLER_AUTH_FILE", "ROCM_PATH", "HIP_PATH", "HIP_PLATFORM", "MAX_JOBS", "PYTORCH_ROCM_ARCH",
                "GPU_ARCHS", "FLASH_ATTENTION_TRITON_AMD_ENABLE", "AOTRITON_INSTALLED_PREFIX",
-               "ROCMLOCK_MAGMA_HOME", "MAGMA_HOME")
+               "ROCMLOCK_MAGMA_HOME", "MAGMA_HOME", "SOURCE_DATE_EPOCH", "REGISTRY_AUTH_FILE")
+
+
+def _scrubbed(name: str) -> bool:
+    return name.startswith(SCRUB_PREFIXES) or name in SCRUB_NAMES
+
+
+# Environment variables that change behaviour never leak in from the developer's shell: taken out at import, so
+# that session and module fixtures (an image built once per module, say) never see them either; a
+# SOURCE_DATE_EPOCH in the shell changed such an image's digest, and a test comparing it with one built inside a
+# test failed.
+for _name in [n for n in os.environ if _scrubbed(n)]:
+    del os.environ[_name]
 
 
 @pytest.fixture(autouse=True)
 def _scrub_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Environment variables that change behaviour never leak in from the developer's shell."""
+    """What a test before this one set without monkeypatch is taken out again."""
     for name in list(os.environ):
-        if name.startswith(SCRUB_PREFIXES) or name in SCRUB_NAMES:
+        if _scrubbed(name):
             monkeypatch.delenv(name, raising=False)
 
 
@@ -181,7 +193,7 @@ _COMPILES = pytest.StashKey["Compiles"]()
 def start_flash_attn_compiles(sdist: Path, workdir: Path) -> Compiles:
     from flash_attn_aot import Compiles, triton_targets
 
-    env = {k: v for k, v in os.environ.items() if not (k.startswith(SCRUB_PREFIXES) or k in SCRUB_NAMES)}
+    env = {k: v for k, v in os.environ.items() if not _scrubbed(k)}
     targets = [f"{t.gfx}:{t.wavefront_size}" for t in triton_targets()]
     return Compiles(sdist, targets, workdir, os.cpu_count() or 1, env)
 

@@ -42,6 +42,20 @@ def debian_base() -> Path:
         raise BaseUnavailable(f"{exc.message} ({exc.hint})") from None
 
 
+def debian_base_for_tests() -> Path:
+    """:func:`debian_base`, or the test skipped saying why; under CI a failure (.ci/run makes the base before the
+    tests, so its absence there is a fault)."""
+    import pytest
+    from ciskips import in_ci
+
+    try:
+        return debian_base()
+    except BaseUnavailable as exc:
+        if in_ci():
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+
+
 if __name__ == "__main__":
     print(debian_base())
     sys.exit(0)

@@ -25,12 +25,6 @@ Json = dict[str, Any]
 LIBC = {"usr/lib64/libc.so.6": b"GLIBC_2.34\x00", "bin/sh": b""}  # the least a base must have
 
 
-@pytest.fixture(autouse=True)
-def _no_build_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("SOURCE_DATE_EPOCH", "REGISTRY_AUTH_FILE"):
-        monkeypatch.delenv(name, raising=False)
-
-
 def _put(layout: Path, data: bytes) -> str:
     digest = hashlib.sha256(data).hexdigest()
     (layout / "blobs/sha256" / digest).write_bytes(data)

@@ -16,12 +16,6 @@ from test_image import ENV
 WHEEL = "http://127.0.0.1:9/files/rlk_extra-1.0-py3-none-any.whl"
 
 
-@pytest.fixture(autouse=True)
-def _no_build_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("SOURCE_DATE_EPOCH", "REGISTRY_AUTH_FILE"):
-        monkeypatch.delenv(name, raising=False)
-
-
 def _replace_with_a_pypi_pin(lock: Path) -> None:
     """pixi.lock replaced (a rename, as pixi and rocmlock write it) by one whose environment also has a wheel."""
     data: Any = yaml.safe_load(lock.read_text())

@@ -20,23 +20,11 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 ENV = "mi300x"
 
 
-@pytest.fixture(autouse=True)
-def _no_build_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("SOURCE_DATE_EPOCH", "REGISTRY_AUTH_FILE"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture(scope="module")
 def base() -> Path:
-    from ciskips import in_ci
-    from ocibase import BaseUnavailable, debian_base
+    from ocibase import debian_base_for_tests
 
-    try:
-        return debian_base()
-    except BaseUnavailable as exc:
-        if in_ci():
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+    return debian_base_for_tests()
 
 
 @pytest.fixture(scope="module")

@@ -27,11 +27,6 @@ PROBE = Path(__file__).resolve().parent.parent / "tools" / "verify_env.py"
 SBOM = "/opt/rocmlock/sbom.cdx.json"
 
 
-@pytest.fixture(autouse=True)
-def _no_build_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
-
-
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two environments: ``probed`` has rocm-env-check (the probe at share/rocm-env-check/verify_env.py, as
