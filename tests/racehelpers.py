@@ -7,12 +7,16 @@ from pathlib import Path
 
 STATE_FILES = {".gitignore", "writer.lock"}  # all .rocmlock/ may hold afterwards (the cache is elsewhere)
 
-# Each child imports what the commands need, says it is ready, waits for the others, then runs the CLI's entry
-# point (`run`: it leaves through os._exit, as `rocmlock` does).
-TOGETHER = """
+
+def together(imports: str) -> str:
+    """A ``python -c`` script (argv: BARRIER ME N COMMAND...): it imports ``imports`` (what its command needs, so
+    that the import time does not spread the starts), says it is ready in BARRIER, waits until N are, then runs the
+    CLI's entry point (`run`: it leaves through os._exit, as `rocmlock` does, past py-rattler's crashes at
+    finalization)."""
+    return f"""
 import os, sys, time
 from pathlib import Path
-import rattler, rocmlock.lock.pipeline, rocmlock.prefix.install
+import {imports}
 from rocmlock.cli.main import run
 barrier, me, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 (barrier / me).touch()
@@ -22,6 +26,10 @@ while len(os.listdir(barrier)) < n and time.monotonic() < deadline:
 sys.argv[1:] = sys.argv[4:]
 run()
 """
+
+
+# What the lock, export and install commands need.
+TOGETHER = together("rattler, rocmlock.lock.pipeline, rocmlock.prefix.install")
 
 
 def outputs(root: Path) -> dict[str, bytes]:

@@ -24,27 +24,14 @@ from types import SimpleNamespace
 import pytest
 import rocmlock
 from channels import Pkg, build_channel, listed_in_repodata
+from racehelpers import together
 from rocmlock.cli.main import main
 
 TOOLS = str(Path(rocmlock.__file__).resolve().parents[1])
 LOCK = ".rocmlock-publish.lock"
 ROUNDS = 6
 
-# Each child imports what a publish needs, says it is ready, waits for the others, then runs the CLI's entry
-# point (`run`: it leaves through os._exit, as `rocmlock` does, past py-rattler's crashes at finalization).
-TOGETHER = """
-import os, sys, time
-from pathlib import Path
-import rattler.index, rocmlock.channel.channel_dir, rocmlock.channel.publish
-from rocmlock.cli.main import run
-barrier, me, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-(barrier / me).touch()
-deadline = time.monotonic() + 60
-while len(os.listdir(barrier)) < n and time.monotonic() < deadline:
-    time.sleep(0.0005)
-sys.argv[1:] = sys.argv[4:]
-run()
-"""
+TOGETHER = together("rattler.index, rocmlock.channel.channel_dir, rocmlock.channel.publish")
 
 
 def _sha(path: Path) -> str:
