@@ -114,3 +114,27 @@ def test_activation_keeps_what_the_user_set_through_deactivation(shell: str, scr
     assert out.returncode == 0 and out.stderr == "", out.stderr
     assert out.stdout.splitlines() == [f"ROCM_PATH={rocm}/ HIP_PATH={rocm}/ HIP_DEVICE_LIB_PATH={tmp_path}",
                                        f"ROCM_PATH={rocm}/ HIP_PATH=unset HIP_DEVICE_LIB_PATH={tmp_path}"]
+
+
+# [activation.env] values as the image's activation script exports them (rocmlock.image.activation): one with a
+# "$" is left to the shell to expand, as pixi's shell-hook does; every other character stays as written.
+_VALUES = ("$HOME\\", "a\\\"b $HOME", 'x"y$HOME', "\\$HOME", "$HOME", "two\\\\ $HOME", "plain", "it's", "tab\there",
+           "${HOME}/lib:$HOME")  # (a value with "$" is the shell's to expand: `...` and $(...) run, as under pixi)
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_an_activation_env_value_reaches_the_shell_as_written_its_variables_expanded(shell: str) -> None:
+    from rocmlock.image.activation import _export
+
+    if shutil.which(shell) is None:
+        if in_ci():
+            pytest.fail(f"{shell} is not installed (.ci/run installs it)")
+        pytest.skip(f"{shell} is not installed")
+    home = "/home/someone"
+    for value in _VALUES:
+        line = _export("A", value, "[activation.env] A")
+        run = subprocess.run([shell, "-c", f'{line}\nprintf %s "$A"'], capture_output=True, text=True,
+                             env={"HOME": home, "PATH": "/usr/bin:/bin"}, check=False)
+        assert run.returncode == 0 and not run.stderr, (value, line, run.stderr)
+        expected = value.replace("${HOME}", home).replace("$HOME", home) if "$" in value else value
+        assert run.stdout == expected, (value, line)

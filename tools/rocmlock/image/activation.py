@@ -64,7 +64,11 @@ def _export(name: str, value: str, where: str) -> str:
         raise InputError(f"{where}: '{name[:80]}' is not an environment variable name a shell can set",
                          hint="use letters, digits and '_', not starting with a digit")
     if "$" in value:
-        return f'export {name}="{value.replace(chr(34), chr(92) + chr(34))}"'
+        # Expanded by the shell, as pixi's shell-hook leaves a value with a "$" (rattler_shell's Bash::set_env_var,
+        # crates/rattler_shell/src/shell/mod.rs). Its bash path escapes only '"', so a value ending in a backslash
+        # or holding '\"' ends the string early (the script does not parse); escaped as rattler's zsh and fish
+        # writers do (escape_double_quoted: backslashes first, then double quotes).
+        return f'export {name}="{value.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
     return f"export {name}={shlex.quote(value)}"
 
 
