@@ -197,3 +197,17 @@ def test_probe_torch_arch_warns_on_a_mixed_node_and_fails_without_the_target(tmp
     assert out.status == "warn" and "torch device(s) 0 only" in out.evidence
     ctx.facts["torch"] = _torch(["gfx950:sramecc+:xnack-", "gfx950:sramecc+:xnack-"])
     assert probe.check_torch_arch(ctx).status == "fail"
+
+
+def test_a_kfd_value_of_thousands_of_digits_is_no_gpu_not_a_traceback(tmp_path: Path) -> None:
+    # A /sys tree under --host-root (or a broken driver) is input rocmlock did not write: int() refuses a run of
+    # over 4,300 digits with a ValueError, which reached the user as a traceback from unpack and doctor.
+    root = kfd_tree(tmp_path, MI300X)
+    for i, value in ((2, "9" * 5000), (3, "9" * 25)):
+        (root / KFD / str(i)).mkdir()
+        (root / KFD / str(i) / "properties").write_text(f"simd_count {value}\nsimd_per_cu 4\n"
+                                                        f"gfx_target_version {value}\n")
+    assert read_gpus(root) == (Gpu(0, "gfx942", (9, 4, 2), 304),)
+    assert [gfx for gfx, _, _ in probe.kfd_gpus(_ctx(root, "gfx942"))] == ["gfx942"]
+    assert probe.check_driver(_ctx(root, "gfx942")).status == "ok"
+    assert probe._smi_gpus("rocm-smi", f"GPU[{'1' * 5000}]\nGPU[0] : ok\n") == ["0"]

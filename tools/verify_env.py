@@ -268,7 +268,7 @@ def kfd_gpus(ctx: Context) -> list[tuple[str, tuple[int, int, int], int | None]]
     gpus = []
     for props in sorted(glob.glob(str(ctx.path("/sys/class/kfd/kfd/topology/nodes/*/properties"))), key=node):
         text = read_text(Path(props)) or ""
-        found = {k: int(v) for k, v in re.findall(r"^(gfx_target_version|simd_count|simd_per_cu)\s+(\d+)\s*$",
+        found = {k: int(v) for k, v in re.findall(r"^(gfx_target_version|simd_count|simd_per_cu)\s+(\d{1,20})\s*$",
                                                    text, re.MULTILINE)}
         value = found.get("gfx_target_version", 0)
         if value:
@@ -541,7 +541,7 @@ def check_access(ctx: Context) -> Outcome:
 def _smi_gpus(tool: str, output: str) -> list[str]:
     if tool == "amd-smi":
         return re.findall(r"^\s*GPU:\s*(\d+)", output, re.MULTILINE)
-    return sorted(set(re.findall(r"GPU\[(\d+)\]", output)), key=int)
+    return sorted(set(re.findall(r"GPU\[(\d{1,9})\]", output)), key=int)  # (int() refuses 4,300 digits)
 
 
 @check("tools.smi", "amd-smi / rocm-smi lists the GPUs")
@@ -1135,7 +1135,7 @@ def _gpu_names(ctx: Context) -> list[str]:
                        for i in range(ctx.gpu_count)} - {""})
     gpus = set()
     for props in glob.glob(str(ctx.path("/sys/class/kfd/kfd/topology/nodes/*/properties"))):
-        m = re.search(r"^gfx_target_version\s+(\d+)", read_text(Path(props)) or "", re.MULTILINE)
+        m = re.search(r"^gfx_target_version\s+(\d{1,20})\s*$", read_text(Path(props)) or "", re.MULTILINE)
         if m and int(m.group(1)):
             gpus.add(gfx_from_kfd_version(int(m.group(1))))
     return sorted(gpus)

@@ -151,7 +151,9 @@ def _node_index(path: Path) -> int:
 
 
 def _property(text: str, name: str) -> int | None:
-    m = re.search(rf"^{name}\s+(\d+)\s*$", text, re.MULTILINE)
+    # At most 20 digits (KFD writes u32/u64 values): a longer run from a file under --host-root is no value, not
+    # an int() that refuses it (Python's limit is 4,300 digits) with a traceback.
+    m = re.search(rf"^{name}\s+(\d{{1,20}})\s*$", text, re.MULTILINE)
     return int(m.group(1)) if m else None
 
 
