@@ -178,6 +178,8 @@ def test_a_base_whose_glibc_is_older_than_the_locks_is_refused_before_building(
     (["-o", "OUT", "--no-base", "--prefix", "opt/env"], "not an absolute path"),
     (["-o", "OUT", "--no-base", "--prefix", "/usr/local"], "inside or above a system directory"),
     (["-o", "OUT", "--no-base", "--prefix", "/opt/../etc"], "not an absolute path"),
+    (["-o", "OUT", "--base", ""], "--base '' names no image"),  # an unset variable: not a silent --no-base
+    (["-o", "OUT", "--no-base", "--tag", ""], "--tag '': not an image tag"),
 ])
 def test_bad_input_is_one_line_and_exit_2_with_nothing_written(
         base: Path, locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -188,6 +190,14 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and "secret" not in err
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".rocmlock-image-*"))
+
+
+def test_spellings_of_one_prefix_are_one_prefix() -> None:
+    # The prefix is in every digest (paths, activation, labels): the same directory written otherwise must not give
+    # another image. PurePosixPath keeps a leading "//", which POSIX leaves to the system.
+    from rocmlock.image.files import check_prefix
+
+    assert {check_prefix(p) for p in ("/opt/env", "/opt/env/", "//opt//env", "///opt/./env//")} == {"/opt/env"}
 
 
 # ----------------------------------------------------------------------------- a real registry

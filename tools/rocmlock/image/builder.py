@@ -312,6 +312,9 @@ def _check_base_choice(base_ref: str | None, no_base: bool) -> None:
                               "to COPY --from in a Dockerfile of your own")
     if base_ref is not None and no_base:
         raise InputError("rocmlock image: --base and --no-base together", hint="pass one of them")
+    if base_ref is not None and not base_ref.strip():  # an unset shell variable: not a silent --no-base
+        raise InputError("rocmlock image: --base '' names no image",
+                         hint="pass --base REF (docker.io/library/debian:12, oci:DIR:TAG), or --no-base")
 
 
 def _check_shell(facts: oci.RootfsFacts, label: str) -> None:
@@ -342,6 +345,9 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
     if pushed is not None and pushed.tag is None:
         raise InputError(f"--push {pushed}: no tag", hint="name one: REGISTRY/REPO:TAG")
     dest = str(pushed) if pushed else None
+    if tag is not None and not tag:
+        raise InputError("--tag '': not an image tag", hint="letters, digits, '_', '.', '-' (at most 128), or leave "
+                                                             "--tag out for --push's tag, else the environment's name")
     tag = tag or (pushed.tag if pushed and pushed.tag else environment)
     if not _TAG.fullmatch(tag):
         raise InputError(f"--tag {tag[:140]!r}: not an image tag", hint="letters, digits, '_', '.', '-' (at most 128)")

@@ -63,6 +63,8 @@ def check_prefix(prefix: str) -> str:
     """``--prefix`` normalised; an InputError unless it is an absolute path of plain characters outside the system
     directories and rocmlock's own."""
     norm = str(PurePosixPath(prefix))
+    if norm.startswith("//"):  # PurePosixPath keeps a leading "//" (POSIX leaves it to the system): one directory
+        norm = "/" + norm.lstrip("/")
     parts = PurePosixPath(prefix).parts
     if not _PREFIX_CHARS.fullmatch(norm) or ".." in parts or "." in parts or norm == "/":
         raise InputError(f"--prefix {prefix[:120]!r}: not an absolute path of letters, digits and . _ + - /",
