@@ -76,6 +76,36 @@ def test_pack_then_unpack_installs_exactly_the_locked_packages(bundle: Path, loc
     assert not list(tmp_path.glob(".rocmlock-unpack*")), "the extraction and package cache beside it are removed"
 
 
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): os.readlink(p).encode() if p.is_symlink() else p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_symlink() or p.is_file()}
+
+
+def test_one_bundle_unpacked_twice_into_one_prefix_gives_the_same_bytes_and_the_locks_urls(
+        bundle: Path, locked_ws: Path, tmp_path: Path) -> None:
+    # rattler records where it installed each package from and its package cache: for an unpack, a temporary
+    # directory removed at the end, another one each run. The records name the lock's URLs instead (as
+    # `rocmlock install` and the image do) and no path of the host.
+    host, prefix = fake_node(tmp_path / "host", [90402]), tmp_path / "env"
+    trees = []
+    for _ in range(2):
+        assert unpack(bundle, prefix, host, "--no-verify") == 0
+        trees.append(_tree(prefix))
+        shutil.rmtree(prefix)
+    assert trees[0] == trees[1]
+    locked = read_lockfile(locked_ws / "pixi.lock")
+    assert locked is not None
+    lock_urls = {r.file_name: r.url for r in locked.environments[ENV].records[PLATFORM]}
+    metas = {name: json.loads(data) for name, data in trees[0].items()
+             if name.startswith("conda-meta/") and name.endswith(".json")}
+    assert {m["fn"]: m["url"] for m in metas.values()} == lock_urls
+    for meta in metas.values():
+        assert meta["channel"] == meta["url"].rsplit("/", 2)[0] + "/"
+        assert not {"extracted_package_dir", "package_tarball_full_path", "link"} & meta.keys()
+    assert not [n for n, data in trees[0].items()
+                if b".rocmlock-unpack" in data or (n.startswith("conda-meta/") and str(tmp_path).encode() in data)]
+
+
 def test_two_packs_of_one_lock_are_byte_identical(bundle: Path, locked_ws: Path, tmp_path: Path) -> None:
     again = tmp_path / "again.tar"
     assert pack(locked_ws, again) == 0

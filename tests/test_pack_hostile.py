@@ -158,6 +158,28 @@ def test_every_metadata_string_is_checked_before_a_path_is_built_from_it(
     assert "\x1b" not in line and not keep.exists() and not Path("/tmp/PWNED.lock").exists()
 
 
+@pytest.mark.parametrize(("url", "says"), [
+    ("https://bob:pw@example.com/ch/noarch/FILE", "is not a plain http(s) or file URL"),
+    ("https://example.com/t/tk-0123456789abcdef0123456789abcdef012345/ch/noarch/FILE", "holds a credential"),
+    ("https://example.com/ch/noarch/FILE?token=x", "is not a plain http(s) or file URL"),
+    ("https://example.com/ch/noarch/FILE\x1b[2J", "is not a plain http(s) or file URL"),
+    ("https://example.com/ch/noarch/other-1.0-0.conda", "is not the URL of"),
+    ("ftp://example.com/ch/noarch/FILE", "is not a plain http(s) or file URL"),
+])
+def test_a_package_url_in_the_metadata_is_checked_before_it_reaches_the_prefix(
+        bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str, says: str) -> None:
+    # The lock's URL of each package goes into the unpacked prefix's records: a credential, a line break or
+    # another file's URL there is refused before anything is installed.
+    x = extracted(bundle, tmp_path / "x")
+
+    def edit(meta: dict[str, Any]) -> None:
+        meta["packages"][0]["url"] = url.replace("FILE", meta["packages"][0]["file"])
+
+    rehash(x, edit)
+    line = refused(tmp_path, retar(x, tmp_path / "bad.tar"), capsys, allowed=("bad.tar",))
+    assert "has a package whose url" in line and says in line and "\x1b" not in line and "pw@" not in line, line
+
+
 @pytest.mark.parametrize(("text", "says"), [
     ("not json", "pixi-pack.json: cannot read it: "),
     ("[]", "pixi-pack.json: expected version '1' and platform 'linux-64'"),

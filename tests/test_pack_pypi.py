@@ -82,6 +82,9 @@ def test_unpack_installs_the_bundles_wheels_offline(bundle: Path, tmp_path: Path
     site = prefix / "lib" / f"python{PY}" / "site-packages"
     assert sorted(p.name for p in site.glob("*.dist-info")) == ["rlk_alpha-1.0.dist-info", "rlk_beta-2.0.dist-info"]
     assert not list(tmp_path.glob(".rocmlock-unpack-*"))
+    # Nothing in the prefix names the temporary extraction (pip records a wheel given by path in direct_url.json,
+    # PEP 610): the same bundle gives the same prefix.
+    assert not [p for p in prefix.rglob("*") if p.is_file() and b".rocmlock-unpack" in p.read_bytes()]
 
 
 def test_a_damaged_wheel_is_refused_before_anything_is_installed(bundle: Path, tmp_path: Path,

@@ -34,6 +34,7 @@ from typing import Any
 
 from rocmlock.errors import InputError
 from rocmlock.gpu.targets import all_targets
+from rocmlock.util.credentials import split_url
 from rocmlock.util.text import escape
 from rocmlock.workspace.platforms import KNOWN_SUBDIRS
 from rocmlock.workspace.tables import ENVIRONMENT_NAME
@@ -80,6 +81,9 @@ class BundledPackage:
     build: str
     sha256: str
     size: int
+    # Where the lock has it (no credentials): the URL an unpacked prefix records for it, as `rocmlock install`'s
+    # does, rather than the temporary directory it was installed from. None in bundles made before it was kept.
+    url: str | None = None
 
     @property
     def member(self) -> str:
@@ -87,8 +91,9 @@ class BundledPackage:
         return f"{CHANNEL_DIR}/{self.subdir}/{self.filename}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"subdir": self.subdir, "file": self.filename, "name": self.name, "version": self.version,
-                "build": self.build, "sha256": self.sha256, "size": self.size}
+        out = {"subdir": self.subdir, "file": self.filename, "name": self.name, "version": self.version,
+               "build": self.build, "sha256": self.sha256, "size": self.size}
+        return out if self.url is None else {**out, "url": self.url}
 
 
 @dataclass(frozen=True)
@@ -213,8 +218,28 @@ def _package(item: Any, label: str, subdirs: tuple[str, ...]) -> BundledPackage:
     size = _field(item, "size", int, label)
     if size < 0:
         raise _bad(label, "packages", "has a negative size")
+    url = _field(item, "url", str, label, optional=True)
+    if url is not None and (problem := lock_url_problem(url, values["file"])):
+        raise _bad(label, "packages", f"has a package whose url {problem}")
     return BundledPackage(values["subdir"], values["file"], values["name"], values["version"], values["build"],
-                          _field(item, "sha256", str, label, pattern=_SHA256), size)
+                          _field(item, "sha256", str, label, pattern=_SHA256), size, url)
+
+
+# A lock's package URL as a bundle may carry it: RFC 3986's characters less '?', '#', '@' and space (no query,
+# fragment or user information: where credentials would be).
+_URL = re.compile(r"(https?|file)://[A-Za-z0-9._~:/%+=,;!$&'()*\[\]-]{1,2040}")
+
+
+def lock_url_problem(url: str, filename: str) -> str | None:
+    """Why ``url`` is not a plain http(s)/file URL of ``filename`` without credentials, else None (it goes into
+    the unpacked prefix's records)."""
+    if not _URL.fullmatch(url):
+        return f"'{escape(url[:200])}' is not a plain http(s) or file URL"
+    if split_url(url).secrets:
+        return "holds a credential"
+    if not url.endswith("/" + filename):
+        return f"'{escape(url[:200])}' is not the URL of {escape(filename)}"
+    return None
 
 
 def file_member_problem(member: str, subdirs: tuple[str, ...]) -> str | None:

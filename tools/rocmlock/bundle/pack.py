@@ -37,6 +37,7 @@ from rocmlock.bundle.layout import (
     BundledPackage,
     BundleMetadata,
     Member,
+    lock_url_problem,
     members_of_tree,
     package_file_problem,
     parse_metadata,
@@ -51,6 +52,7 @@ from rocmlock.gpu.targets import all_targets, minor_version
 from rocmlock.lock.lockfile import LockedPlatform
 from rocmlock.prefix.fetch import DEFAULT_TIMEOUTS, Progress, Timeouts, fetch_all
 from rocmlock.prefix.install import read_selected
+from rocmlock.util.credentials import redact_url
 from rocmlock.util.fs import file_sha256
 from rocmlock.util.scratch import scratch_dir
 from rocmlock.util.text import escape
@@ -184,8 +186,10 @@ def _bundled(record: RepoDataRecord) -> BundledPackage:
     if record.sha256 is None:
         raise OperationError(f"{record.file_name}: the lock has no sha256 for it, so it cannot be verified",
                              hint="lock again with `rocmlock lock` (or `pixi lock`), which records sha256")
+    url = redact_url(record.url)  # (a lock URL with a query, say, is left out: unpack then keeps the copy's)
     return BundledPackage(record.subdir, record.file_name, record.name.normalized, str(record.version),
-                          str(record.build), record.sha256.hex(), int(record.size or 0))
+                          str(record.build), record.sha256.hex(), int(record.size or 0),
+                          None if lock_url_problem(url, record.file_name) else url)
 
 
 def _describe(environment: str, platform: LockedPlatform, records: list[RepoDataRecord],

@@ -42,6 +42,7 @@ from rocmlock.host.node import gpu_choice, node_problem, read_node
 from rocmlock.lock.exports import explicit_name, render_explicit
 from rocmlock.lock.lockfile import LockedPlatform
 from rocmlock.prefix.pkgcheck import check_packages
+from rocmlock.prefix.records import settle_records
 from rocmlock.util.credentials import one_line, redact_text
 from rocmlock.util.fs import write_atomic
 from rocmlock.util.runner import CommandError, run_command
@@ -357,6 +358,10 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
             raise OperationError(f"installing '{meta.environment}' into {prefix} failed: "
                                  f"{one_line(redact_text(str(exc)))}",
                                  hint=f"check that {prefix.parent} is writable and its disk has room") from None
+        # The records name the lock's URLs, not the extraction's (a temporary directory): the same bundle unpacked
+        # into the same prefix gives the same bytes, and `conda list --explicit` the lock's URLs.
+        urls = {p.filename: p.url for p in meta.packages if p.url is not None}
+        settle_records(prefix, urls, {name: url.rsplit("/", 2)[0] + "/" for name, url in urls.items()})
         marker.unlink()
 
 

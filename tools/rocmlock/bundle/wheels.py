@@ -102,13 +102,18 @@ def install_wheels(where: Path, prefix: Path, meta: BundleMetadata, scratch: Pat
     if not python.exists():
         raise OperationError(f"{prefix}: the bundle has {len(wheels)} PyPI wheel(s) and the environment no "
                              "bin/python to install them into", hint="add python to the environment and pack again")
-    # Paths relative to the bundle (pip's cwd), the members' names checked plain (bundle.WHEEL_NAME): a '#' or
-    # ' -' in the directory above would start a comment or an option in a requirements line.
+    # By name and version from the bundle's pypi/ (relative to pip's cwd), not by path: pip records a wheel given
+    # by path as a direct URL install (PEP 610 direct_url.json, naming the temporary extraction), so the same
+    # bundle would give another prefix each time. The names are checked plain (bundle.WHEEL_NAME).
+    pins: dict[str, list[str]] = {}
+    for member, digest in sorted(wheels.items()):
+        name, version = posixpath.basename(member).split("-")[:2]
+        pins.setdefault(f"{name}=={version}", []).append(f"--hash=sha256:{digest}")
     requirements = scratch / "pypi-requirements.txt"
-    requirements.write_text("".join(f"./{m} --hash=sha256:{d}\n" for m, d in sorted(wheels.items())))
+    requirements.write_text("".join(f"{pin} {' '.join(hashes)}\n" for pin, hashes in pins.items()))
     argv = [sys.executable, "-I", "-m", "pip", "--python", str(python), "--disable-pip-version-check", "install",
-            "--no-index", "--no-deps", "--require-hashes", "--only-binary=:all:", "--no-input",
-            *(["--ignore-installed"] if fresh else []), "-r", str(requirements)]
+            "--no-index", "--find-links", f"./{PYPI_DIR}", "--no-deps", "--require-hashes", "--only-binary=:all:",
+            "--no-input", *(["--ignore-installed"] if fresh else []), "-r", str(requirements)]
     try:
         res = run_command(argv, env=_pip_env(os.environ), cwd=where, timeout=PIP_TIMEOUT_S, check=False)
     except CommandError as exc:

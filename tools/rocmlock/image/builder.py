@@ -41,14 +41,12 @@ from rocmlock.image.sif import build_sif, check_sif_path, require_apptainer
 from rocmlock.prefix.fetch import fetch_each
 from rocmlock.prefix.install import Selected, read_selected
 from rocmlock.prefix.pkgcheck import check_packages
+from rocmlock.prefix.records import settle_records
 from rocmlock.util.credentials import client_for_urls, one_line, redact_text, split_url
 from rocmlock.util.scratch import scratch_dir
 from rocmlock.util.text import escape
 
 _ARCH = {"linux-64": "amd64", "linux-aarch64": "arm64", "linux-ppc64le": "ppc64le"}
-# PrefixRecord fields that name the building host's package cache (rattler_conda_types PrefixRecord): optional
-# for rattler, pixi and conda, and never true inside the image.
-_HOST_FIELDS = ("extracted_package_dir", "package_tarball_full_path", "link")
 DEFAULT_GLIBC = (2, 28)
 MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # the distribution spec's tag
@@ -179,12 +177,7 @@ def _install(selected: Selected, stage: Path, target: str, channels: Sequence[st
     finally:
         for record in selected.records:
             record.url = urls[record.file_name]
-    for meta in sorted((prefix / "conda-meta").glob("*.json")):
-        record = json.loads(meta.read_text())
-        for key in _HOST_FIELDS:
-            record.pop(key, None)
-        record["url"] = urls.get(record.get("fn"), record.get("url"))  # the lock's, not the checked copy's
-        meta.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    settle_records(prefix, urls)  # the lock's URLs, not the checked copies'; no host path
     return prefix
 
 
