@@ -145,7 +145,7 @@ def test_an_unpack_killed_mid_install_is_reported_and_redone_by_the_next_unpack(
     assert len(leftovers) == 1, "the extracted bundle and package cache, in one locked directory"
     assert unpack(bundle, prefix, host, "--no-verify") == 0
     err = capsys.readouterr().err
-    assert f"{prefix}: an earlier unpack into it was interrupted; installing it again" in err
+    assert f"{prefix}: an earlier install into it was interrupted; installing it again" in err
     assert "removed 1 leftover(s) of an interrupted run" in err
     assert installed(prefix) == locked_set(locked_ws)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rocmlock-unpack-")]
@@ -161,6 +161,43 @@ def test_rocmlock_install_into_an_interrupted_unpacks_prefix_is_not_mistaken_for
     (prefix / "stray-half-file").write_text("from the killed run\n")
     assert unpack(bundle, prefix, host, "--no-verify") == 0
     assert not (prefix / "stray-half-file").exists(), "a prefix the killed unpack created is made anew"
+
+
+def test_an_install_killed_midway_fails_the_probe_and_is_redone_by_the_next_install(
+        locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # rattler links into the prefix as it goes: a `rocmlock install` killed there left bin/, etc/ and part of
+    # conda-meta/, which then looked like a finished environment to every tool (found by a break-it pass).
+    from rocmlock.prefix.marker import MARKER
+    from test_probe import load_probe
+
+    prefix = tmp_path / "env"
+    install = ["install", "--manifest-path", str(locked_ws / "pixi.toml"), "-e", ENV, "--prefix", str(prefix)]
+    _killed(KILL_INSTALL, *install)
+    assert (prefix / "conda-meta" / "history").is_file(), "the kill came in the middle of the install"
+    assert (prefix / MARKER).read_text() == "created\n"
+    probe = load_probe()
+    outcome = probe.check_env_complete(probe.Context(root=tmp_path, prefix=prefix, environ={"PATH": ""}))
+    assert outcome.status == "fail" and "was interrupted" in outcome.evidence
+    (prefix / "stray-half-file").write_text("from the killed run\n")
+    assert main(install) == 0
+    assert f"{prefix}: an earlier install into it was interrupted; installing it again" in capsys.readouterr().err
+    assert installed(prefix) == locked_set(locked_ws)
+    assert not (prefix / MARKER).exists() and not (prefix / "stray-half-file").exists(), "made anew"
+    assert probe.check_env_complete(probe.Context(root=tmp_path, prefix=prefix, environ={"PATH": ""})).status == "ok"
+
+
+def test_an_install_into_a_prefix_another_install_holds_stops_at_once(
+        locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rocmlock.prefix.marker import held
+
+    prefix = tmp_path / "env"
+    install = ["install", "--manifest-path", str(locked_ws / "pixi.toml"), "-e", ENV, "--prefix", str(prefix)]
+    assert main(install) == 0
+    capsys.readouterr()
+    with held(prefix, "install"):  # another install, still running
+        assert main(install) == 1
+        assert _one_error(capsys.readouterr().err) == f"error: {prefix}: another rocmlock install is installing into it"
+    assert main(install) == 0 and not [p for p in prefix.iterdir() if p.name.startswith(".rocmlock")]
 
 
 # ----------------------------------------------------------------------------- unpack: arguments
@@ -232,7 +269,7 @@ def test_an_unpack_into_a_prefix_another_unpack_is_installing_is_refused(
         bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import fcntl
 
-    from rocmlock.bundle.unpack import MARKER
+    from rocmlock.prefix.marker import MARKER
 
     prefix, host = tmp_path / "env", fake_node(tmp_path / "host", [90402])
     (prefix / "conda-meta").mkdir(parents=True)

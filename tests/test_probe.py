@@ -86,7 +86,7 @@ def test_checks_run_in_order_from_hardware_to_training() -> None:
     ids = [c.id for c in probe.CHECKS]
     assert len(ids) == len(set(ids))
     groups = [i.split(".")[0] for i in ids]
-    order = ["host", "tools", "rocm", "torch", "kernels", "compute", "flash_attn", "bench", "train"]
+    order = ["host", "tools", "rocm", "env", "torch", "kernels", "compute", "flash_attn", "bench", "train"]
     assert [g for g in order if g in groups] == list(dict.fromkeys(groups))[: len(order)]
     assert {c.id: c.option for c in probe.CHECKS if c.option} == {"bench.gemm": "bench", "train.lora": "train"}
 

@@ -729,6 +729,21 @@ REINSTALL_FIX = ("install the ROCm build of pytorch for this GPU: `pixi install 
                  "`conda list pytorch` must show a build string like rocm72_gfx942_py312_...")
 
 
+# rocmlock.prefix.marker.MARKER: in the prefix until `rocmlock install` or `unpack` finished installing it.
+INSTALL_MARKER = ".rocmlock-install-incomplete"
+
+
+@check("env.complete", "no rocmlock install or unpack of the environment was interrupted")
+def check_env_complete(ctx: Context) -> Outcome:
+    marker = ctx.prefix / INSTALL_MARKER
+    if marker.is_file():
+        return fail(f"{marker} is there: a rocmlock install or unpack into {ctx.prefix} was interrupted (killed, "
+                    "or the machine went down), so its packages may be half linked",
+                    "run the same `rocmlock install` or `rocmlock unpack` again: it sees the marker and installs "
+                    "the environment again")
+    return ok(f"no {INSTALL_MARKER} in {ctx.prefix}")
+
+
 def _torch_imported(ctx: Context) -> Outcome | None:
     return skip("torch did not import") if ctx.torch is None else None
 

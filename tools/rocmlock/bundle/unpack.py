@@ -41,6 +41,7 @@ from rocmlock.errors import InputError, OperationError, RocmlockError
 from rocmlock.host.node import gpu_choice, node_problem, read_node
 from rocmlock.lock.exports import explicit_name, render_explicit
 from rocmlock.lock.lockfile import LockedPlatform
+from rocmlock.prefix.marker import MARKER, installing, interrupted
 from rocmlock.prefix.pkgcheck import check_packages
 from rocmlock.prefix.records import settle_records
 from rocmlock.util.credentials import one_line, redact_text
@@ -50,7 +51,6 @@ from rocmlock.util.scratch import remove_tree, scratch_dir
 from rocmlock.util.text import escape
 
 SCRATCH = ".rocmlock-unpack-"
-MARKER = ".rocmlock-unpack-incomplete"
 PROBE_TIMEOUT_S = 1800.0
 
 Log = Callable[[str], None]
@@ -307,12 +307,10 @@ def _check_prefix(prefix: Path, say: Log) -> bool:
         return True
     if not prefix.is_dir():
         raise InputError(f"{prefix}: --prefix exists and is not a directory")
-    marker = prefix / MARKER
-    if marker.is_file():
-        with _held(marker):  # only to see whether a live unpack holds it
-            pass
-        say(f"{prefix}: an earlier unpack into it was interrupted; installing it again")
-        return marker.read_text().strip() == "created"
+    state = interrupted(prefix, "unpack")
+    if state is not None:
+        say(f"{prefix}: an earlier install into it was interrupted; installing it again")
+        return state == "created"
     if not any(prefix.iterdir()):
         return True
     if not (prefix / "conda-meta").is_dir():
@@ -334,12 +332,9 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
 
     existed = prefix.exists()
     prefix.mkdir(parents=True, exist_ok=True)
-    marker = prefix / MARKER
-    with _held(marker) as fd:  # held until the end: a second unpack into this prefix stops at once
+    with installing(prefix, fresh, "unpack"):  # held until the end: a second unpack into it stops at once
         if fresh:
             _clear(prefix, keep=MARKER)
-        os.ftruncate(fd, 0)
-        os.write(fd, b"created\n" if fresh else b"updated\n")
         try:
             asyncio.run(install(records, prefix, cache_dir=cache, show_progress=False))
             if then is not None:
@@ -348,8 +343,7 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise  # the marker stays: the next unpack sees an interrupted one
             if fresh:
-                marker.unlink()
-                remove_tree(prefix, keep_dir=True, settle=True)
+                remove_tree(prefix, keep_dir=True, settle=True)  # (the marker too)
                 if not existed:
                     with contextlib.suppress(OSError):  # still not empty: the message says where it is
                         prefix.rmdir()
@@ -362,26 +356,6 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
         # into the same prefix gives the same bytes, and `conda list --explicit` the lock's URLs.
         urls = {p.filename: p.url for p in meta.packages if p.url is not None}
         settle_records(prefix, urls, {name: url.rsplit("/", 2)[0] + "/" for name, url in urls.items()})
-        marker.unlink()
-
-
-@contextlib.contextmanager
-def _held(marker: Path) -> Iterator[int]:
-    """The marker, opened (created) and locked; an unpack that holds it already is an error."""
-    import fcntl
-
-    fd = os.open(marker, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OperationError(f"{marker.parent}: another rocmlock unpack is installing into it",
-                                 hint="wait for it to finish, or choose another --prefix") from None
-        except OSError:  # no locks on this filesystem: go on unguarded
-            pass
-        yield fd
-    finally:
-        os.close(fd)
 
 
 def _clear(prefix: Path, keep: str | None = None) -> None:

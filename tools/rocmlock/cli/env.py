@@ -49,7 +49,7 @@ def cmd_install(args: argparse.Namespace) -> int:
 
     manifest = _locked_manifest(args, "install")
     result = install_from_lock(manifest.parent / LOCK_NAME, args.environment, args.prefix.resolve(),
-                               args.platform, channels=manifest_channels(manifest), on_wait=err)
+                               args.platform, channels=manifest_channels(manifest), on_wait=err, say=err)
     if args.json:
         print_json(result.to_dict())
     if result.left_out:

@@ -26,6 +26,7 @@ from rocmlock.lock.lockfile import (
     read_lockfile,
 )
 from rocmlock.lock.outputs import settle
+from rocmlock.prefix.marker import MARKER, installing, interrupted
 from rocmlock.util.credentials import (
     client_for_urls,
     credentials_hint,
@@ -193,31 +194,43 @@ def check_prefix(prefix: Path) -> None:
 
 def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform: str | None = None,
                       cache_dir: Path | None = None, channels: Sequence[str] = (),
-                      on_wait: Callable[[str], None] | None = None) -> InstallResult:
+                      on_wait: Callable[[str], None] | None = None,
+                      say: Callable[[str], None] | None = None) -> InstallResult:
     """Install ``environment``'s locked records for ``platform`` (its only one when omitted) into ``prefix``.
 
     ``channels`` are the manifest's channel URLs as written, credentials included: the lock records clean
     URLs only, and the credentials go to rattler in memory. What it installs and what it reports as left out
     come from one read of pixi.lock, so a ``rocmlock lock`` running meanwhile cannot mix two locks in the result.
+    Until it finished, the prefix carries a marker (:mod:`rocmlock.prefix.marker`): an install that was killed is
+    seen by the next one (``say`` tells it), which makes a prefix the killed one created anew.
     """
     from rattler import install
 
     selected = select_environment(lock_path, environment, platform, on_wait)
     locked_platform, records = selected.platform, selected.records
-    check_prefix(prefix)
+    state = interrupted(prefix, "install") if prefix.is_dir() else None
+    if state is not None:
+        if say is not None:
+            say(f"{prefix}: an earlier install into it was interrupted; installing it again")
+        if state == "created":
+            remove_tree(prefix, keep_dir=True, keep=MARKER)
+    else:
+        check_prefix(prefix)
     gpu_warning = gpu_mismatch(locked_platform)
     _, client = client_for_urls(channels)
-    created = not prefix.exists()
-    try:
-        asyncio.run(install(records, prefix, cache_dir=cache_dir, show_progress=False, client=client))
-    except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
-        secrets = [s for c in channels for s in split_url(c).secrets]
-        if created:  # a half-made environment is worse than none: it imports, then fails at run time
-            remove_tree(prefix, settle=True)  # rattler's extraction tasks outlive the failed call
-        left = "nothing was left there" if created else "it existed before and may be partly changed"
-        text = redact_text(str(exc), secrets)
-        raise _install_error(f"installing '{environment}' into {prefix} failed ({left})", text,
-                             [*channels, *(r.channel or "" for r in records)], records) from None
+    created = not prefix.exists() or state == "created"
+    prefix.mkdir(parents=True, exist_ok=True)
+    with installing(prefix, created, "install"):  # a second install into it meanwhile stops at once
+        try:
+            asyncio.run(install(records, prefix, cache_dir=cache_dir, show_progress=False, client=client))
+        except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
+            secrets = [s for c in channels for s in split_url(c).secrets]
+            if created:  # a half-made environment is worse than none: it imports, then fails at run time
+                remove_tree(prefix, settle=True)  # rattler's extraction tasks outlive the failed call
+            left = "nothing was left there" if created else "it existed before and may be partly changed"
+            text = redact_text(str(exc), secrets)
+            raise _install_error(f"installing '{environment}' into {prefix} failed ({left})", text,
+                                 [*channels, *(r.channel or "" for r in records)], records) from None
     names = tuple(sorted(f"{r.name.normalized}-{r.version}-{r.build}" for r in records))
     return InstallResult(prefix, environment, locked_platform.name, names, selected.left_out,
                          gpu_warning)
