@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from rattler import BuildString, MatchSpec, PackageRecord, RepoDataRecord
+from rattler.exceptions import InvalidMatchSpecError
 
 from rocmlock.lock.gpuarch import contradictions
 from rocmlock.lock.lockfile import LockedWorkspace, view
 from rocmlock.util.credentials import redact_url
+from rocmlock.util.text import escape
 from rocmlock.workspace.dependencies import condition_holds
 from rocmlock.workspace.model import Environment, Workspace
 from rocmlock.workspace.pixi_compat import (
@@ -170,7 +172,10 @@ def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
     virtual = _virtual_records(vps, subdir)
 
     def present(text: str) -> bool:
-        name = _spec_name(text)
+        try:
+            name = _spec_name(text)
+        except InvalidMatchSpecError:
+            return False
         record = by_name.get(name) or virtual.get(name)
         return record is not None and _spec(text).matches(record)
 
@@ -178,21 +183,23 @@ def _records_unsat(specs: Sequence[str], records: Sequence[RepoDataRecord],
     stack = [(s, "the manifest") for s in specs if not (c := _spec(s).condition) or condition_holds(c, present)]
     while stack:
         text, source = stack.pop()
-        spec = _spec(text)
+        try:
+            spec, name = _spec(text), _spec_name(text)
+        except InvalidMatchSpecError:  # a lock edited by hand (pixi: PlatformUnsat::FailedToParseMatchSpec)
+            return f"'{escape(text)}' (from {source}) is not a dependency rattler can read"
         if spec.condition and not condition_holds(spec.condition, present):
             continue
-        name = _spec_name(text)
         record = by_name.get(name)
         if record is None:
             vrec = virtual.get(name)
             if vrec is not None and spec.matches(vrec):
                 continue
-            return f"'{text}' (from {source}) has no matching locked package"
+            return f"'{escape(text)}' (from {source}) has no matching locked package"
         ok = matched.get((text, id(record)))
         if ok is None:
             ok = matched[(text, id(record))] = spec.matches(record)
         if not ok:
-            return f"locked {name} {record.version} {record.build} does not match '{text}' (from {source})"
+            return f"locked {name} {record.version} {record.build} does not match '{escape(text)}' (from {source})"
         if name in visited:
             continue
         visited.add(name)

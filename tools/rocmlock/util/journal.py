@@ -34,17 +34,20 @@ import fcntl
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rocmlock.errors import InputError, OperationError
 from rocmlock.util import oslock
+from rocmlock.util.text import escape
 
 STATE_DIR = ".rocmlock"
 LOCK_NAME = "writer.lock"
 TXN_DIR = "txn"
 JOURNAL = "journal.json"
+_STAGED = re.compile(r"[0-9]{1,6}\.new")
 DEFAULT_TIMEOUT = 60.0
 
 
@@ -128,15 +131,62 @@ def _journal(root: Path) -> Path:
     return root / STATE_DIR / TXN_DIR / JOURNAL
 
 
+class ForeignJournal(ValueError):
+    """A journal this root's writes did not leave: not applied (see :func:`_entries`)."""
+
+
+def _root_id(root: Path) -> list[int]:
+    st = os.stat(root)
+    return [st.st_dev, st.st_ino]
+
+
+def _relative(target: object) -> str:
+    """``target`` as a journal may name it: a plain path below the root, outside ``.rocmlock`` and ``.git``."""
+    if not isinstance(target, str) or not target or len(target) > 1024 or not target.isprintable():
+        raise ForeignJournal("a target that is not a plain relative path")
+    parts = target.split("/")
+    if target.startswith("/") or any(p in ("", ".", "..") for p in parts) or parts[0] in (STATE_DIR, ".git"):
+        raise ForeignJournal(f"the target {escape(target[:120])!r}, outside what rocmlock writes")
+    return target
+
+
+def _entries(root: Path, txn: Path, raw: bytes) -> list[list[str | None]]:
+    """The journal's moves and removals, each checked; :class:`ForeignJournal` for anything this root's own
+    commit did not write. The journal is not trusted: ``.rocmlock/`` can arrive with a checkout (``git add -f``),
+    and a journal naming ``../x`` or ``.git/hooks/...`` would delete or write there. It records the root's device
+    and inode (:func:`_stage`), so one made anywhere else (a clone, a copy) is never applied."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise ForeignJournal("not JSON") from None
+    if not isinstance(data, dict) or data.get("root") != _root_id(root) or not isinstance(data.get("entries"), list):
+        raise ForeignJournal("not written by a commit in this directory (a copy, a checkout, or another version)")
+    out: list[list[str | None]] = []
+    for entry in data["entries"]:
+        if not isinstance(entry, list) or len(entry) != 2:
+            raise ForeignJournal("an entry that is not [staged, target]")
+        staged, target = entry
+        if staged is not None:
+            if not isinstance(staged, str) or not _STAGED.fullmatch(staged):
+                raise ForeignJournal("a staged file name rocmlock does not write")
+            if (txn / staged).is_symlink():
+                raise ForeignJournal(f"a staged file {staged} that is a symbolic link")
+        out.append([staged, _relative(target)])
+    return out
+
+
 def recover(root: Path) -> str | None:
     """Finish or clean an interrupted commit (the caller holds the writer lock); what was done, or None."""
     txn = root / STATE_DIR / TXN_DIR
+    for directory in (root / STATE_DIR, txn):
+        if directory.is_symlink():  # its files would be removed wherever it points
+            raise ForeignJournal(f"{directory} is a symbolic link, not a directory rocmlock made")
     if not txn.is_dir():
         return None
     journal = txn / JOURNAL
     done = None
     if journal.is_file():
-        _apply(root, json.loads(journal.read_text()))
+        _apply(root, _entries(root, txn, journal.read_bytes()))
         _remove(journal)
         done = "finished an interrupted write"
     leftovers = [p for p in txn.iterdir() if p.is_file()]
@@ -148,6 +198,11 @@ def recover(root: Path) -> str | None:
 def _recover_or_fail(root: Path, subject: Subject) -> None:
     try:
         recover(root)
+    except ForeignJournal as exc:
+        raise OperationError(f"{root}: {root / STATE_DIR / TXN_DIR / JOURNAL} was not left by an interrupted write "
+                             f"here ({exc}); nothing was changed",
+                             hint=f"if it came with a checkout or a copy, delete {root / STATE_DIR} (rocmlock's "
+                                  "state, never to be committed) and run again") from None
     except (OSError, ValueError) as exc:
         raise OperationError(f"{root}: cannot finish an interrupted write of {subject.what} ({exc})",
                              hint=f"fix the cause; {root / STATE_DIR / TXN_DIR} holds what remains to do") from None
@@ -289,7 +344,7 @@ def _stage(root: Path, txn: Path, files: Mapping[Path, str | bytes], removals: S
         text = files[path]
         _write(txn / f"{n}.new", text.encode() if isinstance(text, str) else text)
         entries.append([f"{n}.new", str(path.relative_to(root))])
-    _write(txn / "journal.tmp", json.dumps(entries).encode())
+    _write(txn / "journal.tmp", json.dumps({"root": _root_id(root), "entries": entries}).encode())
     return entries
 
 
@@ -308,7 +363,7 @@ def commit(root: Path, subject: Subject, files: Mapping[Path, str | bytes], remo
         _ensure_dir(txn)
         entries = _stage(root, txn, files, removals, last, subject)
     except OSError as exc:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             recover(root)
         where = exc.filename or root
         raise OperationError(f"cannot write {subject.what}: {where}: {exc.strerror}; nothing was changed",
