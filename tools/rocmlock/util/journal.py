@@ -13,8 +13,8 @@ by the holder (issue 40: two first writers raced on ``.gitignore.tmp``).
 of ``*``, so ``git add`` never picks up leftovers):
 
 1. every new file is written and fsynced as ``txn/<n>.new``;
-2. ``txn/journal.json`` (which ``<n>.new`` goes where, and which files go: ``[null, target]``) is written as
-   ``journal.tmp``, fsynced and renamed: the rename is the commit point;
+2. ``txn/journal.json`` (the root's device and inode, which ``<n>.new`` goes where, and which files go:
+   ``[null, target]``) is written as ``journal.tmp``, fsynced and renamed: the rename is the commit point;
 3. each ``<n>.new`` is renamed over its target and each file that goes is removed (the ``last`` files last);
    then a directory emptied by the removals is removed (``rmdir``: only when empty), then the journal.
 
@@ -23,7 +23,9 @@ a kill after it leaves a journal that the next command rolls forward (:func:`rec
 :func:`exclusive` and :func:`settle`) before it reads anything. Either way the next command sees the complete
 old set or the complete new set. Every filesystem change goes through the ``_write``/``_rename``/``_remove``/
 ``_mkdir``/``_rmdir`` functions below (one step each), which the kill tests wrap. A journal names its targets
-relative to the root, so whichever command of that root comes next finishes it.
+relative to the root, so whichever command of that root comes next finishes it; one that another directory
+left (a copy, a checkout with ``.rocmlock/`` committed) or that names anything but plain paths below the root is
+never applied (:func:`_entries`).
 """
 
 from __future__ import annotations
