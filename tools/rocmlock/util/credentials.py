@@ -27,6 +27,7 @@ to an auth file, so a ``kill -9`` cannot leave one behind.
 from __future__ import annotations
 
 import base64
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from rocmlock.errors import InputError
+from rocmlock.util.text import escape
 
 if TYPE_CHECKING:
     from rattler import Client
@@ -212,6 +214,7 @@ def rattler_client(auths: Iterable[ChannelAuth]) -> Client:
     headers are chosen on the clean URL before the mirror rewrites it.
     """
     from rattler import Client
+    from rattler.exceptions import AuthenticationStorageError
     from rattler.networking import (
         AddHeadersMiddleware,
         AuthenticationMiddleware,
@@ -244,7 +247,21 @@ def rattler_client(auths: Iterable[ChannelAuth]) -> Client:
     if mirrors:
         middlewares.append(MirrorMiddleware(mirrors))
     middlewares += [AuthenticationMiddleware(), OciMiddleware(), GCSMiddleware(), S3Middleware()]
-    return Client(middlewares)
+    try:
+        return Client(middlewares)  # reads RATTLER_AUTH_FILE (or ~/.rattler/credentials.json) now
+    except AuthenticationStorageError as exc:
+        raise auth_file_error(str(exc)) from None
+
+
+def auth_file_error(text: str) -> InputError:
+    """The credentials file rattler cannot parse, in one line without rattler's text: serde quotes the value it
+    did not expect (``unknown variant `<password>` ``), which is the secret itself."""
+    path = os.environ.get("RATTLER_AUTH_FILE") or "~/.rattler/credentials.json"
+    where = re.search(r"at line (\d+) column (\d+)", text)
+    at = f" (line {where.group(1)}, column {where.group(2)})" if where else ""
+    return InputError(f"{escape(path)}: not a credentials file rattler can read{at}",
+                      hint='a JSON object of host -> {"BasicHTTP": {"username": ..., "password": ...}}, '
+                           '{"BearerToken": ...} or {"CondaToken": ...}; or unset RATTLER_AUTH_FILE')
 
 
 def client_for_urls(urls: Iterable[str]) -> tuple[list[str], Client]:

@@ -1,6 +1,10 @@
-"""A commit journal (``.rocmlock/txn/journal.json``, rocmlock.util.journal) that this workspace's own interrupted
-write did not leave is never applied: ``.rocmlock/`` can arrive with a checkout (``git add -f``) or a copy, and
-rolling such a journal forward deleted or wrote files anywhere, even under ``--check`` (found by a break-it pass).
+"""What a break-it pass on the lock side found (2026-12-07), each planted back and seen to fail.
+
+- A commit journal (``.rocmlock/txn/journal.json``, rocmlock.util.journal) that this workspace's own interrupted
+  write did not leave is never applied: ``.rocmlock/`` can arrive with a checkout (``git add -f``) or a copy, and
+  rolling such a journal forward deleted or wrote files anywhere, even under ``--check``.
+- A locked dependency rattler cannot parse (a hand-edited pixi.lock) makes the lock stale, not a traceback.
+- A credentials file rattler cannot parse is one line that never quotes it (serde quoted the password).
 """
 
 from __future__ import annotations
@@ -126,3 +130,21 @@ def test_a_locked_dependency_rattler_cannot_read_makes_the_lock_stale_not_a_trac
     code, err = _run(ws_copy, capsys, "lock")
     assert code == 0 and "\x1b" not in err, err
     assert json.dumps(dep) not in lock.read_text()
+
+
+# ----------------------------------------------------------------------------- a credentials file rattler cannot parse
+
+
+@pytest.mark.parametrize("content", ['{"127.0.0.1": "s3cr3tPASSWD"}', "s3cr3tPASSWD not json",
+                                     '{"h": {"BasicHTTP": {"username": "u", "password": 5}}}'])
+def test_a_credentials_file_rattler_cannot_parse_is_one_line_that_never_shows_it(
+        ws_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        content: str) -> None:
+    # serde's message quotes the value it did not expect: the password itself (found by a break-it pass).
+    auth = tmp_path / "auth.json"
+    auth.write_text(content)
+    monkeypatch.setenv("RATTLER_AUTH_FILE", str(auth))
+    code, err = _run(ws_copy, capsys, "lock", "--discard-lock")
+    assert code == 2 and "Traceback" not in err, err
+    assert err.splitlines()[0].startswith(f"error: {auth}: not a credentials file rattler can read"), err
+    assert "s3cr3t" not in err and len(err.strip().splitlines()) == 2, err
