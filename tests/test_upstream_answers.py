@@ -155,3 +155,20 @@ def test_a_hostile_commit_answer_is_refused(ws: Path, fake: FakeUpstream,
     assert str(exc.value) == (f"{fake.url}/api/repos/pytorch/pytorch/commits/v2.15.0 answered the string "
                               "'<html>\\x1b[2Jlogin</html>' for the commit of tag v2.15.0 of pytorch/pytorch")
     assert json.dumps(str(exc.value)).isascii()
+
+
+@pytest.mark.parametrize("argv", [["--timeout", "-1"], ["--timeout", "0"], ["--timeout", "inf"], ["--timeout", "nan"],
+                                  ["--retries", "-1"], ["--backoff", "-2"], ["--backoff", "nan"]])
+def test_outdated_refuses_a_timeout_retry_or_backoff_out_of_range_before_any_request(
+        ws: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    # -1 and 0 reached urllib3 (ValueError), inf the clock (OverflowError): tracebacks (a break-it pass).
+    assert main(["outdated", "--manifest-path", str(ws / "pixi.toml"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert f"argument {argv[0]}: '{argv[1]}' is not a number" in err, err
+
+
+def test_a_root_url_with_a_control_character_is_refused_not_echoed(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["outdated", "--manifest-path", str(ws / "pixi.toml"), "--index-url", "http://h/\x1b[31m"]) == 2
+    line, text = _one_error(capsys)
+    assert line == "error: --index-url: not a URL (it holds a control character)" and "\x1b" not in text

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +66,28 @@ def recipes_arg(parser: argparse.ArgumentParser, what: str = "the recipes") -> N
 def stage_arg(parser: argparse.ArgumentParser) -> None:
     """``--stage``: only one package's variants of the plan."""
     parser.add_argument("--stage", metavar="NAME", help="only the variants of this package (e.g. pytorch)")
+
+
+def seconds(text: str) -> float:
+    """An argparse ``type``: a number of seconds above 0 and below 10^9 (not ``inf``, ``nan``, 0 or negative,
+    which the HTTP clients take for no limit or refuse with a traceback)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
+def bounded(low: float, high: float, kind: Callable[[str], float] = float) -> Callable[[str], float]:
+    """An argparse ``type``: a number (``kind``: float or int) from ``low`` to ``high`` (``nan`` is not)."""
+    def parse(text: str) -> float:
+        try:
+            value: float | None = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number from {low:g} to {high:g}")
+        return value
+    return parse

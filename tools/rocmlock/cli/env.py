@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rocmlock.cli.common import env_arg, err, manifest_arg, platform_arg, print_json, print_report
+from rocmlock.cli.common import env_arg, err, manifest_arg, platform_arg, print_json, print_report, seconds
 
 if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
     from rocmlock.fleet.verify import ProbeTarget
@@ -132,21 +132,11 @@ def add_pack(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ignore-pypi-non-wheel", action="store_true",
                    help="leave out PyPI packages that are not wheels (sdists, git or path dependencies) with a "
                         "warning instead of refusing the pack (pixi-pack's option)")
-    p.add_argument("--read-timeout", type=_seconds, default=60.0, metavar="S",
+    p.add_argument("--read-timeout", type=seconds, default=60.0, metavar="S",
                    help="give up a download that sends no byte for S seconds (default: 60, conda's)")
-    p.add_argument("--stall-timeout", type=_seconds, default=300.0, metavar="S",
+    p.add_argument("--stall-timeout", type=seconds, default=300.0, metavar="S",
                    help="give up a download that sends less than 1 MB in S seconds (default: 300)")
     p.add_argument("--json", action="store_true", help="print what was packed as JSON on stdout")
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 1e9:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
-    return value
 
 
 def _may_be_terminal() -> bool:

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rocmlock.cli.common import err, manifest_arg, print_json, print_report, recipes_arg
-from rocmlock.errors import RocmlockError
+from rocmlock.cli.common import bounded, err, manifest_arg, print_json, print_report, recipes_arg, seconds
+from rocmlock.errors import InputError, RocmlockError
 
 
 def _upstream_args(p: argparse.ArgumentParser) -> None:
@@ -20,9 +20,9 @@ def _upstream_args(p: argparse.ArgumentParser) -> None:
                    help="GitHub's REST API (default: https://api.github.com)")
     p.add_argument("--github-raw-url", default=None, metavar="URL",
                    help="GitHub's raw files (default: https://raw.githubusercontent.com)")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS", help="per request (default: 30)")
-    p.add_argument("--retries", type=int, default=3, help="retries of a failed request (default: 3)")
-    p.add_argument("--backoff", type=float, default=0.5, metavar="SECONDS",
+    p.add_argument("--timeout", type=seconds, default=30.0, metavar="SECONDS", help="per request (default: 30)")
+    p.add_argument("--retries", type=bounded(0, 100, int), default=3, help="retries of a failed request (default: 3)")
+    p.add_argument("--backoff", type=bounded(0, 3600), default=0.5, metavar="SECONDS",
                    help="backoff factor between retries (default: 0.5: 0.5s, 1s, 2s, ...)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
@@ -32,7 +32,11 @@ def _client(args: argparse.Namespace) -> Any:
 
     for option in ("index_url", "github_url", "github_api_url", "github_raw_url"):
         if getattr(args, option):
-            check_root_url(getattr(args, option), "--" + option.replace("_", "-"))
+            flag = "--" + option.replace("_", "-")
+            if not getattr(args, option).isprintable():  # it would reach every error line as it is
+                raise InputError(f"{flag}: not a URL (it holds a control character)",
+                                 hint="e.g. --index-url https://pypi.org/pypi")
+            check_root_url(getattr(args, option), flag)
     defaults = Hosts()
     hosts = Hosts(args.index_url or defaults.index_url, args.github_url or defaults.github,
                   args.github_api_url or defaults.github_api, args.github_raw_url or defaults.github_raw)
