@@ -148,3 +148,23 @@ def test_a_credentials_file_rattler_cannot_parse_is_one_line_that_never_shows_it
     assert code == 2 and "Traceback" not in err, err
     assert err.splitlines()[0].startswith(f"error: {auth}: not a credentials file rattler can read"), err
     assert "s3cr3t" not in err and len(err.strip().splitlines()) == 2, err
+
+
+def test_the_process_a_run_waits_for_is_named_without_its_escape_sequences(tmp_path: Path) -> None:
+    # The holder's command line is its own choice (exec -a): the "waiting for process N (...)" line printed it raw.
+    import subprocess
+    import time
+
+    from rocmlock.util import oslock
+
+    lock = tmp_path / "writer.lock"
+    lock.write_text("")
+    proc = subprocess.Popen(["bash", "-c", f"exec -a $'evil\\e[31mRED' flock {lock} sleep 30"])
+    try:
+        deadline = time.monotonic() + 10
+        while "process" not in (who := oslock.holder(lock)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert who.startswith(f"process {proc.pid} (evil") and "\x1b" not in who and "\\x1b[31mRED" in who, who
+    finally:
+        proc.kill()
+        proc.wait()

@@ -204,6 +204,25 @@ def test_described_rocm7_host_reads_info_version_and_compiles_each_target(tmp_pa
     assert "--offload-arch=gfx942" in calls and "--offload-arch=gfx950" in calls
 
 
+def test_a_version_file_with_an_escape_sequence_is_no_version_and_nothing_reaches_the_terminal(
+        tmp_path: Path) -> None:
+    # The host's files and environment are not rocmlock's: .info/version's "7.2.0<ESC>[2J..." passed as 7.2 and
+    # cleared the terminal, and a ROCM_PATH with an escape sequence was printed as it is (a break-it pass).
+    from rocmlock.host.doctor_report import render_report
+
+    root = _fake_rocm(tmp_path, "7.2.0", 0)
+    (root / ".info/version").write_text("7.2.0\x1b[2J\x1b[31mEVIL-48\n")
+    evil = tmp_path / "rocm\x1b[31m"
+    root.rename(evil)
+    host = Host(env={"PATH": "", "ROCM_PATH": str(evil), "HIP_PATH": str(evil)}, which=lambda name, path: None,
+                kfd=tmp_path / "kfd")
+    report = run_doctor([], build=True, rocm_wanted=("7.2",), host=host, resources=PLENTY)
+    assert report.rocm_version != "7.2.0\x1b[2J\x1b[31mEVIL"
+    text = render_report(report)
+    assert "\x1b" not in text and "\\x1b" in text, text
+    assert rocm_host.VERSION_TEXT.fullmatch("7.14.0rc20260930") and rocm_host.VERSION_TEXT.fullmatch("7.2.1")
+
+
 def test_rocm_version_mismatch_with_the_plan_fails_build(tmp_path: Path) -> None:
     root = _fake_rocm(tmp_path, "6.4.1", 0)
     host = Host(env={"PATH": "", "ROCM_PATH": str(root)}, which=lambda name, path: None)

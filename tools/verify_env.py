@@ -593,9 +593,11 @@ def check_rocminfo(ctx: Context) -> Outcome:
 
 def rocm_version(root: Path) -> tuple[str, str] | None:
     """(version, file) of the ROCm at ``root``: .info/version, rocm-core's header, else HIP's."""
-    text = read_text(root / ".info" / "version")
-    if text and text.strip():
-        return text.strip().split("-")[0], ".info/version"
+    text = (read_text(root / ".info" / "version") or "").strip()
+    version = text.splitlines()[0].split("-")[0] if text else ""
+    # A file of the host: a version (7.2.1, TheRock's 7.14.0rc20260930) or nothing read from it.
+    if re.fullmatch(r"[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,4})?[A-Za-z0-9.+~]{0,40}", version):
+        return version, ".info/version"
     for rel, prefix in (("include/rocm-core/rocm_version.h", "ROCM_VERSION"),
                         ("include/hip/hip_version.h", "HIP_VERSION")):
         text = read_text(root / rel) or ""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rocmlock.util.text import escape
+
 __all__ = ["Check", "DoctorReport", "Status", "render_report"]
 
 Status = Literal["ok", "warn", "fail"]
@@ -61,10 +63,10 @@ def render_report(report: DoctorReport) -> str:
     """The report as aligned text lines, a fix under each warn/fail."""
     width = max((len(c.name) for c in report.checks), default=0)
     lines = []
-    for c in report.checks:
-        lines.append(f"{c.status:<4}  {c.name:<{width}}  {c.message}")
+    for c in report.checks:  # messages quote the host's files and environment: escaped, one line each
+        lines.append(f"{c.status:<4}  {escape(c.name):<{width}}  {escape(c.message)}")
         if c.fix and c.status != "ok":
-            lines.append(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
+            lines.append(f"{'':<4}  {'':<{width}}  fix: {escape(c.fix)}")
     verdict = "ok" if report.ok else f"{len(report.failures)} check(s) failed"
     lines.append(f"doctor: {verdict}")
     return "\n".join(lines)

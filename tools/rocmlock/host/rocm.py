@@ -151,14 +151,19 @@ def discover_prefix(host: Host) -> Path | None:
     return DISTRO_ROCM if holds_header(DISTRO_ROCM) else None
 
 
+# What a ROCm .info/version holds before its "-<build>": 7.2.1, 6.4.0, TheRock's 7.14.0rc20260930.
+VERSION_TEXT = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,4})?[A-Za-z0-9.+~]{0,40}")
+
+
 def _version_from_info(root: Path) -> str | None:
     for rel in (".info/version", ".info/version-dev"):
         try:
             text = (root / rel).read_text().strip()
         except OSError:
             continue
-        if text:
-            return text.splitlines()[0].split("-")[0]
+        version = text.splitlines()[0].split("-")[0] if text else ""
+        if VERSION_TEXT.fullmatch(version):  # a file of the host, not ours: a version or nothing read from it
+            return version
     return None
 
 

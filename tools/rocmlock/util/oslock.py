@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rocmlock.util.text import printable
+
 # What opening a lock file for writing answers where this process may not write it (a read-only mount,
 # another user's file or directory): the lock is then taken through a read-only descriptor.
 NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -34,7 +36,8 @@ def holder(path: Path) -> str:
             if "FLOCK" in fields and fields[-3] == key:
                 pid = fields[-4]
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                return f"process {pid} ({' '.join(cmd.split()[:4])})"
+                # Another process's command line, which it chose (exec -a): printable only, and short.
+                return f"process {pid} ({printable(' '.join(cmd.split()[:4]), 120)})"
     except (OSError, IndexError):
         pass
     return "another process"
