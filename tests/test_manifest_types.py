@@ -202,6 +202,11 @@ BAD_VALUES = [
     ('numpy = { version = ">=2", build = "py312*" }',
      f'numpy = {{ version = ">=2", channel = "https://u:{SECRET_IN_URL}@[::1/x" }}', "dependencies.numpy",
      "not a valid match spec"),
+    # A key pixi reads as a PackageName: a spec in it ("rocm-version 99" became rocm-version ==99) is refused.
+    ('numpy = { version = ">=2", build = "py312*" }', '"numpy 99" = "*"', "dependencies.numpy 99",
+     "is not a package name"),
+    ('numpy = { version = ">=2", build = "py312*" }', '"numpy>=2" = "*"', "dependencies.numpy>=2",
+     "is not a package name"),
 ]
 
 

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rattler import MatchSpec, VersionSpec
-from rattler.exceptions import InvalidMatchSpecError, InvalidVersionSpecError
+from rattler import MatchSpec, PackageName, VersionSpec
+from rattler.exceptions import InvalidMatchSpecError, InvalidPackageNameError, InvalidVersionSpecError
 
 from rocmlock.errors import InputError, expect_type
 from rocmlock.util.credentials import one_line, redact_text, redact_url, refuse_query, split_url
+from rocmlock.util.text import escape
 from rocmlock.workspace.pixi_compat import is_local_channel
 from rocmlock.workspace.pixi_keys import is_source_dependency
 
@@ -141,6 +142,12 @@ def parse_dependencies(value: Any, path: Path, key: str) -> tuple[Dependency, ..
     out: list[Dependency] = []
     for name, spec in sorted(expect_type(value, dict, path, key, "a table").items()):
         where = f"{key}.{name}"
+        try:  # pixi reads the keys as PackageName (pixi_manifest): "rocm-version 99" is no name, not a spec
+            PackageName(name)
+        except InvalidPackageNameError:
+            raise InputError(f"{path}: key '{escape(where)}' is not a package name (letters, digits, '-', '_', '.')",
+                             hint='versions and builds go in the value: name = ">=7" or '
+                                  'name = { version = "...", build = "..." }') from None
         if isinstance(spec, str):
             out.append(_whole(Dependency(name, _pixi_version(spec, path, where)), path, where))
             continue
