@@ -168,3 +168,11 @@ def test_the_process_a_run_waits_for_is_named_without_its_escape_sequences(tmp_p
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_an_environment_and_platforms_it_does_not_have_is_an_error_not_up_to_date(
+        ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _run(ws_copy, capsys, "lock", "-e", "mi250", "-p", "linux-64-gfx942")
+    assert code == 2 and "up to date" not in err, err
+    assert err.splitlines()[0] == f"error: {ws_copy / 'pixi.toml'}: environment 'mi250' has no platform linux-64-gfx942"
+    assert err.splitlines()[1] == "hint: their platforms: linux-64-gfx90a", err

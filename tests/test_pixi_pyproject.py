@@ -96,6 +96,26 @@ def test_pyproject_errors_name_the_key_as_written(
     assert len(err) <= 2 and "Traceback" not in "".join(err)
 
 
+@pytest.mark.parametrize(("project", "expected"), [
+    ("name = 5", "key 'project.name' must be a string, got int"),
+    ('name = "p"\ndynamic = "version"', "key 'project.dynamic' must be a list of field names, got str"),
+    ('name = "p"\ndependencies = [5]', "key 'project.dependencies[0]' must be a requirement string, got int"),
+    ('name = "p"\n[project.optional-dependencies]\ntest = [true]',
+     "key 'project.optional-dependencies.test[0]' must be a requirement string, got bool"),
+])
+def test_pep_621_fields_of_the_wrong_type_are_refused_naming_the_key(
+        tmp_path: Path, channels: dict[str, Path], project: str, expected: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # pixi reads [project] with the pyproject-toml crate, which holds PEP 621's types; these were accepted (a
+    # name of 5) or reported as "holds PyPI dependencies" (a break-it pass).
+    path = tmp_path / "pyproject.toml"
+    path.write_text(f'[project]\n{project}\n\n[tool.pixi.workspace]\nchannels = ["{channels["forge"].as_uri()}"]\n'
+                    'platforms = ["linux-64"]\n')
+    assert main(["lock", "--check", "--manifest-path", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"error: {path}: {expected}", err
+
+
 def test_pixi_toml_is_preferred_and_a_pyproject_without_tool_pixi_is_no_manifest(
         tmp_path: Path, channels: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n')

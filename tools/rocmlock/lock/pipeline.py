@@ -83,6 +83,15 @@ def _select(ws: Workspace, environments: Sequence[str] | None, platforms: Sequen
     if unknown:
         raise InputError(f"{ws.path}: unknown platform '{unknown[0]}'",
                          hint=f"known platforms: {', '.join(sorted(known))}")
+    if environments and platforms and not any(p.name in plats for e in envs if e.name in names for p in e.platforms):
+        # Nothing selected: "up to date" would say the pair was checked (lock -e mi250 -p linux-64-gfx942).
+        chosen = sorted(names)
+        theirs = sorted({p.name for e in envs if e.name in names for p in e.platforms})
+        raise InputError(f"{ws.path}: environment '{chosen[0]}' has no platform {', '.join(sorted(plats))}"
+                         if len(chosen) == 1 else
+                         f"{ws.path}: environments {', '.join(chosen)} have none of the platforms "
+                         f"{', '.join(sorted(plats))}",
+                         hint=f"their platforms: {', '.join(theirs) or 'none'}")
     return envs, names, plats
 
 

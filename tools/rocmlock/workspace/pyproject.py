@@ -81,6 +81,9 @@ def _groups(data: dict[str, Any], project: dict[str, Any], path: Path) -> dict[s
                        ("dependency-groups", data.get("dependency-groups", {}))):
         for name, reqs in expect_type(table, dict, path, key, "a table of requirement lists").items():
             out[name] = (f"{key}.{name}", expect_type(reqs, list, path, f"{key}.{name}", "a list of requirements"))
+            if key == "project.optional-dependencies":  # (a dependency group may also hold {include-group = ...})
+                for index, requirement in enumerate(reqs):
+                    expect_type(requirement, str, path, f"{key}.{name}[{index}]", "a requirement string")
     return out
 
 
@@ -100,12 +103,20 @@ def pixi_manifest(data: dict[str, Any], path: Path) -> tuple[dict[str, Any], tup
     project = expect_type(data.get("project", {}), dict, path, "project", "a table")
     ws = expect_type(manifest[table_key], dict, path, f"tool.pixi.{table_key}", "a table")
     if "name" not in ws and "name" in project:
-        ws["name"] = project["name"]
+        ws["name"] = expect_type(project["name"], str, path, "project.name", "a string")
+    # PEP 621's types, as pixi's pyproject reader (the pyproject-toml crate) holds them: a wrong one is refused.
+    for index, name in enumerate(expect_type(project.get("dynamic", []), list, path, "project.dynamic",
+                                             "a list of field names")):
+        expect_type(name, str, path, f"project.dynamic[{index}]", "a field name")
     deps = expect_type(manifest.setdefault("dependencies", {}), dict, path, "tool.pixi.dependencies", "a table")
     if "python" not in deps:
         deps["python"] = _python_spec(project, path)
     refusals: list[LockRefusal] = []
-    if expect_type(project.get("dependencies", []), list, path, "project.dependencies", "a list of requirements"):
+    requirements = expect_type(project.get("dependencies", []), list, path, "project.dependencies",
+                               "a list of requirements")
+    for index, requirement in enumerate(requirements):
+        expect_type(requirement, str, path, f"project.dependencies[{index}]", "a requirement string")
+    if requirements:
         refusals.append(LockRefusal("project.dependencies", _PYPI_REASON))
     features = expect_type(manifest.setdefault("feature", {}), dict, path, "tool.pixi.feature", "a table")
     for name, (key, reqs) in _groups(data, project, path).items():
