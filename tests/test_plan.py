@@ -17,6 +17,7 @@ from rocmlock.cli.main import main
 from rocmlock.errors import InputError
 from rocmlock.gpu.targets import get_target
 from rocmlock.workspace.manifest import load_workspace
+from shipped import RECIPES
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("pytorch-rocm", "flash-attn-rocm", "llamafactory", "rocm-version", "amdgpu-target")
@@ -415,3 +416,17 @@ def test_a_rocm_7_14_environment_plans_the_full_stack_each_skip_saying_why(tmp_p
     variants.write_text(text)
     filled = {v.stage: v for v in make_plan(load_workspace(manifest)).variants}
     assert {s: filled[s].skip_reason for s in STACK} == dict.fromkeys(STACK)
+
+
+def test_a_variant_file_rattler_build_cannot_read_is_its_message_not_a_rust_dump(tmp_path: Path) -> None:
+    # rattler-build's errors print in Rust's debug form (ParseError { path: ..., source: Generic { message: ...
+    # span: Span { ... } } }): the message alone, escaped (a break-it pass).
+    recipes = tmp_path / "recipes"
+    shutil.copytree(RECIPES, recipes)
+    with (recipes / "variants.yaml").open("a") as fh:
+        fh.write("rocm_version:\n  - \"7.2\\x1b[2J\"\n")
+    with pytest.raises(InputError) as info:
+        load_matrix(recipes)
+    message = info.value.message
+    assert message.startswith(f"{recipes / 'variants.yaml'}: cannot read variant configuration: Duplicate key"), message
+    assert "ParseError" not in message and "Span" not in message and "\x1b" not in message, message

@@ -12,6 +12,7 @@ its reason. py-rattler-build's ``render`` does not apply ``build.skip`` itself; 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from rattler_build.tool_config import PlatformConfig
 from rocmlock.build import variantkeys
 from rocmlock.errors import InputError
 from rocmlock.gpu.targets import get_target
+from rocmlock.util.text import escape
 
 VARIANTS_FILE = "variants.yaml"
 RECIPE_FILE = "recipe.yaml"
@@ -175,7 +177,8 @@ def load_matrix(recipes_dir: Path) -> Matrix:
     try:
         config = rb.VariantConfig.from_file(str(path))
     except Exception as exc:  # noqa: BLE001 - py-rattler-build raises its own hierarchy; one message is enough
-        raise InputError(f"{path}: cannot read variant configuration: {_first_line(exc)}") from None
+        raise InputError(f"{path}: cannot read variant configuration: {_parse_message(exc)}",
+                         hint="fix the YAML there (git diff recipes/variants.yaml shows what changed)") from None
     values = tuple((k, tuple(str(v) for v in vals)) for k, vals in sorted(config.to_dict().items()))
     data = variantkeys.data_dir(recipes_dir)
     zips = tuple(tuple(g) for g in (config.zip_keys or ()))
@@ -247,6 +250,14 @@ def _spec_text(item: Any) -> str:
             if isinstance(value, dict) and "name" in value:
                 return str(value["name"])
     return str(item)
+
+
+def _parse_message(exc: BaseException) -> str:
+    """rattler-build's message of a variant file it cannot read: its errors print as Rust's debug form
+    (``ParseError { path: ..., source: Generic { message: "...", span: ... } }``); the message alone, escaped."""
+    text = _first_line(exc)
+    found = re.search(r'message: "((?:[^"\\]|\\.)*)"', text)
+    return escape(found.group(1).replace('\\"', '"') if found else text)
 
 
 def _first_line(exc: BaseException) -> str:
