@@ -7,6 +7,8 @@ modules take data, return data and raise.
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import json
 import sys
 from collections.abc import Callable
@@ -19,6 +21,27 @@ from rocmlock.util.credentials import redact_text
 def err(message: str) -> None:
     """A line for people on stderr, with any credential in it redacted."""
     print(redact_text(message), file=sys.stderr)
+
+
+def without_cycle_collector(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``handler`` run with Python's cyclic garbage collector off, and on again after (if it was on).
+
+    For the commands that turn a solve into files (``lock``, ``export``; issue 40): they allocate hundreds of
+    thousands of containers that live until the process ends (records, their strings, the rendered outputs), and
+    each of CPython's gen-2 collections walks all of them again; the few cycles they make are freed at exit anyway
+    (the command is one short process). Paired fresh locks of the 30,056-record bench, 11 each: 1.45 s -> 1.37 s,
+    peak RSS unchanged (262-274 MiB either way). Mercurial's ``util.nogc`` does the same for its bulk reads.
+    """
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return handler(args)
+        finally:
+            if enabled:
+                gc.enable()
+    return run
 
 
 def print_json(data: Any) -> None:

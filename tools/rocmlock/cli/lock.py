@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rocmlock.cli.common import env_arg, err, manifest_arg, print_json
+from rocmlock.cli.common import env_arg, err, manifest_arg, print_json, without_cycle_collector
 from rocmlock.errors import RocmlockError
 from rocmlock.util.credentials import redact_text
 
@@ -94,6 +94,7 @@ def _json_on_failure(run: Callable[[argparse.Namespace], int]) -> Callable[[argp
     return wrapped
 
 
+@without_cycle_collector
 @_json_on_failure
 def cmd_lock(args: argparse.Namespace) -> int:
     if not (args.environments or args.platforms or args.update is not None or args.discard_lock):
@@ -121,6 +122,7 @@ def add_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
 
+@without_cycle_collector
 @_json_on_failure
 def cmd_export(args: argparse.Namespace) -> int:
     from rocmlock.lock.pipeline import export_workspace

@@ -219,9 +219,86 @@ def unsolvable(failures: Sequence[Unsolvable]) -> OperationError:
     return OperationError(f"cannot solve {what}", hint=hint, details=details)
 
 
-async def _gather(jobs: Sequence[SolveJob], gateway: Gateway) -> list[list[RepoDataRecord] | BaseException]:
+Outcome = list[RepoDataRecord] | BaseException
+
+
+def alike(jobs: Sequence[SolveJob]) -> list[list[int]]:
+    """The jobs (indices, in order) that differ in their virtual packages alone: the same channels, specs, subdir,
+    channel priority and constraints, and no locked records (a fresh solve). An environment without a GPU feature
+    over several rich GPU platforms (pixi's ``default`` beside the GPU environments) is one such group."""
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, job in enumerate(jobs):
+        key = (job.channels, job.specs, job.platform.subdir, job.channel_priority, job.constraints)
+        groups.setdefault(key if not job.locked else (i,), []).append(i)
+    return list(groups.values())
+
+
+def differing_virtual(jobs: Sequence[SolveJob]) -> frozenset[str]:
+    """The virtual package names whose version or build is not the same in every job (or that some lack)."""
+    offered = [{name: (version, build) for name, version, build in job.virtual_packages} for job in jobs]
+    names = {name for vps in offered for name in vps}
+    return frozenset(n for n in names if len({vps.get(n) for vps in offered}) > 1)
+
+
+def mentions(texts: Iterable[str], names: frozenset[str]) -> bool:
+    """Whether any of ``texts`` (specs, a record's depends and constrains) names one of ``names``: a substring test,
+    so that a name inside a condition (``b[when="__amdgpu_arch >=9"]``) counts, and a longer name that starts with
+    one (``__amdgpu_arch`` for ``__amdgpu``) errs towards solving separately."""
+    return any(name in text for text in texts for name in names)
+
+
+async def _reads_virtual(job: SolveJob, names: frozenset[str], gateway: Gateway) -> bool:
+    """Whether the solve of ``job`` can depend on ``names``: a spec, a constraint or any record the solver may
+    consider names one. The solver considers what ``gateway.query(channels, [subdir, noarch], specs,
+    recursive=True)`` returns: py-rattler's ``solve`` runs that same query (conda/rattler,
+    py-rattler/src/solver.rs, ``py_solve``). Not rattler's own ``wanted_virtual_packages`` (with
+    ``detector_target``): it leaves out a name used only in a ``[when=...]`` condition, whose dependency the
+    solve still takes or drops by it (tests/test_lock_shared_solves.py). Any failure answers True: the jobs are
+    then solved one by one and report it themselves."""
+    if not names:  # the same virtual packages: the same solve
+        return False
+    if mentions((*job.specs, *job.constraints), names):
+        return True
+    try:
+        found = await gateway.query([Channel(redact_url(c)) for c in job.channels],
+                                    [Subdir(job.platform.subdir), Subdir("noarch")],
+                                    [MatchSpec(s) for s in job.specs], recursive=True)
+    except Exception:  # noqa: BLE001 - the solves meet it again and say what it is
+        return True
+    return any(mentions((*record.depends, *record.constrains), names) for records in found for record in records)
+
+
+async def _solve_alike(jobs: Sequence[SolveJob], members: list[int], gateway: Gateway) -> dict[int, Outcome]:
+    """Solve the first of ``members`` and, while it runs, ask whether the rest can differ from it. They cannot when
+    nothing their solve may consider reads the virtual packages they differ in (issue 40: the ``default``
+    environment over four rich GPU platforms was solved four times for one answer); then they take its records.
+    Otherwise, or when it fails (each failure names its own environment and platform), each is solved."""
+    first = asyncio.ensure_future(_solve_one(jobs[members[0]], gateway))
+    rest, others = members[1:], list[Outcome]()
+    share = bool(rest) and not await _reads_virtual(jobs[members[0]],
+                                                    differing_virtual([jobs[i] for i in members]), gateway)
+    if not share and rest:
+        others = await asyncio.gather(*(_solve_one(jobs[i], gateway) for i in rest), return_exceptions=True)
+    outcome: Outcome = (await asyncio.gather(first, return_exceptions=True))[0]
+    if share and isinstance(outcome, BaseException):
+        share = False
+        others = await asyncio.gather(*(_solve_one(jobs[i], gateway) for i in rest), return_exceptions=True)
+    if share:
+        assert not isinstance(outcome, BaseException)
+        others = [list(outcome) for _ in rest]
+    return {members[0]: outcome, **dict(zip(rest, others))}
+
+
+async def _gather(jobs: Sequence[SolveJob], gateway: Gateway) -> list[Outcome]:
     # return_exceptions: let every solve finish before reporting, so no task outlives the event loop.
-    return await asyncio.gather(*(_solve_one(job, gateway) for job in jobs), return_exceptions=True)
+    done = await asyncio.gather(*(_solve_alike(jobs, members, gateway) for members in alike(jobs)),
+                                return_exceptions=True)
+    outcomes: dict[int, Outcome] = {}
+    for group in done:
+        if isinstance(group, BaseException):
+            raise group
+        outcomes.update(group)
+    return [outcomes[i] for i in range(len(jobs))]
 
 
 async def _solve_all(jobs: Sequence[SolveJob], cache_dir: Path) -> list[list[RepoDataRecord]]:

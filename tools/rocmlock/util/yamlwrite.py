@@ -28,11 +28,20 @@ class _Fallback(Exception):
     """A value the direct writer leaves to PyYAML."""
 
 
-def _resolves_to_str(text: str) -> bool:
-    from yaml import ScalarNode
-    from yaml.resolver import Resolver
+_resolve: Any = None  # PyYAML's resolver's ``resolve`` for a plain scalar, made on first use
 
-    return bool(Resolver().resolve(ScalarNode, text, (True, False)) == _STR)  # type: ignore[no-untyped-call]
+
+def _resolves_to_str(text: str) -> bool:
+    global _resolve
+    if _resolve is None:  # here: unpack on a node (the installer bundle) imports the exports without PyYAML
+        from functools import partial
+
+        from yaml import ScalarNode
+        from yaml.resolver import Resolver
+
+        # One resolver for every string: without path resolvers (SafeDumper's have none) it keeps no state.
+        _resolve = partial(Resolver().resolve, ScalarNode)
+    return bool(_resolve(text, (True, False)) == _STR)
 
 
 def _plain(text: str) -> bool:
