@@ -91,6 +91,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--big", type=int, default=8, help="packages of --mb MB each (8)")
     parser.add_argument("--mb", type=int, default=10)
+    parser.add_argument("--compression-level", type=int, default=None,
+                        help="passed to rocmlock image (default: its own, 5)")
     args = parser.parse_args()
     ws = prepare(args.workdir, args.big, args.mb)
     manifest = str(ws / "pixi.toml")
@@ -103,8 +105,9 @@ def main() -> int:
         out.mkdir(parents=True)
         floor = timed([*rocmlock, "install", "--manifest-path", manifest, "-e", "default", "--prefix", str(out / "env")],
                       ["tar", "-cf", str(out / "env.tar"), "-C", str(out / "env"), "."])
+        level = [] if args.compression_level is None else ["--compression-level", str(args.compression_level)]
         image = timed([*rocmlock, "image", "--manifest-path", manifest, "-e", "default", "--no-base",
-                       "-o", str(out / "image")])
+                       "-o", str(out / "image"), *level])
         if run:
             floors.append(floor[0])
             images.append(image[0])

@@ -138,6 +138,27 @@ def test_two_builds_in_other_directories_give_the_same_digest(built: Path, base:
     assert json.loads(_blob(other, manifest["config"]["digest"]))["created"] == "2023-11-14T22:13:20Z"
 
 
+def test_the_compression_level_changes_the_layers_bytes_and_nothing_it_holds(built: Path, base: Path,
+                                                                              locked_ws: Path, tmp_path: Path) -> None:
+    """The default is level 5 (podman's): `--compression-level 5` is the same image; level 1 and 9 are other gzip
+    streams of the same tar (the same diff_id), so other digests, each the same from build to build."""
+    def layer(out: Path) -> tuple[str, str, bytes]:
+        digest, manifest = _layout_manifest(out)
+        config = json.loads(_blob(out, manifest["config"]["digest"]))
+        return digest, config["rootfs"]["diff_ids"][-1], _blob(out, manifest["layers"][-1]["digest"])
+
+    made = {level: tmp_path / f"level{level}" for level in ("5", "1", "9", "1-again")}
+    for level, out in made.items():
+        assert image(locked_ws, "--base", f"oci:{base}:base", "-o", str(out),
+                     "--compression-level", level.split("-")[0]) == 0
+    default, five, one, nine, again = (layer(p) for p in (built, *made.values()))
+    assert five == default
+    assert again == one and one[0] != default[0] and nine[0] != default[0] != one[0]
+    assert one[1] == nine[1] == default[1]  # the same tar
+    assert gzip.decompress(one[2]) == gzip.decompress(default[2])
+    assert len(one[2]) > len(default[2]) >= len(nine[2])
+
+
 def test_a_build_with_zlib_ng_says_its_digest_differs_from_stock_zlibs(
         locked_ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Image digests are the same on any machine whose Python has stock zlib (docs/containers.md); one whose zlib is
@@ -180,6 +201,9 @@ def test_a_base_whose_glibc_is_older_than_the_locks_is_refused_before_building(
     (["-o", "OUT", "--no-base", "--prefix", "/opt/../etc"], "not an absolute path"),
     (["-o", "OUT", "--base", ""], "--base '' names no image"),  # an unset variable: not a silent --no-base
     (["-o", "OUT", "--no-base", "--tag", ""], "--tag '': not an image tag"),
+    (["-o", "OUT", "--no-base", "--compression-level", "0"], "'0' is not a number from 1 to 9"),
+    (["-o", "OUT", "--no-base", "--compression-level", "10"], "'10' is not a number from 1 to 9"),
+    (["-o", "OUT", "--no-base", "--compression-level", "5.5"], "'5.5' is not a number from 1 to 9"),
 ])
 def test_bad_input_is_one_line_and_exit_2_with_nothing_written(
         base: Path, locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -10,7 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rocmlock.cli.common import env_arg, err, manifest_arg, platform_arg, print_json, print_report, seconds
+from rocmlock.cli.common import (
+    bounded,
+    env_arg,
+    err,
+    manifest_arg,
+    platform_arg,
+    print_json,
+    print_report,
+    seconds,
+)
 
 if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
     from rocmlock.fleet.verify import ProbeTarget
@@ -84,6 +93,9 @@ def add_image(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tag", metavar="TAG", help="the tag in the layout (default: --push's tag, else the environment)")
     p.add_argument("--insecure-registry", action="store_true",
                    help="plain HTTP / unverified TLS to the registries (always so for 127.0.0.1 and localhost)")
+    p.add_argument("--compression-level", type=bounded(1, 9, int), default=None, metavar="N",
+                   help="gzip level of the environment's layer, 1 (fastest) to 9 (smallest); default 5, podman's "
+                        "(each level gives the same bytes on every machine, another digest than the others)")
     p.add_argument("--json", action="store_true", help="print the image's digest, labels and size as JSON on stdout")
 
 
@@ -102,7 +114,8 @@ def cmd_image(args: argparse.Namespace) -> int:
     result = build_image(manifest.parent / LOCK_NAME, args.environment, platform=args.platform, base_ref=args.base,
                          output=args.output.resolve() if args.output else None, push=args.push, tag=args.tag,
                          channels=manifest_channels(manifest), insecure=args.insecure_registry, prefix=args.prefix,
-                         manifest=manifest, no_base=args.no_base, sif=args.sif.resolve() if args.sif else None)
+                         manifest=manifest, no_base=args.no_base, sif=args.sif.resolve() if args.sif else None,
+                         level=args.compression_level)
     if args.json:
         print_json(result.to_dict())
     if result.left_out:

@@ -43,6 +43,7 @@ from rocmlock.prefix.install import Selected, read_selected
 from rocmlock.prefix.pkgcheck import check_packages
 from rocmlock.prefix.records import settle_records
 from rocmlock.util.credentials import client_for_urls, one_line, redact_text, split_url
+from rocmlock.util.pgzip import LEVEL
 from rocmlock.util.scratch import scratch_dir
 from rocmlock.util.text import escape
 
@@ -321,8 +322,9 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
                 output: Path | None = None, push: str | None = None, tag: str | None = None,
                 channels: Sequence[str] = (), insecure: bool = False, cache_dir: Path | None = None,
                 prefix: str = DEFAULT_PREFIX, manifest: Path | None = None, no_base: bool = False,
-                sif: Path | None = None) -> ImageResult:
-    """Build the image of ``environment`` (see the module); write it to ``output`` and/or push it to ``push``.
+                sif: Path | None = None, level: int | None = None) -> ImageResult:
+    """Build the image of ``environment`` (see the module); write it to ``output`` and/or push it to ``push``;
+    its layer gzip'd at ``level`` (None: :data:`rocmlock.util.pgzip.LEVEL`).
 
     Without ``base_ref`` the image holds the environment alone, which runs nowhere by itself: ``no_base`` must
     say that this is wanted (an image to ``COPY --from``)."""
@@ -372,7 +374,7 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
         tools = add_tool_files(stage, prefix, inputs, document)
         layout = work / "layout"
         blobs = oci.start_layout(layout)
-        diff_id, digest, size = oci.write_layer(stage, blobs / "layer.tmp", epoch)
+        diff_id, digest, size = oci.write_layer(stage, blobs / "layer.tmp", epoch, LEVEL if level is None else level)
         (blobs / "layer.tmp").rename(blobs / "sha256" / digest.split(":")[1])
         for layer in base.layers if base else ():
             oci.copy_blob(base.blobs, str(layer["digest"]), blobs)  # type: ignore[union-attr]

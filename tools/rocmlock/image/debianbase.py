@@ -211,7 +211,7 @@ def write_system_layer(root: Path, out: Path, epoch: int) -> tuple[str, str, int
     seen: dict[tuple[int, int], str] = {}
     with out.open("wb") as raw:
         outer = oci.HashingWriter(raw)
-        with ParallelGzip(outer, level=6) as gz, \
+        with ParallelGzip(outer) as gz, \
                 tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]
                              bufsize=1 << 20) as tar:
             tar.copybufsize = 1 << 20

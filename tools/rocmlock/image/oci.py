@@ -24,7 +24,7 @@ from typing import IO, Any
 from rocmlock.errors import InputError, OperationError
 from rocmlock.image import ocilayer, ocischema
 from rocmlock.util.fs import read_regular, write_atomic
-from rocmlock.util.pgzip import ParallelGzip
+from rocmlock.util.pgzip import LEVEL, ParallelGzip
 from rocmlock.util.text import escape
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -295,20 +295,20 @@ def _entries(root: Path) -> Iterator[Path]:
     yield from sorted(paths[1:], key=lambda p: p.relative_to(root).as_posix())
 
 
-def write_layer(root: Path, out: Path, mtime: int) -> tuple[str, str, int]:
+def write_layer(root: Path, out: Path, mtime: int, level: int = LEVEL) -> tuple[str, str, int]:
     """A gzip-compressed tar of everything under ``root`` (paths relative to it) written to ``out``.
 
     Reproducible: sorted entries, mtime ``mtime``, uid/gid 0 with no names, modes 0755/0644 (executable or not),
     hard links written as files, PAX format, gzip without a name or time, compressed on several threads with the
-    same output whatever their number (:class:`rocmlock.util.pgzip.ParallelGzip`). Returns (diff_id, digest,
-    size)."""
+    same output whatever their number (:class:`rocmlock.util.pgzip.ParallelGzip`) at gzip ``level``. Returns
+    (diff_id, digest, size)."""
     # The tar stream is written here, not by tarfile (its headers are: ``TarInfo.tobuf``, as ``TarFile.addfile``
     # makes them): each file is read by one system call per MiB straight into the compressor's chunk, where
     # tarfile's stream copied every byte three times in Python. The bytes are those tarfile writes.
     offset = 0
     with out.open("wb") as raw:
         outer = HashingWriter(raw)
-        with ParallelGzip(outer, level=6) as gz:
+        with ParallelGzip(outer, level=level) as gz:
             for path in _entries(root):
                 st = path.lstat()
                 info = tarfile.TarInfo(path.relative_to(root).as_posix())
