@@ -223,9 +223,8 @@ Outcome = list[RepoDataRecord] | BaseException
 
 
 def alike(jobs: Sequence[SolveJob]) -> list[list[int]]:
-    """The jobs (indices, in order) that differ in their virtual packages alone: the same channels, specs, subdir,
-    channel priority and constraints, and no locked records (a fresh solve). An environment without a GPU feature
-    over several rich GPU platforms (pixi's ``default`` beside the GPU environments) is one such group."""
+    """The jobs (indices) that differ in their virtual packages alone, fresh solves only (no locked records): an
+    environment without a GPU feature over several rich GPU platforms (pixi's ``default``)."""
     groups: dict[tuple[object, ...], list[int]] = {}
     for i, job in enumerate(jobs):
         key = (job.channels, job.specs, job.platform.subdir, job.channel_priority, job.constraints)
@@ -236,29 +235,23 @@ def alike(jobs: Sequence[SolveJob]) -> list[list[int]]:
 def differing_virtual(jobs: Sequence[SolveJob]) -> frozenset[str]:
     """The virtual package names whose version or build is not the same in every job (or that some lack)."""
     offered = [{name: (version, build) for name, version, build in job.virtual_packages} for job in jobs]
-    names = {name for vps in offered for name in vps}
-    return frozenset(n for n in names if len({vps.get(n) for vps in offered}) > 1)
+    return frozenset(n for n in {n for vps in offered for n in vps} if len({vps.get(n) for vps in offered}) > 1)
 
 
 def mentions(texts: Iterable[str], names: frozenset[str]) -> bool:
-    """Whether any of ``texts`` (specs, a record's depends and constrains) names one of ``names``: a substring test,
-    so that a name inside a condition (``b[when="__amdgpu_arch >=9"]``) counts, and a longer name that starts with
-    one (``__amdgpu_arch`` for ``__amdgpu``) errs towards solving separately."""
+    """Whether a text names one of ``names``, as a substring: inside a ``[when="..."]`` condition too, and
+    ``__amdgpu_arch`` counts for ``__amdgpu`` (erring towards solving apart)."""
     return any(name in text for text in texts for name in names)
 
 
 async def _reads_virtual(job: SolveJob, names: frozenset[str], gateway: Gateway) -> bool:
-    """Whether the solve of ``job`` can depend on ``names``: a spec, a constraint or any record the solver may
-    consider names one. The solver considers what ``gateway.query(channels, [subdir, noarch], specs,
-    recursive=True)`` returns: py-rattler's ``solve`` runs that same query (conda/rattler,
-    py-rattler/src/solver.rs, ``py_solve``). Not rattler's own ``wanted_virtual_packages`` (with
-    ``detector_target``): it leaves out a name used only in a ``[when=...]`` condition, whose dependency the
-    solve still takes or drops by it (tests/test_lock_shared_solves.py). Any failure answers True: the jobs are
-    then solved one by one and report it themselves."""
-    if not names:  # the same virtual packages: the same solve
-        return False
-    if mentions((*job.specs, *job.constraints), names):
-        return True
+    """Whether a spec, a constraint or a record the solve of ``job`` may consider names one of ``names``. The solver
+    considers what ``gateway.query(channels, [subdir, noarch], specs, recursive=True)`` returns (py-rattler's
+    ``py_solve`` runs that query: conda/rattler py-rattler/src/solver.rs). Not rattler's ``wanted_virtual_packages``:
+    it leaves out names used only in ``[when=...]`` conditions (tests/test_lock_shared_solves.py). A failure
+    answers True: the jobs are then solved one by one and report it."""
+    if not names or mentions((*job.specs, *job.constraints), names):
+        return bool(names)
     try:
         found = await gateway.query([Channel(redact_url(c)) for c in job.channels],
                                     [Subdir(job.platform.subdir), Subdir("noarch")],
@@ -269,42 +262,33 @@ async def _reads_virtual(job: SolveJob, names: frozenset[str], gateway: Gateway)
 
 
 async def _solve_alike(jobs: Sequence[SolveJob], members: list[int], gateway: Gateway) -> dict[int, Outcome]:
-    """Solve the first of ``members`` and, while it runs, ask whether the rest can differ from it. They cannot when
-    nothing their solve may consider reads the virtual packages they differ in (issue 40: the ``default``
-    environment over four rich GPU platforms was solved four times for one answer); then they take its records.
-    Otherwise, or when it fails (each failure names its own environment and platform), each is solved."""
-    first = asyncio.ensure_future(_solve_one(jobs[members[0]], gateway))
-    rest, others = members[1:], list[Outcome]()
+    """The first of ``members`` solved; the rest take its records when nothing their solve may consider reads the
+    virtual packages they differ in (issue 40: ``default`` over four rich GPU platforms was four solves), else, or
+    when it fails (each failure names its own platform), each is solved."""
+    def solve_rest() -> asyncio.Future[list[Outcome]]:
+        return asyncio.gather(*(_solve_one(jobs[i], gateway) for i in rest), return_exceptions=True)
+
+    first, rest = asyncio.ensure_future(_solve_one(jobs[members[0]], gateway)), members[1:]
     share = bool(rest) and not await _reads_virtual(jobs[members[0]],
                                                     differing_virtual([jobs[i] for i in members]), gateway)
-    if not share and rest:
-        others = await asyncio.gather(*(_solve_one(jobs[i], gateway) for i in rest), return_exceptions=True)
+    others = None if share else solve_rest()
     outcome: Outcome = (await asyncio.gather(first, return_exceptions=True))[0]
-    if share and isinstance(outcome, BaseException):
-        share = False
-        others = await asyncio.gather(*(_solve_one(jobs[i], gateway) for i in rest), return_exceptions=True)
-    if share:
-        assert not isinstance(outcome, BaseException)
-        others = [list(outcome) for _ in rest]
-    return {members[0]: outcome, **dict(zip(rest, others))}
+    if others is None and not isinstance(outcome, BaseException):
+        return {members[0]: outcome, **{i: list(outcome) for i in rest}}
+    return {members[0]: outcome, **dict(zip(rest, await (others or solve_rest())))}
 
 
 async def _gather(jobs: Sequence[SolveJob], gateway: Gateway) -> list[Outcome]:
-    # return_exceptions: let every solve finish before reporting, so no task outlives the event loop.
-    done = await asyncio.gather(*(_solve_alike(jobs, members, gateway) for members in alike(jobs)),
-                                return_exceptions=True)
+    # Each solve's failure is returned, not raised (_solve_alike): all finish, no task outlives the event loop.
     outcomes: dict[int, Outcome] = {}
-    for group in done:
-        if isinstance(group, BaseException):
-            raise group
+    for group in await asyncio.gather(*(_solve_alike(jobs, members, gateway) for members in alike(jobs))):
         outcomes.update(group)
     return [outcomes[i] for i in range(len(jobs))]
 
 
 async def _solve_all(jobs: Sequence[SolveJob], cache_dir: Path) -> list[list[RepoDataRecord]]:
-    # One gateway for all jobs: repodata of a channel is fetched once and shared by every solve.
-    # The gateway sees clean channel URLs only (its cache is keyed by them and stores no secret);
-    # the client adds the URLs' credentials in memory, and its AuthenticationMiddleware reads
+    # One gateway for all jobs (each channel's repodata fetched once), seeing clean channel URLs only (its cache
+    # stores no secret); the client adds the URLs' credentials in memory, and its AuthenticationMiddleware reads
     # RATTLER_AUTH_FILE (keyed by host, without port), the keyring and ~/.rattler/credentials.json.
     _, client = client_for_urls(dict.fromkeys(c for job in jobs for c in job.channels))
     cache = private_dir(cache_dir)
@@ -317,8 +301,7 @@ async def _solve_all(jobs: Sequence[SolveJob], cache_dir: Path) -> list[list[Rep
     if failed and len(failed) == len([e for e in errors if "coalesced request" not in str(e)]):
         raise unsolvable(failed)  # every environment that cannot be solved, not only the first
     if errors:
-        # Solves that waited on another's fetch of the same repodata see only "a coalesced request failed"
-        # (rattler's gateway); report the one that saw why it failed (a 401, say).
+        # Solves that waited on another's fetch see only "a coalesced request failed": report the one that saw why.
         raise next((e for e in errors if "coalesced request" not in str(e)), errors[0])
     return [r for r in results if not isinstance(r, BaseException)]
 
