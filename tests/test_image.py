@@ -154,6 +154,9 @@ def test_the_compression_level_changes_the_layers_bytes_and_nothing_it_holds(bui
     default, five, one, nine, again = (layer(p) for p in (built, *made.values()))
     assert five == default
     assert again == one and one[0] != default[0] and nine[0] != default[0] != one[0]
+    levels = [json.loads(_blob(p, _layout_manifest(p)[1]["config"]["digest"]))["config"]["Labels"]
+              ["io.rocmlock.layer.gzip-level"] for p in (built, *made.values())]
+    assert levels == ["5", "5", "1", "9", "1"]
     assert one[1] == nine[1] == default[1]  # the same tar
     assert gzip.decompress(one[2]) == gzip.decompress(default[2])
     assert len(one[2]) > len(default[2]) >= len(nine[2])

@@ -202,7 +202,7 @@ def _epoch(selected: Selected) -> int:
 
 
 def _labels(environment: str, selected: Selected, lock_sha256: str, base: oci.BaseImage | None,
-            base_ref: str | None, created: str, prefix: str, tools: ToolFiles) -> dict[str, str]:
+            base_ref: str | None, created: str, prefix: str, tools: ToolFiles, level: int) -> dict[str, str]:
     gfx = next((str(r.build) for r in selected.records if r.name.normalized == "amdgpu-target"), "")
     rocm = next((str(r.version) for r in selected.records if r.name.normalized == "rocm-version"), "")
     labels = {"org.opencontainers.image.title": f"rocmlock environment {environment}",
@@ -213,7 +213,8 @@ def _labels(environment: str, selected: Selected, lock_sha256: str, base: oci.Ba
               "io.rocmlock.platform": selected.platform.name, "io.rocmlock.gpu-target": gfx,
               "io.rocmlock.rocm-version": rocm, "io.rocmlock.prefix": prefix, "io.rocmlock.check": CHECK,
               "io.rocmlock.probe": tools.probe, "io.rocmlock.activation.sha256": tools.activation_sha256,
-              "io.rocmlock.sbom": SBOM, "io.rocmlock.sbom.sha256": tools.sbom_sha256}
+              "io.rocmlock.sbom": SBOM, "io.rocmlock.sbom.sha256": tools.sbom_sha256,
+              "io.rocmlock.layer.gzip-level": str(level)}  # its digest again needs the same level
     if base is not None:
         labels["org.opencontainers.image.base.digest"] = base.manifest_digest
         if base_ref and not base_ref.startswith(("oci:", ociref.DEBOOTSTRAP)):  # a registry name, not a path
@@ -374,11 +375,12 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
         tools = add_tool_files(stage, prefix, inputs, document)
         layout = work / "layout"
         blobs = oci.start_layout(layout)
-        diff_id, digest, size = oci.write_layer(stage, blobs / "layer.tmp", epoch, LEVEL if level is None else level)
+        level = LEVEL if level is None else level
+        diff_id, digest, size = oci.write_layer(stage, blobs / "layer.tmp", epoch, level)
         (blobs / "layer.tmp").rename(blobs / "sha256" / digest.split(":")[1])
         for layer in base.layers if base else ():
             oci.copy_blob(base.blobs, str(layer["digest"]), blobs)  # type: ignore[union-attr]
-        labels = _labels(environment, selected, lock_sha256, base, base_ref, created, prefix, tools)
+        labels = _labels(environment, selected, lock_sha256, base, base_ref, created, prefix, tools, level)
         config = _config(base, arch, diff_id, labels, created, environment, facts, prefix)
         ours = {"mediaType": oci.LAYER_GZIP, "digest": digest, "size": size}
         image_manifest = {"schemaVersion": 2, "mediaType": oci.MANIFEST,
