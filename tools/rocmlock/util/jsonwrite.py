@@ -52,17 +52,7 @@ def _encode(value: Any, newline: str, step: str, seen: dict[tuple[int, int], str
         for key, item in value.items():
             if type(key) is not str:
                 raise _Fallback
-            kind = type(item)  # the scalars here, not in a call each: pixi's diff has 5 per package and platform
-            if kind is str:
-                text = encode_basestring_ascii(item)
-            elif item is None:
-                text = "null"
-            elif item is True:
-                text = "true"
-            elif item is False:
-                text = "false"
-            else:
-                text = _encode(item, inner, step, seen)
+            text = encode_basestring_ascii(item) if type(item) is str else _encode(item, inner, step, seen)
             parts.append(f"{encode_basestring_ascii(key)}: {text}")
         done = seen[(id(value), len(newline))] = f"{{{inner}{(',' + inner).join(parts)}{newline}}}"
         return done
