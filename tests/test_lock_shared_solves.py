@@ -35,10 +35,10 @@ def channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ])
 
 
-def _workspace(root: Path, channel: Path, dependency: str) -> Path:
+def _workspace(root: Path, channel: Path, dependency: str, version: str = "*") -> Path:
     root.mkdir(parents=True)
     (root / "pixi.toml").write_text(f'[workspace]\nname = "t"\nchannels = ["{channel.as_uri()}"]\n{RICH}\n\n'
-                                    f'[dependencies]\n{dependency} = "*"\n')
+                                    f'[dependencies]\n{dependency} = "{version}"\n')
     return root
 
 
@@ -116,6 +116,19 @@ def test_a_failure_names_the_platform_that_failed(channel: Path, tmp_path: Path,
     err = capsys.readouterr().err
     first = next(line for line in err.splitlines() if line.startswith("error:"))
     assert "linux-64-gfx90a" in first and "linux-64-gfx942" not in first, err
+    assert not (ws / "pixi.lock").exists()
+
+
+def test_a_manifest_spec_on_the_gpu_keeps_the_platforms_apart(channel: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A dependency on the virtual package itself that the first platform (gfx90a, in the order the jobs are
+    made) meets: the other must not take its records (planted: without the look at the specs, it did)."""
+    ws = _workspace(tmp_path / "ws", channel, "__amdgpu_arch", "<9.4")
+    assert main(["lock", "--manifest-path", str(ws)]) != 0
+    first = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("error:"))
+    # The solver's own verdict; with gfx90a's records given to gfx942, pixi's check of the solve caught it later,
+    # as "one pixi would reject".
+    assert first.startswith("error: cannot solve environment 'default' on platform 'linux-64-gfx942'"), first
     assert not (ws / "pixi.lock").exists()
 
 
