@@ -21,6 +21,10 @@ SCRIPT = REPO / "examples" / "offline" / "quickstart.sh"
 def test_quickstart_runs_the_whole_pipeline(tmp_path: Path) -> None:
     work = tmp_path / "work"
     env = {k: v for k, v in os.environ.items() if k != "RATTLER_AUTH_FILE"}
+    # The python running the tests first on PATH, as in CI's activated venv: run from an unactivated venv
+    # (`venv/bin/python -m pytest`), the script found the machine's own python first and pip-installed rocmlock
+    # into it (its third way; test_quickstart_python.py covers that one with a python of its own).
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.run(["bash", str(SCRIPT), "--workdir", str(work), "--json"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
