@@ -167,3 +167,20 @@ def test_which_jobs_are_alike_and_what_they_differ_in() -> None:
     assert solve_mod.mentions([GATED], frozenset({"__amdgpu_arch"}))
     assert solve_mod.mentions(["__amdgpu_arch ==9.4.2"], frozenset({"__amdgpu"}))  # errs towards apart
     assert not solve_mod.mentions(["extra >=1", "python"], frozenset({"__amdgpu", "__amdgpu_arch"}))
+
+
+def test_a_query_that_fails_solves_each_platform_on_its_own(channel: Path, tmp_path: Path,
+                                                            solves: Counter[tuple[str, str]],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the look at what the solver may consider fails, nothing is known to be shared: each platform is solved
+    (and a real failure is then reported by the solves themselves). Planted: the failure answered "reads nothing",
+    and both platforms got the first one's records after one solve."""
+    async def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("the gateway query failed")
+
+    monkeypatch.setattr(Gateway, "query", broken)
+    ws = _workspace(tmp_path / "ws", channel, "plain")
+    assert main(["lock", "--manifest-path", str(ws)]) == 0
+    assert solves == {("default", "linux-64-gfx90a"): 1, ("default", "linux-64-gfx942"): 1}
+    assert _names(ws / "pixi.lock", "linux-64-gfx942") == _names(ws / "pixi.lock", "linux-64-gfx90a") \
+        == ["extra", "plain"]
