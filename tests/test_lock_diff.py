@@ -178,7 +178,7 @@ def _lock_text(envs: dict[str, dict[str, list[tuple[str, str, str]]]]) -> str:
 
 
 def test_markdown_equals_pixi_diff_to_markdown_for_every_kind_of_change(tools: Path, tmp_path: Path) -> None:
-    from rocmlock.lock.diff import diff_json, diff_locks, diff_markdown, lock_packages
+    from rocmlock.lockdiff.diff import diff_json, diff_locks, diff_markdown, lock_packages
 
     many = [(f"lib{i:02d}", "1.0", "h0_0") for i in range(12)]  # more than 10 rows: the tables fold
     old = _lock_text({
@@ -213,7 +213,7 @@ def test_markdown_equals_pixi_diff_to_markdown_for_every_kind_of_change(tools: P
 
 
 def test_a_secret_in_either_lock_never_reaches_the_diff() -> None:
-    from rocmlock.lock.diff import diff_json, diff_locks, diff_markdown, diff_text, lock_packages
+    from rocmlock.lockdiff.diff import diff_json, diff_locks, diff_markdown, diff_text, lock_packages
 
     clean = _lock_text({"e": {"linux-64": [("a", "1.0", "h0_0"), ("w", "1.0", "pypi")]}})
     secret = (clean.replace("https://conda.anaconda.org/", "https://bot:Pw-s3cr3t-9@conda.anaconda.org/t/tk-s3cr3t-8/")
@@ -232,7 +232,7 @@ def test_a_secret_in_either_lock_never_reaches_the_diff() -> None:
 
 
 def test_a_changed_entry_keeps_the_keys_that_differ_and_nulls_those_it_lost() -> None:
-    from rocmlock.lock.diff import diff_json, diff_locks, lock_packages
+    from rocmlock.lockdiff.diff import diff_json, diff_locks, lock_packages
 
     old = yaml.safe_load(_lock_text({"e": {"linux-64": [("a", "1.0", "h0_0"), ("b", "1.0", "h0_0")]}}))
     new = yaml.safe_load(_lock_text({"e": {"linux-64": [("a", "1.1", "h0_0"), ("b", "1.0", "h0_0")]}}))
@@ -251,7 +251,7 @@ def test_a_changed_entry_keeps_the_keys_that_differ_and_nulls_those_it_lost() ->
 def test_a_hostile_locks_channel_and_build_strings_stay_inside_their_cells() -> None:
     """The markdown goes into a pull request comment: a prefix.dev URL whose channel segment holds `)`/`|` gets
     no link (it would end the link or the row), and a `|` in a build string is escaped in its cell."""
-    from rocmlock.lock.diff import diff_locks, diff_markdown, lock_packages
+    from rocmlock.lockdiff.diff import diff_locks, diff_markdown, lock_packages
 
     old = _lock_text({"e": {"linux-64": [("a", "1.0", "h0_0"), ("b", "1.0", "h1_0")]}})
     new = _lock_text({"e": {"linux-64": [("a", "2.0", "h0_0"), ("b", "1.0", "h1|x_0")]}})

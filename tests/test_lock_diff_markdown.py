@@ -13,7 +13,7 @@ import cmarkgfm
 import pytest
 import yaml
 from cmarkgfm.cmark import Options
-from rocmlock.lock.diff import diff_locks, diff_markdown, lock_packages
+from rocmlock.lockdiff.diff import diff_locks, diff_markdown, lock_packages
 from rocmlock.util.text import escape
 
 FORGE = "https://conda.anaconda.org/conda-forge/linux-64"

@@ -1,5 +1,5 @@
 """The diff of the lock just written, built from the records in memory (rocmlock.lock.lockentry, issue 40), equals
-the diff read from the pixi.lock rattler rendered (rocmlock.lock.diff.lock_packages), entry for entry and in the same
+the diff read from the pixi.lock rattler rendered (rocmlock.lockdiff.diff.lock_packages), entry for entry and in the same
 order, on real locks: the golden channel (repodata only, strings that make YAML quote) served from a directory and
 over HTTP (where rattler derives subdir and channel from the URL and leaves them out), and packages that
 py-rattler-build assembled (indexed_timestamp, build numbers a build string contradicts, noarch generic and python).
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from channels import Pkg, build_channel, py
 from rocmlock.lock import pipeline
-from rocmlock.lock.diff import diff_json, diff_locks, lock_packages
 from rocmlock.lock.lockentry import memory_lock_packages
 from rocmlock.lock.lockfile import LockedWorkspace
+from rocmlock.lockdiff.diff import diff_json, diff_locks, lock_packages
 from test_lock_golden import MANIFEST, _channel
 
 
@@ -132,7 +132,7 @@ def test_a_record_not_built_in_memory_falls_back_to_the_text(sandbox: Path, serv
 
 def test_a_url_with_a_secret_in_a_record_is_masked_alike(sandbox: Path, served: tuple[Path, str],
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """A license holding a URL with credentials and a query: the diff masks it (rocmlock.lock.diff), from memory
+    """A license holding a URL with credentials and a query: the diff masks it (rocmlock.lockdiff.diff), from memory
     as from the text."""
     channel, _ = served
     data = json.loads((channel / "linux-64" / "repodata.json").read_text())

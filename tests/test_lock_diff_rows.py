@@ -15,19 +15,19 @@ import pytest
 import yaml
 from rattler import BuildString, PackageRecord, RepoDataRecord
 from rocmlock.errors import InputError
-from rocmlock.lock.diff import (
+from rocmlock.lock.lockentry import conda_entry, memory_lock_packages
+from rocmlock.lock.lockfile import LockedEnvironment, LockedPlatform, LockedWorkspace, render_lockfile
+from rocmlock.lock.pipeline import diff_lock_files
+from rocmlock.lockdiff.diff import (
     LockedEntry,
     PackageChange,
     change_type,
     diff_json,
-    diff_lock_files,
     diff_locks,
     diff_markdown,
     diff_text,
     lock_packages,
 )
-from rocmlock.lock.lockentry import conda_entry, memory_lock_packages
-from rocmlock.lock.lockfile import LockedEnvironment, LockedPlatform, LockedWorkspace, render_lockfile
 from test_lock_diff import FORGE, _lock_text, _to_markdown, tools  # noqa: F401 - the fixture, shared
 
 

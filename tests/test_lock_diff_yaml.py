@@ -119,7 +119,7 @@ def test_aliases_are_refused_before_any_reader_expands_them(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("text", ["license: BSD & MIT", "license: A&B", "license: '&x'"])
 def test_an_ampersand_that_is_no_anchor_is_read(tmp_path: Path, text: str) -> None:
-    from rocmlock.lock.lockyaml import refuse_anchors
+    from rocmlock.lockdiff.lockyaml import refuse_anchors
 
     lock = _lock(tmp_path / "pixi.lock", "default", [_record("a", license="X")], {"license: X": text})
     refuse_anchors(lock.read_bytes(), lock)

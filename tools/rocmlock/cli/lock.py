@@ -143,8 +143,8 @@ def add_diff(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from rocmlock.lock.diff import diff_json, diff_markdown, diff_text
     from rocmlock.lock.pipeline import diff_workspace_locks
+    from rocmlock.lockdiff.diff import diff_json, diff_markdown, diff_text
 
     diff = diff_workspace_locks(Path(args.old), Path(args.new), args.manifest_path)
     if args.json:

@@ -1,11 +1,11 @@
 """Locking: ``rocmlock lock``/``export`` as one pipeline (``pipeline``: select, stamp, read, solve, assemble,
 render, write), the solve (``solve``), pixi.lock v7 read and written (``lockfile``), pixi's satisfiability rules
 (``satisfy``), the manifest stamp (``stamp``) and the no-op answer it gives without loading rattler (``noop``,
-``result``, ``generated``), conda exports (``exports``; conda-lock.yml: ``condalock``), pixi's lock diff and
-pixi-diff-to-markdown's tables (``diff``; the entries of the lock just written, from its records: ``lockentry``),
-pixi.lock's YAML read as rattler reads it (``lockyaml``) and the atomic output set (``outputs``).
+``result``, ``generated``), conda exports (``exports``; conda-lock.yml: ``condalock``), the entries of the lock
+just written, from its records, for pixi's lock diff (``lockentry``; the diff itself: ``rocmlock.lockdiff``) and
+the atomic output set (``outputs``).
 
-May import: rocmlock.errors, rocmlock.util, rocmlock.gpu, rocmlock.workspace.
+May import: rocmlock.errors, rocmlock.util, rocmlock.gpu, rocmlock.workspace, rocmlock.lockdiff.
 """
 
 # The Python API (docs/locking.md, "Python API"), loaded on first use: importing one module of this package (say

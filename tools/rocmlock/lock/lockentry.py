@@ -1,7 +1,7 @@
 """pixi.lock's package entries built from the records in memory, for the diff of the lock just written (issue 40).
 
 ``rocmlock lock`` prints pixi's diff, whose rows hold each package's entry as pixi.lock writes it
-(:mod:`rocmlock.lock.diff`). The lock it writes comes from records it holds (``LockedWorkspace``), so the new side
+(:mod:`rocmlock.lockdiff.diff`). The lock it writes comes from records it holds (``LockedWorkspace``), so the new side
 of the diff is built from those records here rather than by parsing the text rattler rendered.
 
 rattler writes a conda package (rattler_lock's v7 ``CondaPackageDataModel``, crates/rattler_lock/src/parse/models/
@@ -31,8 +31,8 @@ from typing import Any
 
 from rattler import RepoDataRecord, Subdir
 
-from rocmlock.lock.diff import LockedEntry, LockPackages, clean_entry
 from rocmlock.lock.lockfile import LockedWorkspace
+from rocmlock.lockdiff.diff import LockedEntry, LockPackages, clean_entry
 
 # The keys of PackageRecord.to_json() (RepoDataRecord's adds fn, url, channel) that an entry is built from here;
 # arch and platform are derived from the subdir and never written.
@@ -68,7 +68,7 @@ def _noarch(subdir: str, build: str) -> str | None:
 
 
 def _secret_possible(text: str) -> bool:
-    """Whether the diff's cleaning (:func:`rocmlock.lock.diff.clean_entry`) could change ``text``."""
+    """Whether the diff's cleaning (:func:`rocmlock.lockdiff.diff.clean_entry`) could change ``text``."""
     return "://" in text and ("?" in text or "#" in text or "@" in text or "/t/" in text)
 
 
@@ -128,7 +128,7 @@ def conda_entry(record: RepoDataRecord) -> LockedEntry | None:
 
 def memory_lock_packages(locked: LockedWorkspace) -> LockPackages | None:
     """What the pixi.lock rendered from ``locked`` locks, per environment and platform, as
-    :func:`rocmlock.lock.diff.lock_packages` reads it from that text; None when a record has a shape not built here
+    :func:`rocmlock.lockdiff.diff.lock_packages` reads it from that text; None when a record has a shape not built here
     (then read the text). Each package is built once, however many environments and platforms hold it."""
     built: dict[str, LockedEntry] = {}
     out: LockPackages = {}

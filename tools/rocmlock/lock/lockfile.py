@@ -34,7 +34,7 @@ from rattler.exceptions import ConversionError, ParseCondaLockError
 from rattler.lock.package import CondaLockedBinaryPackage
 
 from rocmlock.errors import InputError
-from rocmlock.lock.lockyaml import load_lock_yaml, refuse_anchors
+from rocmlock.lockdiff.lockyaml import load_lock_yaml, refuse_anchors
 from rocmlock.util.credentials import has_query, mask_queries, redact_url, refuse_query
 from rocmlock.util.fs import read_regular
 from rocmlock.util.text import escape, line_problem

@@ -18,7 +18,6 @@ from rattler import RepoDataRecord
 
 from rocmlock.errors import InputError, OperationError
 from rocmlock.lock import stamp
-from rocmlock.lock.diff import Explicit, LockDiff, PackageType, diff_lock_files, diff_locks, lock_packages
 from rocmlock.lock.exports import render_exports
 from rocmlock.lock.gpuarch import lock_contradictions, refusal
 from rocmlock.lock.lockfile import (
@@ -47,6 +46,7 @@ from rocmlock.lock.solve import (
     subset_for,
 )
 from rocmlock.lock.stamp import default_cache_dir
+from rocmlock.lockdiff.diff import Explicit, LockDiff, PackageType, diff_locks, lock_packages
 from rocmlock.util.credentials import redact_url
 from rocmlock.util.fs import open_regular
 from rocmlock.workspace.manifest import load_workspace
@@ -283,6 +283,18 @@ def pixi_diff(envs: Sequence[Environment], before: str | None, after: str, lock_
     old = lock_packages(before, str(lock_path)) if before is not None else None
     new = memory_lock_packages(locked) if locked is not None else None
     return diff_locks(old, lock_packages(after, str(lock_path)) if new is None else new, explicit_marks(envs))
+
+
+def diff_lock_files(old: Path, new: Path, explicit: Explicit | None = None) -> LockDiff:
+    """pixi's diff from the pixi.lock ``old`` to ``new`` (``rocmlock diff``). Each is read by rattler first
+    (:func:`rocmlock.lock.lockfile.read_lockfile`: a lock it cannot read is an input error naming the file);
+    without ``explicit`` (no manifest) no package is explicit."""
+    texts = []
+    for path in (old, new):
+        if read_lockfile(path) is None:
+            raise InputError(f"{path}: no such file", hint="pass the old and the new pixi.lock")
+        texts.append(path.read_text(encoding="utf-8"))
+    return diff_locks(lock_packages(texts[0], str(old)), lock_packages(texts[1], str(new)), explicit)
 
 
 def diff_workspace_locks(old: Path, new: Path, manifest_path: str | Path | None = None) -> LockDiff:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from rocmlock.util import fs as fsutil
 
 if TYPE_CHECKING:  # the module itself is loaded when a diff is shown, not by the no-op lock (issue 40)
-    from rocmlock.lock.diff import LockDiff
+    from rocmlock.lockdiff.diff import LockDiff
 
 # An environment and a platform of it, by name.
 SolveKey = tuple[str, str]
@@ -62,7 +62,7 @@ class LockResult:
     @cached_property
     def diff(self) -> LockDiff:
         """pixi's diff of pixi.lock, from the lock before this run to the one it wrote (or would write): empty when
-        the lock does not change (rocmlock.lock.diff)."""
+        the lock does not change (rocmlock.lockdiff.diff)."""
         return self.diff_of() if self.diff_of is not None else {}
 
     @property
@@ -81,7 +81,7 @@ class LockResult:
 
     def markdown(self) -> str:
         """The lock's changes as the markdown table pixi-diff-to-markdown makes of :meth:`to_json`."""
-        from rocmlock.lock.diff import diff_markdown
+        from rocmlock.lockdiff.diff import diff_markdown
 
         return diff_markdown(self.diff)
 
@@ -95,7 +95,7 @@ class LockResult:
         root = self.manifest.parent
         pixi: dict[str, Any] = {"version": 1, "environment": {}}  # diff_json of no change, without loading it
         if diff and self.diff:
-            from rocmlock.lock.diff import diff_json
+            from rocmlock.lockdiff.diff import diff_json
 
             pixi = diff_json(self.diff)
         return {

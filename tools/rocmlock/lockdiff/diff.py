@@ -17,7 +17,6 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import zip_longest
-from pathlib import Path
 from typing import Any, Literal
 
 from rocmlock.errors import InputError
@@ -93,7 +92,7 @@ def lock_packages(text: str, source: str) -> LockPackages:
     """What ``text`` (a pixi.lock; ``source`` names it in errors) locks, per environment and platform."""
     import yaml  # here: the no-op lock (rocmlock.lock.noop, through rocmlock.lock.result) imports this module
 
-    from rocmlock.lock.lockyaml import load_lock_yaml, refuse_anchors
+    from rocmlock.lockdiff.lockyaml import load_lock_yaml, refuse_anchors
 
     refuse_anchors(text, source)
     try:  # as rattler reads it: no YAML 1.1 dates, booleans or base-60 numbers where the lock has strings
@@ -329,20 +328,6 @@ def diff_markdown(diff: LockDiff) -> str:
             lines += ["", _table(rows)]
             lines += ["", "</details>", ""] if fold else [""]
     return "\n".join(lines) + "\n" + FOOTNOTES
-
-
-def diff_lock_files(old: Path, new: Path, explicit: Explicit | None = None) -> LockDiff:
-    """pixi's diff from the pixi.lock ``old`` to ``new`` (``rocmlock diff``). Each is read by rattler first
-    (:func:`rocmlock.lock.lockfile.read_lockfile`: a lock it cannot read is an input error naming the file);
-    without ``explicit`` (no manifest) no package is explicit."""
-    from rocmlock.lock.lockfile import read_lockfile  # loads rattler: not on the no-op lock's path
-
-    texts = []
-    for path in (old, new):
-        if read_lockfile(path) is None:
-            raise InputError(f"{path}: no such file", hint="pass the old and the new pixi.lock")
-        texts.append(path.read_text(encoding="utf-8"))
-    return diff_locks(lock_packages(texts[0], str(old)), lock_packages(texts[1], str(new)), explicit)
 
 
 def diff_text(diff: LockDiff) -> list[str]:
