@@ -219,6 +219,22 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".rocmlock-image-*"))
 
 
+def test_o_that_is_a_link_to_nothing_is_not_written_through(locked_ws: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """As GNU cp will not write through a dangling symlink: the layout would land where the link points, with the
+    directories on the way made (planted: -o resolved first, as before, wrote tmp/elsewhere/layout)."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "elsewhere" / "layout")
+    assert image(locked_ws, "--no-base", "-o", str(link)) == 2
+    err = capsys.readouterr().err
+    assert "a symbolic link to nothing" in err and "Traceback" not in err
+    assert not (tmp_path / "elsewhere").exists() and link.is_symlink()
+    # A link to an empty directory (or a layout) is followed.
+    (tmp_path / "elsewhere" / "layout").mkdir(parents=True)
+    assert image(locked_ws, "--no-base", "-o", str(link)) == 0
+    assert (tmp_path / "elsewhere" / "layout" / "index.json").is_file() and link.is_symlink()
+
+
 def test_spellings_of_one_prefix_are_one_prefix() -> None:
     # The prefix is in every digest (paths, activation, labels): the same directory written otherwise must not give
     # another image. PurePosixPath keeps a leading "//", which POSIX leaves to the system.

@@ -112,7 +112,7 @@ def cmd_image(args: argparse.Namespace) -> int:
                          hint="pass -o DIR, --push REGISTRY/REPO:TAG, --sif FILE, or several")
     manifest = _locked_manifest(args, "image")
     result = build_image(manifest.parent / LOCK_NAME, args.environment, platform=args.platform, base_ref=args.base,
-                         output=args.output.resolve() if args.output else None, push=args.push, tag=args.tag,
+                         output=args.output, push=args.push, tag=args.tag,
                          channels=manifest_channels(manifest), insecure=args.insecure_registry, prefix=args.prefix,
                          manifest=manifest, no_base=args.no_base, sif=args.sif.resolve() if args.sif else None,
                          level=args.compression_level)

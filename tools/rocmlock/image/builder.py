@@ -254,13 +254,21 @@ def _config(base: oci.BaseImage | None, arch: str, diff_id: str, labels: dict[st
     return config
 
 
-def check_output(output: Path) -> None:
+def check_output(output: Path) -> Path:
+    """``output`` (-o) checked before the build, absolute. A symbolic link to nothing is refused, as GNU cp refuses
+    to write through one ("not writing through dangling symlink"): the layout would land wherever it points,
+    its directories made on the way; a link to a layout or an empty directory is followed."""
+    if output.is_symlink() and not output.exists():
+        raise InputError(f"{output}: -o is a symbolic link to nothing ({escape(os.readlink(output))}); not written "
+                         "through", hint="point -o at a new path or an existing layout, or remove the link")
+    output = output.resolve()
     if output.exists() and not (output / "oci-layout").is_file() and not (output.is_dir() and
                                                                           not any(output.iterdir())):
         raise InputError(f"{output}: -o exists and is not an OCI image layout",
                          hint="choose a new directory (it is created), or an image layout to add the image to")
     if (output / "oci-layout").is_file():
         oci.read_index(output, f"-o {output}")  # a layout to add to: refused before the build when damaged
+    return output
 
 
 def _activation_inputs(manifest: Path | None, lock_path: Path, environment: str, selected: Selected,
@@ -348,7 +356,7 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
     if not _TAG.fullmatch(tag):
         raise InputError(f"--tag {tag[:140]!r}: not an image tag", hint="letters, digits, '_', '.', '-' (at most 128)")
     if output is not None:
-        check_output(output)
+        output = check_output(output)
     if sif is not None:
         check_sif_path(sif)
         require_apptainer("--sif")
