@@ -53,7 +53,7 @@ def unchanged(manifest: Path, cache: Path) -> LockResult | None:
     outputs = stamp.unchanged(cache, manifest)
     if outputs is None or leftovers(manifest.parent, outputs):
         return None
-    return LockResult(manifest, _Texts(outputs), (), (), (), False)
+    return LockResult(manifest, _Texts(outputs), (), (), (), False, warnings=stamp.recorded_warnings(cache, manifest))
 
 
 class _Texts(Mapping[Path, str]):

@@ -18,6 +18,7 @@ from pathlib import Path
 from rocmlock import __version__
 from rocmlock.errors import InputError
 from rocmlock.util import fs as fsutil
+from rocmlock.util.text import escape
 
 # More than any manifest or lock (rocmlock.lock.lockfile.LOCK_LIMIT): such a file is read by the slow path, which
 # says what is wrong with it.
@@ -90,13 +91,27 @@ def unchanged(cache_dir: Path, manifest: Path) -> list[Path] | None:
     return outputs
 
 
-def record(cache_dir: Path, manifest: Path, outputs: Iterable[Path]) -> None:
-    """Remember the current bytes of ``manifest`` and ``outputs`` (best effort: a cache may be read-only)."""
+def record(cache_dir: Path, manifest: Path, outputs: Iterable[Path], warnings: Iterable[str] = ()) -> None:
+    """Remember the current bytes of ``manifest`` and ``outputs`` (best effort: a cache may be read-only), and the
+    warnings the manifest gave, which the no-op lock repeats without reading it (they follow from its bytes)."""
     paths = sorted(outputs)
     value = digest(manifest, paths)
     if value is None:
         return
-    _write(_stamp_path(cache_dir, manifest), {"digest": value, "outputs": [str(p) for p in paths]})
+    _write(_stamp_path(cache_dir, manifest), {"digest": value, "outputs": [str(p) for p in paths],
+                                              "warnings": list(warnings)})
+
+
+def recorded_warnings(cache_dir: Path, manifest: Path) -> tuple[str, ...]:
+    """The warnings :func:`record` kept for ``manifest``, escaped again (a cache file is not trusted); none when
+    the stamp holds no list of strings."""
+    try:
+        found = json.loads(_stamp_path(cache_dir, manifest).read_text()).get("warnings")
+    except (OSError, ValueError, AttributeError):
+        return ()
+    if not isinstance(found, list) or not all(isinstance(w, str) for w in found):
+        return ()
+    return tuple(escape(w[:2000]) for w in found[:100])
 
 
 def _write(path: Path, data: dict[str, object]) -> None:

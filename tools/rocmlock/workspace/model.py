@@ -10,6 +10,7 @@ from pathlib import Path
 from rocmlock.errors import InputError
 from rocmlock.gpu.targets import GpuTarget, get_target, target_for_isa
 from rocmlock.util.tables import did_you_mean
+from rocmlock.util.text import escape
 from rocmlock.workspace.dependencies import Dependency
 from rocmlock.workspace.pixi_compat import channel_base_url
 from rocmlock.workspace.pixi_keys import LockRefusal
@@ -99,6 +100,27 @@ class Workspace:
     def environments(self, names: list[str] | None = None) -> list[Environment]:
         """Resolve the named environments (all when ``names`` is empty)."""
         return [self.environment(n) for n in (names or self.environment_names())]
+
+    def selector_warnings(self) -> tuple[str, ...]:
+        """One line per ``[target.<selector>]`` table that applies on none of the platforms it could: its
+        dependencies, constraints and activation reach no environment (a typo such as ``linux64``). pixi warns
+        alike and goes on (pixi_manifest toml/manifest.rs and toml/feature.rs, create_unsupported_selector_warning):
+        a selector must match a workspace platform and, in a feature that lists ``platforms``, one of those."""
+        out = []
+        for feat in self.features.values():
+            where = "[target" if feat.name == "default" else f"[feature.{feat.name}.target"
+            selectors = dict.fromkeys(s for s, _ in (*feat.target_dependencies, *feat.target_constraints,
+                                                     *feat.activation) if s)
+            for selector in selectors:
+                matching = [p.name for p in self.platforms if _selector_rank(selector, p) is not None]
+                own = [p for p in matching if feat.platforms is None or p in feat.platforms]
+                if not own:
+                    among = ", ".join(feat.platforms if matching and feat.platforms is not None
+                                      else (p.name for p in self.platforms)) or "none"
+                    whose = f"feature '{feat.name}'" if matching else "workspace"
+                    out.append(f"{self.path}: {where}.{escape(selector)}] matches none of the platforms of the "
+                               f"{whose} ({escape(among)}): what it declares applies nowhere (pixi warns alike)")
+        return tuple(out)
 
 
 def _features(ws: Workspace, spec: EnvironmentSpec) -> list[Feature]:

@@ -1,0 +1,105 @@
+"""A ``[target.<selector>]`` table that applies on none of the platforms it could (a typo such as ``linux64``)
+reaches no environment: pixi warns at every load of the manifest and goes on (pixi_manifest toml/manifest.rs and
+toml/feature.rs, create_unsupported_selector_warning); ``lock`` and ``export`` say so the same way, and the lock
+they write is the one pixi writes (the dependency left out).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from channels import Pkg, build_channel
+from rocmlock.cli.main import main
+from rocmlock.lock.lockfile import read_lockfile
+from rocmlock.workspace.manifest import load_workspace
+
+PLATFORMS = ('platforms = ["linux-64", { name = "linux-64-gfx942", platform = "linux-64", __amdgpu = "0", '
+             '__amdgpu_arch = "9.4.2" }, { name = "linux-64-gfx90a", platform = "linux-64", __amdgpu = "0", '
+             '__amdgpu_arch = "9.0.10" }]')
+
+
+def _manifest(root: Path, channel: str, body: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pixi.toml").write_text(f'[workspace]\nname = "t"\nchannels = ["{channel}"]\n{PLATFORMS}\n\n{body}')
+    return root / "pixi.toml"
+
+
+def test_which_selectors_apply_nowhere(tmp_path: Path) -> None:
+    manifest = _manifest(tmp_path, "https://example.invalid/c", """
+[target.linux64.dependencies]
+typo = "*"
+[target.linux-64.dependencies]
+by-subdir = "*"
+[target.unix.dependencies]
+by-family = "*"
+[target.win.activation]
+scripts = ["x.bat"]
+[target."linux-64-gfx9*".constraints]
+by-glob = "<2"
+
+[feature.gpu]
+platforms = ["linux-64-gfx942"]
+[feature.gpu.target.linux-64-gfx90a.dependencies]
+not-this-features = "*"
+[feature.gpu.target.linux-64-gfx942.dependencies]
+exact = "*"
+[feature.gpu.target."osx-*".dependencies]
+no-glob-match = "*"
+
+[environments]
+gpu = ["gpu"]
+""")
+    warnings = load_workspace(manifest).selector_warnings()
+    named = [w.split("] matches")[0].split(": ", 1)[1] for w in warnings]
+    assert named == ["[target.linux64", "[target.win", "[feature.gpu.target.linux-64-gfx90a",
+                     "[feature.gpu.target.osx-*"], warnings
+    assert all(w.startswith(f"{manifest}: ") and w.endswith("applies nowhere (pixi warns alike)") for w in warnings)
+    # A selector that matches a workspace platform the feature does not list names the feature's platforms.
+    assert "platforms of the feature 'gpu' (linux-64-gfx942)" in warnings[2]
+    assert "platforms of the workspace (linux-64, linux-64-gfx942, linux-64-gfx90a)" in warnings[0]
+
+
+def test_a_hostile_selector_is_one_printable_line(tmp_path: Path) -> None:
+    manifest = _manifest(tmp_path, "https://example.invalid/c", '[target."lin\\u001b[2Jux".dependencies]\nx = "*"\n')
+    (warning,) = load_workspace(manifest).selector_warnings()
+    assert "\x1b" not in warning and "\n" not in warning
+
+
+@pytest.fixture(scope="module")
+def channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_channel(tmp_path_factory.mktemp("sel") / "ch", [Pkg("base", "1"), Pkg("typo", "1")])
+
+
+def test_lock_and_export_warn_and_lock_what_pixi_locks(channel: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = _manifest(tmp_path / "ws", channel.as_uri(), '[dependencies]\nbase = "*"\n\n'
+                         '[target.linux64.dependencies]\ntypo = "*"\n')
+    assert main(["lock", "--manifest-path", str(manifest)]) == 0
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
+    assert "[target.linux64] matches none of the platforms of the workspace" in line
+    locked = read_lockfile(manifest.parent / "pixi.lock")
+    assert locked is not None
+    assert [r.name.normalized for r in locked.records("default", "linux-64") or []] == ["base"]
+    # Every load says it again, as pixi does: the no-op re-lock (answered from the stamp) and the export.
+    for argv in (["lock"], ["lock", "--check"], ["export"]):
+        assert main([*argv, "--manifest-path", str(manifest)]) == 0
+        assert sum(ln.startswith("warning: ") and "[target.linux64]" in ln
+                   for ln in capsys.readouterr().err.splitlines()) == 1, argv
+
+
+def test_the_no_op_repeats_only_what_a_stamp_holds_as_text(tmp_path: Path) -> None:
+    """The stamp is a cache file: what it holds is printed escaped, and anything but a list of strings is nothing."""
+    import json
+
+    from rocmlock.lock import stamp
+
+    manifest = _manifest(tmp_path / "ws", "https://example.invalid/c", "")
+    stamp.record(tmp_path / "cache", manifest, [], ["a \x1b[2J b"])
+    assert stamp.recorded_warnings(tmp_path / "cache", manifest) == ("a \\x1b[2J b",)
+    (path,) = (tmp_path / "cache" / "stamps").iterdir()
+    for hostile in (5, "text", [1], {"a": 1}, None):
+        path.write_text(json.dumps({**json.loads(path.read_text()), "warnings": hostile}))
+        assert stamp.recorded_warnings(tmp_path / "cache", manifest) == (), hostile
+    path.write_text("[]")
+    assert stamp.recorded_warnings(tmp_path / "cache", manifest) == ()
