@@ -103,3 +103,11 @@ def test_the_no_op_repeats_only_what_a_stamp_holds_as_text(tmp_path: Path) -> No
         assert stamp.recorded_warnings(tmp_path / "cache", manifest) == (), hostile
     path.write_text("[]")
     assert stamp.recorded_warnings(tmp_path / "cache", manifest) == ()
+
+
+def test_a_pyproject_manifest_names_the_key_as_written(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n\n[tool.pixi.workspace]\nchannels = ["c"]\n'
+                                             'platforms = ["linux-64"]\n\n[tool.pixi.target.linux64.dependencies]\n'
+                                             'x = "*"\n')
+    (warning,) = load_workspace(tmp_path / "pyproject.toml").selector_warnings()
+    assert "[tool.pixi.target.linux64] matches none" in warning

@@ -108,7 +108,8 @@ class Workspace:
         a selector must match a workspace platform and, in a feature that lists ``platforms``, one of those."""
         out = []
         for feat in self.features.values():
-            where = "[target" if feat.name == "default" else f"[feature.{feat.name}.target"
+            table = "tool.pixi." if self.path.name == "pyproject.toml" else ""  # keys named as written
+            where = f"[{table}target" if feat.name == "default" else f"[{table}feature.{feat.name}.target"
             selectors = dict.fromkeys(s for s, _ in (*feat.target_dependencies, *feat.target_constraints,
                                                      *feat.activation) if s)
             for selector in selectors:
