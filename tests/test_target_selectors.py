@@ -50,7 +50,7 @@ no-glob-match = "*"
 [environments]
 gpu = ["gpu"]
 """)
-    warnings = load_workspace(manifest).selector_warnings()
+    warnings = load_workspace(manifest).manifest_warnings()
     named = [w.split("] matches")[0].split(": ", 1)[1] for w in warnings]
     assert named == ["[target.linux64", "[target.win", "[feature.gpu.target.linux-64-gfx90a",
                      "[feature.gpu.target.osx-*"], warnings
@@ -62,7 +62,7 @@ gpu = ["gpu"]
 
 def test_a_hostile_selector_is_one_printable_line(tmp_path: Path) -> None:
     manifest = _manifest(tmp_path, "https://example.invalid/c", '[target."lin\\u001b[2Jux".dependencies]\nx = "*"\n')
-    (warning,) = load_workspace(manifest).selector_warnings()
+    (warning,) = load_workspace(manifest).manifest_warnings()
     assert "\x1b" not in warning and "\n" not in warning
 
 
@@ -109,5 +109,23 @@ def test_a_pyproject_manifest_names_the_key_as_written(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\n\n[tool.pixi.workspace]\nchannels = ["c"]\n'
                                              'platforms = ["linux-64"]\n\n[tool.pixi.target.linux64.dependencies]\n'
                                              'x = "*"\n')
-    (warning,) = load_workspace(tmp_path / "pyproject.toml").selector_warnings()
+    (warning,) = load_workspace(tmp_path / "pyproject.toml").manifest_warnings()
     assert "[tool.pixi.target.linux64] matches none" in warning
+
+
+def test_a_feature_no_environment_uses_is_named(tmp_path: Path) -> None:
+    """pixi's Warning::unused_feature: a GPU feature defined and left out of [environments] is never solved."""
+    manifest = _manifest(tmp_path, "https://example.invalid/c", """
+[feature.gfx942.dependencies]
+pytorch = "*"
+[feature.gfx90a.dependencies]
+pytorch = "*"
+
+[environments]
+mi300x = { features = ["gfx942"], target.linux64.dependencies = { x = "*" } }
+""")
+    warnings = load_workspace(manifest).manifest_warnings()
+    assert len(warnings) == 2, warnings
+    assert "[feature.gfx90a] is used by no environment" in warnings[0] and "gfx942]" not in warnings[0]
+    # An environment's inline keys are its own first feature: named as written, never "unused".
+    assert "[environments.mi300x.target.linux64] matches none" in warnings[1]

@@ -373,7 +373,7 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
     # The stamp is only ever recorded by a run over every environment and platform (below), so an
     # unchanged one means the whole lock is complete and satisfied, whatever this run selects.
     if update is None and not discard and (same := unchanged(manifest, cache)) is not None:
-        return replace(same, warnings=ws.selector_warnings())  # pixi warns at every load of the manifest
+        return replace(same, warnings=ws.manifest_warnings())  # pixi warns at every load of the manifest
     old, before, discarded, before_text = _previous(ws, discard)
     if check and old is not None and (error := refusal(lock_contradictions(old), ws.root / LOCK_NAME, False)):
         raise error
@@ -389,7 +389,7 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
     changes = [c for env in envs for p in env.platforms if (key := (env.name, p.name)) in solved
                for c in diff_records(env.name, p.name, before.records(*key) if before else None, solved[key])]
     files = render_outputs(ws, locked, envs)
-    result = _finish(ws, files, changes, [j.key for j in jobs], reasons, check, warnings := ws.selector_warnings())
+    result = _finish(ws, files, changes, [j.key for j in jobs], reasons, check, warnings := ws.manifest_warnings())
     everything = names == {e.name for e in envs} and plats == {p.name for p in ws.platforms}
     if everything and not check:
         stamp.record(cache, manifest, files, warnings)
@@ -446,4 +446,4 @@ def _export_held(manifest: Path, environments: Sequence[str] | None, check: bool
     warnings = _source_packages(ws.root / LOCK_NAME, locked, selected, skip_source)
     files = render_outputs(ws, locked, selected)
     files.pop(ws.root / LOCK_NAME)
-    return _finish(ws, files, [], [], {}, check, [*ws.selector_warnings(), *warnings], scope=environments)
+    return _finish(ws, files, [], [], {}, check, [*ws.manifest_warnings(), *warnings], scope=environments)

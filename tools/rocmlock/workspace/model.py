@@ -101,15 +101,23 @@ class Workspace:
         """Resolve the named environments (all when ``names`` is empty)."""
         return [self.environment(n) for n in (names or self.environment_names())]
 
-    def selector_warnings(self) -> tuple[str, ...]:
-        """One line per ``[target.<selector>]`` table that applies on none of the platforms it could: its
-        dependencies, constraints and activation reach no environment (a typo such as ``linux64``). pixi warns
-        alike and goes on (pixi_manifest toml/manifest.rs and toml/feature.rs, create_unsupported_selector_warning):
-        a selector must match a workspace platform and, in a feature that lists ``platforms``, one of those."""
-        out = []
+    def manifest_warnings(self) -> tuple[str, ...]:
+        """What pixi warns about on loading this manifest and then ignores, one line each: a feature no environment
+        uses (pixi_manifest toml/manifest.rs, Warning::unused_feature: its dependencies are never solved), and a
+        ``[target.<selector>]`` table that applies on none of the platforms it could, so that its dependencies,
+        constraints and activation reach no environment (a typo such as ``linux64``; toml/manifest.rs and
+        toml/feature.rs, create_unsupported_selector_warning): a selector must match a workspace platform and, in a
+        feature that lists ``platforms``, one of those."""
+        table = "tool.pixi." if self.path.name == "pyproject.toml" else ""  # keys named as written
+        used = {f for spec in self.environment_specs.values() for f in spec.features}
+        out = [f"{self.path}: [{table}feature.{escape(name)}] is used by no environment: its dependencies are never "
+               "solved (pixi warns alike); add it to one in [environments], or remove it"
+               for name in self.features if name != "default" and not name.startswith("environments.")
+               and name not in used]
         for feat in self.features.values():
-            table = "tool.pixi." if self.path.name == "pyproject.toml" else ""  # keys named as written
-            where = f"[{table}target" if feat.name == "default" else f"[{table}feature.{feat.name}.target"
+            where = {"default": f"[{table}target"}.get(feat.name) or (
+                f"[{table}{feat.name}.target" if feat.name.startswith("environments.")  # inline keys: its feature
+                else f"[{table}feature.{feat.name}.target")
             selectors = dict.fromkeys(s for s, _ in (*feat.target_dependencies, *feat.target_constraints,
                                                      *feat.activation) if s)
             for selector in selectors:
@@ -119,8 +127,8 @@ class Workspace:
                     among = ", ".join(feat.platforms if matching and feat.platforms is not None
                                       else (p.name for p in self.platforms)) or "none"
                     whose = f"feature '{feat.name}'" if matching else "workspace"
-                    out.append(f"{self.path}: {where}.{escape(selector)}] matches none of the platforms of the "
-                               f"{whose} ({escape(among)}): what it declares applies nowhere (pixi warns alike)")
+                    out.append(f"{self.path}: {escape(where)}.{escape(selector)}] matches none of the platforms of "
+                               f"the {whose} ({escape(among)}): what it declares applies nowhere (pixi warns alike)")
         return tuple(out)
 
 
