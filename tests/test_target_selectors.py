@@ -60,12 +60,6 @@ gpu = ["gpu"]
     assert "platforms of the workspace (linux-64, linux-64-gfx942, linux-64-gfx90a)" in warnings[0]
 
 
-def test_a_hostile_selector_is_one_printable_line(tmp_path: Path) -> None:
-    manifest = _manifest(tmp_path, "https://example.invalid/c", '[target."lin\\u001b[2Jux".dependencies]\nx = "*"\n')
-    (warning,) = load_workspace(manifest).manifest_warnings()
-    assert "\x1b" not in warning and "\n" not in warning
-
-
 @pytest.fixture(scope="module")
 def channel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_channel(tmp_path_factory.mktemp("sel") / "ch", [Pkg("base", "1"), Pkg("typo", "1")])
@@ -129,3 +123,25 @@ mi300x = { features = ["gfx942"], target.linux64.dependencies = { x = "*" } }
     assert "[feature.gfx90a] is used by no environment" in warnings[0] and "gfx942]" not in warnings[0]
     # An environment's inline keys are its own first feature: named as written, never "unused".
     assert "[environments.mi300x.target.linux64] matches none" in warnings[1]
+
+
+@pytest.mark.parametrize("selector", ['""', '"é"', '"linux-64-gfx9?"', '"gfx[9]*"', '"-x"', '"x-"', '"a b"',
+                                      '"lin\\u001bux"', f'"{"a" * 65}"', f'"{"a" * 64}*"'])
+def test_a_selector_pixi_cannot_parse_is_refused(tmp_path: Path, selector: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """pixi's TargetSelector::from_str refuses these (a glob's only wildcard is '*'; a name is PixiPlatformName's);
+    fnmatch took `?` and `[9]` as wildcards and `""` matched nothing, silently (planted: without the check each of
+    these locked)."""
+    manifest = _manifest(tmp_path, "https://example.invalid/c", f'[feature.f.target.{selector}.dependencies]\nx = "*"\n'
+                                                                '[environments]\ne = ["f"]\n')
+    assert main(["lock", "--check", "--manifest-path", str(manifest)]) == 2
+    err = capsys.readouterr().err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert "is not a target selector pixi reads" in line and "feature.f.target." in line and "\x1b" not in err
+
+
+@pytest.mark.parametrize("selector", ["linux", "unix", "win", "osx", "macos", "linux-64", "noarch", "win-arm64",
+                                      "linux-64-gfx942", '"linux-64-gfx9*"', '"*"', '"**"', "A1", "b-2-c"])
+def test_every_selector_pixi_reads_is_read(tmp_path: Path, selector: str) -> None:
+    manifest = _manifest(tmp_path, "https://example.invalid/c", f'[target.{selector}.dependencies]\nx = "*"\n')
+    load_workspace(manifest)

@@ -239,6 +239,23 @@ def check_platform_name(name: str, path: Path, where: str) -> None:
                          hint="pick another name: linux, unix, win, osx and macos select families")
 
 
+_GLOB = re.compile(r"[A-Za-z0-9*-]+\Z")
+
+
+def check_selector(selector: str, path: Path, key: str) -> None:
+    """A ``[target.<selector>]`` key as pixi parses it (pixi_manifest target.rs, TargetSelector::from_str): a family
+    (linux, unix, win, osx, macos), a conda subdir, a glob (platform.rs, PlatformGlob: a key with ``*``, ``?`` or
+    ``[`` is one, and ``*`` is its only wildcard, among ASCII letters, digits and '-'), else a platform name
+    (PixiPlatformName, as :func:`check_platform_name`). pixi refuses anything else; so does this, in one line."""
+    if selector in RESERVED_NAMES or selector in KNOWN_SUBDIRS:
+        return
+    glob = any(c in selector for c in "*?[")
+    if len(selector.encode()) > MAX_NAME_BYTES or not (_GLOB if glob else _NAME).match(selector):
+        raise InputError(f"{path}: key '{key}' is not a target selector pixi reads",
+                         hint="a platform name, a conda subdir (linux-64), a family (linux, unix, win, osx) or a glob "
+                              "whose only wildcard is '*' (\"linux-64-gfx9*\")")
+
+
 def _segment(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")
 

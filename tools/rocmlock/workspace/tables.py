@@ -15,7 +15,7 @@ from rocmlock.errors import InputError, expect_type
 from rocmlock.workspace.dependencies import Dependency, parse_dependencies
 from rocmlock.workspace.pixi_compat import check_channel
 from rocmlock.workspace.pixi_keys import is_source_dependency
-from rocmlock.workspace.platforms import KNOWN_SUBDIRS, Platform, check_platform_name
+from rocmlock.workspace.platforms import KNOWN_SUBDIRS, Platform, check_platform_name, check_selector
 from rocmlock.workspace.pypi import PypiIndexes, parse_pypi_options
 
 __all__ = [
@@ -115,6 +115,7 @@ def parse_feature(name: str, table: dict[str, Any], path: Path, prefix: str, top
         if "(" in plat:  # pixi_manifest/src/target.rs, parse_if_expression: a conditional selector
             raise InputError(f"{path}: key '{prefix}target.{plat}' (a conditional target) is not supported by rocmlock",
                              hint="use a platform, subdir or family selector, or `pixi lock` for such workspaces")
+        check_selector(plat, path, f"{prefix}target.{plat}")
         target.append((plat, _combined_dependencies(ttable, path, f"{prefix}target.{plat}.")))
         constraints.append((plat, _constraints(ttable, path, f"{prefix}target.{plat}.")))
         activation.append((plat, _activation(ttable.get("activation"), path, f"{prefix}target.{plat}.activation")))
