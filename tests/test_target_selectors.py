@@ -145,3 +145,17 @@ def test_a_selector_pixi_cannot_parse_is_refused(tmp_path: Path, selector: str,
 def test_every_selector_pixi_reads_is_read(tmp_path: Path, selector: str) -> None:
     manifest = _manifest(tmp_path, "https://example.invalid/c", f'[target.{selector}.dependencies]\nx = "*"\n')
     load_workspace(manifest)
+
+
+def test_plan_says_it_too_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`rocmlock plan`, the first command of a GPU workspace, warns as `lock` does; its JSON on stdout stays JSON."""
+    import json
+
+    manifest = _manifest(tmp_path, "https://example.invalid/c", '[feature.gfx90a.dependencies]\npytorch = "*"\n')
+    recipes = Path(__file__).resolve().parents[1] / "recipes"
+    assert main(["plan", "--json", "--manifest-path", str(manifest), "--recipes-dir", str(recipes)]) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)
+    assert [ln for ln in err.splitlines() if ln.startswith("warning:")] == \
+        [(f"warning: {manifest}: [feature.gfx90a] is used by no environment: its dependencies are never solved "
+          "(pixi warns alike); add it to one in [environments], or remove it")]

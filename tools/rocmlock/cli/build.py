@@ -23,6 +23,8 @@ def _load_plan(args: argparse.Namespace, channel: str | None = None) -> tuple[Wo
     from rocmlock.workspace.manifest import load_workspace
 
     ws = load_workspace(args.manifest_path)
+    for warning in ws.manifest_warnings():  # as `lock` says them (and pixi, at every load of the manifest)
+        err(f"warning: {warning}")
     return ws, make_plan(ws, args.environments or None, channel=channel, recipes_dir=args.recipes_dir)
 
 
