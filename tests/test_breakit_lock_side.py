@@ -162,7 +162,9 @@ def test_the_process_a_run_waits_for_is_named_without_its_escape_sequences(tmp_p
     proc = subprocess.Popen(["bash", "-c", f"exec -a $'evil\\e[31mRED' flock {lock} sleep 30"])
     try:
         deadline = time.monotonic() + 10
-        while "process" not in (who := oslock.holder(lock)) and time.monotonic() < deadline:
+        # Until flock holds it, holder() answers "another process" (no pid in /proc/locks yet): wait for the pid,
+        # not for the word (the loop ended at once when bash was slow to exec flock, on a loaded machine).
+        while not (who := oslock.holder(lock)).startswith("process ") and time.monotonic() < deadline:
             time.sleep(0.05)
         assert who.startswith(f"process {proc.pid} (evil") and "\x1b" not in who and "\\x1b[31mRED" in who, who
     finally:

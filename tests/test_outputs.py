@@ -86,10 +86,13 @@ def _set(root: Path) -> dict[str, bytes]:
 def _manifest_b(text: str) -> str:
     # Every environment changes (numpy 2.2.0 -> 2.1.3, default gains numpy), one is added and one (mi250) goes:
     # B rewrites every file A shares with it, creates new ones and removes mi250's exports (and their directory).
+    # Its feature goes with it: a feature no environment uses is one pixi (and rocmlock) warns about.
     mi250 = 'mi250 = ["rocm72", "gfx90a", "train"]\n'
-    assert mi250 in text
+    gfx90a = '[feature.gfx90a]\nplatforms = ["linux-64-gfx90a"]\n' \
+             'dependencies = { amdgpu-target = { version = "*", build = "gfx90a" } }\n'
+    assert mi250 in text and gfx90a in text
     return text.replace('python = "3.12.*"', 'python = "3.12.*"\nnumpy = "2.1.*"', 1).replace(mi250, "") \
-        + 'other = ["gfx942"]\n'
+        .replace(gfx90a, "") + 'other = ["gfx942"]\n'
 
 
 @pytest.fixture(scope="module")
