@@ -1,7 +1,9 @@
-"""A ``[target.<selector>]`` table that applies on none of the platforms it could (a typo such as ``linux64``)
-reaches no environment: pixi warns at every load of the manifest and goes on (pixi_manifest toml/manifest.rs and
-toml/feature.rs, create_unsupported_selector_warning); ``lock`` and ``export`` say so the same way, and the lock
-they write is the one pixi writes (the dependency left out).
+"""What pixi warns about when it loads a manifest, and rocmlock says alike (``Workspace.manifest_warnings``): a
+``[target.<selector>]`` table that applies on none of the platforms it could (a typo such as ``linux64``) reaches no
+environment (pixi_manifest toml/manifest.rs and toml/feature.rs, create_unsupported_selector_warning), a feature no
+environment uses (Warning::unused_feature), a key under its deprecated name (Deprecation::renamed_field). pixi
+warns at every load and goes on; ``lock``, ``export``, ``plan`` and ``build`` say so the same way, and the lock they
+write is the one pixi writes. A selector pixi cannot parse is refused, as pixi refuses it.
 """
 
 from __future__ import annotations
@@ -159,3 +161,18 @@ def test_plan_says_it_too_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert [ln for ln in err.splitlines() if ln.startswith("warning:")] == \
         [(f"warning: {manifest}: [feature.gfx90a] is used by no environment: its dependencies are never solved "
           "(pixi warns alike); add it to one in [environments], or remove it")]
+
+
+def test_keys_under_an_old_name_are_read_and_named(tmp_path: Path) -> None:
+    """pixi reads `[project]`, and `host-`/`build-dependencies` at the top level and in a feature, as their new names
+    and warns (Deprecation::renamed_field); in a target it reads them without a word (toml/target.rs)."""
+    (tmp_path / "pixi.toml").write_text('[project]\nname = "t"\nchannels = ["c"]\nplatforms = ["linux-64"]\n\n'
+                                        '[host-dependencies]\nx = "*"\n[target.linux-64.build-dependencies]\ny = "*"\n'
+                                        '[feature.f.build-dependencies]\nz = "*"\n[environments]\ne = ["f"]\n')
+    ws = load_workspace(tmp_path / "pixi.toml")
+    assert [w.split(": ", 1)[1] for w in ws.manifest_warnings()] == [
+        "key 'project' is deprecated: use 'workspace' (pixi warns alike)",
+        "key 'host-dependencies' is deprecated: use 'dependencies' (pixi warns alike)",
+        "key 'feature.f.build-dependencies' is deprecated: use 'feature.f.dependencies' (pixi warns alike)"]
+    (env,) = [e for e in ws.environments() if e.name == "e"]
+    assert [d.name for d in env.dependencies_for(ws.platforms[0])] == ["x", "y", "z"]  # read all the same

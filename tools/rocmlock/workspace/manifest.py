@@ -107,8 +107,25 @@ def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:
         features=features,
         environment_specs=envs,
         lock_refusals=lock_refusals(data, table_key),
+        deprecated=deprecated_keys(data, table_key),
         pypi_options=parse_pypi_options(ws.get("pypi-options", {}), path, f"{table_key}.pypi-options"),
     )
+
+
+_RENAMED = {"host-dependencies": "dependencies", "build-dependencies": "dependencies"}
+
+
+def deprecated_keys(data: dict[str, Any], table_key: str) -> tuple[tuple[str, str], ...]:
+    """(key, its new name) of every key pixi reads and warns about as renamed (pixi_manifest toml/manifest.rs and
+    toml/feature.rs, Deprecation::renamed_field): ``[project]`` for ``[workspace]``, ``host-dependencies`` and
+    ``build-dependencies`` for ``dependencies`` at the top level and in a feature (a target's are read without a
+    word, toml/target.rs; an environment's inline keys refuse them). Types are checked already."""
+    found = [("project", "workspace")] if table_key == "project" else []
+    tables: list[tuple[str, Any]] = [("", data)]
+    tables += [(f"feature.{name}.", t) for name, t in (data.get("feature") or {}).items()]
+    for prefix, table in tables:
+        found += [(f"{prefix}{old}", f"{prefix}{new}") for old, new in _RENAMED.items() if old in table]
+    return tuple(found)
 
 
 def load_pyproject(data: dict[str, Any], path: Path) -> Workspace:

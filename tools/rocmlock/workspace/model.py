@@ -75,6 +75,8 @@ class Workspace:
     # Keys `rocmlock lock` cannot honour (pixi_keys.lock_refusals); empty for a workspace it can lock.
     lock_refusals: tuple[LockRefusal, ...] = ()
     pypi_options: PypiIndexes = DEFAULT_INDEXES
+    # Keys pixi reads under an old name and warns about (key, new name): rocmlock reads them too, and says so.
+    deprecated: tuple[tuple[str, str], ...] = ()
 
     @property
     def root(self) -> Path:
@@ -102,9 +104,10 @@ class Workspace:
         return [self.environment(n) for n in (names or self.environment_names())]
 
     def manifest_warnings(self) -> tuple[str, ...]:
-        """What pixi warns about on loading this manifest and then ignores, one line each: a feature no environment
-        uses (pixi_manifest toml/manifest.rs, Warning::unused_feature: its dependencies are never solved), and a
-        ``[target.<selector>]`` table that applies on none of the platforms it could, so that its dependencies,
+        """What pixi warns about on loading this manifest, one line each: a key under a deprecated name, read as its
+        new one (:func:`rocmlock.workspace.manifest.deprecated_keys`), a feature no environment uses (pixi_manifest
+        toml/manifest.rs, Warning::unused_feature: its dependencies are never solved), and a ``[target.<selector>]``
+        table that applies on none of the platforms it could, so that its dependencies,
         constraints and activation reach no environment (a typo such as ``linux64``; toml/manifest.rs and
         toml/feature.rs, create_unsupported_selector_warning): a selector must match a workspace platform and, in a
         feature that lists ``platforms``, one of those."""
@@ -114,6 +117,8 @@ class Workspace:
                "solved (pixi warns alike); add it to one in [environments], or remove it"
                for name in self.features if name != "default" and not name.startswith("environments.")
                and name not in used]
+        out += [f"{self.path}: key '{table}{escape(key)}' is deprecated: use '{table}{escape(new)}' (pixi warns alike)"
+                for key, new in self.deprecated]
         for feat in self.features.values():
             where = {"default": f"[{table}target"}.get(feat.name) or (
                 f"[{table}{feat.name}.target" if feat.name.startswith("environments.")  # inline keys: its feature
