@@ -92,13 +92,13 @@ def test_the_no_op_repeats_only_what_a_stamp_holds_as_text(tmp_path: Path) -> No
 
     manifest = _manifest(tmp_path / "ws", "https://example.invalid/c", "")
     stamp.record(tmp_path / "cache", manifest, [], ["a \x1b[2J b"])
-    assert stamp.recorded_warnings(tmp_path / "cache", manifest) == ("a \\x1b[2J b",)
+    assert stamp.stamped(tmp_path / "cache", manifest) == ([], ("a \\x1b[2J b",))
     (path,) = (tmp_path / "cache" / "stamps").iterdir()
     for hostile in (5, "text", [1], {"a": 1}, None):
         path.write_text(json.dumps({**json.loads(path.read_text()), "warnings": hostile}))
-        assert stamp.recorded_warnings(tmp_path / "cache", manifest) == (), hostile
+        assert stamp.stamped(tmp_path / "cache", manifest) == ([], ()), hostile
     path.write_text("[]")
-    assert stamp.recorded_warnings(tmp_path / "cache", manifest) == ()
+    assert stamp.stamped(tmp_path / "cache", manifest) is None
 
 
 def test_a_pyproject_manifest_names_the_key_as_written(tmp_path: Path) -> None:

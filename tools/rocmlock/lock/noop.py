@@ -50,10 +50,10 @@ def leftovers(root: Path, files: Iterable[Path], scope: Iterable[str] | None = N
 def unchanged(manifest: Path, cache: Path) -> LockResult | None:
     """The result of a lock with nothing to do (every input and output as the stamp recorded them, no stray
     export), else None. The caller holds the workspace's lock."""
-    outputs = stamp.unchanged(cache, manifest)
-    if outputs is None or leftovers(manifest.parent, outputs):
+    found = stamp.stamped(cache, manifest)
+    if found is None or leftovers(manifest.parent, found[0]):
         return None
-    return LockResult(manifest, _Texts(outputs), (), (), (), False, warnings=stamp.recorded_warnings(cache, manifest))
+    return LockResult(manifest, _Texts(found[0]), (), (), (), False, warnings=found[1])
 
 
 class _Texts(Mapping[Path, str]):

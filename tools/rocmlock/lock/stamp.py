@@ -68,11 +68,18 @@ def _settled(paths: Iterable[Path]) -> dict[str, list[int]] | None:
 
 
 def unchanged(cache_dir: Path, manifest: Path) -> list[Path] | None:
-    """The outputs of the last lock when nothing changed since, else None.
+    """The outputs of the last lock when nothing changed since, else None (see :func:`stamped`)."""
+    found = stamped(cache_dir, manifest)
+    return None if found is None else found[0]
 
-    Without reading them when the stamp holds their settled stat and each file still has it (the no-op lock on a
-    big lock read and hashed every output, 4 MB for four GPU environments: issue 40); otherwise by the digest of
-    their bytes, after which the stat is recorded, once the files have settled."""
+
+def stamped(cache_dir: Path, manifest: Path) -> tuple[list[Path], tuple[str, ...]] | None:
+    """The outputs of the last lock and the warnings its manifest gave (:func:`record`) when nothing changed since,
+    else None; one read of the stamp.
+
+    Without reading the outputs when the stamp holds their settled stat and each file still has it (the no-op lock
+    on a big lock read and hashed every output, 4 MB for four GPU environments: issue 40); otherwise by the digest
+    of their bytes, after which the stat is recorded, once the files have settled."""
     path = _stamp_path(cache_dir, manifest)
     try:
         data = json.loads(path.read_text())
@@ -82,13 +89,21 @@ def unchanged(cache_dir: Path, manifest: Path) -> list[Path] | None:
         return None
     if data.get("version") == __version__ and isinstance(stats, dict) and len(stats) == len(outputs) + 1 and \
             all(stats.get(str(p)) == _stat(p) for p in [manifest, *outputs]):
-        return outputs
+        return outputs, _warnings(data)
     if digest(manifest, outputs) != data.get("digest"):
         return None
     settled = _settled([manifest, *outputs])
     if settled is not None:
         _write(path, {**data, "version": __version__, "stats": settled})
-    return outputs
+    return outputs, _warnings(data)
+
+
+def _warnings(data: dict[str, object]) -> tuple[str, ...]:
+    """The stamp's warnings, escaped again (a cache file is not trusted); none unless a list of strings."""
+    found = data.get("warnings")
+    if not isinstance(found, list) or not all(isinstance(w, str) for w in found):
+        return ()
+    return tuple(escape(w[:2000]) for w in found[:100])
 
 
 def record(cache_dir: Path, manifest: Path, outputs: Iterable[Path], warnings: Iterable[str] = ()) -> None:
@@ -100,18 +115,6 @@ def record(cache_dir: Path, manifest: Path, outputs: Iterable[Path], warnings: I
         return
     _write(_stamp_path(cache_dir, manifest), {"digest": value, "outputs": [str(p) for p in paths],
                                               "warnings": list(warnings)})
-
-
-def recorded_warnings(cache_dir: Path, manifest: Path) -> tuple[str, ...]:
-    """The warnings :func:`record` kept for ``manifest``, escaped again (a cache file is not trusted); none when
-    the stamp holds no list of strings."""
-    try:
-        found = json.loads(_stamp_path(cache_dir, manifest).read_text()).get("warnings")
-    except (OSError, ValueError, AttributeError):
-        return ()
-    if not isinstance(found, list) or not all(isinstance(w, str) for w in found):
-        return ()
-    return tuple(escape(w[:2000]) for w in found[:100])
 
 
 def _write(path: Path, data: dict[str, object]) -> None:
