@@ -176,3 +176,18 @@ def test_keys_under_an_old_name_are_read_and_named(tmp_path: Path) -> None:
         "key 'feature.f.build-dependencies' is deprecated: use 'feature.f.dependencies' (pixi warns alike)"]
     (env,) = [e for e in ws.environments() if e.name == "e"]
     assert [d.name for d in env.dependencies_for(ws.platforms[0])] == ["x", "y", "z"]  # read all the same
+
+
+def test_a_platform_name_is_at_most_64_bytes_as_in_pixi(tmp_path: Path) -> None:
+    """pixi's MAX_PLATFORM_NAME_BYTES bounds a rich platform's name as it bounds a selector (one check serves both)."""
+    from rocmlock.errors import InputError
+
+    for length, ok in ((64, True), (65, False)):
+        (tmp_path / "pixi.toml").write_text(
+            f'[workspace]\nname = "t"\nchannels = ["c"]\nplatforms = [{{ name = "{"a" * length}", '
+            'platform = "linux-64" }]\n')
+        if ok:
+            load_workspace(tmp_path / "pixi.toml")
+        else:
+            with pytest.raises(InputError, match="not a valid platform name"):
+                load_workspace(tmp_path / "pixi.toml")

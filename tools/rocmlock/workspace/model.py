@@ -107,10 +107,10 @@ class Workspace:
         """What pixi warns about on loading this manifest, one line each: a key under a deprecated name, read as its
         new one (:func:`rocmlock.workspace.manifest.deprecated_keys`), a feature no environment uses (pixi_manifest
         toml/manifest.rs, Warning::unused_feature: its dependencies are never solved), and a ``[target.<selector>]``
-        table that applies on none of the platforms it could, so that its dependencies,
-        constraints and activation reach no environment (a typo such as ``linux64``; toml/manifest.rs and
-        toml/feature.rs, create_unsupported_selector_warning): a selector must match a workspace platform and, in a
-        feature that lists ``platforms``, one of those."""
+        table that applies on none of the platforms it could, so that its dependencies, constraints and activation
+        reach no environment (a typo such as ``linux64``; toml/manifest.rs and toml/feature.rs,
+        create_unsupported_selector_warning): a selector must match a workspace platform and, in a feature that lists
+        ``platforms``, one of those."""
         table = "tool.pixi." if self.path.name == "pyproject.toml" else ""  # keys named as written
         used = {f for spec in self.environment_specs.values() for f in spec.features}
         out = [f"{self.path}: [{table}feature.{escape(name)}] is used by no environment: its dependencies are never "
@@ -120,9 +120,12 @@ class Workspace:
         out += [f"{self.path}: key '{table}{escape(key)}' is deprecated: use '{table}{escape(new)}' (pixi warns alike)"
                 for key, new in self.deprecated]
         for feat in self.features.values():
-            where = {"default": f"[{table}target"}.get(feat.name) or (
-                f"[{table}{feat.name}.target" if feat.name.startswith("environments.")  # inline keys: its feature
-                else f"[{table}feature.{feat.name}.target")
+            if feat.name == "default":
+                where = f"[{table}target"
+            elif feat.name.startswith("environments."):  # an environment's inline keys: its own feature
+                where = f"[{table}{feat.name}.target"
+            else:
+                where = f"[{table}feature.{feat.name}.target"
             selectors = dict.fromkeys(s for s, _ in (*feat.target_dependencies, *feat.target_constraints,
                                                      *feat.activation) if s)
             for selector in selectors:

@@ -229,9 +229,14 @@ def _subdir(text: str, path: Path, where: str) -> str:
     return text
 
 
+def _fits(name: str, pattern: re.Pattern[str]) -> bool:
+    """``name`` matches ``pattern`` in at most :data:`MAX_NAME_BYTES` bytes (pixi's MAX_PLATFORM_NAME_BYTES)."""
+    return len(name.encode()) <= MAX_NAME_BYTES and pattern.match(name) is not None
+
+
 def check_platform_name(name: str, path: Path, where: str) -> None:
     """pixi's PixiPlatformName: ASCII letters, digits and '-', a letter first, no trailing '-', at most 64 bytes."""
-    if len(name.encode()) > MAX_NAME_BYTES or not _NAME.match(name):
+    if not _fits(name, _NAME):
         raise InputError(f"{path}: key '{where}' is '{name}', not a valid platform name",
                          hint="use ASCII letters, digits and '-', starting with a letter (at most 64)")
     if name in RESERVED_NAMES:
@@ -249,8 +254,7 @@ def check_selector(selector: str, path: Path, key: str) -> None:
     (PixiPlatformName, as :func:`check_platform_name`). pixi refuses anything else; so does this, in one line."""
     if selector in RESERVED_NAMES or selector in KNOWN_SUBDIRS:
         return
-    glob = any(c in selector for c in "*?[")
-    if len(selector.encode()) > MAX_NAME_BYTES or not (_GLOB if glob else _NAME).match(selector):
+    if not _fits(selector, _GLOB if any(c in selector for c in "*?[") else _NAME):
         raise InputError(f"{path}: key '{key}' is not a target selector pixi reads",
                          hint="a platform name, a conda subdir (linux-64), a family (linux, unix, win, osx) or a glob "
                               "whose only wildcard is '*' (\"linux-64-gfx9*\")")
