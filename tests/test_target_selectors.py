@@ -29,6 +29,8 @@ def _manifest(root: Path, channel: str, body: str) -> Path:
 
 def test_which_selectors_apply_nowhere(tmp_path: Path) -> None:
     manifest = _manifest(tmp_path, "https://example.invalid/c", """
+[activation]
+env = { A = "1" }
 [target.linux64.dependencies]
 typo = "*"
 [target.linux-64.dependencies]
@@ -97,6 +99,9 @@ def test_the_no_op_repeats_only_what_a_stamp_holds_as_text(tmp_path: Path) -> No
     for hostile in (5, "text", [1], {"a": 1}, None):
         path.write_text(json.dumps({**json.loads(path.read_text()), "warnings": hostile}))
         assert stamp.stamped(tmp_path / "cache", manifest) == ([], ()), hostile
+    # A flood is cut to what a terminal can show: 100 lines of at most 2,000 characters.
+    path.write_text(json.dumps({**json.loads(path.read_text()), "warnings": ["w" * 2001] * 101}))
+    assert stamp.stamped(tmp_path / "cache", manifest) == ([], ("w" * 2000,) * 100)
     path.write_text("[]")
     assert stamp.stamped(tmp_path / "cache", manifest) is None
 
