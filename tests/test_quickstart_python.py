@@ -30,8 +30,11 @@ def _system_python(root: Path, *, managed: bool) -> Path:
     lib = root / "lib" / stdlib.name
     lib.mkdir(parents=True)
     for entry in stdlib.iterdir():
-        if entry.name != "EXTERNALLY-MANAGED":
+        # Not this python's site-packages: what was installed into it (the quickstart, run with this python
+        # first on PATH, installs rocmlock there) would come along; a system python of its own has none.
+        if entry.name not in {"EXTERNALLY-MANAGED", "site-packages"}:
             (lib / entry.name).symlink_to(entry)
+    (lib / "site-packages").mkdir()
     if managed:
         (lib / "EXTERNALLY-MANAGED").write_text("[externally-managed]\nError=use apt\n")
     python = root / "bin" / "python3"
