@@ -119,6 +119,10 @@ def main() -> int:
     print(f"environment: {args.big + 4} packages, {size:.0f} MB installed; image layer {layer:.0f} MB (gzip)")
     print(f"install + tar: {floor:.2f} s   image: {image:.2f} s   ratio {image / floor:.2f} "
           f"(target <= {TARGET_RATIO}) [{args.runs} runs]")
+    pairs = sorted(i / f for i, f in zip(images, floors, strict=True))
+    print(f"paired: median of the {len(pairs)} runs' own ratios {statistics.median(pairs):.2f} "
+          f"({pairs[0]:.2f}-{pairs[-1]:.2f}; each image run right after its floor run, so a load that moves both "
+          "moves the ratio less)")
     fc, ic = statistics.median(floor_cpu), statistics.median(image_cpu)
     print(f"CPU (user + system): install + tar {fc:.2f} s   image {ic:.2f} s   ratio {ic / fc:.2f}; "
           f"load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
