@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from channels import Pkg, build_channel
-from lockhelpers import make_workspace
+from lockhelpers import PLATFORMS, make_workspace, snapshot
 from rocmlock.cli.main import main
 from rocmlock.lock.lockfile import read_lockfile
 
@@ -122,3 +122,20 @@ def test_a_solve_that_contradicts_the_platform_is_never_written(
     assert len(line) == 1 and "environment 'odd'" in line[0] and "linux-64-gfx942" in line[0]
     assert "amdgpu-target" in line[0] and "gfx90a" in line[0] and "gfx942" in line[0] and "9.4.2" in line[0]
     assert not (root / "pixi.lock").exists() and not (root / "envs").exists()
+
+
+def test_pixi_0_82_and_0_85_spellings_lock_the_same_bytes(both_ws: Path, channels: dict[str, Path],
+                                                          tmp_path: Path) -> None:
+    """The rich platforms written as pixi 0.85 writes them (`subdir`) with pixi 0.82's `amdgpu = "gfx942"` lock
+    to the same pixi.lock and exports as the raw `__amdgpu`/`__amdgpu_arch` keys (workspace/platforms.py)."""
+    newer = PLATFORMS.replace('platform = "linux-64"', 'subdir = "linux-64"') \
+        .replace('__amdgpu = "0", __amdgpu_arch = "9.0.10"', 'amdgpu = "gfx90a"') \
+        .replace('__amdgpu = "0", __amdgpu_arch = "9.4.2"', 'amdgpu = "gfx942"')
+    assert newer.count("amdgpu = ") == 2 and "__amdgpu" not in newer
+    root = make_workspace(tmp_path / "ws", channels, extra=BOTH)
+    text = (root / "pixi.toml").read_text()
+    (root / "pixi.toml").write_text(text.replace(PLATFORMS, newer))
+    assert main(["lock", "--manifest-path", str(root)]) == 0
+    ours, theirs = snapshot(root), snapshot(both_ws)
+    assert ours.pop("pixi.toml") != theirs.pop("pixi.toml")
+    assert ours == theirs

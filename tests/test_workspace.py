@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -214,7 +215,7 @@ def test_platform_entries_parse_as_in_pixi(tmp_path: Path) -> None:
     ('{ name = "linux-64", glibc = "2.31" }', "adds virtual packages to the subdir platform"),
     ('{ platform = "linux-64", glibc = "2.28" }', "adds virtual packages to the subdir platform"),
     ('{ name = "gpu" }', "not a conda subdir"),
-    ('{ cuda = "12" }', "sets neither 'name' nor 'platform'"),
+    ('{ cuda = "12" }', "sets neither 'name' nor 'subdir'"),
     ('{ name = "linux", platform = "linux-64", cuda = "12" }', "reserved target selector"),
     ('{ name = "9x", platform = "linux-64", cuda = "12" }', "not a valid platform name"),
     ('{ name = "g", platform = "linux-64", gpu = "1" }', "not a platform key"),
@@ -229,6 +230,58 @@ def test_platform_entries_pixi_rejects(tmp_path: Path, entries: str, message: st
     with pytest.raises(InputError) as err:
         plats(tmp_path, entries)
     assert message in str(err.value)
+
+
+def _declared(tmp_path: Path, entry: str) -> list[str]:
+    ws = load_workspace(write(tmp_path, BASE.replace('["linux-64"]', f"[{entry}]")))
+    return ws.platforms[0].customised_virtual_packages()
+
+
+def test_the_subdir_key_of_pixi_0_85_reads_as_platform(tmp_path: Path) -> None:
+    """pixi 0.85.0's release notes (2026-11-24): platform entries name their conda subdir with `subdir`; `platform`
+    stays accepted (a pixi before 0.85 knows only it). Planted: `subdir` left out of the keys read: "not a platform
+    key"."""
+    assert plats(tmp_path, '{ subdir = "linux-64", cuda = "12.0" }') == ("linux-64-cuda-12-0",)
+    assert _declared(tmp_path, '{ name = "g", subdir = "linux-64", cuda = "12.0" }') == \
+        _declared(tmp_path, '{ name = "g", platform = "linux-64", cuda = "12.0" }') == ["__cuda=12.0"]
+    ws = load_workspace(write(tmp_path, BASE.replace('["linux-64"]', '[{ name = "m", subdir = "osx-arm64" }]')))
+    assert ws.platforms[0].subdir == "osx-arm64"
+    for entry, message in [('{ name = "g", subdir = "linux-64", platform = "linux-64" }', "sets both 'subdir'"),
+                           ('{ name = "g", subdir = "linux-65" }', "key 'workspace.platforms[0].subdir' has unknown"),
+                           ('{ name = "g", subdir = 64 }', "must be a string")]:
+        with pytest.raises(InputError, match=re.escape(message)):
+            plats(tmp_path, entry)
+
+
+def test_the_amdgpu_key_of_pixi_0_82_declares_what_the_raw_keys_do(tmp_path: Path) -> None:
+    """pixi 0.82.0's release notes (2026-10-13, prefix-dev/pixi#7144): `amdgpu = true` declares a GPU, `amdgpu =
+    "gfx90a"` its architecture, as rattler's __amdgpu_arch ISA version (conda/rattler#2806: a target id's features
+    dropped). Planted: the gfx name kept as the version, or `true` given an arch: an equality below fails."""
+    raw942 = _declared(tmp_path, '{ name = "g", subdir = "linux-64", __amdgpu = "0", __amdgpu_arch = "9.4.2" }')
+    assert _declared(tmp_path, '{ name = "g", subdir = "linux-64", amdgpu = "gfx942" }') == raw942
+    assert raw942 == ["__amdgpu=0", "__amdgpu_arch=9.4.2"]
+    assert _declared(tmp_path, '{ name = "g", subdir = "linux-64", amdgpu = "gfx90a:xnack-" }') == \
+        ["__amdgpu=0", "__amdgpu_arch=9.0.10"]
+    assert _declared(tmp_path, '{ name = "g", subdir = "linux-64", amdgpu = "gfx1100" }')[1] == "__amdgpu_arch=11.0.0"
+    assert _declared(tmp_path, '{ name = "g", subdir = "linux-64", amdgpu = true }') == ["__amdgpu=0"]
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ('{ name = "g", subdir = "linux-64", amdgpu = false }', "is false, which declares nothing"),
+    ('{ name = "g", subdir = "linux-64", amdgpu = 1 }', 'must be true or a GPU target such as "gfx942", got int'),
+    ('{ name = "g", subdir = "linux-64", amdgpu = "9.4.2" }', "unknown GPU target '9.4.2'"),
+    ('{ name = "g", subdir = "linux-64", amdgpu = "gfx943" }', "did you mean 'gfx942'?"),
+    ('{ name = "g", subdir = "linux-64", amdgpu = "gfx942", __amdgpu_arch = "9.4.2" }',
+     "declares '__amdgpu_arch' a second time"),
+    ('{ name = "g", subdir = "linux-64", amdgpu = true, __amdgpu = "0" }', "declares '__amdgpu' a second time"),
+    ('{ subdir = "linux-64", amdgpu = "gfx942" }', "sets amdgpu but no name"),
+])
+def test_the_amdgpu_key_refuses_in_one_line(tmp_path: Path, entry: str, message: str) -> None:
+    """An entry without a name is refused: the name pixi 0.82+ derives from `amdgpu` is not in its release notes,
+    and a guessed one would not match what its features name."""
+    with pytest.raises(InputError, match=re.escape(message)) as err:
+        plats(tmp_path, entry)
+    assert "\n" not in str(err.value)
 
 
 def test_feature_platforms_follow_pixi(tmp_path: Path) -> None:

@@ -2,7 +2,11 @@
 
 Parsing follows pixi 0.77.0's crates/pixi_manifest/src/toml/platform.rs (``TomlPixiPlatform``) and
 crates/pixi_manifest/src/platform.rs (``PixiPlatformName``, ``PixiPlatform::new_with_defaults``):
-what pixi accepts is accepted with pixi's meaning, what it rejects is an error naming the entry.
+what pixi accepts is accepted with pixi's meaning, what it rejects is an error naming the entry. Two keys of later
+pixi releases, whose source could not be read here, are read from their release notes: ``subdir`` (pixi 0.85.0,
+2026-11-24: "Workspace platform definitions now use the subdir key instead of platform ... The old platform key
+remains accepted but emits a deprecation warning") and ``amdgpu`` (pixi 0.82.0, 2026-10-13, prefix-dev/pixi#7144:
+"``amdgpu = true`` to declare GPU presence or ``amdgpu = "gfx90a"`` to require a specific GPU architecture").
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from rattler import PackageName, Subdir, Version
 from rattler.exceptions import InvalidPackageNameError, InvalidVersionError
 
 from rocmlock.errors import InputError, expect_type
-from rocmlock.gpu.targets import target_for_isa
+from rocmlock.gpu.targets import get_target, target_for_isa
 from rocmlock.workspace.pixi_compat import (
     LIBC_NAMES,
     VirtualPackage,
@@ -98,19 +102,22 @@ def parse_platforms(value: Any, path: Path, key: str) -> tuple[Platform, ...]:
 def _rich_platform(item: dict[str, Any], path: Path, where: str) -> Platform:
     """One inline-table entry (pixi's TomlPixiPlatform::deserialize, table branch)."""
     name = _string(item, "name", path, where)
-    platform = _string(item, "platform", path, where)
+    key = _subdir_key(item, path, where)
     declared = _virtual_packages(item, path, where)
-    if platform is not None:
-        subdir = _subdir(platform, path, f"{where}.platform")
+    if key is not None:
+        subdir = _subdir(str(_string(item, key, path, where)), path, f"{where}.{key}")
     elif name is not None:
         if name not in KNOWN_SUBDIRS:
             raise InputError(f"{path}: key '{where}.name' is '{name}', which is not a conda subdir",
-                             hint="set 'platform' explicitly when using a custom name")
+                             hint="set 'subdir' (or 'platform', before pixi 0.85) explicitly when using a custom name")
         subdir = name
     else:
-        raise InputError(f"{path}: key '{where}' sets neither 'name' nor 'platform'",
-                         hint="a platform entry must set at least one of them")
+        raise InputError(f"{path}: key '{where}' sets neither 'name' nor 'subdir'",
+                         hint="a platform entry must set at least one of them ('platform' before pixi 0.85)")
     if name is None:
+        if "amdgpu" in item:  # the name pixi 0.82+ derives from the key is not in its release notes
+            raise InputError(f"{path}: key '{where}' sets amdgpu but no name",
+                             hint='give the entry a name, such as name = "linux-64-gfx942"')
         name = synthesized_name(subdir, declared)
     check_platform_name(name, path, f"{where}.name")
     if name == subdir and declared:
@@ -124,6 +131,32 @@ def _rich_platform(item: dict[str, Any], path: Path, where: str) -> Platform:
     return Platform(name, subdir, tuple(sorted(declared)))
 
 
+def _subdir_key(item: dict[str, Any], path: Path, where: str) -> str | None:
+    """Which key names the entry's conda subdir: ``subdir`` (pixi 0.85+) or ``platform`` (every pixi before it, and
+    0.85+ with a deprecation warning), or None; both at once is an error."""
+    keys = [k for k in ("subdir", "platform") if k in item]
+    if len(keys) > 1:
+        raise InputError(f"{path}: key '{where}' sets both 'subdir' and 'platform'",
+                         hint="set one: 'subdir' for pixi 0.85 and later, 'platform' for earlier pixi (pixi 0.85 "
+                              "renamed it)")
+    return keys[0] if keys else None
+
+
+def _amdgpu(value: Any, path: Path, where: str) -> list[VirtualPackage]:
+    """pixi 0.82's ``amdgpu`` key: ``true`` declares ``__amdgpu``, a GPU target (``"gfx942"``, a target id such as
+    ``"gfx90a:xnack-"`` too) also ``__amdgpu_arch``, as the ISA version rattler models (``9.4.2``; conda/rattler#2806,
+    ``crates/rattler_virtual_packages/src/amdgpu.rs``: a target id's features are dropped). The same packages as
+    the raw ``__amdgpu = "0"``, ``__amdgpu_arch = "9.4.2"`` keys."""
+    if value is True:
+        return [("__amdgpu", "0", "")]
+    if value is False:
+        raise InputError(f"{path}: key '{where}' is false, which declares nothing",
+                         hint='leave the key out for a platform without an AMD GPU, or write true or "gfx942"')
+    text = expect_type(value, str, path, where, 'true or a GPU target such as "gfx942"')
+    target = get_target(text, f"{path}: key '{where}'")
+    return [("__amdgpu", "0", ""), ("__amdgpu_arch", target.isa, "")]
+
+
 def _string(item: dict[str, Any], key: str, path: Path, where: str) -> str | None:
     value = item.get(key)
     return None if value is None else str(expect_type(value, str, path, f"{where}.{key}", "a string"))
@@ -134,6 +167,8 @@ def _virtual_packages(item: dict[str, Any], path: Path, where: str) -> list[Virt
     declared: list[VirtualPackage] = []
     if "cuda" in item:
         declared += _cuda(item["cuda"], path, f"{where}.cuda")
+    if "amdgpu" in item:
+        declared += _amdgpu(item["amdgpu"], path, f"{where}.amdgpu")
     for key, vname in FRIENDLY_KEYS[1:]:
         spellings = [k for k in (key, *(a for a, target in ALIASES.items() if target == key)) if k in item]
         if len(spellings) > 1:
@@ -141,14 +176,14 @@ def _virtual_packages(item: dict[str, Any], path: Path, where: str) -> list[Virt
         if spellings:
             raw = expect_type(item[spellings[0]], str, path, f"{where}.{spellings[0]}", "a string")
             declared.append(_friendly(vname, raw, path, f"{where}.{spellings[0]}"))
-    friendly = {"name", "platform", *(k for k, _ in FRIENDLY_KEYS), *ALIASES}
+    friendly = {"name", "platform", "subdir", "amdgpu", *(k for k, _ in FRIENDLY_KEYS), *ALIASES}
     for key, value in item.items():
         if key in friendly:
             continue
         if not key.startswith("__"):
             raise InputError(f"{path}: key '{where}.{key}' is not a platform key",
-                             hint="use name, platform, cuda, archspec, glibc, linux, macos (osx), windows "
-                                  "or a raw __name key")
+                             hint="use name, subdir (platform), cuda, amdgpu, archspec, glibc, linux, macos (osx), "
+                                  "windows or a raw __name key")
         vp = _raw(key, value, path, f"{where}.{key}")
         if any(d[0] == vp[0] for d in declared):
             raise InputError(f"{path}: key '{where}.{key}' declares '{vp[0]}' a second time",
