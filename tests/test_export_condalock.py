@@ -112,3 +112,17 @@ def test_underscore_packages_are_locked_like_any_other() -> None:
     assert packages["_openmp_mutex"]["url"] == f"{CHANNEL}/linux-64/_openmp_mutex-1.0-2_gnu.conda"
     assert packages["_openmp_mutex"]["hash"] == {"md5": "02" * 16, "sha256": "01" * 32}
     assert packages["libgcc"]["dependencies"] == {"_openmp_mutex": ">=4.5", "_libgcc_mutex": "0.1 conda_forge"}
+
+
+def test_a_string_pyyaml_must_decide_sends_the_whole_file_to_pyyaml() -> None:
+    """A dependency string with a non-ASCII character: the direct writer leaves that package to PyYAML
+    (rocmlock.util.yamlwrite.render_item is None), so the file is PyYAML's from top to bottom, the other packages
+    included. Planted: the packages left out of that document (the fallback wrote none): the load below fails."""
+    odd = _record("pytorch", depends=("python >=3.12", "caf\u00e9 >=1"))
+    text = render_conda_lock("e", [CHANNEL + "/"], [GFX942], {GFX942.name: [odd, _record("python")]})
+    assert text is not None
+    body = text[text.index("\nversion: 1\n") + 1:]
+    data = yaml.safe_load(body)
+    assert [p["name"] for p in data["package"]] == ["python", "pytorch"]
+    assert data["package"][1]["dependencies"] == {"python": ">=3.12", "caf\u00e9": ">=1"}
+    assert body == yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000)

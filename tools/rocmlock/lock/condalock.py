@@ -89,12 +89,13 @@ def _item(record: RecordView, subdir: str) -> str | None:
     return render_item(_package(record, subdir))
 
 
-def _body(metadata: dict[str, Any], packages: list[dict[str, Any]], items: list[str | None]) -> str:
+def _body(metadata: dict[str, Any], packages: list[tuple[RecordView, str]]) -> str:
     """The YAML document: the metadata, then the packages one by one (a package the environments share is written
     once per process), or the whole as PyYAML writes it where a string needs PyYAML's own rules."""
-    doc = {"version": 1, "metadata": metadata, "package": packages}
-    if not packages or any(i is None for i in items):
-        return render_yaml(doc)
+    items = [_item(record, subdir) for record, subdir in packages]
+    if not packages or None in items:
+        return render_yaml({"version": 1, "metadata": metadata,
+                            "package": [_package(record, subdir) for record, subdir in packages]})
     head = render_yaml({"version": 1, "metadata": metadata})
     return head + "package:\n" + "".join(items)  # type: ignore[arg-type]  # no None left
 
@@ -107,20 +108,18 @@ def render_conda_lock(env: str, channels: Sequence[str], platforms: Sequence[Loc
     by_subdir = _solutions(platforms, records)
     if not by_subdir:
         return None
-    packages: list[dict[str, Any]] = []
-    items: list[str | None] = []
+    packages: list[tuple[RecordView, str]] = []
     content_hash = {}
     for subdir, plats in sorted(by_subdir.items()):
         recs = sorted(records[plats[0].name], key=lambda r: view(r).name)
-        packages += [_package(view(r), subdir) for r in recs]
-        items += [_item(view(r), subdir) for r in recs]
+        packages += [(view(r), subdir) for r in recs]
         # conda-lock compares it with a hash of its sources to tell a stale lock; here: of the locked pins
         content_hash[subdir] = hashlib.sha256(json.dumps(_pins(recs)).encode()).hexdigest()
     metadata = {"content_hash": content_hash,
                 "channels": [{"url": redact_url(c).rstrip("/"), "used_env_vars": []} for c in channels],
                 "platforms": sorted(by_subdir), "sources": [],
                 "custom_metadata": _custom_metadata(by_subdir, gpu_target)}
-    body = _body(metadata, packages, items)
+    body = _body(metadata, packages)
     target = f", GPU target {gpu_target}" if gpu_target else ""
     notes = [HEADER, f"# environment: {env}{target}; conda-lock v1 format, one solution per conda subdir:",
              "#   conda-lock install -p <prefix> conda-lock.yml"]

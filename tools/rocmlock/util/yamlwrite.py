@@ -120,24 +120,17 @@ def _sequence(items: list[Any], indent: str, out: list[str]) -> None:
             out.append(f"{indent}- {_value(item)}")
 
 
-_items: dict[str, str | None] = {}
-
-
 def render_item(item: Mapping[str, Any]) -> str | None:
     """The lines of the non-empty mapping ``item`` as an item of a top-level block sequence (``- key: value``
     ...), each ending in a newline; None when PyYAML would decide a string of it (:func:`render_yaml` then writes
-    the whole document with it). Remembered by value: the packages the GPU environments share are written once."""
-    key = repr(item)
-    if key not in _items:
-        if len(_items) > 100_000:
-            _items.clear()
-        out: list[str] = []
-        try:
-            _mapping(item, "  ", out, first_prefix="- ")
-            _items[key] = "\n".join(out) + "\n"
-        except _Fallback:
-            _items[key] = None
-    return _items[key]
+    the whole document with it). A caller that writes one item many times keeps its text (conda-lock.yml's
+    packages, once per lock: rocmlock.lock.condalock)."""
+    out: list[str] = []
+    try:
+        _mapping(item, "  ", out, first_prefix="- ")
+    except _Fallback:
+        return None
+    return "\n".join(out) + "\n"
 
 
 def render_yaml(data: Mapping[str, Any]) -> str:
