@@ -4,6 +4,7 @@ required, and the workspace found in a parent directory as pixi finds it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,29 @@ def test_a_manifest_it_may_not_read_stops_discovery(tmp_path: Path, monkeypatch:
     code, err, _ = _run(["lock", "--check"], capsys)
     assert code == 2 and err[0] == (f"error: {child / 'pixi.toml'}: cannot be read (permission denied); "
                                     "it stops the search for a workspace here"), err
+
+
+def test_an_error_quoting_a_huge_value_stays_a_bounded_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A platform key of 1 MB quoted by the error: the line keeps its start (file and key) and its end (the
+    suggestion), says how much it left out, and stays under 2,100 characters. Planted: the error printed unbounded
+    (a line of 1,000,111 characters)."""
+    huge = "gfx" + "9" * 1_000_000
+    manifest = tmp_path / "pixi.toml"
+    manifest.write_text(f'[workspace]\nname = "w"\nchannels = ["c"]\n'
+                        f'platforms = [{{ name = "g", subdir = "linux-64", amdgpu = "{huge}" }}]\n')
+    code, err, out = _run(["lock", "--manifest-path", str(manifest)], capsys)
+    assert code == 2 and out == ""
+    assert err[0].startswith(f"error: {manifest}: key 'workspace.platforms[0].amdgpu': unknown GPU target 'gfx999")
+    assert err[0].endswith("'; did you mean 'gfx950'?"), err[0][-80:]
+    assert re.search(r" \.\.\. \[99[0-9],[0-9]{3} characters left out\] \.\.\. ", err[0]), err[0][900:1100]
+    assert all(len(line) < 2100 for line in err)
+
+
+def test_bounded_keeps_short_text_and_escapes_long_text() -> None:
+    from rocmlock.util.text import bounded
+
+    assert bounded("a\nb") == "a\\nb"
+    assert bounded("x" * 2000) == "x" * 2000
+    shown = bounded("s" + "\x1b" * 5000 + "e", limit=100)
+    assert shown.startswith("s\\x1b") and shown.endswith("\\x1be") and "\x1b" not in shown
+    assert "[19,902 characters left out]" in shown and len(shown) < 160
