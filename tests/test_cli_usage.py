@@ -205,10 +205,24 @@ def test_an_error_quoting_a_huge_value_stays_a_bounded_line(tmp_path: Path, caps
 
 
 def test_bounded_keeps_short_text_and_escapes_long_text() -> None:
-    from rocmlock.util.text import bounded
+    from rocmlock.util.text import bounded_line
 
-    assert bounded("a\nb") == "a\\nb"
-    assert bounded("x" * 2000) == "x" * 2000
-    shown = bounded("s" + "\x1b" * 5000 + "e", limit=100)
+    assert bounded_line("a\nb") == "a\\nb"
+    assert bounded_line("x" * 2000) == "x" * 2000
+    shown = bounded_line("s" + "\x1b" * 5000 + "e", limit=100)
     assert shown.startswith("s\\x1b") and shown.endswith("\\x1be") and "\x1b" not in shown
     assert "[19,902 characters left out]" in shown and len(shown) < 160
+
+
+def test_a_warning_quoting_a_huge_name_stays_a_bounded_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An unused feature whose name is 100,000 characters: `plan` warns about it on one bounded line. Planted: the
+    warning printed unbounded (a line of 100,000 characters and more)."""
+    manifest = tmp_path / "pixi.toml"
+    manifest.write_text(WS + f'[feature.{"f" * 100_000}]\ndependencies = {{ numpy = "*" }}\n')
+    capsys.readouterr()
+    main(["plan", "--manifest-path", str(manifest), "--recipes-dir", str(tmp_path)])
+    err = capsys.readouterr().err.splitlines()
+    warning = next(line for line in err if line.startswith("warning: "))
+    assert warning.endswith("is used by no environment: its dependencies are never solved (pixi warns alike); add "
+                            "it to one in [environments], or remove it")
+    assert "characters left out" in warning and len(warning) < 2100

@@ -10,7 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rocmlock.cli.common import env_arg, err, manifest_arg, print_json, print_report, recipes_arg, stage_arg
+from rocmlock.cli.common import (
+    env_arg,
+    err,
+    manifest_arg,
+    print_json,
+    print_report,
+    recipes_arg,
+    stage_arg,
+    warn,
+)
 
 if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
     from rocmlock.build.plan import Plan
@@ -24,7 +33,7 @@ def _load_plan(args: argparse.Namespace, channel: str | None = None) -> tuple[Wo
 
     ws = load_workspace(args.manifest_path)
     for warning in ws.manifest_warnings():  # as `lock` says them (and pixi, at every load of the manifest)
-        err(f"warning: {warning}")
+        warn(warning)
     return ws, make_plan(ws, args.environments or None, channel=channel, recipes_dir=args.recipes_dir)
 
 

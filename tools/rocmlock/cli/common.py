@@ -16,11 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from rocmlock.util.credentials import redact_text
+from rocmlock.util.text import bounded_line
 
 
 def err(message: str) -> None:
     """A line for people on stderr, with any credential in it redacted."""
     print(redact_text(message), file=sys.stderr)
+
+
+def warn(message: str) -> None:
+    """``warning: <message>`` on one bounded line (:func:`rocmlock.util.text.bounded_line`): a warning may quote a name
+    of any length from pixi.toml or a lock."""
+    err(f"warning: {bounded_line(message)}")
 
 
 def without_cycle_collector(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

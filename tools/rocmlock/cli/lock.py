@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rocmlock.cli.common import env_arg, err, manifest_arg, print_json, without_cycle_collector
+from rocmlock.cli.common import env_arg, err, manifest_arg, print_json, warn, without_cycle_collector
 from rocmlock.errors import RocmlockError
 from rocmlock.util.credentials import redact_text
 
@@ -54,7 +54,7 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
     if getattr(args, "markdown", False):
         print(result.markdown())
     for warning in result.warnings:
-        err(f"warning: {warning}")
+        warn(warning)
     if result.discarded is not None:
         would = "would drop" if args.check else "dropped"
         err(f"--discard-lock: {would} the {result.discarded} pin(s) of pixi.lock; every environment re-solved "

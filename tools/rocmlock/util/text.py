@@ -67,7 +67,7 @@ def printable(text: str, limit: int = 200) -> str:
     return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
-def bounded(text: str, limit: int = 2000) -> str:
+def bounded_line(text: str, limit: int = 2000) -> str:
     """``text`` :func:`escape`d for one terminal line of at most about ``limit`` characters: a longer one keeps its
     start and its end (where an error names the file and key, and where it suggests the fix) and says how much of
     its middle was left out. For errors that quote a value from a file rocmlock did not write (a 1 MB key)."""
