@@ -207,3 +207,37 @@ def test_hosted_backends_call_py_rattler_build(tmp_path: Path, monkeypatch: pyte
     assert sorted(Path(f).name for f in args[0]) == ["amdgpu-target-1-gfx942.conda", "rocm-version-7.2-0.conda"]
     assert kwargs["api_key"] == "tok-123"
     assert len(result.uploaded) == 2
+
+
+@pytest.mark.parametrize(("status", "port", "what"), [
+    ("401 Unauthorized", 54041, "credentials were refused"),  # the port holds "404"
+    ("403 Forbidden", 14041, "credentials were refused"),
+    ("500 Internal Server Error", 40401, "it cannot be read"),
+])
+def test_a_port_that_holds_404_is_no_404(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: str, port: int,
+                                         what: str) -> None:
+    """A refusal from quetz on port 54041 was read as "404: no such repodata, nothing published yet", so publish went
+    on to upload and failed there with another message (seen in CI). The status is read from rattler's text
+    ("HTTP status client error (401 Unauthorized) for url (...)") with its URLs left out. Planted (`"404" in text`):
+    every case here reads as an empty channel and goes on to upload."""
+    from rocmlock.errors import OperationError
+
+    url = f"http://127.0.0.1:{port}/get/rocm-2/noarch/repodata.json"
+
+    def query(*args: object) -> list[object]:
+        raise RuntimeError(f"HTTP status client error ({status}) for url ({url})")
+
+    monkeypatch.setattr(publish_mod, "query_channel", query)
+    dest = parse_destination(f"quetz+http://127.0.0.1:{port}/rocm-2")
+    with pytest.raises(OperationError) as err:
+        publish_mod._remote_records(dest, [], {})
+    assert what in str(err.value) and "nothing was uploaded" in str(err.value)
+
+
+def test_a_404_is_an_empty_channel() -> None:
+    from rocmlock.util.credentials import not_found, refused
+
+    text = "HTTP status client error (404 Not Found) for url (http://127.0.0.1:40100/get/c/noarch/repodata.json)"
+    assert not_found(text) and not refused(text)
+    assert not not_found("HTTP status client error (401 Unauthorized) for url (http://h:8000/404/repodata.json)")
+    assert not refused("HTTP status client error (404 Not Found) for url (http://h:8000/x/401/repodata.json)")

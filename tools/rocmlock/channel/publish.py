@@ -27,7 +27,7 @@ from rocmlock.channel import channel_dir
 from rocmlock.channel.devicecheck import check_device_code
 from rocmlock.channel.repodata import PACKAGE_SUFFIXES, query_channel
 from rocmlock.errors import InputError, OperationError
-from rocmlock.util.credentials import one_line, redact_text, redact_url, refuse_query, split_url
+from rocmlock.util.credentials import not_found, one_line, redact_text, redact_url, refuse_query, split_url
 from rocmlock.util.credentials import refused as refused_text
 from rocmlock.util.fs import file_sha256
 
@@ -239,7 +239,7 @@ def _remote_records(dest: Destination, packages: list[LocalPackage], env: Mappin
         return {f"{r.subdir}/{r.file_name}": r.sha256.hex() if r.sha256 else "" for r in records}
     except Exception as exc:  # noqa: BLE001 - rattler raises several exception types for HTTP failures
         text = str(exc)
-        if "404" in text:
+        if not_found(text):  # the status, not the URL's port (54041): a refusal there was taken for a 404
             return {}
         refused = refused_text(text)
         what = "credentials were refused" if refused else "it cannot be read"

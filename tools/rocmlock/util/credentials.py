@@ -270,9 +270,21 @@ def client_for_urls(urls: Iterable[str]) -> tuple[list[str], Client]:
     return [a.url for a in auths], rattler_client(auths)
 
 
+def _status_in(text: str, codes: str) -> bool:
+    """Whether a fetch error's ``text`` (rattler's: "HTTP status client error (401 Unauthorized) for url (...)")
+    names one of the HTTP status ``codes`` (a regex alternation), its URLs left out: a port such as 54041 holds
+    "404", a path may hold "401"."""
+    return re.search(rf"\b(?:{codes})\b", _URL_IN_TEXT.sub(" ", text)) is not None
+
+
 def refused(text: str) -> bool:
     """Whether a fetch error's ``text`` is a server refusing the request (HTTP 401 or 403)."""
-    return bool(re.search(r"\b40[13]\b", text))
+    return _status_in(text, "401|403")
+
+
+def not_found(text: str) -> bool:
+    """Whether a fetch error's ``text`` is a server answering 404."""
+    return _status_in(text, "404")
 
 
 def refused_channel(channels: Iterable[str], text: str) -> str | None:
