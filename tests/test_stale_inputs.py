@@ -29,6 +29,12 @@ from rocmlock.workspace.manifest import load_workspace
 NUMPY = 'numpy = "==2.2.0"\n'  # forge has numpy 2.1.3 and 2.2.0: a same-length edit picks the other
 
 
+
+def _unchanged(cache: Path, manifest: Path) -> list[Path] | None:
+    """The outputs :func:`rocmlock.lock.stamp.stamped` finds unchanged, else None."""
+    found = stamp.stamped(cache, manifest)
+    return None if found is None else found[0]
+
 def _args(root: Path, *more: str) -> list[str]:
     return ["lock", "--manifest-path", str(root / "pixi.toml"), *more]
 
@@ -116,25 +122,25 @@ def test_the_cache_goes_where_the_docs_say_and_nowhere_else(ws_copy: Path, tmp_p
 
 
 def test_the_stamp_covers_each_of_its_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """stamp.unchanged answers None once any input differs: the manifest's or an output's bytes (same length),
+    """_unchanged answers None once any input differs: the manifest's or an output's bytes (same length),
     an output's name, the set of outputs, the rocmlock version; the manifest path keys the stamp."""
     manifest, outs = _files(tmp_path)
     cache = tmp_path / "cache"
     stamp.record(cache, manifest, outs)
-    assert stamp.unchanged(cache, manifest) == sorted(outs)
+    assert _unchanged(cache, manifest) == sorted(outs)
     for path in (manifest, *outs):
         good = path.read_bytes()
         path.write_bytes(good.replace(b"a", b"b").replace(b"0", b"1").replace(b"1\n", b"2\n"))
         assert len(path.read_bytes()) == len(good) and path.read_bytes() != good
-        assert stamp.unchanged(cache, manifest) is None, path
+        assert _unchanged(cache, manifest) is None, path
         path.write_bytes(good)
-        assert stamp.unchanged(cache, manifest) == sorted(outs)
+        assert _unchanged(cache, manifest) == sorted(outs)
     monkeypatch.setattr(stamp, "__version__", "0.0.0-other")
-    assert stamp.unchanged(cache, manifest) is None
+    assert _unchanged(cache, manifest) is None
     monkeypatch.undo()
     other = tmp_path / "elsewhere.toml"
     other.write_bytes(manifest.read_bytes())
-    assert stamp.unchanged(cache, other) is None
+    assert _unchanged(cache, other) is None
     # Same bytes under another output name, or an output more or fewer: a different digest.
     digest = stamp.digest(manifest, outs)
     renamed = tmp_path / "envs.ym_"
@@ -148,7 +154,7 @@ def test_the_stamp_covers_each_of_its_inputs(tmp_path: Path, monkeypatch: pytest
     outs[1].write_text("tput 1\n")
     assert stamp.digest(manifest, outs) != digest
     outs[1].unlink()
-    assert stamp.digest(manifest, outs) is None and stamp.unchanged(cache, manifest) is None
+    assert stamp.digest(manifest, outs) is None and _unchanged(cache, manifest) is None
 
 
 # ----------------------------------------------------------------------------- package rules

@@ -12,6 +12,11 @@ import pytest
 from rocmlock.lock import stamp
 
 
+def _unchanged(cache: Path, manifest: Path) -> list[Path] | None:
+    """The outputs :func:`rocmlock.lock.stamp.stamped` finds unchanged, else None."""
+    found = stamp.stamped(cache, manifest)
+    return None if found is None else found[0]
+
 def _files(root: Path) -> tuple[Path, list[Path]]:
     manifest = root / "pixi.toml"
     manifest.write_text('[workspace]\nname = "s"\n')
@@ -41,20 +46,20 @@ def test_settled_files_are_answered_from_their_stat_and_a_write_is_still_seen(
     cache = tmp_path / "cache"
     stamp.record(cache, manifest, outs)
     monkeypatch.setattr(stamp, "SETTLED_NS", 0)  # as if the files were written long ago
-    assert stamp.unchanged(cache, manifest) == sorted(outs)  # by the digest; the stat is recorded
+    assert _unchanged(cache, manifest) == sorted(outs)  # by the digest; the stat is recorded
     (stamp_file,) = (cache / "stamps").iterdir()
     assert sorted(json.loads(stamp_file.read_text())["stats"]) == sorted(str(p) for p in (manifest, *outs))
     with monkeypatch.context() as m:
         m.setattr(stamp, "digest", _unreadable)
-        assert stamp.unchanged(cache, manifest) == sorted(outs)
+        assert _unchanged(cache, manifest) == sorted(outs)
     for path in (manifest, *outs):
         good = path.read_bytes()
         _same_size_edit(path)
-        assert stamp.unchanged(cache, manifest) is None, path
+        assert _unchanged(cache, manifest) is None, path
         path.write_bytes(good)  # back to the stamped bytes: unchanged again, by the digest
-        assert stamp.unchanged(cache, manifest) == sorted(outs)
+        assert _unchanged(cache, manifest) == sorted(outs)
     monkeypatch.setattr(stamp, "__version__", "0.0.0-other")
-    assert stamp.unchanged(cache, manifest) is None
+    assert _unchanged(cache, manifest) is None
 
 
 def test_a_file_written_as_the_stamp_was_taken_is_checked_by_its_bytes(tmp_path: Path) -> None:
@@ -63,8 +68,8 @@ def test_a_file_written_as_the_stamp_was_taken_is_checked_by_its_bytes(tmp_path:
     manifest, outs = _files(tmp_path)
     cache = tmp_path / "cache"
     stamp.record(cache, manifest, outs)
-    assert stamp.unchanged(cache, manifest) == sorted(outs)
+    assert _unchanged(cache, manifest) == sorted(outs)
     (stamp_file,) = (cache / "stamps").iterdir()
     assert "stats" not in json.loads(stamp_file.read_text())
     _same_size_edit(outs[0])
-    assert stamp.unchanged(cache, manifest) is None
+    assert _unchanged(cache, manifest) is None

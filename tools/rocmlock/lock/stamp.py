@@ -67,12 +67,6 @@ def _settled(paths: Iterable[Path]) -> dict[str, list[int]] | None:
     return stats  # type: ignore[return-value]  # no None left
 
 
-def unchanged(cache_dir: Path, manifest: Path) -> list[Path] | None:
-    """The outputs of the last lock when nothing changed since, else None (see :func:`stamped`)."""
-    found = stamped(cache_dir, manifest)
-    return None if found is None else found[0]
-
-
 def stamped(cache_dir: Path, manifest: Path) -> tuple[list[Path], tuple[str, ...]] | None:
     """The outputs of the last lock and the warnings its manifest gave (:func:`record`) when nothing changed since,
     else None; one read of the stamp.
