@@ -51,7 +51,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _, plan = _load_plan(args, channel=args.channel)
     print_report(args, plan.to_json(), render_plan(plan))
     for problem in plan.problems:
-        err(f"warning: {problem}")
+        warn(problem)
     return 0
 
 
@@ -305,7 +305,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     output = (args.output or ws.root / "output").resolve()
     check_build_paths(plan, output, plan.variants)
     for warning in check_magma_home(plan, output, args.stage, os.environ):
-        err(f"warning: {warning}")
+        warn(warning)
     if args.sources is not None:
         _build_sources(plan, args, output)
     blocked = _build_doctor(ws, plan, args, output)

@@ -19,6 +19,7 @@ from rocmlock.cli.common import (
     print_json,
     print_report,
     seconds,
+    warn,
 )
 
 if TYPE_CHECKING:  # the handlers import core modules when they run, so `rocmlock --help` stays quick
@@ -62,9 +63,9 @@ def cmd_install(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_dict())
     if result.left_out:
-        err("warning: " + left_out_warning(result.left_out, result.environment, result.platform, "installed"))
+        warn(left_out_warning(result.left_out, result.environment, result.platform, "installed"))
     if result.gpu_warning:
-        err("warning: " + result.gpu_warning)
+        warn(result.gpu_warning)
     err(f"installed {len(result.packages)} package(s) of '{result.environment}' [{result.platform}] "
         f"into {result.prefix}")
     return 0
@@ -119,7 +120,7 @@ def cmd_image(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_dict())
     if result.left_out:
-        err("warning: " + left_out_warning(result.left_out, result.environment, result.platform, "in the image"))
+        warn(left_out_warning(result.left_out, result.environment, result.platform, "in the image"))
     where = " and ".join(w for w in (f"oci:{result.output}:{result.tag}" if result.output else "",
                                      f"pushed to {result.pushed}" if result.pushed else "",
                                      f"SIF {result.sif}" if result.sif else "") if w)
@@ -218,8 +219,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_dict())
     if result.left_out:
-        err("warning: --ignore-pypi-non-wheel: " + left_out_warning(result.left_out, meta.environment, meta.platform,
-                                                                      "in the bundle"))
+        warn("--ignore-pypi-non-wheel: " + left_out_warning(result.left_out, meta.environment, meta.platform,
+                                                            "in the bundle"))
     wheels = f" and {result.wheels} PyPI wheel(s)" if result.wheels else ""
     gpu = f"{meta.gpu_target}, ROCm {meta.rocm_version}" if meta.gpu_target else "no GPU target"
     err(f"packed {len(meta.packages)} package(s){wheels} of '{meta.environment}' [{meta.platform}; {gpu}] into "
@@ -355,7 +356,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     fleet = fleet_report(args.paths, args.min_gemm_ratio)
     for bad in fleet.unreadable if args.json else ():  # the table lists them too
-        err(f"warning: {bad.source}: {bad.reason}")
+        warn(f"{bad.source}: {bad.reason}")
     print_report(args, fleet.to_dict(), render_fleet(fleet))
     return 0 if fleet.ok else 1
 

@@ -63,8 +63,8 @@ def _report_lock(result: LockResult, args: argparse.Namespace, verb: str) -> int
         err("\n".join(lines))  # one write: a fresh lock of four GPU environments lists thousands
     if result.not_locked:
         missing = ", ".join(f"{env} [{plat}]" for env, plat in result.not_locked)
-        err(f"warning: pixi.lock does not hold {missing}; `pixi install --locked` refuses a lock without every "
-            "environment: run `rocmlock lock` without -e/-p")
+        warn(f"pixi.lock does not hold {missing}; `pixi install --locked` refuses a lock without every "
+             "environment: run `rocmlock lock` without -e/-p")
     gone = set(data["no_longer_generated"])
     if args.check:
         root = result.manifest.parent

@@ -6,7 +6,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rocmlock.cli.common import bounded, err, manifest_arg, print_json, print_report, recipes_arg, seconds
+from rocmlock.cli.common import (
+    bounded,
+    err,
+    manifest_arg,
+    print_json,
+    print_report,
+    recipes_arg,
+    seconds,
+    warn,
+)
 from rocmlock.errors import InputError, RocmlockError
 
 
@@ -117,6 +126,6 @@ def _rebuild_summary(args: argparse.Namespace, recipes_dir: Path, files: Any) ->
     try:
         variants = rebuild_variants(load_workspace(args.manifest_path), recipes_dir, files)
     except RocmlockError as exc:  # the bump itself is fine; say why there is no summary
-        err(f"warning: no rebuild summary: {exc}")
+        warn(f"no rebuild summary: {exc}")
         return None
     return [v.id for v in variants], render_rebuild(variants)
