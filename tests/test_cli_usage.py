@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from rocmlock.cli.main import main
+from rocmlock.errors import OperationError
 
 WS = '[workspace]\nname = "w"\nchannels = ["c"]\nplatforms = ["linux-64"]\n[environments]\nmi250 = []\nmi300x = []\n'
 
@@ -209,6 +210,7 @@ def test_bounded_keeps_short_text_and_escapes_long_text() -> None:
 
     assert bounded_line("a\nb") == "a\\nb"
     assert bounded_line("x" * 2000) == "x" * 2000
+    assert bounded_line("x" * 2001) == f"{'x' * 1000} ... [1 characters left out] ... {'x' * 1000}"
     shown = bounded_line("s" + "\x1b" * 5000 + "e", limit=100)
     assert shown.startswith("s\\x1b") and shown.endswith("\\x1be") and "\x1b" not in shown
     assert "[19,902 characters left out]" in shown and len(shown) < 160
@@ -226,3 +228,29 @@ def test_a_warning_quoting_a_huge_name_stays_a_bounded_line(tmp_path: Path, caps
     assert warning.endswith("is used by no environment: its dependencies are never solved (pixi warns alike); add "
                             "it to one in [environments], or remove it")
     assert "characters left out" in warning and len(warning) < 2100
+
+
+@pytest.mark.parametrize("raised", [
+    OperationError("solve failed", hint="h" * 5000, details=("explained", "d" * 5000)),
+    OSError(28, "No space left on device", "/tmp/" + "y" * 5000),
+])
+def test_every_line_of_an_error_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str], raised: Exception) -> None:
+    """The message, each details line, the hint, and an OSError's file name. Planted: a details line, or the OSError's
+    line, printed unbounded (5,000 characters and more)."""
+    import rocmlock.workspace.manifest
+
+    def fail(path: object) -> None:
+        raise raised
+
+    monkeypatch.setattr(rocmlock.workspace.manifest, "load_workspace", fail)
+    code, err, _ = _run(["plan", "--manifest-path", str(tmp_path / "pixi.toml")], capsys)
+    assert code == 1 and err and all(len(line) <= 2100 for line in err), [len(line) for line in err]
+    assert any("characters left out" in line for line in err)
+
+
+def test_a_usage_error_quoting_a_huge_argument_is_bounded(capsys: pytest.CaptureFixture[str]) -> None:
+    """Planted: the usage error printed unbounded (an unknown flag of 5,000 characters on its line)."""
+    code, err, _ = _run(["lock", "--" + "z" * 5000], capsys)
+    assert code == 2 and err[-1].startswith("rocmlock lock: error: unrecognized arguments: --zzz")
+    assert "characters left out" in err[-1] and len(err[-1]) < 2100
