@@ -254,3 +254,24 @@ def test_a_usage_error_quoting_a_huge_argument_is_bounded(capsys: pytest.Capture
     code, err, _ = _run(["lock", "--" + "z" * 5000], capsys)
     assert code == 2 and err[-1].startswith("rocmlock lock: error: unrecognized arguments: --zzz")
     assert "characters left out" in err[-1] and len(err[-1]) < 2100
+
+
+@pytest.mark.parametrize(("head", "tail"), [(975, 1500), (980, 1500), (986, 1500), (1500, 980), (1500, 990)])
+def test_a_url_cut_by_the_bound_leaks_no_password(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str], head: int, tail: int) -> None:
+    """A long error whose URL with credentials falls where the line is cut (the first 1,000 characters end inside
+    its password, or the last 1,000 begin there): redacted first, then cut. Planted (cut first): the line kept
+    `https://bob:S3` or `WORD@host.example`, which the redaction no longer read as a URL with credentials."""
+    import rocmlock.workspace.manifest
+
+    secret = "S3CRETPASSWORD" * 3
+    message = "x" * head + f" https://bob:{secret}@host.example/ch " + "y" * tail
+
+    def fail(path: object) -> None:
+        raise OperationError(message, hint=message, details=(message,))
+
+    monkeypatch.setattr(rocmlock.workspace.manifest, "load_workspace", fail)
+    code, err, _ = _run(["plan", "--manifest-path", str(tmp_path / "pixi.toml")], capsys)
+    text = "\n".join(err)
+    assert code == 1 and len(err) >= 3 and "characters left out" in text
+    assert "bob" not in text and "S3" not in text and "WORD" not in text and "RD@" not in text, text

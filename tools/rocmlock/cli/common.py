@@ -24,10 +24,17 @@ def err(message: str) -> None:
     print(redact_text(message), file=sys.stderr)
 
 
+def shown(text: str) -> str:
+    """``text`` for one line of an error or a warning: credentials redacted, then escaped and bounded
+    (:func:`rocmlock.util.text.bounded_line`). In that order: a cut through a URL leaves ``https://bob:s3`` that
+    the redaction no longer reads as a URL with a password."""
+    return bounded_line(redact_text(text))
+
+
 def warn(message: str) -> None:
-    """``warning: <message>`` on one bounded line (:func:`rocmlock.util.text.bounded_line`): a warning may quote a name
-    of any length from pixi.toml or a lock."""
-    err(f"warning: {bounded_line(message)}")
+    """``warning: <message>`` on one bounded line (:func:`shown`): a warning may quote a name of any length from
+    pixi.toml or a lock."""
+    err(f"warning: {shown(message)}")
 
 
 def without_cycle_collector(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from rocmlock import __version__
-from rocmlock.cli.common import err
+from rocmlock.cli.common import err, shown
 from rocmlock.errors import RocmlockError
 from rocmlock.util.tables import did_you_mean
-from rocmlock.util.text import bounded_line
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -165,9 +164,9 @@ def _usage_error(exc: UsageError, argv: list[str]) -> int:
     choice = re.match(r"argument COMMAND: invalid choice: '([^']*)'", message)
     if choice:
         message += did_you_mean(choice.group(1), COMMANDS)
-    err(f"{exc.parser.prog}: error: {bounded_line(message)}")
+    err(f"{exc.parser.prog}: error: {shown(message)}")
     if message.startswith("the following arguments are required:") and "-e/--environment" in message:
-        err(f"hint: {bounded_line(_manifest_hint(argv))}")
+        err(f"hint: {shown(_manifest_hint(argv))}")
     return 2
 
 
@@ -198,15 +197,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RocmlockError as exc:
         # A name from a bundle or a lock may hold a newline or an escape sequence: one line, nothing moved.
         # Bounded too: a message may quote a value of any length (a 1 MB platform key).
-        err(f"error: {bounded_line(str(exc))}")
+        err(f"error: {shown(str(exc))}")
         for line in exc.details:  # each on a line of its own, escaped as the message is
-            err(f"  {bounded_line(line)}")
+            err(f"  {shown(line)}")
         if exc.hint:
-            err(f"hint: {bounded_line(exc.hint)}")
+            err(f"hint: {shown(exc.hint)}")
         return exc.exit_code
     except OSError as exc:  # a file rocmlock had to read or write: one line, never a traceback
         where = f"{exc.filename}: " if exc.filename else ""
-        err(f"error: {bounded_line(where + str(exc.strerror or exc))}")
+        err(f"error: {shown(where + str(exc.strerror or exc))}")
         err("hint: check that the path exists, is writable and the disk is not full")
         return 1
     except KeyboardInterrupt:
