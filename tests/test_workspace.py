@@ -263,13 +263,21 @@ def test_the_amdgpu_key_of_pixi_0_82_declares_what_the_raw_keys_do(tmp_path: Pat
     assert _declared(tmp_path, '{ name = "g", subdir = "linux-64", amdgpu = "gfx90a:xnack-" }') == \
         ["__amdgpu=0", "__amdgpu_arch=9.0.10"]
     assert _declared(tmp_path, '{ name = "g", subdir = "linux-64", amdgpu = "gfx1100" }')[1] == "__amdgpu_arch=11.0.0"
+    assert _declared(tmp_path, '{ name = "g", subdir = "linux-64", amdgpu = "gfx90a:sramecc+:xnack+" }')[1] == \
+        "__amdgpu_arch=9.0.10"
     assert _declared(tmp_path, '{ name = "g", subdir = "linux-64", amdgpu = true }') == ["__amdgpu=0"]
 
 
 @pytest.mark.parametrize(("entry", "message"), [
     ('{ name = "g", subdir = "linux-64", amdgpu = false }', "is false, which declares nothing"),
     ('{ name = "g", subdir = "linux-64", amdgpu = 1 }', 'must be true or a GPU target such as "gfx942", got int'),
-    ('{ name = "g", subdir = "linux-64", amdgpu = "9.4.2" }', "unknown GPU target '9.4.2'"),
+    ('{ name = "g", subdir = "linux-64", amdgpu = "9.4.2" }', "must be a GPU target as LLVM names it"),
+    # get_target reads these as gfx942; pixi.toml is read by pixi too, so only what LLVM names a target passes
+    ('{ name = "g", subdir = "linux-64", amdgpu = " GFX942 " }', "got ' GFX942 '"),
+    ('{ name = "g", subdir = "linux-64", amdgpu = "GFX942" }', 'write amdgpu = "gfx942"'),
+    ('{ name = "g", subdir = "linux-64", amdgpu = "gfx942:anything" }', "got 'gfx942:anything'"),
+    ('{ name = "g", subdir = "linux-64", amdgpu = "gfx90a:xnack-:sramecc+" }', "a target id such as gfx90a:xnack-"),
+    ('{ name = "g", subdir = "linux-64", amdgpu = "gfx942\\u001b[31m" }', "got 'gfx942\\x1b[31m'"),
     ('{ name = "g", subdir = "linux-64", amdgpu = "gfx943" }', "did you mean 'gfx942'?"),
     ('{ name = "g", subdir = "linux-64", amdgpu = "gfx942", __amdgpu_arch = "9.4.2" }',
      "declares '__amdgpu_arch' a second time"),
@@ -279,9 +287,10 @@ def test_the_amdgpu_key_of_pixi_0_82_declares_what_the_raw_keys_do(tmp_path: Pat
 def test_the_amdgpu_key_refuses_in_one_line(tmp_path: Path, entry: str, message: str) -> None:
     """An entry without a name is refused: the name pixi 0.82+ derives from `amdgpu` is not in its release notes,
     and a guessed one would not match what its features name."""
-    with pytest.raises(InputError, match=re.escape(message)) as err:
+    with pytest.raises(InputError) as err:
         plats(tmp_path, entry)
-    assert "\n" not in str(err.value)
+    assert message in f"{err.value} hint: {err.value.hint}"
+    assert "\n" not in str(err.value) and "\x1b" not in str(err.value)
 
 
 def test_feature_platforms_follow_pixi(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from rattler.exceptions import InvalidPackageNameError, InvalidVersionError
 
 from rocmlock.errors import InputError, expect_type
 from rocmlock.gpu.targets import get_target, target_for_isa
+from rocmlock.util.text import escape
 from rocmlock.workspace.pixi_compat import (
     LIBC_NAMES,
     VirtualPackage,
@@ -41,6 +42,9 @@ ALIASES = {"osx": "macos"}
 RESERVED_NAMES = frozenset({"linux", "unix", "win", "osx", "macos"})
 MAX_NAME_BYTES = 64
 _NAME = re.compile(r"[A-Za-z]([A-Za-z0-9-]*[A-Za-z0-9])?\Z")
+# An LLVM target id (llvm.org/docs/AMDGPUUsage.html, "Target ID"): the processor in lower case, then each target
+# feature at most once, in its canonical order, as ":sramecc+" or ":xnack-". Nothing else: no spaces, no case.
+_TARGET_ID = re.compile(r"gfx[0-9]+[0-9a-f]{2}(:sramecc[+-])?(:xnack[+-])?\Z")
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,12 @@ def _amdgpu(value: Any, path: Path, where: str) -> list[VirtualPackage]:
         raise InputError(f"{path}: key '{where}' is false, which declares nothing",
                          hint='leave the key out for a platform without an AMD GPU, or write true or "gfx942"')
     text = expect_type(value, str, path, where, 'true or a GPU target such as "gfx942"')
+    if not _TARGET_ID.match(text):  # get_target alone would read " GFX942 " or "gfx942:x" as gfx942
+        guess = text.strip().split(":", 1)[0].lower()
+        raise InputError(f"{path}: key '{where}' must be a GPU target as LLVM names it (gfx942, or a target id such "
+                         f"as gfx90a:xnack-), got {escape(repr(text[:80]))}",
+                         hint=f'write amdgpu = "{escape(guess[:40])}"' if _TARGET_ID.match(guess)
+                         else 'write amdgpu = "gfx942" (the target rocminfo lists as "Name: gfx...")')
     target = get_target(text, f"{path}: key '{where}'")
     return [("__amdgpu", "0", ""), ("__amdgpu_arch", target.isa, "")]
 
