@@ -265,7 +265,7 @@ def paired(work: Path, url: str, runs: int) -> dict[str, object]:
             "floor_cores_busy": round(med(floor_cpu) / med(solve_floor), 2),
             "noop_relock_s": round(med(noop), 3), "import_rattler_s": round(med(rattler_import), 3),
             "noop_over_import": round(med(noop) / med(rattler_import), 2),
-            # Each run's ratio to the run beside it, then their median (as farm-bench pairs them): a load that
+            # Each run's ratio to the run beside it, then their median (each pair timed back to back): a load that
             # comes and goes moves both runs of a pair, so this moves less than the ratio of the medians.
             "fresh_over_floor_paired": round(med([a / b for a, b in zip(fresh, solve_floor, strict=True)]), 2),
             "noop_over_import_paired": round(med([a / b for a, b in zip(noop, rattler_import, strict=True)]), 2)}
