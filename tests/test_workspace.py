@@ -277,6 +277,8 @@ def test_the_amdgpu_key_of_pixi_0_82_declares_what_the_raw_keys_do(tmp_path: Pat
     ('{ name = "g", subdir = "linux-64", amdgpu = "GFX942" }', 'write amdgpu = "gfx942"'),
     ('{ name = "g", subdir = "linux-64", amdgpu = "gfx942:anything" }', "got 'gfx942:anything'"),
     ('{ name = "g", subdir = "linux-64", amdgpu = "gfx90a:xnack-:sramecc+" }', "a target id such as gfx90a:xnack-"),
+    # a generic target is code's, not a GPU's: rocminfo never names one
+    ('{ name = "g", subdir = "linux-64", amdgpu = "gfx9-4-generic" }', "got 'gfx9-4-generic'"),
     ('{ name = "g", subdir = "linux-64", amdgpu = "gfx942\\u001b[31m" }', "got 'gfx942\\x1b[31m'"),
     ('{ name = "g", subdir = "linux-64", amdgpu = "gfx943" }', "did you mean 'gfx942'?"),
     ('{ name = "g", subdir = "linux-64", amdgpu = "gfx942", __amdgpu_arch = "9.4.2" }',

@@ -42,9 +42,6 @@ ALIASES = {"osx": "macos"}
 RESERVED_NAMES = frozenset({"linux", "unix", "win", "osx", "macos"})
 MAX_NAME_BYTES = 64
 _NAME = re.compile(r"[A-Za-z]([A-Za-z0-9-]*[A-Za-z0-9])?\Z")
-# An LLVM target id (llvm.org/docs/AMDGPUUsage.html, "Target ID"): the processor in lower case, then each target
-# feature at most once, in its canonical order, as ":sramecc+" or ":xnack-". Nothing else: no spaces, no case.
-_TARGET_ID = re.compile(r"gfx[0-9]+[0-9a-f]{2}(:sramecc[+-])?(:xnack[+-])?\Z")
 
 
 @dataclass(frozen=True)
@@ -157,14 +154,27 @@ def _amdgpu(value: Any, path: Path, where: str) -> list[VirtualPackage]:
         raise InputError(f"{path}: key '{where}' is false, which declares nothing",
                          hint='leave the key out for a platform without an AMD GPU, or write true or "gfx942"')
     text = expect_type(value, str, path, where, 'true or a GPU target such as "gfx942"')
-    if not _TARGET_ID.match(text):  # get_target alone would read " GFX942 " or "gfx942:x" as gfx942
+    if not _llvm_target(text):  # get_target alone would read " GFX942 " or "gfx942:x" as gfx942
         guess = text.strip().split(":", 1)[0].lower()
         raise InputError(f"{path}: key '{where}' must be a GPU target as LLVM names it (gfx942, or a target id such "
                          f"as gfx90a:xnack-), got {escape(repr(text[:80]))}",
-                         hint=f'write amdgpu = "{escape(guess[:40])}"' if _TARGET_ID.match(guess)
+                         hint=f'write amdgpu = "{escape(guess[:40])}"' if _llvm_target(guess)
                          else 'write amdgpu = "gfx942" (the target rocminfo lists as "Name: gfx...")')
     target = get_target(text, f"{path}: key '{where}'")
     return [("__amdgpu", "0", ""), ("__amdgpu_arch", target.isa, "")]
+
+
+def _llvm_target(text: str) -> bool:
+    """Whether ``text`` is a processor's target id exactly as LLVM writes it (AMDGPUUsage "Target ID": lower case,
+    each feature at most once, sramecc before xnack; :func:`rocmlock.gpu.offload.parse_target_id` reads it), no
+    generic target and nothing around it."""
+    from rocmlock.gpu.offload import parse_target_id  # here: only an amdgpu key needs it
+
+    try:
+        target = parse_target_id(text)
+    except ValueError:
+        return False
+    return not target.generic and str(target) == text
 
 
 def _string(item: dict[str, Any], key: str, path: Path, where: str) -> str | None:
