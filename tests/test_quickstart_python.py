@@ -3,8 +3,9 @@
 Debian's and Ubuntu's system python is externally managed (PEP 668: an ``EXTERNALLY-MANAGED`` file in its stdlib
 directory, and pip refuses to install into it, ``error: externally-managed-environment``); the quickstart then
 makes a venv of its own. A rocmlock installed as a command (``pipx install .``) is used as it is. Each run passes
-``--help`` to quickstart.py: the choice of python is the whole of what is tested, and takes seconds (the venv's
-``pip install -e .`` about 40 s here) instead of the pipeline's minute.
+an option quickstart.py refuses (argparse: its usage, exit 2) once rocmlock is there: the choice of python is the
+whole of what is tested, and takes seconds (the venv's ``pip install -e .`` about 40 s here) instead of the
+pipeline's minute. ``--help`` itself installs nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "examples" / "offline" / "quickstart.sh"
 USAGE = "usage: quickstart.py"
+REFUSED = "quickstart.py: error: unrecognized arguments: --not-an-option\n"
 
 
 def _system_python(root: Path, *, managed: bool) -> Path:
@@ -44,13 +46,13 @@ def _system_python(root: Path, *, managed: bool) -> Path:
     return python
 
 
-def _run(tmp_path: Path, path: list[Path], **extra: str) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, path: list[Path], *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     # Only the given directories and the base system's: no venv's python or rocmlock comes along, and no
     # PYTHONPATH lends rocmlock to a python that lacks it.
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHON", "VIRTUAL_ENV"}}
     env["PATH"] = os.pathsep.join([str(p) for p in path] + ["/usr/bin", "/bin"])
     env.update(extra)
-    return subprocess.run(["bash", str(SCRIPT), "--help"], cwd=tmp_path, env=env, capture_output=True, text=True,
+    return subprocess.run(["bash", str(SCRIPT), *(args or ["--not-an-option"])], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=600, check=False)
 
 
@@ -58,8 +60,7 @@ def test_an_externally_managed_python_gets_a_venv_of_the_quickstarts_own(tmp_pat
     python = _system_python(tmp_path / "system", managed=True)
     venv = tmp_path / "quickstart-venv"
     proc = _run(tmp_path, [python.parent], ROCMLOCK_QUICKSTART_VENV=str(venv))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert USAGE in proc.stdout
+    assert proc.returncode == 2 and proc.stderr.endswith(REFUSED), proc.stderr[-3000:]
     assert f"quickstart: python: the first on PATH, {python}\n" in proc.stderr
     assert (f"quickstart: rocmlock: {python} is externally managed (PEP 668: pip may not install into it): "
             f"making a venv for rocmlock at {venv} (pip install -e .; once, reused by the next run)\n") in proc.stderr
@@ -71,7 +72,7 @@ def test_an_externally_managed_python_gets_a_venv_of_the_quickstarts_own(tmp_pat
                           check=False).returncode == 1
     # The next run uses that venv, and says so.
     again = _run(tmp_path, [python.parent], ROCMLOCK_QUICKSTART_VENV=str(venv))
-    assert again.returncode == 0 and USAGE in again.stdout, again.stderr[-3000:]
+    assert again.returncode == 2 and again.stderr.endswith(REFUSED), again.stderr[-3000:]
     assert (f"quickstart: rocmlock: the quickstart's venv {venv} ({python} is externally managed, PEP 668)\n"
             in again.stderr)
     assert "making a venv" not in again.stderr
@@ -93,18 +94,17 @@ def test_an_installed_rocmlock_command_is_used_as_it_is(tmp_path: Path) -> None:
         venv = tmp_path / f"venv-{name}"
         proc = _run(tmp_path, [system.parent, bin_dir], ROCMLOCK_QUICKSTART_VENV=str(venv),
                     PYTHONPATH=os.environ.get("PYTHONPATH", ""))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert USAGE in proc.stdout
-        assert proc.stderr == f"quickstart: rocmlock: the installed command {bin_dir / 'rocmlock'} " \
-                              f"(its python: {sys.executable})\n"
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert proc.stderr.startswith(f"quickstart: rocmlock: the installed command {bin_dir / 'rocmlock'} "
+                                      f"(its python: {sys.executable})\n{USAGE}") and proc.stderr.endswith(REFUSED)
         assert not venv.exists()
 
 
 def test_python_is_honoured_and_an_old_one_refused_in_one_line(tmp_path: Path) -> None:
     proc = _run(tmp_path, [], PYTHON=sys.executable, PYTHONPATH=os.environ.get("PYTHONPATH", ""))
-    assert proc.returncode == 0 and USAGE in proc.stdout, proc.stderr[-3000:]
-    assert proc.stderr == f"quickstart: python: $PYTHON, {sys.executable}\nquickstart: rocmlock: imported by " \
-                          f"{sys.executable}\n"
+    assert proc.returncode == 2 and proc.stderr.endswith(REFUSED), proc.stderr[-3000:]
+    assert proc.stderr.startswith(f"quickstart: python: $PYTHON, {sys.executable}\nquickstart: rocmlock: imported by "
+                                  f"{sys.executable}\n{USAGE}")
     old = tmp_path / "python3.10"
     old.write_text("#!/bin/sh\n[ \"$1\" = -V ] && echo 'Python 3.10.14' && exit 0\nexit 1\n")
     old.chmod(0o755)
@@ -112,3 +112,20 @@ def test_python_is_honoured_and_an_old_one_refused_in_one_line(tmp_path: Path) -
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.splitlines()[-1] == (f"quickstart: error: {old} is not Python >= 3.11 (Python 3.10.14): set "
                                             "PYTHON=/path/to/python3.11 or newer")
+
+
+def test_help_installs_nothing(tmp_path: Path) -> None:
+    """`quickstart.sh --help` prints quickstart.py's usage with the python it found and installs nothing: neither
+    into that python nor into a venv of the quickstart's own."""
+    for managed in (False, True):
+        python = _system_python(tmp_path / f"system-{managed}", managed=managed)
+        venv = tmp_path / f"venv-{managed}"
+        for flag in ("--help", "-h"):
+            proc = _run(tmp_path, [python.parent], "--workdir", "x", flag, ROCMLOCK_QUICKSTART_VENV=str(venv))
+            assert proc.returncode == 0 and proc.stdout.startswith(USAGE), proc.stderr[-3000:]
+            assert proc.stderr == f"quickstart: python: the first on PATH, {python}\n"
+        assert not venv.exists()
+        bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        assert subprocess.run([str(python), "-c", "import rocmlock"], env=bare, capture_output=True,
+                              check=False).returncode == 1
+        assert not any((python.parent.parent / "lib").glob("*/site-packages/*"))

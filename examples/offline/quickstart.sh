@@ -53,6 +53,10 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
     say "error: $PYTHON is not Python >= 3.11 ($("$PYTHON" -V 2>&1 || true)): set PYTHON=/path/to/python3.11 or newer"
     exit 1
 fi
+# --help installs nothing: quickstart.py reads its arguments before it imports anything but the standard library.
+for arg in "$@"; do
+    case "$arg" in -h|--help) exec "$PYTHON" examples/offline/quickstart.py --help ;; esac
+done
 if has_rocmlock "$PYTHON"; then
     say "rocmlock: imported by $PYTHON"
 elif externally_managed "$PYTHON"; then
