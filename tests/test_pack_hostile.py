@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 from rocmlock.bundle.admit import DAMAGED
+from rocmlock.errors import InputError
+from rocmlock.prefix.pkgcheck import check_packages
 from test_pack import fake_node, installed, pack, unpack
 from test_pack_robust import _one_error
 
@@ -337,6 +339,11 @@ def _symlink(name: str, target: str) -> tarfile.TarInfo:
     (["x"], [_file("x")], {"noarch": {"type": "python", "entry_points": ["../../evil = m:f"]}},
      "info/link.json has the entry point '../../evil'"),
     (["x\n../y"], [_file("x")], None, "info/paths.json names 'x\\n../y', which is empty or holds a control"),
+    # Each link's text stays inside (d/up/.. reads as d), but the kernel follows d/up first: esc is the prefix's
+    # parent. Checked as the prefix will resolve it, through the package's links.
+    (["d/up", "esc"], [_symlink("d/up", ".."), _symlink("esc", "d/up/..")], None,
+     "its entry 'esc' links to 'd/up/..', which leaves the environment through its links"),
+    (["a", "b"], [_symlink("a", "b"), _symlink("b", "a")], None, "its entry 'a' links to 'b', a chain of more than 40"),
 ])
 def test_a_package_whose_paths_leave_the_prefix_is_refused_before_rattler_links_it(
         bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], paths: list[str],
@@ -360,6 +367,25 @@ def test_a_hand_made_package_with_plain_paths_installs(bundle: Path, tmp_path: P
     assert unpack(x, tmp_path / "env", fake_node(tmp_path / "host", [90402])) == 0
     assert ("okpkg", "1", "0", sha256(package)) in installed(tmp_path / "env")
     assert (tmp_path / "env/share/ok/y").resolve() == (tmp_path / "env/share/ok/x").resolve()
+
+
+def test_links_are_resolved_through_every_package_of_the_install(tmp_path: Path) -> None:
+    """One package's link may lead out only through another's: the check reads the links of all packages as the
+    one prefix they make (a link through a link to a directory inside, and libfoo.so chains, stay accepted)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = tar_bz2_package(tmp_path / "a", "uppkg", ["d/up", "lib/libz.so.1", "lib/libz.so", "lib64"],
+                            [_symlink("d/up", ".."), _file("lib/libz.so.1"), _symlink("lib/libz.so", "libz.so.1"),
+                             _symlink("lib64", "lib")])
+    fine = tar_bz2_package(tmp_path / "b", "finepkg", ["bin/z", "share/w"],
+                           [_symlink("bin/z", "../lib64/libz.so"), _symlink("share/w", "../d/up/lib")])
+    check_packages({"uppkg.tar.bz2": first, "finepkg.tar.bz2": fine}, tmp_path / "b.tar", hint="h")
+    (tmp_path / "c").mkdir()
+    escape = tar_bz2_package(tmp_path / "c", "escpkg", ["esc"], [_symlink("esc", "d/up/..")])
+    with pytest.raises(InputError) as caught:
+        check_packages({"uppkg.tar.bz2": first, "escpkg.tar.bz2": escape}, tmp_path / "b.tar", hint="h")
+    assert str(caught.value) == (f"{tmp_path / 'b.tar'}: escpkg.tar.bz2: its entry 'esc' links to 'd/up/..', which "
+                                 "leaves the environment through its links; nothing was installed")
 
 
 # ----------------------------------------------------------------------------- signed bundles

@@ -6,7 +6,10 @@ The sha256 of a bundle's package says only that it is the packed file, not that 
 archive is read (rattler's ``PackageArchive``, no extraction) and refused, before anything is installed, when
 a path of its tar entries, of ``info/paths.json`` (or ``info/files``, which rattler reads without one) or an
 entry point of ``info/link.json`` is absolute, climbs with ``..``, holds a control character, or is a link
-whose target leaves the prefix.
+whose target leaves the prefix. A link's target is resolved as the kernel would in the finished prefix: through
+the links of every package being installed (``d/up -> ..`` then ``esc -> d/up/..`` leaves it, though the text
+``d/up/..`` reads as ``d``), and refused when any step climbs above the prefix or the chain is longer than
+Linux follows (40 links, ELOOP; path_resolution(7)).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from rocmlock.errors import InputError
 from rocmlock.util.text import escape
 
 CONCURRENT = 4
+_MAX_LINKS = 40  # Linux's MAXSYMLINKS: path_resolution(7), "ELOOP"
 _ENTRY_POINT_NAME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -45,6 +49,40 @@ def link_problem(name: str, target: str) -> str | None:
     return None
 
 
+def _parts(path: str) -> list[str]:
+    return [part for part in path.split("/") if part not in ("", ".")]
+
+
+def chain_problem(links: dict[str, str]) -> tuple[str, str] | None:
+    """(link, why) for the first link (sorted) of ``links`` (every symbolic link the install creates, path in the
+    prefix -> target) whose target, resolved through the others as the kernel resolves a path, climbs above the
+    prefix or loops; None when each stays inside."""
+    links = {posixpath.normpath(name): target for name, target in links.items()}
+    for name in sorted(links):
+        resolved: list[str] = _parts(posixpath.dirname(name))
+        todo = _parts(links[name])
+        hops = 1
+        while todo:
+            part = todo.pop(0)
+            if part == "..":
+                if not resolved:
+                    return name, f"links to '{escape(links[name])}', which leaves the environment through its links"
+                resolved.pop()
+                continue
+            candidate = "/".join([*resolved, part])
+            target = links.get(candidate)
+            if target is None:
+                resolved.append(part)
+                continue
+            hops += 1
+            if hops > _MAX_LINKS:
+                return name, f"links to '{escape(links[name])}', a chain of more than {_MAX_LINKS} links (a loop)"
+            if target.startswith("/"):
+                return name, f"links to '{escape(links[name])}', which leaves the environment through its links"
+            todo = _parts(target) + todo
+    return None
+
+
 def _listed(raw: bytes | None, what: str) -> list[str]:
     """The paths ``info/paths.json`` (``what`` "paths") or ``info/files`` lists."""
     if raw is None:
@@ -64,7 +102,8 @@ def _entry_points(raw: bytes | None) -> list[str]:
     return [str(p).split("=")[0].strip() for p in points]
 
 
-async def _problem(archive: Path) -> str | None:
+async def _problem(archive: Path, links: dict[str, str]) -> str | None:
+    """Why the package at ``archive`` could write outside the prefix, else None; its links added to ``links``."""
     from rattler.package_streaming import PackageArchive
 
     pkg = await PackageArchive.from_path(archive)
@@ -73,6 +112,8 @@ async def _problem(archive: Path) -> str | None:
             problem = path_problem(entry.name)
             if problem is None and entry.is_symlink:
                 problem = link_problem(entry.name, entry.link_target or "")
+                if problem is None and section == "pkg":
+                    links[entry.name] = entry.link_target or ""
             elif problem is None and entry.is_hardlink:
                 problem = path_problem(entry.link_target or "")
             if problem:
@@ -98,13 +139,22 @@ def check_packages(archives: dict[str, Path], shown: Path, hint: str) -> None:
         async def one(member: str, path: Path) -> tuple[str, str] | None:
             async with limit:
                 try:
-                    problem = await _problem(path)
+                    problem = await _problem(path, links[member])
                 except (OSError, ValueError, RuntimeError, AttributeError, TypeError) as exc:
                     problem = f"cannot be read as a conda package: {escape(str(exc))}"
             return None if problem is None else (member, problem)
 
+        links: dict[str, dict[str, str]] = {member: {} for member in archives}
         found = await asyncio.gather(*(one(m, p) for m, p in sorted(archives.items())))
-        return next((f for f in found if f is not None), None)
+        first = next((f for f in found if f is not None), None)
+        if first is not None:
+            return first
+        # The links of all packages together, as they will sit in one prefix (a later package's wins, as when
+        # rattler clobbers; which one does not matter: either must stay inside).
+        owner = {name: member for member in sorted(links) for name in links[member]}
+        union = {name: target for member in sorted(links) for name, target in links[member].items()}
+        chain = chain_problem(union)
+        return None if chain is None else (owner[chain[0]], f"its entry '{escape(chain[0])}' {chain[1]}")
 
     problem = asyncio.run(first_problem())
     if problem is not None:
