@@ -99,6 +99,10 @@ _CURRENT: list[Path] = []
      "'manifests[0].platform' is the string 'linux/amd64', not an object"),
     ({"config": lambda c: b'{"a":' + b"[" * 200_000 + b"]" * 200_000 + b"}"}, "JSON nested too deeply"),
     ({"config": lambda c: c.update(x=json.loads("[" * 100 + "]" * 100))}, "JSON nested deeper than 64 levels"),
+    # Python's json reads 1e400 as inf and NaN as nan; copied into the config they came out as Infinity/NaN,
+    # which skopeo and podman refuse ("invalid character 'I'"), with the build's exit 0.
+    ({"config": lambda c: json.dumps(c).encode()[:-1] + b', "x-vendor": 1e400}'}, "the number 1e400 is beyond"),
+    ({"config": lambda c: json.dumps(c).encode()[:-1] + b', "x-vendor": NaN}'}, "the number NaN is beyond"),
 ])
 def test_base_json_of_the_wrong_type_is_one_line(locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                 edit: dict[str, Callable[[Json], Any]], says: str) -> None:
@@ -234,6 +238,16 @@ def test_o_onto_a_layout_with_a_damaged_index_is_refused_and_left_alone(
     err = capsys.readouterr().err
     assert "index.json: 'manifests' is an object holding a non-string, not a list" in err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files
+    # A number Python reads as infinity: written back, the index would hold Infinity and every tag of the layout
+    # (not only ours) would be unreadable to skopeo and umoci.
+    assert image(locked_ws, "-o", str(tmp_path / "fresh")) == 0
+    capsys.readouterr()
+    index = tmp_path / "fresh/index.json"
+    index.write_bytes(index.read_bytes()[:-1] + b',"x-vendor":1e400}')
+    files = {p: p.read_bytes() for p in (tmp_path / "fresh").rglob("*") if p.is_file()}
+    assert image(locked_ws, "-o", str(tmp_path / "fresh"), "--tag", "v2") == 2
+    assert "index.json: the number 1e400 is beyond what JSON readers take back" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in (tmp_path / "fresh").rglob("*") if p.is_file()} == files
 
 
 # E: SOURCE_DATE_EPOCH is ASCII digits naming a time the image's RFC 3339 dates can hold.

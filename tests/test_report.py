@@ -213,6 +213,9 @@ def test_numbers_too_long_or_too_large_cost_only_their_report(
     write(d / "overflow.json", json.dumps(probe_report("overflow01", gemm=1.0)).replace(
         '"tflops": 1.0', '"tflops": 1' + "0" * 400))
     write(d / "schema.json", json.dumps(probe_report("schema01")).replace('"schema": 1', '"schema": 1' + "0" * 400))
+    # Finite, but past what a probe measures: x 1000 (a step's ms) or a median of two would be Infinity, which
+    # `report --json` would print (no JSON reader takes it).
+    write(d / "huge.json", json.dumps(probe_report("huge01", gemm=1.7e308)))
     assert main(["report", str(d), "--json"]) == 1  # a report not merged fails the fleet
     out, err = capsys.readouterr()
     report = json.loads(out)
@@ -220,8 +223,10 @@ def test_numbers_too_long_or_too_large_cost_only_their_report(
     reasons = {Path(u["source"]).name: u["reason"] for u in report["unreadable"]}
     assert reasons == {"digits.json": "not a probe report: a number of thousands of digits",
                        "overflow.json": "key 'bench.gemm.data.tflops' must be a non-negative number",
-                       "schema.json": "schema of many digits: this rocmlock reads schema 1 to 1 (upgrade rocmlock)"}
-    assert len(err.splitlines()) == 3 and "Traceback" not in err
+                       "schema.json": "schema of many digits: this rocmlock reads schema 1 to 1 (upgrade rocmlock)",
+                       "huge.json": "key 'bench.gemm.data.tflops' is 1.7e+308, beyond any measurement (at most 1e+15)"}
+    assert len(err.splitlines()) == 4 and "Traceback" not in err
+    json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} in report --json"))
 
 
 @pytest.mark.parametrize(("field", "edit"), [

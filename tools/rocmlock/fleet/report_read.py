@@ -236,6 +236,12 @@ def _rocm(data: Mapping[str, Any], by_id: Mapping[str, Mapping[str, Any]]) -> st
     return _version(value, "rocm.path.data.version") if value != "?" else None
 
 
+# Far above any time or rate a probe measures (seconds, TFLOPS), and far enough below a float's end (1.8e308) that
+# what the report derives from it (a step's milliseconds, the fleet's median of two) stays finite: JSON has no
+# Infinity, and `report --json` must stay JSON.
+_MAX_MEASURE = 1e15
+
+
 def _finite(value: object, key: str, check: Callable[[float], bool] = lambda x: x >= 0) -> float:
     try:  # an integer too large for a float (10**400) overflows
         number = None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
@@ -243,6 +249,8 @@ def _finite(value: object, key: str, check: Callable[[float], bool] = lambda x: 
         number = None
     if number is None or not math.isfinite(number) or not check(number):
         raise _Bad(f"key '{key}' must be a non-negative number")
+    if number >= _MAX_MEASURE:
+        raise _Bad(f"key '{key}' is {number:.3g}, beyond any measurement (at most {_MAX_MEASURE:.0e})")
     return number
 
 

@@ -354,7 +354,7 @@ def copy_blob(src_blobs: Path, digest: str, dest_blobs: Path) -> None:
 
 def put_json(blobs: Path, value: dict[str, Any], media_type: str) -> dict[str, Any]:
     """``value`` written as a blob (sorted keys, compact); its descriptor."""
-    data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    data = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
     digest = hashlib.sha256(data).hexdigest()
     (blobs / "sha256" / digest).write_bytes(data)
     return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data)}
@@ -372,7 +372,7 @@ def finish_layout(root: Path, manifest: dict[str, Any], tag: str) -> str:
     desc = put_json(root / "blobs", manifest, MANIFEST)
     desc["annotations"] = {REF_NAME: tag}
     index = {"schemaVersion": 2, "mediaType": INDEX, "manifests": [desc]}
-    (root / "index.json").write_text(json.dumps(index, sort_keys=True, separators=(",", ":")))
+    (root / "index.json").write_text(json.dumps(index, sort_keys=True, separators=(",", ":"), allow_nan=False))
     return str(desc["digest"])
 
 
@@ -399,6 +399,6 @@ def place_layout(src: Path, dest: Path) -> None:
         at = next((i for i, m in enumerate(index["manifests"])
                    if (m.get("annotations") or {}).get(REF_NAME) == tag), len(entries))
         index["manifests"] = [*entries[:at], ours, *entries[at:]]
-        write_atomic(dest / "index.json", json.dumps(index, sort_keys=True, separators=(",", ":")))
+        write_atomic(dest / "index.json", json.dumps(index, sort_keys=True, separators=(",", ":"), allow_nan=False))
     finally:
         os.close(fd)

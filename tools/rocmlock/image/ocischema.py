@@ -4,12 +4,16 @@ Every field rocmlock reads, and every field the OCI image spec types (descriptor
 config.md), must have its type: a base whose ``Labels`` is a list or whose ``diff_ids`` is a number is refused in
 one line naming the blob and the key, never a traceback deep in the build. Docker writes ``null`` for an absent
 optional field (``"Entrypoint": null``), which is accepted; unknown keys are passed through unread. JSON nested
-deeper than any image's is refused before Python's recursion limit is near.
+deeper than any image's is refused before Python's recursion limit is near. A number JSON tools cannot read back
+(``NaN``, ``Infinity``, which Python's ``json`` takes, or ``1e400``, which it reads as infinity) is refused: copied
+into the image's config or a layout's ``index.json`` it would come out as ``Infinity``, which skopeo, podman and
+umoci refuse ("invalid character 'I'"), and a layout written to with ``-o`` would become unreadable.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,10 +55,28 @@ CONFIG: Spec = {"created": (_STR, False), "author": (_STR, False), "architecture
                 "history": (("list", _HISTORY), False)}
 
 
+class _NotANumber(ValueError):
+    """A JSON number no JSON reader takes back (NaN, Infinity, or finite text beyond a double)."""
+
+
+def _constant(name: str) -> float:
+    raise _NotANumber(name)
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise _NotANumber(text)
+    return number
+
+
 def load(data: bytes, what: str, spec: Spec | None = None) -> dict[str, Any]:
     """``data`` parsed as a JSON object (and checked against ``spec``); ``what`` names it in errors."""
     try:
-        value = json.loads(data)
+        value = json.loads(data, parse_constant=_constant, parse_float=_finite)
+    except _NotANumber as exc:
+        raise InputError(f"{what}: the number {escape(str(exc)[:40])} is beyond what JSON readers take back "
+                         "(NaN, Infinity or past 1.8e308)", hint=DAMAGED) from None
     except RecursionError:
         raise InputError(f"{what}: JSON nested too deeply", hint=DAMAGED) from None
     except ValueError:  # includes UnicodeDecodeError
