@@ -119,7 +119,14 @@ def test_activation_keeps_what_the_user_set_through_deactivation(shell: str, scr
 # [activation.env] values as the image's activation script exports them (rocmlock.image.activation): one with a
 # "$" is left to the shell to expand, as pixi's shell-hook does; every other character stays as written.
 _VALUES = ("$HOME\\", "a\\\"b $HOME", 'x"y$HOME', "\\$HOME", "$HOME", "two\\\\ $HOME", "plain", "it's", "tab\there",
-           "${HOME}/lib:$HOME")  # (a value with "$" is the shell's to expand: `...` and $(...) run, as under pixi)
+           "${HOME}/lib:$HOME", "$", "100$", "`plain`")
+# A value with "$" is the shell's to expand, in double quotes; what would run a command there (pixi's bash runs it;
+# an unbalanced one left the image's activate.sh unparsable: no command started in the container) or is a ${...}
+# other than a variable is refused, as are a NUL and a variable Linux cannot pass to a program (128 KiB).
+_REFUSED = {"a$(b": "runs a command ($(...))", "$(id)": "runs a command ($(...))",
+            "$HOME`id`": "runs a command (`...`)", "x${HOME": "has a ${...} other than",
+            "${A:-$B}": "has a ${...} other than", "${#HOME}": "has a ${...} other than",
+            "a\0b": "holds a NUL", "x" * (128 * 1024 - 2): "Linux passes no environment variable of 128 KiB"}
 
 
 @pytest.mark.parametrize("shell", SHELLS)
@@ -138,3 +145,22 @@ def test_an_activation_env_value_reaches_the_shell_as_written_its_variables_expa
         assert run.returncode == 0 and not run.stderr, (value, line, run.stderr)
         expected = value.replace("${HOME}", home).replace("$HOME", home) if "$" in value else value
         assert run.stdout == expected, (value, line)
+    # The braced forms with a default are honoured, and expanded by the shell.
+    line = _export("A", "${NOPE:-/opt/rocm}:${HOME:+set}", "[activation.env] A")
+    run = subprocess.run([shell, "-c", f'{line}\nprintf %s "$A"'], capture_output=True, text=True,
+                         env={"HOME": home, "PATH": "/usr/bin:/bin"}, check=False)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "/opt/rocm:set", "")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_an_activation_env_value_a_shell_would_run_or_not_parse_is_refused(shell: str) -> None:
+    from rocmlock.errors import InputError
+    from rocmlock.image.activation import _export
+
+    _shell(shell)
+    for value, says in _REFUSED.items():
+        with pytest.raises(InputError) as caught:
+            _export("A", value, "[activation.env] A")
+        assert str(caught.value).startswith("[activation.env] A: the value of A ") and says in str(caught.value), \
+            value[:40]
+    assert _export("A", "x" * (128 * 1024 - 3), "w").startswith("export A=")  # A=...NUL: exactly the limit

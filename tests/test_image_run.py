@@ -184,6 +184,8 @@ def test_a_changed_activation_env_changes_the_digest(ws: Path, base: Path, built
     (('scripts = ["activation.sh"]', 'scripts = ["missing.sh"]'), "[activation.scripts] 'missing.sh': no such file"),
     (('scripts = ["activation.sh"]', 'scripts = ["setup.bat"]'), "not a shell script"),
     (('HSA_OVERRIDE_GFX_VERSION = "9.4.2"', '"BAD NAME" = "x"'), "'BAD NAME' is not an environment variable name"),
+    # Unbalanced, it left activate.sh unparsable (no command started in the container); balanced, pixi's bash runs it.
+    (('HSA_OVERRIDE_GFX_VERSION = "9.4.2"', "V = 'a$(b'"), "the value of V runs a command ($(...))"),
     (('[feature.gpu.activation]', '[feature.gpu.activation]\nscript = "x.sh"'), "is not an activation key"),
 ])
 def test_an_activation_the_image_cannot_honour_is_refused_in_one_line(

@@ -10,7 +10,12 @@ rattler_shell ``Activator::activation`` (crates/rattler_shell/src/activation.rs)
    workspace's ``[activation.scripts]``;
 4. the workspace's ``[activation.env]`` (after the scripts, so they win).
 A value with ``$`` in it is written in double quotes (expanded when sourced), any other shell-quoted (rattler_shell
-shell/mod.rs, ``Bash::set_env_var``). The scripts run when the container starts, not when the image is built: the
+shell/mod.rs, ``Bash::set_env_var``). There the shell reads ``$NAME``, ``${NAME}`` and ``${NAME:-word}`` (and
+``-``, ``+``, ``=``, ``?``, with or without ``:``), which are honoured; a command substitution (`` `...` ``,
+``$(...)``), which pixi's bash would run and an unbalanced one of which (``a$(b``) leaves the script unparsable so
+that no command starts in the container, and any other ``${...}`` (``x${HOME`` is unparsable too) are refused, as are a NUL (no
+environment string holds one) and a variable of 128 KiB or more (Linux's MAX_ARG_STRLEN: every exec would fail
+with "Argument list too long"). The scripts run when the container starts, not when the image is built: the
 ROCm an ``activate.d`` script looks for is the container's (its base image's, or one mounted into it).
 
 Differences, each on purpose: pixi's variables that name the building machine (``PIXI_PROJECT_ROOT``,
@@ -36,6 +41,34 @@ from rocmlock.workspace.activation import EnvironmentActivation
 ACTIVATION_DIR = "opt/rocmlock/activation"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # rattler_shell validate_env_var_name, for a POSIX shell
 _SCRIPT_LIMIT = 1 << 20
+_BRACED = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::?[-+=?][^{}$`\"\\]*)?\}")
+_ARG_STRLEN = 32 * 4096  # MAX_ARG_STRLEN (include/uapi/linux/binfmts.h): one "NAME=value" string, NUL included
+_BRACED_HINT = "write $NAME, ${NAME} or ${NAME:-default} (a default without $, quotes, backslashes or braces)"
+_NO_COMMANDS = "the image's activation sets variables and runs no commands: put commands in a script of " \
+    "[activation.scripts]"
+
+
+def _value_problem(value: str) -> tuple[str, str] | None:
+    """(what is wrong, hint) for a value the activation script cannot set as written, else None."""
+    if "\0" in value:
+        return "holds a NUL, which no environment variable can", "remove it"
+    if "$" not in value:
+        return None
+    if "`" in value:
+        return "runs a command (`...`)", _NO_COMMANDS
+    at = value.find("$")
+    while at != -1:
+        following = value[at + 1:at + 2]
+        if following == "(":
+            return "runs a command ($(...))", _NO_COMMANDS
+        end = at + 1
+        if following == "{":
+            braced = _BRACED.match(value, at)
+            if braced is None:
+                return "has a ${...} other than ${NAME} or ${NAME:-default}", _BRACED_HINT
+            end = braced.end()
+        at = value.find("$", end)
+    return None
 
 
 @dataclass(frozen=True)
@@ -63,6 +96,13 @@ def _export(name: str, value: str, where: str) -> str:
     if not _NAME.fullmatch(name):
         raise InputError(f"{where}: '{name[:80]}' is not an environment variable name a shell can set",
                          hint="use letters, digits and '_', not starting with a digit")
+    problem = _value_problem(value)
+    if problem is not None:
+        raise InputError(f"{where}: the value of {name} {problem[0]}", hint=problem[1])
+    if len(name.encode()) + len(value.encode("utf-8", "surrogateescape")) + 2 > _ARG_STRLEN:
+        raise InputError(f"{where}: the value of {name} is {len(value.encode('utf-8', 'surrogateescape'))} bytes; "
+                         "Linux passes no environment variable of 128 KiB or more to a program",
+                         hint="shorten it (a long list belongs in a file the variable names)")
     if "$" in value:
         # Expanded by the shell, as pixi's shell-hook leaves a value with a "$" (rattler_shell's Bash::set_env_var,
         # crates/rattler_shell/src/shell/mod.rs). Its bash path escapes only '"', so a value ending in a backslash
