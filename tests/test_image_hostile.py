@@ -228,6 +228,16 @@ def test_o_onto_an_existing_layout_adds_the_image_and_keeps_everything_there(loc
     assert (tmp_path / ENV / "rootfs/opt/env/conda-meta").is_dir()
 
 
+def test_o_with_a_colon_is_refused_before_the_build(locked_ws: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # skopeo, podman and apptainer read oci:PATH:TAG up to the first ':': no printed hint could name the layout.
+    out = tmp_path / "a:b" / "img"
+    assert image(locked_ws, "-o", str(out)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {out}: -o holds a ':', and skopeo, podman and apptainer read") and "Traceback" not in err
+    assert not (tmp_path / "a:b").exists()
+
+
 def test_o_onto_a_layout_with_a_damaged_index_is_refused_and_left_alone(
         locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
@@ -409,6 +419,9 @@ def test_references_that_name_their_registry_are_read_by_the_grammar(ref: str, d
     ("registry.example.com/x@sha256:abc", "registry.example.com/x@sha256:abc", "not a reference"),
     ("team", "team", "no registry and no repository"),
     ("r.io/" + "a" * 251, "r.io/" + "a" * 195, "the name is longer than 255 characters"),
+    # skopeo refuses it only after the whole build: "both a tag and digest are currently not supported".
+    ("127.0.0.1:5077/r/q:v@sha256:" + "a" * 64, "127.0.0.1:5077/r/q:v@sha256:" + "a" * 64,
+     "both a tag and a digest"),
 ])
 def test_references_that_are_not_are_refused(ref: str, shown: str, says: str) -> None:
     from rocmlock.errors import InputError

@@ -217,6 +217,33 @@ def test_every_printed_podman_hint_runs(ws: Path, base: Path, podman: dict[str, 
         assert shlex.split(podman_line)[-1] == "/opt/rocmlock/check"
 
 
+def test_a_pushed_images_printed_podman_hint_runs_and_a_colon_in_the_scratch_path_is_no_obstacle(
+        ws: Path, base: Path, podman: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loopback registry speaks plain HTTP: the push went without TLS verification, so podman's hint says
+    --tls-verify=false (without it: "http: server gave HTTP response to HTTPS client"). The push's scratch
+    layout is in TMPDIR, here a path with ':', which containers/image cannot name as oci:PATH:TAG."""
+    from test_image import registry
+
+    scratch = tmp_path / "t:mp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    with registry(tmp_path / "registry") as host:
+        ref = f"{host}/rocmlock/{ENV}:v1"
+        assert main(["image", "--manifest-path", str(ws / "pixi.toml"), "-e", ENV, "--base", f"oci:{base}:base",
+                     "--push", ref]) == 0, capsys.readouterr().err
+        lines = capsys.readouterr().err.splitlines()
+        (podman_line,) = [line.strip() for line in lines if "podman run" in line]
+        assert podman_line.startswith("podman run --rm --tls-verify=false ")
+        (apptainer_line,) = [line.strip() for line in lines if "apptainer build" in line]
+        assert apptainer_line.startswith("apptainer build --nohttps ")
+        proc = subprocess.run(podman_line, shell=True, env=podman, capture_output=True, text=True, check=False,
+                              timeout=300)
+        assert proc.returncode == 1 and "host.devices" in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert not list(scratch.iterdir())
+
+
 def test_a_base_less_image_is_a_layer_and_its_printed_recipe_builds_an_image_that_runs(
         ws: Path, base: Path, podman: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "layer"

@@ -69,6 +69,7 @@ class ImageResult:
     prefix: str = DEFAULT_PREFIX
     has_base: bool = True
     sif: Path | None = None
+    plain_http: bool = False  # pushed without TLS verification (a loopback registry, or --insecure)
 
     def to_dict(self) -> dict[str, object]:
         return {"digest": self.digest, "tag": self.tag, "environment": self.environment, "platform": self.platform,
@@ -78,11 +79,13 @@ class ImageResult:
                 "sif": str(self.sif) if self.sif else None}
 
 
-def _skopeo(args: Sequence[str], what: str, secrets: Sequence[str] = ()) -> None:
+def _skopeo(args: Sequence[str], what: str, cwd: Path, secrets: Sequence[str] = ()) -> None:
+    """skopeo ``args`` run in ``cwd``: a layout there is named by a relative path, since containers/image reads
+    ``oci:PATH:TAG`` up to the first ':' and no absolute path with one (a TMPDIR or -o holding ':') could be named."""
     if shutil.which("skopeo") is None:
         raise OperationError(f"{what}: skopeo is not installed", hint="install it (apt-get install skopeo)")
     proc = subprocess.run(["skopeo", *args], capture_output=True, text=True, check=False,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, cwd=cwd)
     if proc.returncode != 0:
         text = proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}"
         # skopeo logs as logrus does: time="..." level=fatal msg="what went wrong" (quotes escaped)
@@ -108,7 +111,7 @@ def _base(ref: str, work: Path, arch: str, insecure: bool) -> oci.BaseImage:
     copy = ["copy", "--quiet", "--override-os", "linux", "--override-arch", arch]
     if insecure or parsed.loopback:
         copy.append("--src-tls-verify=false")
-    _skopeo([*copy, f"docker://{bare}", f"oci:{work / 'base'}:base"], f"fetching the base image {bare}")
+    _skopeo([*copy, f"docker://{bare}", "oci:base:base"], f"fetching the base image {bare}", work)
     return oci.read_layout(work / "base", "base", arch, f"--base {bare}")
 
 
@@ -262,6 +265,10 @@ def check_output(output: Path) -> Path:
         raise InputError(f"{output}: -o is a symbolic link to nothing ({escape(os.readlink(output))}); not written "
                          "through", hint="point -o at a new path or an existing layout, or remove the link")
     output = output.resolve()
+    if ":" in str(output):
+        # containers/image (skopeo, podman) and apptainer read oci:PATH:TAG up to the first ':'.
+        raise InputError(f"{escape(str(output))}: -o holds a ':', and skopeo, podman and apptainer read a layout's "
+                         "name (oci:PATH:TAG) only up to the first one", hint="choose a directory without ':'")
     if output.exists() and not (output / "oci-layout").is_file() and not (output.is_dir() and
                                                                           not any(output.iterdir())):
         raise InputError(f"{output}: -o exists and is not an OCI image layout",
@@ -399,11 +406,12 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
             copy = ["copy", "--quiet", "--preserve-digests"]
             if insecure or (pushed is not None and pushed.loopback):
                 copy.append("--dest-tls-verify=false")
-            _skopeo([*copy, f"oci:{layout}:{tag}", f"docker://{dest}"], f"pushing the image to {dest}")
+            _skopeo([*copy, f"oci:{layout.name}:{tag}", f"docker://{dest}"], f"pushing the image to {dest}",
+                    layout.parent)
         if sif is not None:
             build_sif(layout, sif)
         if output is not None:
             oci.place_layout(layout, output)
     return ImageResult(image_digest, tag, environment, selected.platform.name, len(selected.records), size, epoch,
                        labels, output, dest, selected.left_out, prefix,
-                       base is not None, sif)
+                       base is not None, sif, dest is not None and (insecure or bool(pushed and pushed.loopback)))

@@ -15,6 +15,7 @@ import re
 import shlex
 from pathlib import Path
 
+from rocmlock.image import ociref
 from rocmlock.image.builder import ImageResult
 from rocmlock.image.files import CHECK, ENTRYPOINT, TOOL_DIR
 
@@ -76,10 +77,19 @@ def run_hints(result: ImageResult, dev: Path = Path("/dev")) -> list[str]:
                          f"and {result.output} holds several)")
     elif result.pushed is not None:
         ref = shlex.quote(str(result.pushed))
-        lines.append(f"  podman run --rm {podman_gpu}{ref} {CHECK}")
-        lines.append(f"  docker run --rm {docker_gpu}{ref} {CHECK}")
+        # Pushed without TLS verification: podman must be told (--tls-verify=false), apptainer too (--nohttps);
+        # docker reads 127.0.0.0/8 as insecure by itself, any other such registry only from its daemon's
+        # insecure-registries (dockerd's documentation).
+        podman_tls = "--tls-verify=false " if result.plain_http else ""
+        nohttps = "--nohttps " if result.plain_http else ""
+        lines.append(f"  podman run --rm {podman_tls}{podman_gpu}{ref} {CHECK}")
+        docker = f"  docker run --rm {docker_gpu}{ref} {CHECK}"
+        if result.plain_http and not ociref.parse(result.pushed, "--push").loopback:
+            docker += "   (after adding the registry to dockerd's insecure-registries)"
+        lines.append(docker)
         if result.sif is None:
-            lines.append(f"  apptainer build {sif} docker://{result.pushed} && apptainer exec {rocm}{sif} {CHECK}")
+            lines.append(f"  apptainer build {nohttps}{sif} docker://{result.pushed} && apptainer exec {rocm}{sif} "
+                         f"{CHECK}")
     if not gpu:
         lines.append("  (no /dev/kfd on this machine, so no GPU flags: here the check fails at host.devices, as it "
                      "does outside a container; on a GPU node add --device=/dev/kfd --device=/dev/dri)")

@@ -74,6 +74,11 @@ def parse(ref: str, flag: str) -> Reference:
         why = "not a reference (a lowercase repository, a tag of letters, digits, '_', '.', '-')"
     if found is None or "/" not in bare or not _names_registry(first):
         raise InputError(f"{flag} {shown}: {why}", hint=f"write {FORM}")
+    if found["tag"] and found["digest"]:
+        # skopeo (containers/image docker transport): "Docker references with both a tag and digest are currently
+        # not supported"; refused before the build rather than after it.
+        raise InputError(f"{flag} {shown}: both a tag and a digest, which skopeo does not take",
+                         hint="write REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:DIGEST")
     if len(found["domain"]) + 1 + len(found["path"]) > NAME_MAX:
         raise InputError(f"{flag} {shown}: the name is longer than {NAME_MAX} characters", hint=f"write {FORM}")
     return Reference(found["domain"], found["path"], found["tag"], found["digest"])

@@ -50,8 +50,10 @@ def build_sif(layout: Path, dest: Path) -> None:
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     try:
-        proc = subprocess.run([program, "--quiet", "build", str(tmp), f"oci:{layout}"], capture_output=True,
-                              text=True, check=False, stdin=subprocess.DEVNULL)
+        # Named relative to its directory: apptainer reads oci:PATH up to a ':' (a TMPDIR or -o holding one).
+        proc = subprocess.run([program, "--quiet", "build", str(tmp.resolve()), f"oci:{layout.name}"],
+                              capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+                              cwd=layout.parent)
         if proc.returncode != 0 or not tmp.is_file():
             lines = (proc.stderr + proc.stdout).splitlines()
             why = next((m.group(1) for ln in reversed(lines) if (m := _FATAL.search(ln))),
