@@ -201,6 +201,27 @@ def test_top_level_is_small_and_modules_are_short() -> None:
     assert long == {}
 
 
+def hintless_input_errors(root: Path) -> list[str]:
+    """``file:line`` of every ``InputError(...)`` under ``root`` made without a ``hint``: bad input is one line
+    that says what is wrong, and a ``hint:`` line that says what to do."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "InputError" and \
+                    len(node.args) < 2 and not any(k.arg in ("hint", None) for k in node.keywords):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return found
+
+
+def test_every_input_error_says_what_to_do(tmp_path: Path) -> None:
+    assert hintless_input_errors(PACKAGE) == []
+    # The checker itself: a hint by keyword, by position or in **kwargs passes; none does not.
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/m.py").write_text('raise InputError("a", hint="b")\nraise InputError("a", "b")\n'
+                                       'raise InputError("a", **kw)\nraise InputError(f"{x}: bad")\n')
+    assert hintless_input_errors(tmp_path / "pkg") == ["pkg/m.py:4"]
+
+
 # ----------------------------------------------------------------------------- the public entry points
 
 

@@ -153,6 +153,8 @@ def test_a_wrong_type_is_one_line_naming_file_key_and_type(tmp_path: Path, capsy
     assert len(lines) == 1 and lines[0].startswith(f"error: {manifest}: "), err
     assert f"'{key}" in lines[0] and expected in lines[0], err
     assert "Traceback" not in err
+    # What to do, on the line after: every key says it (a type error named the key and the type, but no fix).
+    assert err.splitlines()[1].startswith("hint: "), err
 
 
 # Values of the right type that pixi 0.77 still rejects while it reads the manifest, and rocmlock must reject

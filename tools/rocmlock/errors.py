@@ -56,5 +56,6 @@ def expect_type(value: Any, kind: type | tuple[type, ...], path: Path, key: str,
     """
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise InputError(f"{path}: key '{key}' must be {what}, got {type(value).__name__}")
+        raise InputError(f"{path}: key '{key}' must be {what}, got {type(value).__name__}",
+                         hint=f"make it {what}")
     return value

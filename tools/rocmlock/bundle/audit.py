@@ -126,7 +126,7 @@ def prefix_target(prefix: Path) -> str | None:
 def audit_prefix(prefix: Path, target: str | None = None) -> AuditReport:
     """Every file with device code in the conda prefix ``prefix``, against ``target`` or the prefix's own."""
     if not prefix.is_dir():
-        raise InputError(f"--prefix {prefix}: {'not a directory' if prefix.exists() else 'no such directory'}")
+        raise InputError(f"--prefix {prefix}: {'not a directory' if prefix.exists() else 'no such directory'}", hint="pass --prefix the environment's directory")
     if target is None:
         found = prefix_target(prefix)
         if found is None:
@@ -150,7 +150,7 @@ def audit_path(path: Path, target: str | None = None) -> AuditReport:
         raise InputError(f"{path}: not a bundle of `rocmlock pack` (no {ROCMLOCK_METADATA})",
                          hint="for an installed environment use `rocmlock audit --prefix DIR`")
     if not path.exists():
-        raise InputError(f"{path}: no such file")
+        raise InputError(f"{path}: no such file", hint="check the path")
     with _opened_bundle(path) as (meta, open_package):
         if target is not None:
             gpu, origin = gpu_target(target), "--target"
@@ -168,9 +168,9 @@ def _regular_or_dir(path: Path) -> None:
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
-        raise InputError(f"{escape(str(path))}: no such file") from None
+        raise InputError(f"{escape(str(path))}: no such file", hint="check the path") from None
     except OSError as exc:
-        raise InputError(f"{escape(str(path))}: cannot read: {exc.strerror}") from None
+        raise InputError(f"{escape(str(path))}: cannot read: {exc.strerror}", hint="check its permissions") from None
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise InputError(f"{escape(str(path))}: not a regular file or directory",
                          hint="pass a bundle (its tar or the directory it was extracted to) or a package file")

@@ -298,7 +298,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.slurm:
         return _build_slurm(args)
     if args.dry_run or args.partition or args.time:
-        raise InputError("--dry-run, --partition and --time go with --slurm")
+        raise InputError("--dry-run, --partition and --time go with --slurm", hint="add --slurm, or leave them out")
     ws, plan = _load_plan(args, channel=args.channel)
     if args.variant:
         plan = select_variant(plan, args.variant)

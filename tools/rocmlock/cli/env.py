@@ -305,7 +305,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     if not args.slurm and (args.srun_args or args.nodes is not None or args.nodelist or args.partition or args.time
                            or args.reports):
-        raise InputError("--nodes, --nodelist, --partition, --time, --reports and srun options go with --slurm")
+        raise InputError("--nodes, --nodelist, --partition, --time, --reports and srun options go with --slurm", hint="add --slurm, or leave them out")
     if args.image is not None:
         return _verify_image(args)
     target = resolve_target(args.manifest_path, args.environment, args.prefix, os.environ.get("CONDA_PREFIX"))
@@ -420,7 +420,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from rocmlock.errors import InputError
 
     if (args.source is None) == (args.prefix is None):
-        raise InputError("rocmlock audit takes a BUNDLE or --prefix DIR (one of them)")
+        raise InputError("rocmlock audit takes a BUNDLE or --prefix DIR (one of them)", hint="rocmlock audit BUNDLE, or rocmlock audit --prefix DIR")
     report = audit_prefix(args.prefix, args.target) if args.prefix else audit_path(args.source, args.target)
     print_report(args, report.to_dict(), report.render())
     return 0 if report.ok else 1

@@ -45,7 +45,7 @@ def srun_command(probe: Sequence[str], opts: SlurmOptions) -> list[str]:
     if opts.nodes is not None and opts.nodelist:
         raise InputError("pass --nodes or --nodelist, not both", hint="--nodelist names the nodes (and their count)")
     if opts.nodes is not None and opts.nodes < 1:
-        raise InputError(f"--nodes {opts.nodes}: must be at least 1")
+        raise InputError(f"--nodes {opts.nodes}: must be at least 1", hint="pass --nodes 1 or more")
     argv = ["srun", "--job-name=rocmlock-verify", "--label", "--kill-on-bad-exit=0"]
     # One task per node, unless the srun options given say how many tasks.
     if not any(a.startswith(("-n", "--ntasks")) for a in opts.srun_args):

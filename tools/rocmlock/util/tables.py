@@ -32,7 +32,7 @@ def read_toml(path: Path, shown: str | None = None) -> dict[str, Any]:
     except FileNotFoundError:
         raise InputError(f"{where}: not found", hint=f"restore tools/rocmlock/data/{path.name} from git") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: cannot read: {exc}") from None
+        raise InputError(f"{where}: cannot read: {exc}", hint="check its permissions, or restore it from git") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{where}: not valid TOML: {exc}", hint="fix the syntax, or restore it from git") from None
 
@@ -77,7 +77,7 @@ def expect_match(value: Any, pattern: re.Pattern[str], path: Path, name: str, wh
     """``value`` when it is a string ``pattern`` matches whole; else an InputError naming the key and ``what``."""
     text: str = expect_type(value, str, path, name, what)
     if not pattern.fullmatch(text):
-        raise InputError(f"{path}: key '{name}' must be {what}, got {text!r}")
+        raise InputError(f"{path}: key '{name}' must be {what}, got {text!r}", hint=f"make it {what}")
     return text
 
 
@@ -90,7 +90,7 @@ def expect_choice(value: Any, choices: Iterable[_Choice], path: Path, name: str)
     for option in options:
         if option == text:
             return option
-    raise InputError(f"{path}: key '{name}' must be {what}, got {text!r}")
+    raise InputError(f"{path}: key '{name}' must be {what}, got {text!r}", hint=f"make it {what}")
 
 
 def expect_whole(value: Any, path: Path, name: str, minimum: int | None = None) -> int:
@@ -98,7 +98,7 @@ def expect_whole(value: Any, path: Path, name: str, minimum: int | None = None) 
     what = "a whole number" + (f" from {minimum}" if minimum is not None else "")
     number: int = expect_type(value, int, path, name, what)
     if minimum is not None and number < minimum:
-        raise InputError(f"{path}: key '{name}' must be {what}, got {number}")
+        raise InputError(f"{path}: key '{name}' must be {what}, got {number}", hint=f"make it {what}")
     return number
 
 

@@ -91,7 +91,7 @@ def parse_channels(value: Any, path: Path, key: str) -> tuple[tuple[str, int], .
         else:
             raise InputError(
                 f"{path}: key '{key}[{i}]' must be a channel name, URL or {{ channel, priority }} table"
-            )
+            , hint="write \"conda-forge\", a URL, or { channel = \"...\", priority = 1 }")
     return tuple(out)
 
 
@@ -172,7 +172,7 @@ def _environment_table(spec: Any, path: Path, where: str,
     if isinstance(spec, list):
         return _feature_names(spec, path, where), None, False
     if not isinstance(spec, dict):
-        raise InputError(f"{path}: key '{where}' must be a list of features or a table, got {type(spec).__name__}")
+        raise InputError(f"{path}: key '{where}' must be a list of features or a table, got {type(spec).__name__}", hint="write a list of features, e.g. [\"gfx942\"], or { features = [...] }")
     feats = _feature_names(spec.get("features", []), path, f"{where}.features")
     group = spec.get("solve-group")
     if group is not None:
