@@ -90,12 +90,49 @@ def test_a_failed_install_leaves_no_half_made_prefix(channels: dict[str, Path], 
     next(private.glob("linux-64/pytorch-*gfx942*.conda")).unlink()  # the channel lost a locked file
     prefix = tmp_path / "env"
     args = ["install", "--manifest-path", str(manifest), "-e", "mi300x", "--prefix", str(prefix)]
+    assert main(args) == 1  # found before rattler starts: the local packages are checked first
+    err = capsys.readouterr().err
+    assert "pytorch-" in err and "no such file; nothing was installed" in err and not prefix.exists()
+    # Where rattler itself fails midway (the check let through), nothing is left of a prefix it was making.
+    monkeypatch.setattr("rocmlock.prefix.install.verify_local", lambda records, base: None)
     assert main(args) == 1
     err = capsys.readouterr().err
     assert "nothing was left there" in err and "Traceback" not in err
     assert not prefix.exists()
     prefix.mkdir()  # an existing prefix is not removed, and the message says it may be changed
     assert main(args) == 1 and "may be partly changed" in capsys.readouterr().err and prefix.is_dir()
+
+
+def test_a_package_changed_in_a_channel_directory_after_the_lock_is_not_installed(
+        channels: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """rattler verifies what it downloads, but linked a package read from a directory as it found it: a file
+    changed after the lock was installed, conda-meta still naming the lock's sha256; another package's bytes
+    under the name panicked it. Each local package is checked against the lock's size and sha256 first."""
+    import shutil
+
+    private = shutil.copytree(channels["private"], tmp_path / "private")
+    manifest = tmp_path / "ws" / "pixi.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(WORKSPACE.format(private=private.as_uri(), forge=channels["forge"].as_uri()))
+    assert main(["lock", "--manifest-path", str(manifest)]) == 0
+    target = next(private.glob("noarch/amdgpu-target-*gfx942*.conda"))
+    other = next(p for p in private.glob("noarch/amdgpu-target-*.conda") if p != target)
+    args = ["install", "--manifest-path", str(manifest), "-e", "mi300x"]
+    for change in ("same size", "other package"):
+        data = target.read_bytes()
+        if change == "same size":  # one byte flipped: the size the lock says, another sha256
+            target.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+        else:
+            shutil.copy(other, target)
+        capsys.readouterr()
+        prefix = tmp_path / change.replace(" ", "-")
+        assert main([*args, "--prefix", str(prefix)]) == 1
+        err = capsys.readouterr().err
+        assert f"{target.name}: " in err and ("sha256" in err or "bytes, the lock says" in err), err
+        assert "nothing was installed" in err and "Traceback" not in err and "panicked" not in err
+        assert not prefix.exists()
+        target.write_bytes(data)
+    assert main([*args, "--prefix", str(tmp_path / "fine")]) == 0
 
 
 def test_install_refuses_a_prefix_that_is_not_a_new_directory_or_an_environment(
@@ -154,3 +191,36 @@ def test_an_unreachable_channel_is_one_line_like_lock_and_pack(channels: dict[st
     assert len(err) == 2 and err[1].startswith("hint: "), err
     assert "Caused by" not in err[0] and "failed to fetch " in err[0] and "Connection refused" in err[0], err
     assert "(from http://127.0.0.1:9/private/" in err[0], err
+
+
+def test_the_install_marker_is_unlinked_while_locked_and_a_vanished_one_is_no_interruption(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two installs into one prefix: the first unlinked its marker after letting go of its lock, so the second took
+    the marker for an interrupted install's ("installing it again"), and the first then failed on the marker the
+    second held. Now the marker goes while locked; a lock won on a marker unlinked meanwhile is taken again on
+    the file at the path; and `interrupted` never makes a marker."""
+    import fcntl
+    import os
+
+    from rocmlock.prefix import marker
+
+    prefix = tmp_path / "env"
+    prefix.mkdir()
+    assert marker.interrupted(prefix, "install") is None and not (prefix / marker.MARKER).exists()
+    with marker.installing(prefix, True, "install"):
+        assert (prefix / marker.MARKER).read_text() == "created\n"
+    assert not (prefix / marker.MARKER).exists()
+    # The first install finishes (unlinks its marker) between the second's open and its flock.
+    real_flock, calls = fcntl.flock, []
+
+    def flock(fd: int, op: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:
+            (prefix / marker.MARKER).unlink()
+        real_flock(fd, op)
+
+    monkeypatch.setattr(marker.fcntl, "flock", flock)
+    with marker.held(prefix, "install") as fd:
+        on_disk = os.stat(prefix / marker.MARKER)
+        assert (os.fstat(fd).st_ino, os.fstat(fd).st_dev) == (on_disk.st_ino, on_disk.st_dev)
+    assert len(calls) == 2

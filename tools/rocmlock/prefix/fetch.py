@@ -25,7 +25,7 @@ from rattler import RepoDataRecord
 
 from rocmlock.errors import OperationError, RocmlockError
 from rocmlock.util.credentials import mask_queries, mask_query, one_line, redact_text, redact_url
-from rocmlock.util.fs import open_regular
+from rocmlock.util.fs import open_regular, stream_sha256
 
 CONCURRENT_DOWNLOADS = 8
 CHUNK = 1 << 20
@@ -159,6 +159,36 @@ async def _fetch(record: RepoDataRecord, writer: HashingWriter, base: Path, clie
     expected = record.sha256.hex() if record.sha256 else ""
     if writer.digest.hexdigest() != expected:
         raise _mismatch(record, f"sha256 {writer.digest.hexdigest()} differs from the lock's {expected}")
+
+
+def verify_local(records: list[RepoDataRecord], base: Path) -> None:
+    """Each record whose package is a local file (a ``file://`` URL or a path against ``base``) checked against the
+    lock's size and sha256 before rattler installs from it: rattler verifies the packages it downloads, but links
+    one read from a directory as it finds it (a package changed in a channel directory after the lock was made was
+    installed, its conda-meta still naming the lock's sha256; another package's bytes under the name panicked it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(record: RepoDataRecord, path: Path) -> None:
+        try:
+            with open_regular(path, "rattler installs packages only from files",
+                              hint="point the lock at the package file itself") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if record.size is not None and size != record.size:
+                    raise _mismatch(record, f"{size} bytes, the lock says {record.size}")
+                actual = stream_sha256(fh)
+        except FileNotFoundError:
+            raise _mismatch(record, "no such file") from None
+        except OSError as exc:
+            raise OperationError(f"{redact_url(record.url)}: cannot read: {exc.strerror}",
+                                 hint="check its permissions") from None
+        expected = record.sha256.hex() if record.sha256 else ""
+        if expected and actual != expected:
+            raise _mismatch(record, f"sha256 {actual} differs from the lock's {expected}")
+
+    local = [(r, path) for r in records if (path := _local_path(r.url, base)) is not None]
+    with ThreadPoolExecutor(max_workers=4) as pool:  # hashlib lets go of the GIL for large updates
+        for future in [pool.submit(one, r, path) for r, path in sorted(local, key=lambda item: item[0].url)]:
+            future.result()  # the first (in URL order) that fails is the one named
 
 
 def fetch_all(records: list[RepoDataRecord], fd: int, offsets: list[int], base: Path, client: Any,

@@ -26,6 +26,7 @@ from rocmlock.lock.lockfile import (
     read_lockfile,
 )
 from rocmlock.lock.outputs import settle
+from rocmlock.prefix.fetch import verify_local
 from rocmlock.prefix.marker import MARKER, installing, interrupted
 from rocmlock.util.credentials import (
     client_for_urls,
@@ -218,6 +219,10 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
         check_prefix(prefix)
     gpu_warning = gpu_mismatch(locked_platform)
     _, client = client_for_urls(channels)
+    try:
+        verify_local(records, lock_path.parent)  # rattler checks what it downloads, not what it reads from a directory
+    except OperationError as exc:
+        raise OperationError(f"{exc}; nothing was installed", hint=exc.hint) from None
     created = not prefix.exists() or state == "created"
     prefix.mkdir(parents=True, exist_ok=True)
     with installing(prefix, created, "install"):  # a second install into it meanwhile stops at once

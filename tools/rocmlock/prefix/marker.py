@@ -17,18 +17,40 @@ from rocmlock.errors import OperationError
 MARKER = ".rocmlock-install-incomplete"  # the probe (tools/verify_env.py, env.complete) looks for this name
 
 
+def _linked(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is still the file at ``path`` (an install that finished unlinks its marker while holding it)."""
+    try:
+        st, now = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
+
+
+def _lock(fd: int, prefix: Path, what: str) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise OperationError(f"{prefix}: another rocmlock {what} is installing into it",
+                             hint="wait for it to finish, or choose another --prefix") from None
+    except OSError:  # no locks on this filesystem: go on unguarded
+        pass
+
+
 @contextlib.contextmanager
 def held(prefix: Path, what: str) -> Iterator[int]:
-    """The marker of ``prefix``, opened (created) and locked; an install that holds it already is an error."""
-    fd = os.open(prefix / MARKER, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    """The marker of ``prefix``, opened (created) and locked; an install that holds it already is an error. The
+    lock is on the file at the marker's path: one unlinked meanwhile by an install that finished is opened anew."""
+    while True:
+        fd = os.open(prefix / MARKER, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OperationError(f"{prefix}: another rocmlock {what} is installing into it",
-                                 hint="wait for it to finish, or choose another --prefix") from None
-        except OSError:  # no locks on this filesystem: go on unguarded
-            pass
+            _lock(fd, prefix, what)
+        except BaseException:
+            os.close(fd)
+            raise
+        if _linked(fd, prefix / MARKER):
+            break
+        os.close(fd)
+    try:
         yield fd
     finally:
         os.close(fd)
@@ -36,21 +58,28 @@ def held(prefix: Path, what: str) -> Iterator[int]:
 
 def interrupted(prefix: Path, what: str) -> str | None:
     """``"created"`` or ``"updated"`` when an earlier install into ``prefix`` was interrupted (what it was doing),
-    else None; an error when one is running now."""
-    marker = prefix / MARKER
-    if not marker.is_file():
+    else None; an error when one is running now. The marker is only read here, never made: one that goes away
+    meanwhile (its install finished) means nothing was interrupted."""
+    try:
+        fd = os.open(prefix / MARKER, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    with held(prefix, what):  # only to see whether a live install holds it
-        pass
-    return "created" if marker.read_text().strip() == "created" else "updated"
+    try:
+        _lock(fd, prefix, what)  # only to see whether a live install holds it
+        if not _linked(fd, prefix / MARKER):
+            return None
+        return "created" if os.read(fd, 64).strip() == b"created" else "updated"
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
 def installing(prefix: Path, fresh: bool, what: str) -> Iterator[None]:
     """Mark ``prefix`` (which exists) as being installed (``fresh``: made anew) for the body; the marker goes when
-    the body returns and stays when it raises (the caller removes a fresh prefix that failed)."""
+    the body returns, unlinked while it is still locked (so no other install takes it for an interrupted one's),
+    and stays when the body raises (the caller removes a fresh prefix that failed)."""
     with held(prefix, what) as fd:
         os.ftruncate(fd, 0)
         os.write(fd, b"created\n" if fresh else b"updated\n")
         yield
-    (prefix / MARKER).unlink()
+        (prefix / MARKER).unlink()
