@@ -233,6 +233,36 @@ def test_noop_fast_path_sees_every_change(ws_copy: Path, capsys: pytest.CaptureF
     assert not (ws_copy / "envs" / "mi250" / "conda-linux-64-gfx90a.lock").exists()
 
 
+def test_a_manifest_edited_while_the_lock_runs_is_not_taken_for_the_one_locked(
+        ws_copy: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The no-op stamp recorded pixi.toml as the file held it when the lock ended: edited back while a lock ran,
+    the lock of the other manifest was then "up to date" for it (`lock --check` 0, `lock` wrote nothing). The
+    stamp holds the bytes that were solved, so the edit is seen."""
+    from rocmlock.lock import pipeline
+
+    manifest = ws_copy / "pixi.toml"
+    args = ["lock", "--manifest-path", str(manifest)]
+    edited = manifest.read_text()
+    original = edited.replace('llamafactory = "0.9.*"\n', "")
+    assert original != edited
+    manifest.write_text(original)
+    real = pipeline.render_outputs
+
+    def render_then_edit(*a: object, **k: object) -> object:
+        out = real(*a, **k)  # type: ignore[arg-type]
+        manifest.write_text(edited)  # the user's editor, during the lock
+        return out
+
+    monkeypatch.setattr(pipeline, "render_outputs", render_then_edit)
+    assert main(args) == 0
+    monkeypatch.setattr(pipeline, "render_outputs", real)
+    capsys.readouterr()
+    assert main([*args, "--check"]) == 1  # pixi.lock is of the manifest without llamafactory
+    assert "llamafactory" in capsys.readouterr().err
+    assert main(args) == 0 and "llamafactory" in (ws_copy / "pixi.lock").read_text()
+    assert main([*args, "--check"]) == 0
+
+
 def test_the_noop_path_loads_no_solver_and_a_change_still_solves(ws_copy: Path) -> None:
     """issue 26: a no-op `rocmlock lock` answers without importing rattler (rocmlock.lock.noop); any change, -e, -p
     or --update takes the full pipeline, which does."""

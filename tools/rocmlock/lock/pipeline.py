@@ -392,7 +392,7 @@ def _lock_held(manifest: Path, environments: Sequence[str] | None, platforms: Se
     result = _finish(ws, files, changes, [j.key for j in jobs], reasons, check, warnings := ws.manifest_warnings())
     everything = names == {e.name for e in envs} and plats == {p.name for p in ws.platforms}
     if everything and not check:
-        stamp.record(cache, manifest, files, warnings)
+        stamp.record(cache, manifest, files, warnings, ws.source or None)
     missing = tuple((e.name, p.name) for e in envs for p in e.platforms if locked.records(e.name, p.name) is None)
     lock_path = ws.root / LOCK_NAME
     return replace(result, not_locked=missing, discarded=discarded,

@@ -30,12 +30,14 @@ def _stamp_path(cache_dir: Path, manifest: Path) -> Path:
     return cache_dir / "stamps" / f"{key}.json"
 
 
-def digest(manifest: Path, outputs: Iterable[Path]) -> str | None:
-    """sha256 over the version, the manifest and each output (path and bytes); None if one is missing."""
+def digest(manifest: Path, outputs: Iterable[Path], manifest_bytes: bytes | None = None) -> str | None:
+    """sha256 over the version, the manifest and each output (path and bytes); None if one is missing.
+    ``manifest_bytes``: the manifest as it was read, in place of what the file holds now."""
     h = hashlib.sha256(f"rocmlock {__version__}\n{manifest}\n".encode())
     for path in [manifest, *sorted(outputs)]:
         try:  # a FIFO or a device in an output's place is no unchanged output (and must not hang the check)
-            data = fsutil.read_regular(path, _LIMIT, "")
+            data = manifest_bytes if path == manifest and manifest_bytes is not None else \
+                fsutil.read_regular(path, _LIMIT, "")
         except (OSError, InputError):
             return None
         h.update(f"{path}\n{len(data)}\n".encode())
@@ -100,11 +102,14 @@ def _warnings(data: dict[str, object]) -> tuple[str, ...]:
     return tuple(escape(w[:2000]) for w in found[:100])
 
 
-def record(cache_dir: Path, manifest: Path, outputs: Iterable[Path], warnings: Iterable[str] = ()) -> None:
-    """Remember the current bytes of ``manifest`` and ``outputs`` (best effort: a cache may be read-only), and the
-    warnings the manifest gave, which the no-op lock repeats without reading it (they follow from its bytes)."""
+def record(cache_dir: Path, manifest: Path, outputs: Iterable[Path], warnings: Iterable[str] = (),
+           manifest_bytes: bytes | None = None) -> None:
+    """Remember the bytes of ``manifest`` and ``outputs`` (best effort: a cache may be read-only), and the
+    warnings the manifest gave, which the no-op lock repeats without reading it (they follow from its bytes).
+    ``manifest_bytes``: the manifest the outputs were made from, as it was read; the file may have been edited
+    while the lock ran, and such an edit must leave the stamp unmatched (the next lock sees a changed manifest)."""
     paths = sorted(outputs)
-    value = digest(manifest, paths)
+    value = digest(manifest, paths, manifest_bytes)
     if value is None:
         return
     _write(_stamp_path(cache_dir, manifest), {"digest": value, "outputs": [str(p) for p in paths],

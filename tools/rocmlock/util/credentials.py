@@ -29,7 +29,7 @@ from __future__ import annotations
 import base64
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -40,7 +40,11 @@ from rocmlock.util.text import escape
 if TYPE_CHECKING:
     from rattler import Client
 
-_URL_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+# A URL in free text: a scheme (RFC 3986: a letter, then letters, digits, + . -) then "://". Matched from the start
+# of a run of scheme characters only, the scheme being the run from its first letter (see _urls): a regex that
+# may start at any letter tried every letter of a long run again (100,000 letters without "://" took 20 s).
+_URL_IN_TEXT = re.compile(r"(?<![a-zA-Z0-9+.-])[a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+_SCHEME_START = re.compile(r"[a-zA-Z]")
 # The --to forms over http count too: quetz+https://host/t/<key>/chan is the same key as https://host/t/<key>/...
 _TOKEN_SCHEMES = ("http", "https", "quetz+http", "quetz+https", "artifactory+http", "artifactory+https")
 MASK = "***"
@@ -130,9 +134,21 @@ def redact_url(url: str) -> str:
     return split_url(url).url
 
 
+def _urls(text: str, replace: Callable[[str], str]) -> str:
+    """``text`` with every URL in it (a scheme from its first letter, ``://``, what follows up to a space or
+    quote) passed through ``replace``; linear in the length of ``text``."""
+
+    def one(match: re.Match[str]) -> str:
+        found = match.group(0)
+        start = _SCHEME_START.search(found, 0, found.index("://"))
+        return found if start is None else found[:start.start()] + replace(found[start.start():])
+
+    return _URL_IN_TEXT.sub(one, text)
+
+
 def redact_text(text: str, secrets: Iterable[str] | None = None) -> str:
     """Redact every URL in ``text`` and every literal secret given."""
-    out = _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+    out = _urls(text, redact_url)
     for secret in secrets or []:
         if secret:
             out = out.replace(secret, MASK)
@@ -162,7 +178,7 @@ def mask_queries(text: str) -> str:
 
     For a message that quotes what it could not read (py-rattler's lock parser says
     ``invalid type: string "<value>", expected u64``), never for data: a query may be what makes a URL work."""
-    return _URL_IN_TEXT.sub(lambda m: mask_query(m.group(0)), text)
+    return _urls(text, mask_query)
 
 
 _CHANNEL_HINT = ("give the secret in RATTLER_AUTH_FILE, as user:password@ before the host, or as a first path "
@@ -274,7 +290,7 @@ def _status_in(text: str, codes: str) -> bool:
     """Whether a fetch error's ``text`` (rattler's: "HTTP status client error (401 Unauthorized) for url (...)")
     names one of the HTTP status ``codes`` (a regex alternation), its URLs left out: a port such as 54041 holds
     "404", a path may hold "401"."""
-    return re.search(rf"\b(?:{codes})\b", _URL_IN_TEXT.sub(" ", text)) is not None
+    return re.search(rf"\b(?:{codes})\b", _urls(text, lambda url: " ")) is not None
 
 
 def refused(text: str) -> bool:
@@ -291,7 +307,13 @@ def refused_channel(channels: Iterable[str], text: str) -> str | None:
     """The clean URL of the one of ``channels`` whose URL a refusal in ``text`` names, if any."""
     if not refused(text):
         return None
-    urls = [redact_url(u) for u in _URL_IN_TEXT.findall(text)]
+    urls: list[str] = []
+
+    def keep(url: str) -> str:
+        urls.append(redact_url(url))
+        return url
+
+    _urls(text, keep)
     for channel in channels:
         clean = redact_url(channel).rstrip("/")
         if any(u == clean or u.startswith(clean + "/") for u in urls):

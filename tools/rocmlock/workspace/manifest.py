@@ -65,9 +65,8 @@ def load_workspace(path: str | Path) -> Workspace:
         raise InputError(f"{path}: invalid TOML: {exc}", hint="fix the syntax at that line") from None
     except RecursionError as exc:  # tomli: "TOML inline arrays/tables are nested more than the allowed 400 levels"
         raise InputError(f"{path}: invalid TOML: {exc}", hint="flatten the nesting") from None
-    if path.name == PYPROJECT:
-        return load_pyproject(data, path.resolve())
-    return parse_workspace(data, path.resolve())
+    ws = load_pyproject(data, path.resolve()) if path.name == PYPROJECT else parse_workspace(data, path.resolve())
+    return replace(ws, source=text.encode("utf-8"))
 
 
 def parse_workspace(data: dict[str, Any], path: Path) -> Workspace:

@@ -77,6 +77,9 @@ class Workspace:
     pypi_options: PypiIndexes = DEFAULT_INDEXES
     # Keys pixi reads under an old name and warns about (key, new name): rocmlock reads them too, and says so.
     deprecated: tuple[tuple[str, str], ...] = ()
+    # The manifest's bytes as read and parsed (load_workspace): what a lock was solved from, whatever the file
+    # holds by the time the lock is written.
+    source: bytes = field(default=b"", hash=False, compare=False, repr=False)
 
     @property
     def root(self) -> Path:
