@@ -266,3 +266,22 @@ def test_a_hostile_locks_channel_and_build_strings_stay_inside_their_cells() -> 
     fine = new.replace("https://prefix.dev/evil)|[x](https://attacker.example/", "https://prefix.dev/my-chan/")
     assert "(https://prefix.dev/channels/my-chan/packages/a)" in diff_markdown(
         diff_locks(lock_packages(old, "old"), lock_packages(fine, "new")))
+
+
+def test_a_name_the_terminal_cannot_show_is_escaped_not_a_traceback(ws_copy: Path, tmp_path: Path) -> None:
+    """`LC_ALL=C` (no UTF-8 locale: Python writes stdout as ASCII) and a lock naming `rocm-versión`: `diff` and
+    `diff --markdown` ended in a UnicodeEncodeError traceback; the name is written as Python writes it on stderr."""
+    import os
+    import sys
+
+    old = ws_copy / "pixi.lock"
+    new = tmp_path / "new.lock"
+    text = old.read_text()
+    assert "/llamafactory-0.9.4-" in text
+    new.write_text(text.replace("/llamafactory-0.9.4-", "/rocm-versión-0.9.4-"))
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    for extra in ([], ["--markdown"]):
+        proc = subprocess.run([sys.executable, "-m", "rocmlock", "diff", str(old), str(new), *extra], env=env,
+                              capture_output=True, check=False, timeout=120)
+        assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr.decode(errors="replace")[-2000:]
+        assert b"rocm-versi\\xf3n" in proc.stdout, proc.stdout[-2000:]

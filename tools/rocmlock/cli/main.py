@@ -177,8 +177,18 @@ def _discovered_manifest() -> Path:
     return discover_manifest(Path.cwd()) or Path("pixi.toml")
 
 
+def _no_encoding_errors() -> None:
+    """A name from a lock or a package in a terminal that cannot show it (``LC_ALL=C``: Python writes ASCII) is
+    written as ``\\xf3``, as Python writes it on stderr, never a UnicodeEncodeError traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # a test's capture may not be a TextIOWrapper
+        if reconfigure is not None and (stream.encoding or "").lower().replace("-", "") != "utf8":
+            reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``rocmlock``; returns the exit code."""
+    _no_encoding_errors()
     args_list = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser({_command(args_list) or ""})
     try:
