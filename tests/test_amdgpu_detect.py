@@ -146,6 +146,31 @@ def test_a_bad_override_is_one_line_as_rattler_refuses_it(tmp_path: Path, monkey
     assert _probe(root, "gfx942").status == "fail"
 
 
+@pytest.mark.parametrize("arch", ["4294967296.0.0", "9.4294967296.2", "9.4.4294967296", "18446744073709551615.0.0"])
+@pytest.mark.parametrize("present", ["0", "", None])
+def test_an_isa_part_past_32_bits_is_refused_by_every_path_as_by_rattler(
+        arch: str, present: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rattler reads each part as a u32 (4294967295.0.0 is read); the probe's pattern took any digits, so it
+    reported "gfx429496729600" where rattler, unpack and doctor refuse the override."""
+    if present is None:
+        monkeypatch.delenv("CONDA_OVERRIDE_AMDGPU", raising=False)
+    else:
+        monkeypatch.setenv("CONDA_OVERRIDE_AMDGPU", present)
+    monkeypatch.setenv("CONDA_OVERRIDE_AMDGPU_ARCH", arch)
+    with pytest.raises(Exception, match="invalid AMDGPU ISA version"):
+        rattler_says()
+    root = kfd_tree(tmp_path, MI300X)
+    with pytest.raises(InputError):
+        read_node(root, {})
+    out = _probe(root, "gfx942")
+    assert out.status == "fail" and f"CONDA_OVERRIDE_AMDGPU_ARCH={arch!r}: not an AMDGPU ISA version" in out.evidence
+    monkeypatch.setenv("CONDA_OVERRIDE_AMDGPU_ARCH", "4294967295.0.0")  # the largest: rattler and the probe read it
+    monkeypatch.setenv("CONDA_OVERRIDE_AMDGPU", "0")
+    assert rattler_says() == (True, "4294967295.0.0")
+    ctx = probe.Context(root=root, prefix=root, environ=dict(os.environ))
+    assert probe.amdgpu_seen(ctx, probe.kfd_gpus(ctx))[1] == (4294967295, 0, 0)
+
+
 # ----------------------------------------------------------------------------- rattler's own detection of KFD trees
 
 _DETECT = ("import json; from rattler import VirtualPackage as V, VirtualPackageOverrides as O; "

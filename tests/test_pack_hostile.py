@@ -472,3 +472,22 @@ def test_signing_with_a_missing_or_bad_key_is_one_line_and_writes_nothing(
         line = _one_error(capsys.readouterr().err)
         assert line.startswith(f"error: --sign {tmp_path / key}: "), line
         assert sorted(p.name for p in tmp_path.iterdir()) == ["notakey"]
+
+
+@pytest.mark.parametrize(("stdout", "stderr"), [
+    ('{"ok": false, "failed": ["\\u001b[31mRED\\nFAKE: probe passed\\r"]}', ""),
+    ("", "garbage\n\x1b[31mRED\x1b]0;title\x07\n"),
+])
+def test_the_bundles_probe_output_reaches_the_terminal_escaped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdout: str, stderr: str) -> None:
+    """The probe that unpack runs is the bundle's program: its failed check ids and its last line of output were
+    printed as they came (an escape sequence coloured the terminal, set its title, forged a "probe passed" line)."""
+    from rocmlock.bundle import unpack as unpack_module
+    from rocmlock.util.runner import CommandResult
+
+    monkeypatch.setattr(unpack_module, "run_command", lambda argv, **kw: CommandResult(tuple(argv), 1, stdout, stderr))
+    meta = unpack_module.BundleMetadata("e", "linux-64", "linux-64", "gfx942", None, "7.2", "0" * 64, "0",
+                                        "bin/rocm-env-check", ())
+    outcome = unpack_module._run_probe(tmp_path, meta, {})
+    assert not outcome.ok and outcome.summary.isprintable(), outcome.summary
+    assert "\\x1b[31mRED" in outcome.summary

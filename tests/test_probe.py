@@ -706,3 +706,17 @@ def test_a_correct_sdpa_on_a_regressed_aotriton_is_a_warning_with_the_way_around
     assert "flash_attn: fa2" in out.fix and "AOTriton 0.11.2b" in out.fix
     monkeypatch.setattr(probe, "_aotriton_issue", lambda ctx: "")
     assert probe.check_sdpa(ctx).status == "ok"
+
+
+def test_strings_from_the_prefix_reach_the_table_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An amdgpu-target build and a rocm-version version come from the prefix's conda-meta, which the probe did not
+    write: an escape sequence or a newline there cleared the screen and forged a PASS line in the table."""
+    prefix = tmp_path / "env"
+    conda_meta(prefix, "amdgpu-target", "1", "gfx942\x1b[2J\x1b[H\nPASS: every required check passed")
+    conda_meta(prefix, "rocm-version", "7.2\x1b[32mGREEN\rX", "0")
+    env = {"HIP_PATH": "/usr", "PATH": ""}
+    probe.main(["--root", str(tmp_path), "--prefix", str(prefix), "--only", "rocm"], env)
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out, out
+    assert not any(line.startswith("PASS") for line in out.splitlines()), out
+    assert "expected target: gfx942\\x1b[2j" in out and "7.2\\x1b[32mGREEN\\rX" in out, out

@@ -301,7 +301,9 @@ def amdgpu_seen(ctx: Context, found: Sequence[tuple[str, tuple[int, int, int], i
     if present_override not in (None, "", "0"):
         raise ValueError(f"{AMDGPU_OVERRIDES[0]}={present_override!r}: __amdgpu is always '0'; set it to 0 (on) or "
                          "to an empty string (off)")
-    if arch_override and not _ISA.fullmatch(arch_override):
+    # Each part is a u32 to rattler: 4294967295.0.0 is read, 4294967296.0.0 refused ("invalid AMDGPU ISA version").
+    if arch_override and (not _ISA.fullmatch(arch_override) or
+                          any(int(part) > 0xFFFFFFFF for part in arch_override.split("."))):
         raise ValueError(f"{AMDGPU_OVERRIDES[1]}={arch_override!r}: not an AMDGPU ISA version major.minor.stepping "
                          "(e.g. 9.4.2 for gfx942)")
     overrides = [f"{n}={ctx.environ[n]!r}" for n in AMDGPU_OVERRIDES if n in ctx.environ]
@@ -2202,7 +2204,9 @@ def render_table(report: dict[str, Any]) -> str:
         lines += ["", f"PASS: every required check passed{tail}"]
     else:
         lines += ["", f"FAIL: {len(report['failed'])} required check(s) failed: {', '.join(report['failed'])}{tail}"]
-    return "\n".join(lines)
+    # The prefix's conda-meta (an amdgpu-target build, a rocm-version version), file names and tools' output
+    # reach these lines: none may move the cursor or forge a line of its own (a build "gfx942\x1b[2J\nPASS: ...").
+    return "\n".join(terminal_safe(line) for line in lines)
 
 
 @contextlib.contextmanager

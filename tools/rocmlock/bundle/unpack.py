@@ -397,7 +397,8 @@ def _run_probe(prefix: Path, meta: BundleMetadata, env: Mapping[str, str]) -> Pr
         report = json.loads(res.stdout)
         ok, failed = bool(report["ok"]) and res.ok, tuple(str(f) for f in report.get("failed") or ())
     except (ValueError, KeyError, TypeError):
-        return ProbeOutcome(command, res.returncode, False, (),
-                            f"the probe wrote no JSON report (exit {res.returncode}): {res.last_error_line()}")
-    summary = "probe passed" if ok else f"probe failed: {', '.join(failed) or f'exit {res.returncode}'}"
+        return ProbeOutcome(command, res.returncode, False, (), f"the probe wrote no JSON report (exit "
+                            f"{res.returncode}): {escape(res.last_error_line()[:500])}")
+    # The probe is the bundle's program, its output the bundle's words: escaped for the terminal line.
+    summary = "probe passed" if ok else f"probe failed: {escape(', '.join(failed)[:500]) or f'exit {res.returncode}'}"
     return ProbeOutcome(command, res.returncode, ok, failed, summary)
