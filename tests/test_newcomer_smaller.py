@@ -61,6 +61,13 @@ def test_replace_stops_the_server_serve_channel_sh_started(tmp_path: Path, capsy
         assert server.stdout is not None
         assert server.stdout.readline().startswith(f"serving http://127.0.0.1:{port}/")
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        # Started again (forgotten, or a second terminal): one line, no traceback, and the pid file still names
+        # the server that listens, so --replace below stops it (the second start wrote its own pid over it).
+        again = subprocess.run(["sh", str(script)], capture_output=True, text=True, timeout=60, check=False)
+        assert again.returncode == 1 and "Traceback" not in again.stderr, again.stderr
+        assert again.stderr.splitlines()[0] == f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
+        assert again.stderr.splitlines()[1].startswith("hint: is this channel served already?")
+        assert (work / quickstart.SERVER_PID).read_text().strip() == str(server.pid)
         capsys.readouterr()
         quickstart.prepare_workdir(work, replace=True)
         assert server.wait(timeout=10) is not None

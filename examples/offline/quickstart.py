@@ -102,10 +102,10 @@ SERVE_SCRIPT = """#!/bin/sh
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROCMLOCK_SERVE_PASSWORD=$("{python}" -c 'import json, sys; print(json.load(open(sys.argv[1]))["127.0.0.1"]["BasicHTTP"]["password"])' "$HERE/auth/credentials.json")
 export ROCMLOCK_SERVE_PASSWORD
-# The server keeps this shell's pid (exec): `quickstart --replace` stops it before it deletes this directory.
-echo $$ > "$HERE/serve-channel.pid"
+# The server writes its pid once it listens (a second start, on a port taken, leaves the first one's):
+# `quickstart --replace` stops it before it deletes this directory.
 PYTHONPATH="{tools}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{python}" -m rocmlock.channel.serve "$HERE/channel" --channel {channel} \\
-    --user quickstart --password-env ROCMLOCK_SERVE_PASSWORD --port {port}
+    --user quickstart --password-env ROCMLOCK_SERVE_PASSWORD --port {port} --pid-file "$HERE/serve-channel.pid"
 """
 
 

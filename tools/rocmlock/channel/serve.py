@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import errno
 import hmac
 import os
 import re
@@ -154,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--password-env", required=True, help="environment variable holding the password")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--token-env", help="environment variable holding a /t/<token>/ path token to require")
+    parser.add_argument("--pid-file", type=Path, help="write this process's pid here once the port is bound")
     args = parser.parse_args(argv)
     password = os.environ.get(args.password_env)
     if not password:
@@ -163,7 +165,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.token_env and not path_token:
         print(f"error: ${args.token_env} is not set", file=sys.stderr)
         return 2
-    server = make_server(args.root, args.channel, args.user, password, args.port, path_token)
+    try:
+        server = make_server(args.root, args.channel, args.user, password, args.port, path_token)
+    except OSError as exc:  # EADDRINUSE: the same script started twice, or another program on the port
+        print(f"error: cannot listen on 127.0.0.1:{args.port}: {exc.strerror}", file=sys.stderr)
+        hint = "is this channel served already? stop that server first" if exc.errno == errno.EADDRINUSE else \
+            "choose another --port"
+        print(f"hint: {hint}", file=sys.stderr)
+        return 1
+    if args.pid_file is not None:  # only once the port is ours: a second start leaves the first one's pid
+        write_atomic(args.pid_file, f"{os.getpid()}\n")
     where = f"t/{path_token}/{args.channel}" if path_token else args.channel
     print(f"serving http://127.0.0.1:{server.server_address[1]}/{where}", flush=True)
     try:
