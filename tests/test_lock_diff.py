@@ -103,6 +103,15 @@ def test_diff_refuses_a_file_that_is_not_a_lock(ws_copy: Path, tmp_path: Path,
     assert out == "" and str(bad) in err and "Traceback" not in err
     assert main(["diff", str(tmp_path / "missing.lock"), str(ws_copy / "pixi.lock")]) == 2
     assert "missing.lock: no such file" in capsys.readouterr().err
+    # A wrong argument to diff is not the workspace's lock: no "restore it, or --discard-lock (every pin dropped)",
+    # no "remove it and run rocmlock lock" for a directory given by mistake; what diff takes, said once.
+    (tmp_path / "garbage.lock").write_text("garbage: [\n")
+    for wrong in (tmp_path / "garbage.lock", tmp_path):
+        for args in ([str(wrong), str(ws_copy / "pixi.lock")], [str(ws_copy / "pixi.lock"), str(wrong)]):
+            assert main(["diff", *args]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(f"error: {wrong}: ") and "--discard-lock" not in err and "remove it" not in err, err
+            assert err.splitlines()[1].startswith("hint: rocmlock diff compares two pixi.lock files"), err
 
 
 def test_diff_outside_a_workspace_needs_no_pixi_toml(ws_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

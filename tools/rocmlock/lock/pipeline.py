@@ -305,9 +305,20 @@ def diff_workspace_locks(old: Path, new: Path, manifest_path: str | Path | None 
             raise InputError(f"{path}: a manifest (.toml) where a lock file was expected; rocmlock diff compares "
                              "two pixi.lock files",
                              hint="e.g. `git show HEAD:pixi.lock > old.lock`, then `rocmlock diff old.lock pixi.lock`")
-    if manifest_path is None:
-        return diff_lock_files(old, new)
-    return diff_lock_files(old, new, explicit_marks(load_workspace(existing_manifest(manifest_path)).environments()))
+    marks = None if manifest_path is None else \
+        explicit_marks(load_workspace(existing_manifest(manifest_path)).environments())
+    try:
+        return diff_lock_files(old, new) if marks is None else diff_lock_files(old, new, marks)
+    except InputError as exc:
+        # The readers' hints are for the workspace's own pixi.lock ("restore it, or --discard-lock", "remove it and
+        # run rocmlock lock"): here the file is one of diff's two arguments, and the workspace's lock is not at stake.
+        if any(str(exc).startswith(f"{path}:") for path in (old, new)):
+            raise InputError(str(exc), hint=_DIFF_HINT) from None
+        raise
+
+
+_DIFF_HINT = ("rocmlock diff compares two pixi.lock files: pass two locks, e.g. `git show HEAD:pixi.lock > old.lock`, "
+              "then `rocmlock diff old.lock pixi.lock`")
 
 
 def _check_update_names(ws: Workspace, old: LockedWorkspace | None, update: Sequence[str] | None) -> None:
