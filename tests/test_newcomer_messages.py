@@ -65,6 +65,21 @@ def test_a_mistyped_required_option_is_named(capsys: pytest.CaptureFixture[str])
     assert code == 2 and err[-1] == "rocmlock install: error: the following arguments are required: --prefix"
 
 
+@pytest.mark.parametrize(("argv", "option"), [
+    (["pack", "-e", "mi300x", "-e", "mi250", "-o", "x.tar"], "-e/--environment"),
+    (["install", "-e", "mi300x", "--environment=mi250", "--prefix", "a"], "-e/--environment"),
+    (["install", "-e", "mi300x", "--prefix", "a", "--prefix", "b"], "--prefix"),
+    (["image", "-e", "mi300x", "--no-base", "-o", "a", "--output", "b"], "-o/--output"),
+    (["install", "-e", "mi300x", "-p", "linux-64", "-p", "osx-64", "--prefix", "a"], "-p/--platform"),
+])
+def test_an_option_that_names_one_thing_given_twice_is_refused(argv: list[str], option: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # `pack -e mi300x -e mi250` packed mi250 alone and said nothing, though -e repeats on lock, export and plan.
+    code, err, out = _run(argv, capsys)
+    assert code == 2 and out == ""
+    assert err[-1] == f"rocmlock {argv[0]}: error: {option} given twice: this command takes one"
+
+
 # ----------------------------------------------------------------------------- diff
 
 

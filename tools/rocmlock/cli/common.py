@@ -79,6 +79,19 @@ def manifest_arg(parser: argparse.ArgumentParser) -> None:
                              "nearest parent with a workspace's pixi.toml or pyproject.toml)")
 
 
+class Once(argparse.Action):
+    """An option that names one thing (the environment of ``pack``, a ``--prefix``): given twice it is an error,
+    not the last one silently (``pack -e mi300x -e mi250`` packed mi250 alone, while ``-e`` repeats on ``lock``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        seen: set[str] = namespace.__dict__.setdefault("_once_given", set())
+        if self.dest in seen:
+            parser.error(f"{'/'.join(self.option_strings)} given twice: this command takes one")
+        seen.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
 def env_arg(parser: argparse.ArgumentParser, multiple: bool = True, required: bool = False) -> None:
     """``-e/--environment``: repeatable into ``args.environments``, or one into ``args.environment``."""
     if multiple:
@@ -86,12 +99,12 @@ def env_arg(parser: argparse.ArgumentParser, multiple: bool = True, required: bo
                             metavar="ENV", help="only this environment (repeatable; default: all)")
     else:
         parser.add_argument("-e", "--environment", dest="environment", metavar="ENV", required=required,
-                            help="the environment")
+                            action=Once, help="the environment")
 
 
 def platform_arg(parser: argparse.ArgumentParser) -> None:
     """``-p/--platform``: the one lock platform of a command that acts on one environment."""
-    parser.add_argument("-p", "--platform", dest="platform", metavar="PLATFORM",
+    parser.add_argument("-p", "--platform", dest="platform", metavar="PLATFORM", action=Once,
                         help="the lock platform (default: the environment's only one)")
 
 

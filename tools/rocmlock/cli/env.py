@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmlock.cli.common import (
+    Once,
     bounded,
     env_arg,
     err,
@@ -49,7 +50,7 @@ def add_install(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
     env_arg(p, multiple=False, required=True)
     platform_arg(p)
-    p.add_argument("--prefix", type=Path, required=True, metavar="DIR", help="where to create the environment")
+    p.add_argument("--prefix", action=Once, type=Path, required=True, metavar="DIR", help="where to create the environment")
     p.add_argument("--json", action="store_true", help="print what was installed as JSON on stdout")
 
 
@@ -81,10 +82,10 @@ def add_image(p: argparse.ArgumentParser) -> None:
                    "platform accepts")
     p.add_argument("--no-base", action="store_true", help="no base: the environment alone, which cannot run on its "
                    "own (a layer to COPY --from in a Dockerfile of yours)")
-    p.add_argument("--prefix", default="/opt/env", metavar="DIR", help="where the environment lives in the image "
+    p.add_argument("--prefix", action=Once, default="/opt/env", metavar="DIR", help="where the environment lives in the image "
                    "(default /opt/env; pixi's layout: /app/.pixi/envs/<env>)")
     out = p.add_argument_group("where the image goes (one or both)")
-    out.add_argument("-o", "--output", type=Path, metavar="DIR",
+    out.add_argument("-o", "--output", action=Once, type=Path, metavar="DIR",
                      help="write an OCI image layout directory (an existing layout gets the image added, its other "
                           "tags kept)")
     out.add_argument("--push", metavar="REGISTRY/REPO:TAG", help="push to a registry with skopeo (credentials: "
@@ -136,7 +137,7 @@ def add_pack(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
     env_arg(p, multiple=False, required=True)
     platform_arg(p)
-    p.add_argument("-o", "--output", type=Path, metavar="FILE",
+    p.add_argument("-o", "--output", action=Once, type=Path, metavar="FILE",
                    help="the bundle to write (default: ./<env>-<platform>.tar)")
     p.add_argument("--with-installer", action="store_true",
                    help="also add the wheels and install.sh that run `rocmlock unpack` on a node without rocmlock")
@@ -230,7 +231,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
 def add_unpack(p: argparse.ArgumentParser) -> None:
     p.add_argument("bundle", type=Path, metavar="FILE", help="a bundle of `rocmlock pack` (or its extracted directory)")
-    p.add_argument("--prefix", type=Path, required=True, metavar="DIR", help="where to create the environment")
+    p.add_argument("--prefix", action=Once, type=Path, required=True, metavar="DIR", help="where to create the environment")
     p.add_argument("--force", action="store_true",
                    help="install even when this node's GPU or ROCm does not match (never skips the integrity check)")
     p.add_argument("--no-verify", action="store_true", help="do not run the environment's probe afterwards")
@@ -269,7 +270,7 @@ def cmd_unpack(args: argparse.Namespace) -> int:
 def add_verify(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
     env_arg(p, multiple=False)
-    p.add_argument("--prefix", type=Path, metavar="DIR",
+    p.add_argument("--prefix", action=Once, type=Path, metavar="DIR",
                    help="a conda environment's prefix instead of a pixi environment (default: $CONDA_PREFIX)")
     p.add_argument("--image", type=Path, metavar="SIF", help="run the check inside this Apptainer image of `rocmlock "
                    "image --sif` (apptainer exec --rocm SIF /opt/rocmlock/check), with -e ENV's expectations")
@@ -370,7 +371,7 @@ def add_preset(p: argparse.ArgumentParser) -> None:
                    help="model_name_or_path: a local directory or a hub id (default: Qwen/Qwen2.5-7B-Instruct)")
     p.add_argument("--template", default=None, help="LLaMA-Factory chat template of the model (default: qwen)")
     p.add_argument("--dataset", default=None, help="LLaMA-Factory dataset name(s) (default: alpaca_en_demo)")
-    p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
+    p.add_argument("-o", "--output", action=Once, type=Path, default=None, metavar="FILE",
                    help="the YAML to write (default: presets/<env>-<method>.yaml beside pixi.toml)")
     p.add_argument("--gpu-memory", default=None, metavar="SIZE",
                    help="the GPU's memory, e.g. 48GiB (default: that of the target's smallest product, "
@@ -409,7 +410,7 @@ def cmd_preset(args: argparse.Namespace) -> int:
 def add_audit(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", nargs="?", type=Path, metavar="BUNDLE",
                    help="a bundle of `rocmlock pack` (tar or extracted directory) or one package file")
-    p.add_argument("--prefix", type=Path, metavar="DIR", help="an installed environment instead of a bundle")
+    p.add_argument("--prefix", action=Once, type=Path, metavar="DIR", help="an installed environment instead of a bundle")
     p.add_argument("--target", metavar="GFX", help="the GPU to check against, e.g. gfx942 or gfx942:xnack- "
                    "(default: the prefix's amdgpu-target package, the bundle's target or the build string's)")
     p.add_argument("--json", action="store_true", help="print every file with device code and the verdict as JSON")
