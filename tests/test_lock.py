@@ -537,7 +537,13 @@ def test_error_unreachable_channel(ws_copy: Path, capsys: pytest.CaptureFixture[
     missing = (tmp_path / "nowhere").as_uri()
     (ws_copy / "pixi.toml").write_text(f'{text[:start]}channels = ["{missing}"{text[end:]}')
     code, err = _error_case(ws_copy, capsys, [])
-    assert code == 1 and "cannot be reached" in err and "nowhere" in err
+    assert code == 1 and "cannot be reached" in err and "nowhere does not exist" in err
+    # Not there yet is a channel of one's own not built: the hint says to build and publish it, not only to edit
+    # a path that may be right (the checkout's own pixi.toml names ./channel before anything is published).
+    assert f"`rocmlock publish --to {tmp_path / 'nowhere'}`" in err
+    (tmp_path / "nowhere").write_text("")
+    code, err = _error_case(ws_copy, capsys, [])
+    assert code == 1 and "nowhere is not a directory" in err and "fix the channel path" in err
     # Port 9 (discard) refuses connections: the error names the channel, with its password removed.
     (ws_copy / "pixi.toml").write_text(f'{text[:start]}channels = ["http://u:pw@127.0.0.1:9/ch"{text[end:]}')
     code, err = _error_case(ws_copy, capsys, ["--check"])

@@ -184,3 +184,15 @@ def test_the_probe_says_an_environment_without_pytorch_has_none_on_purpose(tmp_p
     check = torch_import()
     assert check["evidence"] == "import torch failed: ModuleNotFoundError: No module named 'torch'"
     assert str(check["fix"]).startswith("install the ROCm build of pytorch for this GPU")
+
+
+def test_without_workdir_the_summary_names_no_path_that_is_gone() -> None:
+    """`quickstart --json` without --workdir printed the work, lock, prefix and image paths of the temporary
+    directory it had just removed; they are null, and `kept` says why."""
+    quickstart = _quickstart()
+    summary = {"work": "/tmp/rocmlock-quickstart-x", "lock": "/tmp/rocmlock-quickstart-x/workspace/pixi.lock",
+               "prefix": "p", "image": "i", "serve_again": "s", "channel_url": "http://127.0.0.1:1/c", "seconds": 4.0}
+    gone = quickstart.kept_summary(summary, kept=False)
+    assert gone["kept"] is False and all(gone[k] is None for k in ("work", "lock", "prefix", "image", "serve_again"))
+    assert gone["channel_url"] == summary["channel_url"] and gone["seconds"] == 4.0
+    assert quickstart.kept_summary(summary, kept=True) == {**summary, "kept": True}

@@ -276,6 +276,17 @@ def test_a_symlink_in_a_bundle_directory_is_refused(bundle: Path, tmp_path: Path
     assert f"'channel/noarch/{FOREIGN}' is not a plain file or directory" in refused(tmp_path, x, capsys)
 
 
+def test_a_directory_that_never_was_a_bundle_is_named_as_such(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # Its link was reported first, with "the bundle is damaged: copy it again" (as `audit` of it says: not a bundle).
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.txt").write_text("hi\n")
+    (notes / "link").symlink_to("a.txt")
+    line = refused(tmp_path, notes, capsys, hint="a plain pixi-pack bundle installs with `pixi-unpack`")
+    assert line == f"error: {notes}: no rocmlock-pack.json: not a bundle of `rocmlock pack`", line
+
+
 # ----------------------------------------------------------------------------- packages that write outside
 
 
@@ -438,6 +449,9 @@ def test_unsigned_or_foreign_signed_bundles_are_refused_even_with_force(
     assert pack(locked_ws, foreign, "--sign", str(keys["other"])) == 0
     capsys.readouterr()
     assert f"its signature is not by a key of {keys['allowed']}" in refused(tmp_path, foreign, capsys, *trust)
+    # A directory given for the signers file is named as one ("no such file" said that it was missing).
+    line = refused(tmp_path, foreign, capsys, "--trusted-signers", str(tmp_path), "--force")
+    assert f"--trusted-signers {tmp_path}: a directory, not an allowed_signers file" in line
 
 
 def test_any_change_to_a_signed_byte_is_refused(signed: Path, keys: dict[str, Path], tmp_path: Path,

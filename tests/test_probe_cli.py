@@ -104,6 +104,12 @@ def test_active_conda_prefix_is_the_default(tmp_path: Path, monkeypatch: pytest.
 def test_prefix_without_python_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", "--prefix", str(tmp_path)]) == 1
     assert f"{tmp_path}: no python at {tmp_path}/bin/python" in capsys.readouterr().err
+    # A path that is no directory is bad input (2), as for install, unpack and audit; it was 1, "no python at
+    # pixi.toml/bin/python".
+    (tmp_path / "pixi.toml").write_text("")
+    for wrong, says in ((tmp_path / "pixi.toml", "not a directory"), (tmp_path / "missing", "no such directory")):
+        assert main(["verify", "--prefix", str(wrong)]) == 2
+        assert capsys.readouterr().err.splitlines()[0] == f"error: --prefix {wrong}: {says}"
 
 
 @pytest.mark.parametrize(("argv", "message"), [

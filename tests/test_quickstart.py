@@ -30,6 +30,7 @@ def test_quickstart_runs_the_whole_pipeline(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads(proc.stdout)
     assert summary["seconds"] < 180
+    assert summary["kept"] is True and all(Path(summary[k]).exists() for k in ("work", "lock", "prefix", "image"))
     # Every step ran, in order, each through the real command.
     steps = [line for line in proc.stderr.splitlines() if line.startswith("==> ")]
     assert [s.split()[1] for s in steps] == [f"{i}/8" for i in range(1, 9)]

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 # rattler_build and rocmlock are imported where the pipeline needs them: the --workdir check runs first, on the
 # interpreter alone, so that it refuses a bad directory even where the venv is not readable (another uid's check).
@@ -185,6 +185,15 @@ def pipeline(work: Path) -> dict[str, object]:
             "seconds": round(time.monotonic() - started, 1)}
 
 
+KEPT_ONLY = ("work", "lock", "prefix", "image", "serve_again")
+
+
+def kept_summary(summary: dict[str, Any], kept: bool) -> dict[str, Any]:
+    """The summary as printed: ``kept`` says whether its paths exist after the run; without --workdir they were in
+    a temporary directory that is gone, and are null rather than paths that name nothing."""
+    return {**summary, "kept": kept, **({} if kept else dict.fromkeys(KEPT_ONLY))}
+
+
 MARKER = ".rocmlock-quickstart"
 SERVER_PID = "serve-channel.pid"
 
@@ -335,12 +344,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
+    summary = kept_summary(summary, args.workdir is not None)
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
     if args.workdir is not None:
         print(f"kept in {work}: its workspace names {summary['channel_url']}, served only while the quickstart "
               f"ran; to use it again, serve the channel on that port with: sh {summary['serve_again']}",
               file=sys.stderr)
+    else:
+        print(f"quickstart: removed {work} (the paths above are gone); --workdir DIR keeps the channel, lock, "
+              "environment and image", file=sys.stderr)
     print(f"quickstart: ok in {summary['seconds']}s", file=sys.stderr)
     return 0
 

@@ -136,6 +136,8 @@ def extract(bundle: Path, dest: Path, signers: Path | None, scratch: Path) -> Ad
 
 def admit_directory(where: Path, signers: Path | None, scratch: Path) -> Admitted:
     """Admit an extracted bundle: its tree holds only directories and regular files (no link)."""
+    if not (where / ROCMLOCK_METADATA).is_file():  # first: a directory that never was a bundle is not "damaged"
+        _admit(where, set(), set(), None, None, signers, scratch, directory=True)
     files: set[str] = set()
     dirs: set[str] = set()
     for top, dirnames, filenames in os.walk(where):

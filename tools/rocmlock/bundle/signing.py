@@ -166,7 +166,8 @@ def verify_bytes(data: bytes, signature: bytes | None, signers: Path, shown: Pat
     if signature is None:
         raise InputError(f"{shown}: not signed, and --trusted-signers {signers} asks for a signature", hint=hint)
     if not signers.is_file():
-        raise InputError(f"--trusted-signers {signers}: no such file",
+        raise InputError(f"--trusted-signers {signers}: " + ("a directory, not an allowed_signers file"
+                                                              if signers.is_dir() else "no such file"),
                          hint="an OpenSSH allowed_signers file: one `<principal> namespaces=\"rocmlock-bundle\" "
                               "<key type> <public key>` line per build host")
     with tempfile.TemporaryDirectory(dir=scratch, prefix="verify-") as tmp:

@@ -372,7 +372,8 @@ def add_preset(p: argparse.ArgumentParser) -> None:
     p.add_argument("--template", default=None, help="LLaMA-Factory chat template of the model (default: qwen)")
     p.add_argument("--dataset", default=None, help="LLaMA-Factory dataset name(s) (default: alpaca_en_demo)")
     p.add_argument("-o", "--output", action=Once, type=Path, default=None, metavar="FILE",
-                   help="the YAML to write (default: presets/<env>-<method>.yaml beside pixi.toml)")
+                   help="the YAML to write (default: presets/<env>-<method>.yaml beside pixi.toml; "
+                        "presets/<env>.yaml when <env> ends in -<method>)")
     p.add_argument("--gpu-memory", default=None, metavar="SIZE",
                    help="the GPU's memory, e.g. 48GiB (default: that of the target's smallest product, "
                         "e.g. 24 GiB for gfx1100: a Radeon PRO W7900 has 48)")

@@ -89,6 +89,9 @@ def _installed(prefix: Path, name: str) -> dict[str, object] | None:
 def target_for_prefix(prefix: Path) -> ProbeTarget:
     """A conda environment at ``prefix``; expectations come from its amdgpu-target and rocm-version packages."""
     prefix = prefix.resolve()
+    if not prefix.is_dir():  # a path given wrongly is bad input (exit 2), as for install, unpack and audit
+        raise InputError(f"--prefix {prefix}: {'not a directory' if prefix.exists() else 'no such directory'}",
+                         hint="pass the prefix of an installed environment (conda env list, or .pixi/envs/<name>)")
     if not (prefix / "bin" / "python").exists():
         raise OperationError(
             f"{prefix}: no python at {prefix / 'bin' / 'python'}",

@@ -312,6 +312,10 @@ def check_local_channels(channels: Iterable[str]) -> None:
         if url.startswith("file://"):
             # urllib.request.url2pathname on POSIX (CPython 3.11 Lib/urllib/request.py) without loading http.client
             path = Path(unquote(urlsplit(url).path))
+            if not path.exists():  # most often a channel of one's own not built yet (the checkout's ./channel)
+                raise OperationError(f"channel {url} cannot be reached: {path} does not exist",
+                                     hint="build and publish it first (`rocmlock build`, then `rocmlock publish --to "
+                                          f"{path}`), or fix the channel path in pixi.toml (paths are relative to it)")
             if not path.is_dir():
                 raise OperationError(f"channel {url} cannot be reached: {path} is not a directory",
                                      hint="fix the channel path in pixi.toml (paths are relative to it)")
