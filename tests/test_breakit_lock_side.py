@@ -110,6 +110,24 @@ def test_a_state_directory_that_is_a_symbolic_link_is_refused_and_its_target_kep
     assert (elsewhere / "notes.txt").read_text() == "keep me\n"
 
 
+def test_a_directory_where_an_output_goes_stops_the_write_before_the_commit_point(
+        ws_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found only when its rename failed, after the commit point: the error named the staged file
+    (`.rocmlock/txn/0.new: Is a directory`) and every later `lock --check` and `export` stopped on "cannot finish an
+    interrupted write" until it was fixed by hand. Now nothing is written, and the next run goes on."""
+    target = ws_copy / "envs" / "mi300x" / "environment.yml"
+    target.unlink()
+    target.mkdir()
+    before = {p: p.read_bytes() for p in ws_copy.rglob("*") if p.is_file() and ".rocmlock" not in p.parts}
+    code, err = _run(ws_copy, capsys, "export")
+    assert code == 1 and err.startswith(f"error: cannot write the lock outputs: {target}: "), err
+    assert "nothing was changed" in err and "hint: move that directory out of the way" in err, err
+    assert {p: p.read_bytes() for p in ws_copy.rglob("*") if p.is_file() and ".rocmlock" not in p.parts} == before
+    assert not any((ws_copy / ".rocmlock" / "txn").iterdir())
+    target.rmdir()
+    assert _run(ws_copy, capsys, "export")[0] == 0 and target.is_file()
+
+
 # ----------------------------------------------------------------------------- a locked dependency edited by hand
 
 

@@ -343,6 +343,8 @@ def _stage(root: Path, txn: Path, files: Mapping[Path, str | bytes], removals: S
             raise OperationError(f"{path.parent} is on another filesystem than {txn}; nothing was changed",
                                  hint=f"keep {subject.what} on one filesystem with {root}")
         _check_writable(path.parent)
+        if path.is_dir() and not path.is_symlink():  # rename(2) of a file onto it fails: after the commit point
+            raise OSError(errno.EISDIR, "a directory where a file is to be written", str(path))
         text = files[path]
         _write(txn / f"{n}.new", text.encode() if isinstance(text, str) else text)
         entries.append([f"{n}.new", str(path.relative_to(root))])
@@ -368,8 +370,10 @@ def commit(root: Path, subject: Subject, files: Mapping[Path, str | bytes], remo
         with contextlib.suppress(OSError, ValueError):
             recover(root)
         where = exc.filename or root
+        hint = "move that directory out of the way, then run again" if exc.errno == errno.EISDIR else \
+            "free disk space or make the workspace writable, then run again"
         raise OperationError(f"cannot write {subject.what}: {where}: {exc.strerror}; nothing was changed",
-                             hint="free disk space or make the workspace writable, then run again") from None
+                             hint=hint) from None
     try:
         _rename(txn / "journal.tmp", txn / JOURNAL)  # the commit point
         _sync_dir(txn)
