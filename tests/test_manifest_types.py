@@ -172,6 +172,9 @@ BAD_VALUES = [
      "not a valid environment name"),
     ('[environments]\ncpu = ["gfx942"]', '[environments]\nCpu_1 = ["gfx942"]', "environments.Cpu_1",
      "not a valid environment name"),
+    # Valid to pixi's pattern, but no directory can be named so (NAME_MAX 255): it failed at write time, exit 1.
+    ('[environments]\ncpu = ["gfx942"]', '[environments]\n' + "e" * 300 + ' = ["gfx942"]', "environments." + "e" * 40,
+     "an environment name of 300 characters"),
     # pixi refuses a key it does not know in every table it reads (toml_span TableHelper::finalize: toml/
     # manifest.rs, workspace.rs, feature.rs, environment.rs, target.rs), so a typo never drops dependencies.
     ('[dependencies]\npython', '[dependecies]\npython', "dependecies", "not a key pixi reads"),

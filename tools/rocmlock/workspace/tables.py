@@ -26,6 +26,7 @@ __all__ = [
 ChannelPriority = Literal["strict", "flexible", "disabled"]
 # pixi_manifest/src/environment.rs, EnvironmentName::from_str; the name is also the directory envs/<name>/.
 ENVIRONMENT_NAME = re.compile(r"[a-z0-9-]+")
+ENVIRONMENT_NAME_MAX = 255
 # The keys of an [environments.<name>] table that are not feature keys (pixi_manifest toml/environment.rs).
 ENVIRONMENT_KEYS = ("features", "solve-group", "no-default-feature")
 
@@ -201,6 +202,10 @@ def parse_environments(
         if not ENVIRONMENT_NAME.fullmatch(name):
             raise InputError(f"{path}: key '{where}': '{name}' is not a valid environment name",
                              hint="use lowercase letters, digits and '-' (pixi's rule; it is also envs/<name>/)")
+        if len(name) > ENVIRONMENT_NAME_MAX:  # found when envs/<name>/ failed to be made ("File name too long")
+            raise InputError(f"{path}: key 'environments.{name[:40]}...': an environment name of {len(name)} "
+                             f"characters; it names the directories envs/<name>/ and .pixi/envs/<name>/",
+                             hint=f"at most {ENVIRONMENT_NAME_MAX} (a file name's limit on Linux, NAME_MAX)")
         feats, group, no_default = _environment_table(spec, path, where, features)
         for f in feats:
             if f == where:
