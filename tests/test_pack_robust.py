@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -186,18 +187,44 @@ def test_an_install_killed_midway_fails_the_probe_and_is_redone_by_the_next_inst
     assert probe.check_env_complete(probe.Context(root=tmp_path, prefix=prefix, environ={"PATH": ""})).status == "ok"
 
 
-def test_an_install_into_a_prefix_another_install_holds_stops_at_once(
-        locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _waits_then_runs(argv: list[str], prefix: Path, release: Callable[[], None]) -> str:
+    """``python -m rocmlock *argv`` while this process holds ``prefix``'s marker: it says that it waits, and only
+    once ``release`` lets go does it run (exit 0); its stderr."""
+    import selectors
+    import time
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "tools"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "rocmlock", *argv], stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stderr is not None
+    seen, deadline = "", time.monotonic() + 120
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        while "waiting for it to finish" not in seen and time.monotonic() < deadline and proc.poll() is None:
+            if sel.select(timeout=1):
+                seen += proc.stderr.readline()
+    assert f"{prefix}: another rocmlock run is installing into it; waiting for it to finish" in seen, seen
+    assert proc.poll() is None, "it waits while the other holds the prefix"
+    release()
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0, seen + rest
+    return seen + rest
+
+
+def test_an_install_into_a_prefix_another_install_holds_waits_for_it(locked_ws: Path, tmp_path: Path) -> None:
+    """It stopped at once with exit 1; the standard for concurrent runs on one workspace (issue 40) is to wait and
+    say so, as pixi waits on its prefix lock."""
+    import contextlib
+
     from rocmlock.prefix.marker import held
 
     prefix = tmp_path / "env"
     install = ["install", "--manifest-path", str(locked_ws / "pixi.toml"), "-e", ENV, "--prefix", str(prefix)]
     assert main(install) == 0
-    capsys.readouterr()
-    with held(prefix, "install"):  # another install, still running
-        assert main(install) == 1
-        assert _one_error(capsys.readouterr().err) == f"error: {prefix}: another rocmlock install is installing into it"
-    assert main(install) == 0 and not [p for p in prefix.iterdir() if p.name.startswith(".rocmlock")]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(held(prefix, "install"))  # another install, still running
+        _waits_then_runs(install, prefix, stack.close)
+    assert not [p for p in prefix.iterdir() if p.name.startswith(".rocmlock")]
 
 
 # ----------------------------------------------------------------------------- unpack: arguments
@@ -265,8 +292,7 @@ def test_a_kept_extraction_is_the_whole_bundle(bundle: Path, tmp_path: Path) -> 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rocmlock")]
 
 
-def test_an_unpack_into_a_prefix_another_unpack_is_installing_is_refused(
-        bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unpack_into_a_prefix_another_unpack_is_installing_waits_for_it(bundle: Path, tmp_path: Path) -> None:
     import fcntl
 
     from rocmlock.prefix.marker import MARKER
@@ -274,15 +300,18 @@ def test_an_unpack_into_a_prefix_another_unpack_is_installing_is_refused(
     prefix, host = tmp_path / "env", fake_node(tmp_path / "host", [90402])
     (prefix / "conda-meta").mkdir(parents=True)
     (prefix / "conda-meta" / "being-installed.json").write_text("{}")
-    with (prefix / MARKER).open("w") as held:  # the other unpack, still installing, holds its marker
-        held.write("created\n")
-        held.flush()
-        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        assert unpack(bundle, prefix, host) == 1
-        line = _one_error(capsys.readouterr().err)
-        assert line == f"error: {prefix}: another rocmlock unpack is installing into it"
-        assert (prefix / "conda-meta" / "being-installed.json").is_file(), "its files are left alone"
-    assert unpack(bundle, prefix, host) == 0, "once it is gone (killed), the next unpack redoes the prefix"
+    held = (prefix / MARKER).open("w")  # the other unpack, still installing, holds its marker
+    held.write("created\n")
+    held.flush()
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def killed() -> None:  # it dies without finishing: its marker stays, unlocked
+        assert (prefix / "conda-meta" / "being-installed.json").is_file(), "its files are left alone meanwhile"
+        held.close()
+
+    err = _waits_then_runs(["unpack", str(bundle), "--prefix", str(prefix), "--host-root", str(host)], prefix,
+                           killed)
+    assert "an earlier install into it was interrupted; installing it again" in err, err
 
 
 def test_a_bundle_directory_that_cannot_be_written_still_installs(bundle: Path, tmp_path: Path,

@@ -134,7 +134,8 @@ def unpack_bundle(bundle: Path, prefix: Path, *, force: bool = False, verify: bo
         wheels = bundled_wheels(meta)
         say(f"installing {len(meta.packages)} packages into {prefix}")
         _install(_records(where, meta), prefix, meta, fresh, scratch / "cache",
-                 then=(lambda: install_wheels(where, prefix, meta, scratch, fresh=fresh)) if wheels else None)
+                 then=(lambda: install_wheels(where, prefix, meta, scratch, fresh=fresh)) if wheels else None,
+                 say=say)
         pypi = f" and {len(wheels)} PyPI wheel(s)" if wheels else ""
         say(f"installed {len(meta.packages)} packages{pypi} into {prefix}")
         kept = bundle.absolute() if bundle.is_dir() else _keep(where, keep)
@@ -307,7 +308,7 @@ def _check_prefix(prefix: Path, say: Log) -> bool:
         return True
     if not prefix.is_dir():
         raise InputError(f"{prefix}: --prefix exists and is not a directory", hint="choose a new directory, or an environment this installed before")
-    state = interrupted(prefix, "unpack")
+    state = interrupted(prefix, "unpack", say)
     if state is not None:
         say(f"{prefix}: an earlier install into it was interrupted; installing it again")
         return state == "created"
@@ -320,7 +321,7 @@ def _check_prefix(prefix: Path, say: Log) -> bool:
 
 
 def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, fresh: bool, cache: Path,
-             then: Callable[[], object] | None = None) -> None:
+             then: Callable[[], object] | None = None, say: Log | None = None) -> None:
     """Install with rattler from the bundle's channel, then (``then``) its PyPI wheels; a prefix made anew is
     removed when either fails.
 
@@ -332,7 +333,7 @@ def _install(records: list[RepoDataRecord], prefix: Path, meta: BundleMetadata, 
 
     existed = prefix.exists()
     prefix.mkdir(parents=True, exist_ok=True)
-    with installing(prefix, fresh, "unpack"):  # held until the end: a second unpack into it stops at once
+    with installing(prefix, fresh, "unpack", say):  # held until the end: a second unpack into it waits
         if fresh:
             _clear(prefix, keep=MARKER)
         try:

@@ -209,7 +209,7 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
 
     selected = select_environment(lock_path, environment, platform, on_wait)
     locked_platform, records = selected.platform, selected.records
-    state = interrupted(prefix, "install") if prefix.is_dir() else None
+    state = interrupted(prefix, "install", say) if prefix.is_dir() else None
     if state is not None:
         if say is not None:
             say(f"{prefix}: an earlier install into it was interrupted; installing it again")
@@ -225,7 +225,7 @@ def install_from_lock(lock_path: Path, environment: str, prefix: Path, platform:
         raise OperationError(f"{exc}; nothing was installed", hint=exc.hint) from None
     created = not prefix.exists() or state == "created"
     prefix.mkdir(parents=True, exist_ok=True)
-    with installing(prefix, created, "install"):  # a second install into it meanwhile stops at once
+    with installing(prefix, created, "install", say):  # a second install into it meanwhile waits for this one
         try:
             asyncio.run(install(records, prefix, cache_dir=cache_dir, show_progress=False, client=client))
         except Exception as exc:  # noqa: BLE001 - rattler's download/link errors; the message names the file
