@@ -126,6 +126,8 @@ _VALUES = ("$HOME\\", "a\\\"b $HOME", 'x"y$HOME', "\\$HOME", "$HOME", "two\\\\ $
 _REFUSED = {"a$(b": "runs a command ($(...))", "$(id)": "runs a command ($(...))",
             "$HOME`id`": "runs a command (`...`)", "x${HOME": "has a ${...} other than",
             "${A:-$B}": "has a ${...} other than", "${#HOME}": "has a ${...} other than",
+            "$[1]": "has bash's $[...] arithmetic", "a$[": "has bash's $[...] arithmetic",
+            "${X:-'}": "has a ${...} other than", "${X-a'b}": "has a ${...} other than",
             "a\0b": "holds a NUL", "x" * (128 * 1024 - 2): "Linux passes no environment variable of 128 KiB"}
 
 

@@ -133,6 +133,25 @@ def test_a_package_changed_in_a_channel_directory_after_the_lock_is_not_installe
         assert not prefix.exists()
         target.write_bytes(data)
     assert main([*args, "--prefix", str(tmp_path / "fine")]) == 0
+    # A lock entry with an md5 alone (rattler_lock reads one): the md5 is checked. With no hash at all, nothing
+    # could be checked: refused too.
+    lock = manifest.parent / "pixi.lock"
+    text = lock.read_text()
+    for drop, says in ((("sha256", "size"), "md5 "), (("sha256", "size", "md5"), "records no sha256 or md5")):
+        lines, inside = [], False
+        for line in text.splitlines(keepends=True):
+            if not line.startswith(" "):
+                inside = line.startswith("- conda:") and line.rstrip().endswith(target.name)
+            if not (inside and line.lstrip().split(":")[0] in drop):
+                lines.append(line)
+        lock.write_text("".join(lines))
+        target.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+        capsys.readouterr()
+        assert main([*args, "--prefix", str(tmp_path / "-".join(drop))]) == 1
+        err = capsys.readouterr().err
+        assert says in err and "nothing was installed" in err and "Traceback" not in err, err
+        assert not (tmp_path / "-".join(drop)).exists()
+        target.write_bytes(data)
 
 
 def test_install_refuses_a_prefix_that_is_not_a_new_directory_or_an_environment(

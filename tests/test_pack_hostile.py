@@ -355,6 +355,10 @@ def _symlink(name: str, target: str) -> tarfile.TarInfo:
     (["d/up", "esc"], [_symlink("d/up", ".."), _symlink("esc", "d/up/..")], None,
      "its entry 'esc' links to 'd/up/..', which leaves the environment through its links"),
     (["a", "b"], [_symlink("a", "b"), _symlink("b", "a")], None, "its entry 'a' links to 'b', a chain of more than 40"),
+    # The link's own directory runs through a link: A -> . puts A/B/esc at B/esc, whose ../.. is the prefix's
+    # parent (the text A/B/../.. reads as the prefix itself).
+    (["A", "A/B/esc"], [_symlink("A", "."), _symlink("A/B/esc", "../..")], None,
+     "its entry 'A/B/esc' links to '../..', which leaves the environment through its links"),
 ])
 def test_a_package_whose_paths_leave_the_prefix_is_refused_before_rattler_links_it(
         bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], paths: list[str],

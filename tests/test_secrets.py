@@ -344,6 +344,9 @@ _OLD_URL_IN_TEXT = r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+"  # before: tried aga
     "see https://u:p@h/x ok", "9https://u:p@h/x", "a9http://u:p@h", "x1y2https://tok@h/a b", "foo.https://u:p@h/",
     "123://x", "-https://u:p@h", "quetz+https://h/t/abc123/c", "two https://a:b@h and s3://k:s@b/x.", "no url here",
     "'https://u:p@h/x'", "(https://u:p@h)", "http://h:8080/t/tok/x?y=1#z",
+    # A "://" with no scheme before it, then a URL: the match must not start at that "://" and swallow the URL.
+    "->://https://bob:hunter2@host/", "bad url ://x/https://bob:hunter2@host/chan",
+    "see ://https://conda.example/t/SECRETTOKEN/chan/noarch",
 ])
 def test_urls_in_text_are_redacted_as_before_in_linear_time(text: str) -> None:
     """The same URLs are found as by the earlier pattern, which started a match at every letter of a run of
@@ -361,3 +364,17 @@ def test_urls_in_text_are_redacted_as_before_in_linear_time(text: str) -> None:
                 "    assert 'u:p' not in redact_text(t) and 'u:p' not in mask_queries(t)\n")
         # The earlier pattern: minutes for these (40,000 letters took 3 s); a hang guard, not a timing.
         subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_urls_in_random_text_are_found_as_the_earlier_pattern_found_them() -> None:
+    """A differential check against the earlier pattern over text made of the characters that matter."""
+    import random
+    import re
+
+    from rocmlock.util.credentials import redact_url
+
+    rng = random.Random(20261207)
+    alphabet = "ab9+.-:/@ h'\"<>t"
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24)))
+        assert redact_text(text) == re.sub(_OLD_URL_IN_TEXT, lambda m: redact_url(m.group(0)), text), text

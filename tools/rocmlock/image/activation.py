@@ -12,7 +12,7 @@ rattler_shell ``Activator::activation`` (crates/rattler_shell/src/activation.rs)
 A value with ``$`` in it is written in double quotes (expanded when sourced), any other shell-quoted (rattler_shell
 shell/mod.rs, ``Bash::set_env_var``). There the shell reads ``$NAME``, ``${NAME}`` and ``${NAME:-word}`` (and
 ``-``, ``+``, ``=``, ``?``, with or without ``:``), which are honoured; a command substitution (`` `...` ``,
-``$(...)``), which pixi's bash would run and an unbalanced one of which (``a$(b``) leaves the script unparsable so
+``$(...)``, and bash's ``$[...]`` arithmetic, which runs what backticks in a variable it reads say), which pixi's bash would run and an unbalanced one of which (``a$(b``) leaves the script unparsable so
 that no command starts in the container, and any other ``${...}`` (``x${HOME`` is unparsable too) are refused, as are a NUL (no
 environment string holds one) and a variable of 128 KiB or more (Linux's MAX_ARG_STRLEN: every exec would fail
 with "Argument list too long"). The scripts run when the container starts, not when the image is built: the
@@ -41,7 +41,7 @@ from rocmlock.workspace.activation import EnvironmentActivation
 ACTIVATION_DIR = "opt/rocmlock/activation"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # rattler_shell validate_env_var_name, for a POSIX shell
 _SCRIPT_LIMIT = 1 << 20
-_BRACED = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::?[-+=?][^{}$`\"\\]*)?\}")
+_BRACED = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::?[-+=?][^{}$`\"'\\]*)?\}")
 _ARG_STRLEN = 32 * 4096  # MAX_ARG_STRLEN (include/uapi/linux/binfmts.h): one "NAME=value" string, NUL included
 _BRACED_HINT = "write $NAME, ${NAME} or ${NAME:-default} (a default without $, quotes, backslashes or braces)"
 _NO_COMMANDS = "the image's activation sets variables and runs no commands: put commands in a script of " \
@@ -61,6 +61,8 @@ def _value_problem(value: str) -> tuple[str, str] | None:
         following = value[at + 1:at + 2]
         if following == "(":
             return "runs a command ($(...))", _NO_COMMANDS
+        if following == "[":  # bash's old arithmetic: it expands `...` in the variables it reads
+            return "has bash's $[...] arithmetic, which can run a command", _NO_COMMANDS
         end = at + 1
         if following == "{":
             braced = _BRACED.match(value, at)

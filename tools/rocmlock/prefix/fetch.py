@@ -25,7 +25,7 @@ from rattler import RepoDataRecord
 
 from rocmlock.errors import OperationError, RocmlockError
 from rocmlock.util.credentials import mask_queries, mask_query, one_line, redact_text, redact_url
-from rocmlock.util.fs import open_regular, stream_sha256
+from rocmlock.util.fs import open_regular
 
 CONCURRENT_DOWNLOADS = 8
 CHUNK = 1 << 20
@@ -169,21 +169,30 @@ def verify_local(records: list[RepoDataRecord], base: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     def one(record: RepoDataRecord, path: Path) -> None:
+        # pixi writes a sha256 for every conda package; rattler_lock takes an md5 alone too, which is then what
+        # is checked; a lock with neither says nothing the file could be checked against.
+        kind, expected = ("sha256", record.sha256.hex()) if record.sha256 else \
+            ("md5", record.md5.hex()) if record.md5 else ("", "")
+        if not kind:
+            raise OperationError(f"{redact_url(record.url)}: the lock records no sha256 or md5 for it, so the file "
+                                 "cannot be checked; nothing was read", hint="lock again (`rocmlock lock` records "
+                                                                             "the sha256 of every package)")
         try:
             with open_regular(path, "rattler installs packages only from files",
                               hint="point the lock at the package file itself") as fh:
                 size = os.fstat(fh.fileno()).st_size
                 if record.size is not None and size != record.size:
                     raise _mismatch(record, f"{size} bytes, the lock says {record.size}")
-                actual = stream_sha256(fh)
+                digest = hashlib.new(kind)
+                while chunk := fh.read(CHUNK):
+                    digest.update(chunk)
         except FileNotFoundError:
             raise _mismatch(record, "no such file") from None
         except OSError as exc:
             raise OperationError(f"{redact_url(record.url)}: cannot read: {exc.strerror}",
                                  hint="check its permissions") from None
-        expected = record.sha256.hex() if record.sha256 else ""
-        if expected and actual != expected:
-            raise _mismatch(record, f"sha256 {actual} differs from the lock's {expected}")
+        if digest.hexdigest() != expected:
+            raise _mismatch(record, f"{kind} {digest.hexdigest()} differs from the lock's {expected}")
 
     local = [(r, path) for r in records if (path := _local_path(r.url, base)) is not None]
     with ThreadPoolExecutor(max_workers=4) as pool:  # hashlib lets go of the GIL for large updates

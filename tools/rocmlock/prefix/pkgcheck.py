@@ -53,33 +53,74 @@ def _parts(path: str) -> list[str]:
     return [part for part in path.split("/") if part not in ("", ".")]
 
 
+class _Escape(Exception):
+    """A path, followed through the install's links, climbs above the prefix ("out") or loops ("loop")."""
+
+
+def _walk(start: list[str], todo: list[str], links: dict[str, str]) -> list[str]:
+    """The components, from the prefix, of ``todo`` followed from the directory ``start`` as the kernel follows a
+    path: a component that is one of ``links`` (keyed by where it sits) is replaced by its target, ``..`` goes up."""
+    resolved, todo, hops = list(start), list(todo), 0
+    while todo:
+        part = todo.pop(0)
+        if part == "..":
+            if not resolved:
+                raise _Escape("out")
+            resolved.pop()
+            continue
+        target = links.get("/".join([*resolved, part]))
+        if target is None:
+            resolved.append(part)
+            continue
+        hops += 1
+        if hops > _MAX_LINKS:
+            raise _Escape("loop")
+        if target.startswith("/"):
+            raise _Escape("out")
+        todo = _parts(target) + todo
+    return resolved
+
+
+def _placed(links: dict[str, str]) -> dict[str, str]:
+    """``links`` keyed by where each sits once the links of the directories above it are followed (``A -> .``
+    puts ``A/B/esc`` at ``B/esc``); an escape or a loop on the way is raised for the link it concerns."""
+    placed = links
+    for _ in range(_MAX_LINKS):
+        moved: dict[str, str] = {}
+        for name, target in sorted(links.items()):
+            parts = _parts(name)
+            try:
+                where = _walk([], parts[:-1], placed)
+            except _Escape as exc:
+                raise _Escape(str(exc), name) from None
+            moved.setdefault("/".join([*where, parts[-1]]), target)
+        if moved == placed:
+            return placed
+        placed = moved
+    raise _Escape("loop", min(links))
+
+
 def chain_problem(links: dict[str, str]) -> tuple[str, str] | None:
     """(link, why) for the first link (sorted) of ``links`` (every symbolic link the install creates, path in the
-    prefix -> target) whose target, resolved through the others as the kernel resolves a path, climbs above the
-    prefix or loops; None when each stays inside."""
+    prefix -> target) whose target, resolved through the others as the kernel resolves a path (the link's own
+    directory through them too), climbs above the prefix or loops; None when each stays inside."""
     links = {posixpath.normpath(name): target for name, target in links.items()}
+
+    def why(name: str, kind: str) -> tuple[str, str]:
+        if kind == "loop":
+            return name, f"links to '{escape(links[name])}', a chain of more than {_MAX_LINKS} links (a loop)"
+        return name, f"links to '{escape(links[name])}', which leaves the environment through its links"
+
+    try:
+        placed = _placed(links)
+    except _Escape as exc:
+        return why(exc.args[1], exc.args[0])
     for name in sorted(links):
-        resolved: list[str] = _parts(posixpath.dirname(name))
-        todo = _parts(links[name])
-        hops = 1
-        while todo:
-            part = todo.pop(0)
-            if part == "..":
-                if not resolved:
-                    return name, f"links to '{escape(links[name])}', which leaves the environment through its links"
-                resolved.pop()
-                continue
-            candidate = "/".join([*resolved, part])
-            target = links.get(candidate)
-            if target is None:
-                resolved.append(part)
-                continue
-            hops += 1
-            if hops > _MAX_LINKS:
-                return name, f"links to '{escape(links[name])}', a chain of more than {_MAX_LINKS} links (a loop)"
-            if target.startswith("/"):
-                return name, f"links to '{escape(links[name])}', which leaves the environment through its links"
-            todo = _parts(target) + todo
+        parts = _parts(name)
+        try:
+            _walk(_walk([], parts[:-1], placed), _parts(links[name]), placed)
+        except _Escape as exc:
+            return why(name, str(exc.args[0]))
     return None
 
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 # A URL in free text: a scheme (RFC 3986: a letter, then letters, digits, + . -) then "://". Matched from the start
 # of a run of scheme characters only, the scheme being the run from its first letter (see _urls): a regex that
 # may start at any letter tried every letter of a long run again (100,000 letters without "://" took 20 s).
-_URL_IN_TEXT = re.compile(r"(?<![a-zA-Z0-9+.-])[a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+_URL_IN_TEXT = re.compile(r"(?<![a-zA-Z0-9+.-])[0-9+.-]*[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 _SCHEME_START = re.compile(r"[a-zA-Z]")
 # The --to forms over http count too: quetz+https://host/t/<key>/chan is the same key as https://host/t/<key>/...
 _TOKEN_SCHEMES = ("http", "https", "quetz+http", "quetz+https", "artifactory+http", "artifactory+https")
@@ -140,8 +140,9 @@ def _urls(text: str, replace: Callable[[str], str]) -> str:
 
     def one(match: re.Match[str]) -> str:
         found = match.group(0)
-        start = _SCHEME_START.search(found, 0, found.index("://"))
-        return found if start is None else found[:start.start()] + replace(found[start.start():])
+        start = _SCHEME_START.search(found)  # the run has a letter before its "://" (the pattern asks for one)
+        assert start is not None
+        return found[:start.start()] + replace(found[start.start():])
 
     return _URL_IN_TEXT.sub(one, text)
 
