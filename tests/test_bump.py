@@ -455,6 +455,25 @@ def test_dynamic_dependencies_are_refused(
     assert snapshot(ws) == before
 
 
+@pytest.mark.parametrize(("dep", "says"), [
+    ("transformers===4.99\x1b[31mRED\x1b]0Xpwned\x07", "is no version bound a conda match spec can hold"),
+    ("newpkg===1", "is no version bound a conda match spec can hold"),
+    ("bad req ]\x1b[2J", "is not a requirement"),
+])
+def test_an_sdist_dependency_that_is_no_conda_bound_is_refused_escaped(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str], dep: str, says: str
+) -> None:
+    """PEP 440's `===` takes any text: an sdist's `transformers===4.99<ESC>[31m...` went into recipe.yaml as it was,
+    and its note cleared the terminal. Refused, in one escaped line with a hint, nothing written."""
+    before = snapshot(ws)
+    add_sdist(fake, "llamafactory", "9.9.9", sdist("llamafactory", "9.9.9", _pyproject(["torch>=2.4.0", dep])))
+    assert bump(ws, fake.url, "llamafactory=9.9.9") == 1
+    err = capsys.readouterr().err
+    assert says in err and "\x1b" not in err and "\x07" not in err, err
+    assert err.splitlines()[-1] == "hint: edit the recipe's run requirements by hand", err
+    assert snapshot(ws) == before
+
+
 def test_zip_groups_are_read_generically(
     tmp_path: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -180,3 +180,31 @@ def test_relative_file_urls_resolve_against_the_json_document(fake: FakeUpstream
     sdist = client.project("torch").sdist("1")
     assert sdist is not None and sdist.url == f"{fake.url}/mirror/files/t.tar.gz"
     assert client.download(sdist.url) == b"t"
+
+
+def test_json_nested_past_the_interpreters_limit_is_a_bad_answer_not_a_traceback(fake: FakeUpstream) -> None:
+    """requests' .json() and json.loads raise RecursionError, not ValueError, for a 100,000-deep array: `outdated`
+    and `bump` ended in a traceback (and the ROCm line, which "never raises", raised)."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    fake.add("/pypi/flash-attn/json", Reply(body=deep))
+    fake.add("/api/repos/ROCm/TheRock/tags", Reply(body=deep))
+    client = client_for(fake)
+    with pytest.raises(OperationError, match="not a PyPI JSON API answer"):
+        client.project("flash-attn")
+    with pytest.raises(OperationError, match="not a list of tags"):
+        client.github_tags("ROCm/TheRock")
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("http://[::1", "not a URL (Invalid IPv6 URL)"), ("http://h:abc/pypi", "not a URL"),
+    ("ftp://mirror.example/pypi", "not an http(s) URL"), ("pypi.org/pypi", "not an http(s) URL"),
+])
+def test_a_root_url_that_is_no_http_url_is_one_line(url: str, says: str) -> None:
+    # `--index-url 'http://[::1'` was a ValueError traceback; `ftp://...` was taken, and every row then failed.
+    from rocmlock.errors import InputError
+    from rocmlock.upstream.client import check_root_url
+
+    with pytest.raises(InputError) as caught:
+        check_root_url(url, "--index-url")
+    assert str(caught.value) == f"--index-url: {says}" or str(caught.value).startswith(f"--index-url: {says}")
+    assert caught.value.hint

@@ -14,6 +14,7 @@ from rocmlock.cli.common import (
     print_report,
     recipes_arg,
     seconds,
+    shown,
     warn,
 )
 from rocmlock.errors import InputError, RocmlockError
@@ -110,7 +111,7 @@ def cmd_bump(args: argparse.Namespace) -> int:
         if summary:
             print(summary[1])
     for note in result.notes:
-        err(note)
+        err(shown(note))  # names and bounds read from an sdist
     err("dry run: nothing written" if args.dry_run else f"wrote {len(result.files)} file(s)" if result.written
         else "nothing written")
     return 0

@@ -23,7 +23,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from rocmlock.errors import OperationError
+from rocmlock.errors import InputError, OperationError
 from rocmlock.upstream.pypijson import BadAnswer, Project, kind, parse_project
 from rocmlock.util.credentials import mask_query, refuse_query
 
@@ -69,6 +69,13 @@ def check_root_url(url: str, option: str) -> None:
     never worked, and its query, maybe a token, was printed in every error (redaction knows userinfo only).
     requests sends ``user:password@`` from the URL, and reads ``~/.netrc`` for a request without credentials
     (requests/sessions.py ``prepare_request``, with ``trust_env``)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:  # "Invalid IPv6 URL" for http://[::1
+        raise InputError(f"{option}: not a URL ({exc})", hint="e.g. --index-url https://pypi.org/pypi") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InputError(f"{option}: not an http(s) URL", hint="e.g. --index-url https://pypi.org/pypi")
     refuse_query(url, option, what="a root URL rocmlock appends paths to cannot have",
                  hint="give the credentials in ~/.netrc (read for every host) or as user:password@ before the host")
 
@@ -155,7 +162,7 @@ class Client:
             url = f"{self.hosts.index_url.rstrip('/')}/{name}/json"
             try:
                 data = self._get(url).json()
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: JSON nested past the interpreter's limit
                 raise OperationError(
                     f"{mask_query(url)}: not a PyPI JSON API answer",
                     hint="--index-url takes the JSON API root, e.g. https://pypi.org/pypi",
@@ -216,7 +223,7 @@ class Client:
             response = self._get(url, headers={"Accept": "application/vnd.github+json"})
             try:
                 answer = response.json()
-            except ValueError:
+            except (ValueError, RecursionError):
                 answer = None
             if not isinstance(answer, list) or not all(
                     isinstance(tag, dict) and isinstance(tag.get("name"), str) for tag in answer):
@@ -237,7 +244,7 @@ class Client:
         text = self.text(url)
         try:
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         value = data.get(key) if isinstance(data, dict) else None
         if not isinstance(value, str):

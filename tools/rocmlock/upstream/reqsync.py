@@ -23,9 +23,14 @@ from ruamel.yaml.tokens import CommentToken
 from rocmlock.errors import OperationError
 from rocmlock.upstream.pins import Table
 from rocmlock.upstream.yamledit import Document, restyle
+from rocmlock.util.text import escape
 from rocmlock.util.toml import tomllib
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+# A PEP 440 version as a specifier holds it (a trailing .* for == and !=): nothing else goes into a match spec.
+_VERSION = re.compile(r"(?:[0-9]+!)?[0-9]+(?:\.[0-9]+)*(?:[-_.]?(?:a|b|rc|alpha|beta|c|pre|preview|post|rev|r|dev)"
+                      r"[-_.]?[0-9]*)*(?:\+[A-Za-z0-9.]+)?(?:\.\*)?", re.IGNORECASE)
+_BY_HAND = "edit the recipe's run requirements by hand"
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,8 @@ def pyproject_dependencies(sdist: bytes, where: str) -> list[str]:
                 )
             raw = tar.extractfile(member).read()  # type: ignore[union-attr]
     except tarfile.TarError as exc:
-        raise OperationError(f"{where}: not a readable sdist ({exc})") from None
+        raise OperationError(f"{where}: not a readable sdist ({escape(str(exc)[:200])})",
+                             hint="check the release's files on PyPI; " + _BY_HAND) from None
     return _static_dependencies(raw, where)
 
 
@@ -108,14 +114,22 @@ def conda_requirements(
     """The dependencies as conda requirements; markers are evaluated for Linux and every python built."""
     out: list[CondaRequirement] = []
     for dep in deps:
+        shown = escape(dep[:200])  # the sdist's text: an escape sequence in it must not reach the terminal
         try:
             req = Requirement(dep)
         except InvalidRequirement as exc:
-            raise OperationError(f"{where}: dependency '{dep}' is not a requirement ({exc})") from None
+            raise OperationError(f"{where}: dependency '{shown}' is not a requirement ({escape(str(exc)[:200])})",
+                                 hint=_BY_HAND) from None
         if req.url:
             raise OperationError(
-                f"{where}: dependency '{dep}' is a URL, which a conda recipe cannot depend on"
+                f"{where}: dependency '{shown}' is a URL, which a conda recipe cannot depend on", hint=_BY_HAND
             )
+        for spec in req.specifier:
+            # `===` (PEP 440's arbitrary equality) takes any text, escape sequences included; conda has no such
+            # operator, and what it holds would go into recipe.yaml as it is.
+            if spec.operator == "===" or not _VERSION.fullmatch(spec.version):
+                raise OperationError(f"{where}: dependency '{shown}': '{escape(str(spec)[:80])}' is no version "
+                                     "bound a conda match spec can hold", hint=_BY_HAND)
         if not _applies(req, pythons, where):
             continue
         out.append(CondaRequirement(table.conda_name(req.name), _spec_text(dep)))
@@ -162,7 +176,8 @@ def sync_run(doc: Document, reqs: Sequence[CondaRequirement], keep: Sequence[str
     """
     run = (doc.data.get("requirements") or {}).get("run")
     if not isinstance(run, CommentedSeq):
-        raise OperationError(f"{doc.path}: no requirements.run list to update")
+        raise OperationError(f"{doc.path}: no requirements.run list to update",
+                             hint="give the recipe a requirements.run list, or " + _BY_HAND)
     wanted = {r.name: r for r in reqs}
     notes: list[str] = []
     for i in reversed(range(len(run))):
