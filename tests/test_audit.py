@@ -287,10 +287,13 @@ def test_unpack_refuses_such_a_bundle_on_a_gfx942_node_and_force_installs(
 
 def test_a_file_name_with_control_characters_reaches_the_terminal_defused(
         tmp_path: Path, kernels: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    prefix = _prefix(tmp_path / "env", "gfx942", {"lib/evil\x1b[2J\x07.hsaco": kernels["gfx90a"]})
+    prefix = _prefix(tmp_path / "env", "gfx942", {"lib/evil\x1b[2J\x07.hsaco": kernels["gfx90a"],
+                                                  "lib/libx\u202egnp.so": kernels["gfx90a"]})
     code, out, _ = _audit(capsys, "--prefix", str(prefix))
     assert code == 1 and "\x1b" not in out and "\x07" not in out
     assert "lib/evil?[2J?.hsaco" in out
+    # U+202E (right-to-left override) made libx<RLO>gnp.so show as libxos.png: format characters are defused too.
+    assert "\u202e" not in out and "lib/libx?gnp.so" in out
 
 
 @pytest.mark.parametrize(("damage", "message"), [

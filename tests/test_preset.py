@@ -295,10 +295,25 @@ def test_the_gpus_memory_can_be_given_and_the_assumed_one_is_said(tmp_path: Path
     for spelling in ("48", "48G", "48gb", " 48 GiB "):
         assert main([*base, "--gpu-memory", spelling, "-o", str(tmp_path / "x.yaml")]) == 0
         assert (tmp_path / "x.yaml").read_text() == (tmp_path / "w7900.yaml").read_text()
-    for bad in ("lots", "0", "-4GiB", "48TB"):
+    for bad in ("lots", "0", "-4GiB", "48TB", "1" + "0" * 400):  # the last was "inf GiB", exit 0
         assert main([*base, f"--gpu-memory={bad}", "-o", str(tmp_path / "bad.yaml")]) == 2
         assert f"error: --gpu-memory: '{bad}' is no memory size" in capsys.readouterr().err
         assert not (tmp_path / "bad.yaml").exists()
+
+
+@pytest.mark.parametrize(("flag", "value", "says"), [
+    ("--model", "x\nlearning_rate: 1", "holds a control character"), ("--template", "q\x1b[31m", "control character"),
+    ("--dataset", "", "empty"), ("--model", "  ", "empty"),
+])
+def test_preset_text_options_are_one_line_of_text(flag: str, value: str, says: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A newline in --model made the YAML's value a multi-line scalar, an escape reached the YAML and the notes; an
+    empty --dataset became the default without a word."""
+    assert main(["preset", "--manifest-path", str(ROOT / "pixi.toml"), "-e", "mi300x", "--method", "lora", flag, value,
+                 "-o", str(tmp_path / "p.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {flag} ") and says in err and "\x1b" not in err, err
+    assert not (tmp_path / "p.yaml").exists()
 
 
 def _gfx950_manifest(tmp_path: Path, pytorch: str, flash_attn: bool) -> Path:

@@ -345,6 +345,14 @@ def test_task_reports_are_named_by_a_valid_unique_host_name_else_by_rank(tmp_pat
     (reports / "notes.txt").write_text("mine")
     with pytest.raises(Exception, match="not a report directory"):
         write_reports(stdout, stderr, reports)
+    # A node named like a fallback (task-1) beside a task 1 without a host name: one report was written over the
+    # other, and a node was lost. A host name too long for a file name with its temporary suffix failed the write
+    # after the directory was emptied. Each task keeps a file of its own.
+    (reports / "notes.txt").unlink()
+    stdout = "\n".join([task(0, "task-1"), task(1, ""), task(2, "h" * 253)])
+    written = write_reports(stdout, "", reports)
+    assert [p.name for p in written] == ["task-0.json", "task-1.json", "task-2.json"]
+    assert json.loads((reports / "task-0.json").read_text())["hostname"] == "task-1"
 
 
 @pytest.mark.parametrize(("stdout", "job"), [("123\n", "123"), ("4567;cluster-a\n", "4567"),

@@ -381,6 +381,7 @@ def add_preset(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_preset(args: argparse.Namespace) -> int:
+    from rocmlock.errors import InputError
     from rocmlock.train.preset import (
         DEFAULT_DATASET,
         DEFAULT_MODEL,
@@ -393,6 +394,13 @@ def cmd_preset(args: argparse.Namespace) -> int:
     from rocmlock.workspace.manifest import load_workspace
 
     memory = parse_gpu_memory(args.gpu_memory) if args.gpu_memory is not None else None
+    for flag, value in (("--model", args.model), ("--template", args.template), ("--dataset", args.dataset)):
+        # One line of the YAML each: a newline would make it another key's text, an escape sequence would reach
+        # the terminal with the notes; an empty one was the default without a word.
+        if value is not None and (not value.strip() or not value.isprintable()):
+            raise InputError(f"{flag} {value!r}: " + ("empty" if not value.strip() else
+                                                      "holds a control character (a newline, an escape)"),
+                             hint=f"leave {flag} out for the default, or give one line of text")
     request = PresetRequest(args.environment, args.method, args.model or DEFAULT_MODEL,
                             args.template or DEFAULT_TEMPLATE, args.dataset or DEFAULT_DATASET, args.output,
                             memory)

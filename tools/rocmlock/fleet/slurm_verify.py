@@ -70,12 +70,19 @@ def split_labeled(text: str) -> tuple[dict[int, list[str]], list[str]]:
     return tasks, other
 
 
+_FALLBACK = re.compile(r"task-[0-9]+", re.IGNORECASE)
+_NAME_LIMIT = 200
+
+
 def _names(stdout: dict[int, list[str]], ranks: Sequence[int]) -> dict[int, str]:
     """A file name per task: the node's host name from its JSON when that is one and unique, else ``task-N``."""
     found: dict[int, str] = {}
     for rank in ranks:
         host = next((m.group(1) for line in stdout.get(rank, []) if (m := _HOST.fullmatch(line))), "")
-        found[rank] = host if HOSTNAME.fullmatch(host) else ""
+        # Not a name the fallbacks use (a node called task-1 beside a task 1 without a host name: one report was
+        # written over the other), and short enough for a file name with its temporary suffix (NAME_MAX 255).
+        usable = HOSTNAME.fullmatch(host) and not _FALLBACK.fullmatch(host) and len(host) <= _NAME_LIMIT
+        found[rank] = host if usable else ""
     taken = [n for n in found.values() if n]
     return {rank: name if name and taken.count(name) == 1 else f"task-{rank}" for rank, name in found.items()}
 

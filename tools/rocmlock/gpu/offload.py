@@ -228,8 +228,10 @@ def entry_target(entry_id: str) -> TargetId | None:
 
 
 def printable(text: str) -> str:
-    """A name from a file or a directory, safe for a terminal line: control characters become ``?``."""
-    return "".join("?" if ord(c) < 32 or 127 <= ord(c) < 160 else c for c in text)
+    """A name from a file or a directory, safe for a terminal line: control characters become ``?``, and so do
+    the other characters Python does not count printable (U+202E, right-to-left override, shows ``gnp.so`` as
+    ``os.png``; zero-width and other format characters)."""
+    return "".join(c if c.isprintable() or c == " " else "?" for c in text)
 
 
 def shown(text: str) -> str:

@@ -193,8 +193,8 @@ def check_method(caps: Capabilities, method: str) -> Method:
 
 def parse_gpu_memory(text: str) -> float:
     """``--gpu-memory``: GiB, written ``48``, ``48G``, ``48GB`` or ``48GiB`` (a GPU's "48 GB" is 48 GiB of memory)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:g|gb|gib)?\s*", text, re.IGNORECASE)
-    if match is None or float(match.group(1)) <= 0:
+    match = re.fullmatch(r"\s*(\d{1,6}(?:\.\d{1,6})?)\s*(?:g|gb|gib)?\s*", text, re.IGNORECASE)
+    if match is None or float(match.group(1)) <= 0:  # at most 999999 GiB: a 400-digit number was "inf GiB"
         raise InputError(f"--gpu-memory: '{text}' is no memory size", hint="give the GPU's memory, e.g. --gpu-memory 48GiB")
     return float(match.group(1))
 
