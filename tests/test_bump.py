@@ -76,6 +76,21 @@ def test_round_trip_changes_exactly_the_bumped_lines(
     assert f'+  - "{new_version}"' in out and f"+  - {sha}" in out and out.count("\n+ ") == 2
 
 
+def test_a_variants_file_with_crlf_line_ends_is_refused_not_rewritten(
+    ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # read_text() turned CRLF into LF, and the bump wrote every line back with LF (16,684 bytes changed for two
+    # pins), while its diff showed two lines.
+    path = ws / "recipes" / "variants.yaml"
+    new_version = f"{pinned(ws, 'flash_attn_version')}.post9"
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    before = snapshot(ws)
+    add_sdist(fake, "flash-attn", new_version)
+    assert bump(ws, fake.url, f"flash-attn={new_version}") == 2
+    assert "holds CR (Windows) line ends" in capsys.readouterr().err
+    assert snapshot(ws) == before
+
+
 def test_dry_run_writes_nothing_but_shows_the_diff(
     ws: Path, fake: FakeUpstream, capsys: pytest.CaptureFixture[str]
 ) -> None:

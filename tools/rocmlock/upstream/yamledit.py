@@ -48,12 +48,16 @@ def load(path: Path, text: str | None = None) -> Document:
     """
     if text is None:
         try:
-            text = path.read_text()
+            with path.open(newline="") as fh:  # as it is: read_text() turns CRLF into LF, which would be written back
+                text = fh.read()
         except FileNotFoundError:
             raise InputError(f"{path}: not found", hint="pass --recipes-dir, or run from the rocmlock checkout (it has "
                                                           "recipes/)") from None
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror})", hint="check its permissions") from None
+    if "\r" in text:
+        raise InputError(f"{path}: holds CR (Windows) line ends, which an edit would write back as LF everywhere",
+                         hint="convert it to LF line ends (dos2unix, or git's core.autocrlf=input), then run again")
     for mapping, sequence, offset in _INDENTS:
         yaml = YAML()
         yaml.preserve_quotes = True
