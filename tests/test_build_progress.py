@@ -87,3 +87,23 @@ def test_packs_download_bar_shows_the_time_left() -> None:
     from rocmlock.cli.env import _DownloadProgress
 
     assert any(isinstance(c, TimeRemainingColumn) for c in _DownloadProgress().progress.columns)
+
+
+def test_a_password_in_rattler_builds_error_never_reaches_the_outcome(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    """The progress line and the log were redacted, but the outcome's reason (the summary table, `build --json`)
+    carried rattler-build's "failed to fetch https://bob:SECRETGIT@..." as it came."""
+    from rocmlock.build import builder, recipes
+
+    class Rendered:
+        def run_build(self, output_dir: str, channels: list[str], progress_callback: object) -> None:
+            event = SimpleNamespace(level="error", message="failed to fetch https://bob:SECRETGIT@127.0.0.1:9/bnb.git")
+            progress_callback.on_log(event)  # type: ignore[attr-defined]
+            raise RuntimeError("Error fetching Git repository: https://bob:SECRETGIT@127.0.0.1:9/bnb.git")
+
+    monkeypatch.setattr(recipes, "render_exact", lambda *a: Rendered())
+    plan = SimpleNamespace(recipe_path=lambda v: tmp_path / "recipe.yaml")
+    variant = SimpleNamespace(recipe="bnb", variant={}, subdir="linux-64", build_string="b")
+    with pytest.raises(builder.BuildFailed) as caught:
+        builder.rattler_build_variant(plan, variant, tmp_path, [], lambda line: None)  # type: ignore[arg-type]
+    assert "SECRETGIT" not in str(caught.value) and "https://127.0.0.1:9/bnb.git" in str(caught.value)

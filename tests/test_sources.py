@@ -277,3 +277,29 @@ def test_the_shipped_plan_lists_each_rocms_pytorch_source(tmp_path: Path) -> Non
     assert "has no verified LLVM pin" in (skipped["triton"] or "")
     assert (skipped["pytorch"] or "").startswith("needs triton, but triton-3.8.0-rocm714_py312_")
     assert not any(v.skip_reason for v in plan.variants if dict(v.variant).get("rocm_version") == "7.2")
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"paths": ["../../../victim"]}, "leaves the cache"),
+    ({"paths": ["/etc"]}, "leaves the cache"),
+    ({"paths": ["a//b"]}, "leaves the cache"),
+    ({"key": "../../k"}, "is no cache key"),
+    ({"url": ["x"]}, "url is not a string"),
+    ({"paths": "x"}, "paths is not a list of strings"),
+    ({"kind": "svn"}, "kind is not 'url' or 'git'"),
+    ({"rev": "abc\x1b[2J"}, "rev is not a string of printable characters"),
+])
+def test_a_source_manifest_from_another_host_is_checked_before_any_path_is_joined(
+        tmp_path: Path, change: dict[str, object], says: str) -> None:
+    """The manifest comes with a cache copied from another host: `paths: ["../../../V"]` made `build --sources`
+    delete and replace a directory outside the build's output; a list where a string goes was a TypeError
+    traceback. Each is refused as a damaged manifest, exit 2, before anything is read or written."""
+    from rocmlock.build.sources import MANIFEST, read_manifest
+    from rocmlock.errors import InputError
+
+    entry = {"kind": "git", "url": "https://github.com/x/y.git", "rev": "0" * 40, "file_name": None, "key": "k1",
+             "paths": ["k1_git"], "commit": None, **change}
+    (tmp_path / MANIFEST).write_text(json.dumps({"version": 1, "sources": [entry]}))
+    with pytest.raises(InputError) as caught:
+        read_manifest(tmp_path)
+    assert says in str(caught.value) and "\x1b" not in str(caught.value), str(caught.value)

@@ -155,7 +155,9 @@ def rattler_build_variant(plan: Plan, variant: Variant, output: Path, channels: 
     try:
         rendered.run_build(output_dir=str(output), channels=channels, progress_callback=callback)
     except Exception as exc:  # noqa: BLE001 - py-rattler-build's error types; the log has the details
-        raise BuildFailed(callback.last_error or str(exc).splitlines()[0]) from None
+        # rattler-build's own words: a URL of the recipe's sources may hold a password (the summary table and
+        # --json print this reason; the log and progress lines were redacted, this was not).
+        raise BuildFailed(redact_text(callback.last_error or (str(exc).splitlines() or [""])[0])) from None
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -242,7 +244,8 @@ def _run_one(plan: Plan, variant: Variant, opts: BuildOptions, builder: Builder)
             check_device_code(opts.output, variant, log)
         except OperationError as exc:
             log(f"FAILED: {exc}")
-            return Outcome(variant.id, variant.stage, "failed", str(exc), time.monotonic() - started, str(log_path))
+            return Outcome(variant.id, variant.stage, "failed", redact_text(str(exc)), time.monotonic() - started,
+                           str(log_path))
     return Outcome(variant.id, variant.stage, "built", "", time.monotonic() - started, str(log_path))
 
 

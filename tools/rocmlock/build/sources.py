@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from rocmlock.build.plan import Plan, Variant
 from rocmlock.errors import InputError
 from rocmlock.util.credentials import redact_url
 from rocmlock.util.fs import file_sha256, write_atomic
+from rocmlock.util.text import escape
 
 SourceKind = Literal["url", "git"]
 MANIFEST = "rocmlock-sources.json"
@@ -64,6 +66,9 @@ class Source:
         return entry
 
 
+_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")  # a file name of .metadata/, never a path
+
+
 @dataclass(frozen=True)
 class CachedSource:
     """A manifest entry: a source, its cache key and the cache paths (relative) that make it up."""
@@ -86,9 +91,29 @@ class CachedSource:
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> CachedSource:
+        """An entry of a manifest that came from another host: every field checked (a ValueError saying which),
+        since its key and paths are joined to the cache and the build's output directories."""
+        if not isinstance(data, dict) or data.get("kind") not in ("url", "git"):
+            raise ValueError("an entry's kind is not 'url' or 'git'")
         kind = data["kind"]
-        return CachedSource(kind, data["url"], data["sha256" if kind == "url" else "rev"], data.get("file_name"),
-                            data["key"], tuple(data["paths"]), data.get("commit"))
+        pin_key = "sha256" if kind == "url" else "rev"
+        for name in ("url", pin_key, "key"):
+            if not isinstance(data.get(name), str) or not data[name].isprintable():
+                raise ValueError(f"an entry's {name} is not a string of printable characters")
+        for name in ("file_name", "commit"):
+            if data.get(name) is not None and not (isinstance(data[name], str) and data[name].isprintable()):
+                raise ValueError(f"an entry's {name} is not a string of printable characters")
+        if not _KEY.fullmatch(data["key"]):
+            raise ValueError(f"the key {data['key'][:80]!r} is no cache key (letters, digits, '.', '_', '-')")
+        paths = data.get("paths")
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise ValueError("an entry's paths is not a list of strings")
+        for rel in paths:
+            parts = rel.split("/")
+            if not rel or rel.startswith("/") or ".." in parts or "" in parts or not rel.isprintable():
+                raise ValueError(f"the path {rel[:80]!r} leaves the cache (absolute, '..', or empty)")
+        return CachedSource(kind, data["url"], data[pin_key], data.get("file_name"), data["key"], tuple(paths),
+                            data.get("commit"))
 
 
 # ----------------------------------------------------------------------------- what the plan needs
@@ -159,10 +184,10 @@ def read_manifest(cache: Path) -> dict[tuple[str, str, str, str], CachedSource]:
         return {}
     try:
         entries = [CachedSource.from_json(e) for e in json.loads(path.read_text())["sources"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{path}: not a rocmlock source manifest ({exc})",
+        return {e.identity: e for e in entries}
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise InputError(f"{path}: not a rocmlock source manifest ({escape(str(exc))})",
                          hint="fill the directory again with `rocmlock sources fetch`") from None
-    return {e.identity: e for e in entries}
 
 
 def render_manifest(entries: Iterable[CachedSource]) -> str:
