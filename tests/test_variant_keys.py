@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,26 @@ def test_a_new_target_listed_without_a_row_names_the_table(tmp_path: Path, capsy
     err = capsys.readouterr().err
     assert err.startswith(f"error: {table}: no row for gpu_target 'gfx1030'\nhint: add a [gfx1030] table"), err
     assert "gfx1030" not in variants.read_text().split(variantkeys.BEGIN)[1]
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    # The documented "add a ROCm version" step, without its pins: rattler-build zips by position.
+    (lambda t: t.replace('  - "7.14"\n', '  - "7.14"\n  - "7.1"\n', 1), "has 2 value(s) but 'rocm_version' has 3"),
+    (lambda t: t.replace("zip_keys:\n", "zip_keys:\n  - [no_such_key, rocm_version]\n", 1), "names 'no_such_key'"),
+    (lambda t: t + "\nzz: " + "[" * 5000 + "]" * 5000 + "\n", "cannot read"),
+])
+def test_a_zip_that_cannot_pair_is_one_line_for_variants_plan_and_check(
+        edit: Callable[[str], str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`variants --write` and `--check` passed such a file and `plan`/`build` then ended in an IndexError or a
+    KeyError traceback; a deep YAML was a RecursionError in `variants`."""
+    _checkout(tmp_path)
+    variants = tmp_path / "recipes/variants.yaml"
+    variants.write_text(edit(variants.read_text()))
+    capsys.readouterr()
+    for argv in (["variants", "--check"], ["variants", "--write"], ["plan"]):
+        assert main([*argv, "--manifest-path", str(tmp_path / "pixi.toml")]) == 2, argv
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err and err.startswith(f"error: {variants}: "), (argv, err)
 
 
 def test_narrowing_to_an_unlisted_rocm_derives_its_keys() -> None:

@@ -189,6 +189,7 @@ def load_matrix(recipes_dir: Path) -> Matrix:
             raise InputError(f"{path}: key '{key}' is missing or empty", hint=f"list at least one {key}")
     for gfx in dict(values)["gpu_target"]:
         get_target(gfx, f"{path}: key 'gpu_target'")
+    variantkeys.check_zips(dict(values), [list(g) for g in zips], path)  # else an IndexError in Matrix.narrowed
     added, groups = variantkeys.check_matrix(dict(values), zips, path, data)
     values = tuple(sorted({**dict(values), **{k: tuple(v) for k, v in added.items()}}.items()))
     return Matrix(values, zips + tuple(groups), data)

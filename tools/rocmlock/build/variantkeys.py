@@ -152,6 +152,34 @@ def check_matrix(values: Mapping[str, Sequence[str]], zip_keys: Sequence[Sequenc
     return {}, []
 
 
+def check_zips(values: Mapping[str, object], zip_keys: object, path: Path) -> None:
+    """Each zip_keys group names keys of the file, each key in one group only, and the lists it zips are of one
+    length (rattler-build pairs them by position): else an InputError naming them. The generated keys are left to
+    :func:`check_matrix`, which writes them for the file's gpu_target and rocm_version."""
+    if zip_keys is None:
+        return
+    if not isinstance(zip_keys, list) or not all(isinstance(g, list) and all(isinstance(k, str) for k in g)
+                                                 for g in zip_keys):
+        raise InputError(f"{path}: key 'zip_keys' must be a list of lists of keys", hint="e.g. zip_keys: "
+                                                                                     "[[rocm_version, torch_version]]")
+    seen: set[str] = set()
+    for group in zip_keys:
+        for key in group:
+            if key in seen:
+                raise InputError(f"{path}: key 'zip_keys' names '{key}' in two groups",
+                                 hint="a key is zipped with one group; merge the two groups")
+            seen.add(key)
+            if key not in values and key not in ALL_KEYS:
+                raise InputError(f"{path}: key 'zip_keys' names '{key}', which the file does not set",
+                                 hint=f"add {key}, or remove it from zip_keys")
+        lengths = {k: len(v) for k in group if k not in ALL_KEYS and isinstance(v := values.get(k), list | tuple)}
+        if len(set(lengths.values())) > 1:
+            (a, la), (b, lb) = min(lengths.items(), key=lambda kv: kv[1]), max(lengths.items(), key=lambda kv: kv[1])
+            raise InputError(f"{path}: key '{a}' has {la} value(s) but '{b}' has {lb}, and zip_keys pairs them by "
+                             "position", hint=f"give every key of [{', '.join(group)}] one value per "
+                                              f"{group[0]}")
+
+
 def regenerate(recipes_dir: Path) -> tuple[Path, str, str]:
     """``recipes_dir``'s variants.yaml: its path, its text, and its text with the generated keys rewritten for its
     gpu_target and rocm_version lists from the tables (:func:`data_dir`)."""
@@ -168,6 +196,11 @@ def regenerate(recipes_dir: Path) -> tuple[Path, str, str]:
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise InputError(f"{path}: cannot read: {str(exc).splitlines()[0]}",
                          hint="restore recipes/variants.yaml from git") from None
+    except RecursionError:
+        raise InputError(f"{path}: cannot read: YAML nested too deeply", hint="restore recipes/variants.yaml "
+                                                                             "from git") from None
+    if isinstance(config, dict):
+        check_zips(config, config.get("zip_keys"), path)
     lists = {}
     for key in ("gpu_target", "rocm_version"):
         value = config.get(key) if isinstance(config, dict) else None
