@@ -236,3 +236,15 @@ def manifest_at(root: Path) -> Path:
     root.mkdir()
     (root / "pixi.toml").write_text(WORKSPACE)
     return root / "pixi.toml"
+
+
+def test_an_output_or_cache_path_that_is_a_file_is_bad_input(manifest: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # It was exit 1, "File exists", from the first mkdir under it.
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for argv in (["build", "--output", str(afile)], ["sources", "fetch", "--to", str(afile)]):
+        assert main([*argv, "--manifest-path", str(manifest), "--recipes-dir", str(RECIPES), "-e", "mi250"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {argv[-2]} {afile}: a file, not a directory"), err
+    assert afile.read_text() == "x"

@@ -288,6 +288,10 @@ def test_build_slurm_dry_run_prints_the_scripts_sized_by_the_partition(
     assert not (build_ws.parent / "output" / "logs").exists()  # nothing written, nothing submitted
     assert _build(build_ws, "--dry-run") == 0 and capsys.readouterr().out == out.replace(
         "#SBATCH --partition=gpu\n", "").replace("#SBATCH --time=2:00:00\n", "")
+    # With --json, stdout is JSON alone (it was the scripts): the same scripts, and the jobs in plan order.
+    assert _build(build_ws, "--dry-run", "--partition", "gpu", "--time", "2:00:00", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["dry_run"] is True and len(data["jobs"]) == 7 and data["scripts"] + "\n" == out
 
 
 # ----------------------------------------------------------------------------- without Slurm

@@ -302,7 +302,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     ws, plan = _load_plan(args, channel=args.channel)
     if args.variant:
         plan = select_variant(plan, args.variant)
-    output = (args.output or ws.root / "output").resolve()
+    output = _directory_arg((args.output or ws.root / "output").resolve(), "--output")
     check_build_paths(plan, output, plan.variants)
     for warning in check_magma_home(plan, output, args.stage, os.environ):
         warn(warning)
@@ -346,6 +346,16 @@ def _slurm_node(args: argparse.Namespace, output: Path) -> tuple[int, int]:
         return here.cores, here.memory_bytes >> 20
 
 
+def _directory_arg(path: Path, flag: str) -> Path:
+    """``path`` for a directory option: one that exists as something else is bad input, named (exit 2), not a
+    "File exists" from the first mkdir under it (exit 1)."""
+    from rocmlock.errors import InputError
+
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{flag} {path}: a file, not a directory", hint=f"give {flag} a directory (it is created)")
+    return path
+
+
 def _build_slurm(args: argparse.Namespace) -> int:
     import os
 
@@ -364,12 +374,16 @@ def _build_slurm(args: argparse.Namespace) -> int:
     if channel and "://" not in channel:  # a job runs in the workspace's directory, not this one
         channel = str(Path(channel).expanduser().resolve())
     ws, plan = _load_plan(args, channel=channel)
-    output = (args.output or ws.root / "output").resolve()
+    output = _directory_arg((args.output or ws.root / "output").resolve(), "--output")
     build = SlurmBuild(plan.manifest.resolve(), plan.recipes_dir, output, channel, args.partition, args.time,
                        args.skip_doctor, args.sources.resolve() if args.sources else None)
     jobs = plan_jobs(plan, output, _slurm_node(args, output), os.environ, args.stage)
     if args.dry_run:
-        print(dry_run(jobs, build, os.environ))
+        scripts = dry_run(jobs, build, os.environ)
+        if getattr(args, "json", False):  # stdout is JSON alone (the scripts were printed as they are)
+            print_json({"dry_run": True, "jobs": [j.variant.id for j in jobs], "scripts": scripts})
+        else:
+            print(scripts)
         err(f"{len(jobs)} job(s) would be submitted (--dry-run: nothing was)")
         return 0
     result = wait_jobs(submit_jobs(jobs, build, os.environ, err), plan, build, err, stage=args.stage)
@@ -399,7 +413,7 @@ def cmd_sources(args: argparse.Namespace) -> int:
 
     ws, plan = _load_plan(args)
     wanted = plan_sources(plan, pending(plan, None, args.stage))
-    cache = (args.to or ws.root / "sources").resolve()
+    cache = _directory_arg((args.to or ws.root / "sources").resolve(), "--to")
     if args.action == "check":
         entries = check_cache(cache, wanted)
         print_report(args, {"cache": str(cache), "sources": [e.to_json() for e in entries]},
