@@ -59,6 +59,25 @@ def test_directory_publish_skips_identical_and_refuses_different(tmp_path: Path,
     assert (dest / "noarch" / "rocm-version-7.2-0.conda").read_bytes() != before
 
 
+@pytest.mark.parametrize(("move", "says"), [
+    (("noarch/amdgpu-target-1-gfx942.conda", "noarch/foo.conda"),
+     "its file name says foo, its info/index.json amdgpu-target-1-gfx942"),
+    (("noarch/amdgpu-target-1-gfx942.conda", "linux64/amdgpu-target-1-gfx942.conda"), "in linux64/, which is no conda"),
+    (("noarch/amdgpu-target-1-gfx942.conda", "linux-64/amdgpu-target-1-gfx942.conda"), "but built for noarch"),
+    (("noarch/amdgpu-target-1-gfx942.conda", "noarch/evil\x1b]0;pwned\x07-1-0.conda"), "its file name says evil"),
+])
+def test_a_package_the_index_would_not_list_under_its_name_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], move: tuple[str, str], says: str) -> None:
+    """Renamed, or in a directory that is no subdir (or not its own): "2 uploaded", exit 0, and the channel's
+    repodata.json listed none of them (rattler's index names what the archive says). Refused before any upload."""
+    src, dest = _source(tmp_path / "src"), tmp_path / "team-channel"
+    (src / move[1]).parent.mkdir(exist_ok=True)
+    (src / move[0]).rename(src / move[1])
+    code, _, err = _publish(capsys, src, str(dest))
+    assert code == 2 and says in err and "\x1b" not in err and "\x07" not in err, err
+    assert not dest.exists() or not list(dest.rglob("*.conda"))
+
+
 def _auth_file(tmp_path: Path, password: str) -> Path:
     path = tmp_path / "auth" / "credentials.json"
     path.parent.mkdir()
