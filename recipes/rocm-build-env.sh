@@ -229,10 +229,15 @@ rocmlock_require_rocm_torch() {
 
 # Parallel compile jobs: ~5 GB of memory each (HIP translation units are large); MAX_JOBS wins when set.
 rocmlock_max_jobs() {
-    if [ -n "${MAX_JOBS:-}" ]; then
-        export MAX_JOBS
-        return
-    fi
+    # A positive whole number only (rocmlock doctor reads it the same way): MAX_JOBS=0 or "abc" reached ninja
+    # and setup.py as it was.
+    case "${MAX_JOBS:-}" in
+        [1-9] | [1-9][0-9] | [1-9][0-9][0-9])
+            export MAX_JOBS
+            return ;;
+        "") ;;
+        *) echo "rocmlock: MAX_JOBS='${MAX_JOBS}' is not a positive whole number: computing it" >&2 ;;
+    esac
     local avail_kb jobs cpus
     avail_kb="$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo 2>/dev/null || true)"
     jobs=$(( ${avail_kb:-5242880} / (5 * 1024 * 1024) ))

@@ -248,6 +248,26 @@ def test_max_jobs_from_memory_and_cores() -> None:
     assert max_jobs_for(Resources(64, 256 * GIB, 0), {"MAX_JOBS": "12"}) == 12
 
 
+@pytest.mark.parametrize("value", ["0", "abc", "-1", "012", "1000", " 4", "4\n"])
+def test_a_max_jobs_that_is_no_job_count_is_warned_of_and_the_build_computes_one(value: str, tmp_path: Path) -> None:
+    """doctor said "MAX_JOBS=2 from 2 cores" for MAX_JOBS=0 while the recipes' rocmlock_max_jobs exported the 0 to
+    ninja and setup.py. Both now read only 1-999, and agree on what the build uses."""
+    from rocmlock.host.doctor import check_jobs
+
+    resources = Resources(8, 64 * GIB, 0)
+    check, jobs = check_jobs(resources, {"MAX_JOBS": value})
+    assert check.status == "warn" and "is not a positive whole number" in check.message and jobs == 8
+    env_sh = Path(__file__).resolve().parents[1] / "recipes/rocm-build-env.sh"
+    script = f'. "{env_sh}"\nrocmlock_max_jobs\nprintf %s "$MAX_JOBS"'
+    run = subprocess.run(["bash", "-c", script], env={"PATH": "/usr/bin:/bin", "MAX_JOBS": value},
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0 and run.stdout.isdigit() and int(run.stdout) >= 1, (run.stdout, run.stderr)
+    assert "is not a positive whole number" in run.stderr
+    good = subprocess.run(["bash", "-c", script], env={"PATH": "/usr/bin:/bin", "MAX_JOBS": "12"},
+                          capture_output=True, text=True, check=False)
+    assert good.stdout == "12" and max_jobs_for(resources, {"MAX_JOBS": "12"}) == 12
+
+
 def test_low_disk_fails(debian_rocm: Path) -> None:
     report = run_doctor([], build=True, resources=Resources(64, 512 * GIB, 5 * GIB))
     assert [c.name for c in report.failures] == ["disk"]

@@ -13,6 +13,7 @@ every check; the checks themselves are in ``doctor_toolchain`` (ROCm and its com
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from rocmlock.host.doctor_toolchain import (
     find_compiler,
 )
 from rocmlock.host.rocm import Host
+from rocmlock.util.text import escape
 from rocmlock.workspace.model import Environment, Workspace
 
 __all__ = ["Check", "DoctorReport", "Host", "Resources", "render_report", "run_doctor"]
@@ -128,9 +130,13 @@ def detect_resources(where: Path) -> Resources:
     return Resources(cores, memory, shutil.disk_usage(probe).free)
 
 
+_MAX_JOBS = re.compile(r"[1-9][0-9]{0,2}")  # as recipes/rocm-build-env.sh's rocmlock_max_jobs takes it
+
+
 def max_jobs_for(resources: Resources, env: Mapping[str, str]) -> int:
-    """``MAX_JOBS`` when set, else ~5 GiB of memory per job, bounded by the cores."""
-    if env.get("MAX_JOBS", "").isdigit() and int(env["MAX_JOBS"]) > 0:
+    """``MAX_JOBS`` when it is a positive whole number (below 1000), else ~5 GiB of memory per job, bounded by the
+    cores: what the recipes' ``rocmlock_max_jobs`` exports."""
+    if _MAX_JOBS.fullmatch(env.get("MAX_JOBS", "")):
         return int(env["MAX_JOBS"])
     return max(1, min(resources.cores, _jobs_by_memory(resources)))
 
@@ -143,6 +149,9 @@ def check_jobs(resources: Resources, env: Mapping[str, str]) -> tuple[Check, int
     jobs = max_jobs_for(resources, env)
     by_memory = _jobs_by_memory(resources)
     facts = f"{resources.cores} cores, {resources.memory_bytes / GIB:.0f} GiB available memory"
+    if env.get("MAX_JOBS") and not _MAX_JOBS.fullmatch(env["MAX_JOBS"]):
+        return Check("max-jobs", "warn", f"MAX_JOBS={escape(env['MAX_JOBS'][:40])!r} is not a positive whole number: "
+                     f"the build computes {jobs} from {facts}", "unset MAX_JOBS, or set it to 1-999"), jobs
     if env.get("MAX_JOBS") and jobs > by_memory:
         return Check("max-jobs", "warn", f"MAX_JOBS={jobs} but {facts} supports {by_memory} (~{GIB_PER_JOB} GiB/job)",
                      f"export MAX_JOBS={min(by_memory, resources.cores)} or the compiler may be OOM-killed"), jobs
