@@ -291,6 +291,17 @@ def test_two_runs_reports_of_one_host_are_labelled_by_their_paths(tmp_path: Path
     assert main(["report", str(tmp_path / "run1"), str(tmp_path / "run2")]) == 0
     rows = [line.split("  ")[0] for line in _rows(capsys.readouterr().out, "gpu01")]
     assert rows == ["gpu01 (gfx942, run1/task-0.json)", "gpu01 (gfx942, run2/task-0.json)"]
+    # Under a directory whose path is longer than 200 characters: the paths were cut at 200 before they were told
+    # apart, and both rows (and both --json sources) read alike.
+    deep = tmp_path / ("A" * 240)
+    for run in ("run1", "run2"):
+        write(deep / run / "task-0.json", probe_report("gpu02", gemm=600.0, step_s=0.04))
+    assert main(["report", str(deep / "run1"), str(deep / "run2"), "--json"]) == 0
+    sources = [n["source"] for n in json.loads(capsys.readouterr().out)["nodes"]]
+    assert sources == [str(deep / "run1/task-0.json"), str(deep / "run2/task-0.json")]
+    assert main(["report", str(deep / "run1"), str(deep / "run2")]) == 0
+    rows = [line.split("  ")[0] for line in _rows(capsys.readouterr().out, "gpu02")]
+    assert rows == ["gpu02 (gfx942, run1/task-0.json)", "gpu02 (gfx942, run2/task-0.json)"]
 
 
 def test_reports_of_one_host_for_different_targets_each_name_their_file(tmp_path: Path,

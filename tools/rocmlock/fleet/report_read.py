@@ -18,7 +18,7 @@ from typing import Any
 
 from rocmlock.errors import InputError
 from rocmlock.util.fs import open_regular
-from rocmlock.util.text import printable, printable_words
+from rocmlock.util.text import escape, printable_words
 
 PROBE = "rocm-env-check"
 # The newest report schema this rocmlock reads (tools/verify_env.py SCHEMA_VERSION).
@@ -79,9 +79,15 @@ class _Bad(Exception):
     """Why a report cannot be read; becomes an :class:`Unreadable`."""
 
 
+_PATH_MAX = 4096
+
+
 def read_report(path: Path) -> NodeReport | Unreadable:
     """The node report in ``path``, else why not."""
-    source = printable(str(path))
+    # Escaped, whole up to PATH_MAX: cut at 200 (its head kept), two runs' reports of one host under a long
+    # directory printed alike and could not be told apart; past that the tail, which tells them apart, is kept.
+    shown = escape(str(path))
+    source = shown if len(shown) <= _PATH_MAX else "..." + shown[-(_PATH_MAX - 3):]
     try:
         return _parse(_decode(_read_bytes(path)), path, source)
     except _Bad as exc:
