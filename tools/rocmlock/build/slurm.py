@@ -109,7 +109,7 @@ def plan_jobs(plan: Plan, output: Path, node: tuple[int, int], env: Mapping[str,
 def _sbatch_value(value: str, what: str) -> str:
     if not _SBATCH_SAFE.fullmatch(value):
         raise InputError(f"{what} {value!r}: Slurm's #SBATCH lines cannot hold spaces or quotes",
-                         hint="use a path without spaces, quotes, # or backslashes")
+                         hint="give it without spaces, quotes, # or backslashes (a path: move it to one without)")
     return value
 
 
