@@ -69,10 +69,12 @@ def _series(data: dict[str, Any], path: Path) -> tuple[str, ...]:
     what = 'a non-empty list of the PyTorch series (major.minor) it was checked for, e.g. ["2.12"]'
     items = expect_type(data["pytorch"], list, path, "pytorch", what)
     if not items:
-        raise InputError(f"{path}: key 'pytorch' must be {what}, got an empty list", hint="list the PyTorch series it serves, e.g. [\"2.12\"]")
+        raise InputError(f"{path}: key 'pytorch' must be {what}, got an empty list",
+                         hint="list the PyTorch series it serves, e.g. [\"2.12\"]")
     for i, item in enumerate(items):
         if not SERIES.fullmatch(expect_type(item, str, path, f"pytorch[{i}]", "a major.minor string, e.g. 2.12")):
-            raise InputError(f"{path}: key 'pytorch[{i}]' must be a major.minor string, e.g. 2.12, got {item!r}", hint="write the series as a string, e.g. \"2.12\"")
+            raise InputError(f"{path}: key 'pytorch[{i}]' must be a major.minor string, e.g. 2.12, got {item!r}",
+                             hint='write the series as a string, e.g. "2.12"')
     return tuple(items)
 
 

@@ -273,7 +273,8 @@ def _values_for(env: Environment, dep: Dependency | None, shipped: tuple[str, ..
     try:
         spec = VersionSpec(dep.version)
     except Exception:  # noqa: BLE001 - rattler raises its own parse error type
-        raise InputError(f"environment '{env.name}': cannot parse {dep.name} spec '{dep.version}'", hint="write a conda match spec, e.g. \">=2.5,<3\"") from None
+        raise InputError(f"environment '{env.name}': cannot parse {dep.name} spec '{dep.version}'",
+                         hint="write a conda match spec, e.g. \">=2.5,<3\"") from None
     chosen = [v for v in shipped if _admits_minor(spec, dep.version, v)]
     if not chosen:
         raise _NoShippedValue(

@@ -173,7 +173,8 @@ def load_matrix(recipes_dir: Path) -> Matrix:
     """Read ``<recipes_dir>/variants.yaml`` through rattler-build and validate its gpu targets."""
     path = recipes_dir / VARIANTS_FILE
     if not path.is_file():
-        raise InputError(f"{path}: no variant configuration", hint="pass --recipes-dir, or run from the rocmlock "
+        raise InputError(f"{path}: no variant configuration",
+                         hint="pass --recipes-dir, or run from the rocmlock "
                                                                      "checkout (it has recipes/); there, restore it "
                                                                      "from git")
     try:

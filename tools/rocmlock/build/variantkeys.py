@@ -191,7 +191,8 @@ def regenerate(recipes_dir: Path) -> tuple[Path, str, str]:
         _one_block(text, path)
         config = yaml.load(text, Loader=_unique_keys_loader(yaml, path))
     except FileNotFoundError:
-        raise InputError(f"{path}: not found", hint="pass --recipes-dir, or run from the rocmlock checkout (it has "
+        raise InputError(f"{path}: not found",
+                         hint="pass --recipes-dir, or run from the rocmlock checkout (it has "
                                                       "recipes/)") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise InputError(f"{path}: cannot read: {str(exc).splitlines()[0]}",

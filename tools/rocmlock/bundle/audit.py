@@ -126,7 +126,8 @@ def prefix_target(prefix: Path) -> str | None:
 def audit_prefix(prefix: Path, target: str | None = None) -> AuditReport:
     """Every file with device code in the conda prefix ``prefix``, against ``target`` or the prefix's own."""
     if not prefix.is_dir():
-        raise InputError(f"--prefix {prefix}: {'not a directory' if prefix.exists() else 'no such directory'}", hint="pass --prefix the environment's directory")
+        raise InputError(f"--prefix {prefix}: {'not a directory' if prefix.exists() else 'no such directory'}",
+                         hint="pass --prefix the environment's directory")
     if target is None:
         found = prefix_target(prefix)
         if found is None:
@@ -170,7 +171,8 @@ def _regular_or_dir(path: Path) -> None:
     except FileNotFoundError:
         raise InputError(f"{escape(str(path))}: no such file", hint="check the path") from None
     except OSError as exc:
-        raise InputError(f"{escape(str(path))}: cannot read: {exc.strerror}", hint="check its permissions") from None
+        raise InputError(f"{escape(str(path))}: cannot read: {exc.strerror}",
+                         hint="check its permissions") from None
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise InputError(f"{escape(str(path))}: not a regular file or directory",
                          hint="pass a bundle (its tar or the directory it was extracted to) or a package file")

@@ -387,7 +387,8 @@ def members_of_tree(root: Path, prefix: str) -> list[Member]:
         elif stat.S_ISREG(mode):
             out.append(Member(name, size=path.stat().st_size, path=path, executable=bool(mode & 0o111)))
         else:
-            raise InputError(f"{path}: not a regular file or directory; a bundle holds only those", hint="remove it from the bundle directory, or pack the bundle again")
+            raise InputError(f"{path}: not a regular file or directory; a bundle holds only those",
+                             hint="remove it from the bundle directory, or pack the bundle again")
     return out
 
 

@@ -180,9 +180,11 @@ def _check_arguments(bundle: Path, prefix: Path, keep: Path | None, root: Path) 
                          hint="--extract-dir is for a .tar bundle; leave it out")
     if keep is not None:
         if keep.exists() and not keep.is_dir():
-            raise InputError(f"--extract-dir {keep}: exists and is not a directory", hint="choose a new or empty directory")
+            raise InputError(f"--extract-dir {keep}: exists and is not a directory",
+                             hint="choose a new or empty directory")
         if keep.is_dir() and any(keep.iterdir()):
-            raise InputError(f"{keep}: --extract-dir must be empty or not exist", hint="choose a new or empty directory")
+            raise InputError(f"{keep}: --extract-dir must be empty or not exist",
+                             hint="choose a new or empty directory")
     for other, what in ((keep, "--extract-dir"), (bundle.absolute() if bundle.is_dir() else None, "the bundle")):
         if other is not None and (other == prefix or other in prefix.parents or prefix in other.parents):
             raise InputError(f"--prefix and {what} must be different directories, neither inside the other: "
@@ -307,7 +309,8 @@ def _check_prefix(prefix: Path, say: Log) -> bool:
     if not prefix.exists():
         return True
     if not prefix.is_dir():
-        raise InputError(f"{prefix}: --prefix exists and is not a directory", hint="choose a new directory, or an environment this installed before")
+        raise InputError(f"{prefix}: --prefix exists and is not a directory",
+                         hint="choose a new directory, or an environment this installed before")
     state = interrupted(prefix, "unpack", say)
     if state is not None:
         say(f"{prefix}: an earlier install into it was interrupted; installing it again")

@@ -37,7 +37,8 @@ def local_packages(source: Path) -> list[LocalPackage]:
     found = [LocalPackage(p, sub.name) for sub in sorted(source.iterdir()) if sub.is_dir()
              for p in sorted(sub.iterdir()) if p.name.endswith(PACKAGE_SUFFIXES) and p.is_file()]
     if not found:
-        raise InputError(f"--from {source}: no package files in {source}/<subdir>/", hint="pass the output directory of rocmlock build (it holds linux-64/, noarch/)")
+        raise InputError(f"--from {source}: no package files in {source}/<subdir>/",
+                         hint="pass the output directory of rocmlock build (it holds linux-64/, noarch/)")
     for package in found:
         _check_package(package)
     return found

@@ -298,7 +298,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.slurm:
         return _build_slurm(args)
     if args.dry_run or args.partition or args.time:
-        raise InputError("--dry-run, --partition and --time go with --slurm", hint="add --slurm, or leave them out")
+        raise InputError("--dry-run, --partition and --time go with --slurm",
+                         hint="add --slurm, or leave them out")
     ws, plan = _load_plan(args, channel=args.channel)
     if args.variant:
         plan = select_variant(plan, args.variant)
@@ -352,7 +353,8 @@ def _directory_arg(path: Path, flag: str) -> Path:
     from rocmlock.errors import InputError
 
     if path.exists() and not path.is_dir():
-        raise InputError(f"{flag} {path}: a file, not a directory", hint=f"give {flag} a directory (it is created)")
+        raise InputError(f"{flag} {path}: a file, not a directory",
+                         hint=f"give {flag} a directory (it is created)")
     return path
 
 

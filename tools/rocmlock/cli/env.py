@@ -50,7 +50,8 @@ def add_install(p: argparse.ArgumentParser) -> None:
     manifest_arg(p)
     env_arg(p, multiple=False, required=True)
     platform_arg(p)
-    p.add_argument("--prefix", action=Once, type=Path, required=True, metavar="DIR", help="where to create the environment")
+    p.add_argument("--prefix", action=Once, type=Path, required=True, metavar="DIR",
+                   help="where to create the environment")
     p.add_argument("--json", action="store_true", help="print what was installed as JSON on stdout")
 
 
@@ -82,7 +83,8 @@ def add_image(p: argparse.ArgumentParser) -> None:
                    "platform accepts")
     p.add_argument("--no-base", action="store_true", help="no base: the environment alone, which cannot run on its "
                    "own (a layer to COPY --from in a Dockerfile of yours)")
-    p.add_argument("--prefix", action=Once, default="/opt/env", metavar="DIR", help="where the environment lives in the image "
+    p.add_argument("--prefix", action=Once, default="/opt/env", metavar="DIR",
+                   help="where the environment lives in the image "
                    "(default /opt/env; pixi's layout: /app/.pixi/envs/<env>)")
     out = p.add_argument_group("where the image goes (one or both)")
     out.add_argument("-o", "--output", action=Once, type=Path, metavar="DIR",
@@ -231,7 +233,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
 def add_unpack(p: argparse.ArgumentParser) -> None:
     p.add_argument("bundle", type=Path, metavar="FILE", help="a bundle of `rocmlock pack` (or its extracted directory)")
-    p.add_argument("--prefix", action=Once, type=Path, required=True, metavar="DIR", help="where to create the environment")
+    p.add_argument("--prefix", action=Once, type=Path, required=True, metavar="DIR",
+                   help="where to create the environment")
     p.add_argument("--force", action="store_true",
                    help="install even when this node's GPU or ROCm does not match (never skips the integrity check)")
     p.add_argument("--no-verify", action="store_true", help="do not run the environment's probe afterwards")
@@ -306,7 +309,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     if not args.slurm and (args.srun_args or args.nodes is not None or args.nodelist or args.partition or args.time
                            or args.reports):
-        raise InputError("--nodes, --nodelist, --partition, --time, --reports and srun options go with --slurm", hint="add --slurm, or leave them out")
+        raise InputError("--nodes, --nodelist, --partition, --time, --reports and srun options go with --slurm",
+                         hint="add --slurm, or leave them out")
     if args.image is not None:
         return _verify_image(args)
     target = resolve_target(args.manifest_path, args.environment, args.prefix, os.environ.get("CONDA_PREFIX"))
@@ -419,7 +423,8 @@ def cmd_preset(args: argparse.Namespace) -> int:
 def add_audit(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", nargs="?", type=Path, metavar="BUNDLE",
                    help="a bundle of `rocmlock pack` (tar or extracted directory) or one package file")
-    p.add_argument("--prefix", action=Once, type=Path, metavar="DIR", help="an installed environment instead of a bundle")
+    p.add_argument("--prefix", action=Once, type=Path, metavar="DIR",
+                   help="an installed environment instead of a bundle")
     p.add_argument("--target", metavar="GFX", help="the GPU to check against, e.g. gfx942 or gfx942:xnack- "
                    "(default: the prefix's amdgpu-target package, the bundle's target or the build string's)")
     p.add_argument("--json", action="store_true", help="print every file with device code and the verdict as JSON")
@@ -430,7 +435,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from rocmlock.errors import InputError
 
     if (args.source is None) == (args.prefix is None):
-        raise InputError("rocmlock audit takes a BUNDLE or --prefix DIR (one of them)", hint="rocmlock audit BUNDLE, or rocmlock audit --prefix DIR")
+        raise InputError("rocmlock audit takes a BUNDLE or --prefix DIR (one of them)",
+                         hint="rocmlock audit BUNDLE, or rocmlock audit --prefix DIR")
     report = audit_prefix(args.prefix, args.target) if args.prefix else audit_path(args.source, args.target)
     print_report(args, report.to_dict(), report.render())
     return 0 if report.ok else 1

@@ -115,7 +115,8 @@ def resolve_target(manifest: Path, environment: str | None, prefix: Path | None,
                    active_prefix: str | None = None) -> ProbeTarget:
     """``-e ENV`` or ``--prefix DIR`` (exactly one); neither means the active environment (CONDA_PREFIX)."""
     if environment and prefix:
-        raise InputError("pass either -e/--environment or --prefix, not both", hint="-e ENV reads the environment from pixi.lock; --prefix DIR checks one already installed")
+        raise InputError("pass either -e/--environment or --prefix, not both",
+                         hint="-e ENV reads the environment from pixi.lock; --prefix DIR checks one already installed")
     if environment:
         return target_for_environment(manifest, environment)
     if prefix:

@@ -255,7 +255,8 @@ def _tiers(path: Path, gfx: str, value: Any) -> tuple[tuple[str, AotritonTier], 
     what = 'a table of AOTriton release -> "supported", "experimental" or "none", e.g. { "0.11.2b" = "supported" }'
     table: dict[str, Any] = expect_type(value, dict, path, name, what)
     if not table:
-        raise InputError(f"{path}: key '{name}' must be {what}, got an empty table", hint="fill it, or remove the key")
+        raise InputError(f"{path}: key '{name}' must be {what}, got an empty table",
+                         hint="fill it, or remove the key")
     out: list[tuple[str, AotritonTier]] = []
     for release, tier in table.items():
         where = key(gfx, "aotriton_tier", release)
@@ -268,11 +269,13 @@ def _products(path: Path, gfx: str, value: Any) -> tuple[str, ...]:
     what = 'a non-empty list of the product names with this target, e.g. ["MI300X"]'
     items = expect_type(value, list, path, key(gfx, "products"), what)
     if not items:
-        raise InputError(f"{path}: key '{key(gfx, 'products')}' must be {what}, got an empty list", hint="list at least one product, e.g. [\"MI300X\"]")
+        raise InputError(f"{path}: key '{key(gfx, 'products')}' must be {what}, got an empty list",
+                         hint="list at least one product, e.g. [\"MI300X\"]")
     for i, item in enumerate(items):
         name = key(gfx, "products", i)
         if not expect_type(item, str, path, name, "a product name").strip():
-            raise InputError(f"{path}: key '{name}' must be a product name, got {item!r}", hint="write the product as a non-empty string, e.g. \"MI300X\"")
+            raise InputError(f"{path}: key '{name}' must be a product name, got {item!r}",
+                             hint="write the product as a non-empty string, e.g. \"MI300X\"")
         if item in items[:i]:
             raise InputError(f"{path}: key '{name}': {item!r} is listed twice", hint="remove the duplicate")
     return tuple(items)
@@ -282,7 +285,8 @@ def _peak(path: Path, gfx: str, value: Any) -> float:
     what = "the dense bf16 peak in TFLOP/s (a number, 0 = unknown)"
     peak = float(expect_type(value, (int, float), path, key(gfx, "peak_bf16_tflops"), what))
     if not math.isfinite(peak) or peak < 0:
-        raise InputError(f"{path}: key '{key(gfx, 'peak_bf16_tflops')}' must be {what}, got {value!r}", hint="write the datasheet's dense BF16 TFLOPS, a number above 0")
+        raise InputError(f"{path}: key '{key(gfx, 'peak_bf16_tflops')}' must be {what}, got {value!r}",
+                         hint="write the datasheet's dense BF16 TFLOPS, a number above 0")
     return peak
 
 
@@ -290,7 +294,8 @@ def _memory(path: Path, gfx: str, value: Any) -> int:
     what = "the device memory in GiB (a whole number above 0)"
     gib: int = expect_type(value, int, path, key(gfx, "memory_gib"), what)
     if gib <= 0:
-        raise InputError(f"{path}: key '{key(gfx, 'memory_gib')}' must be {what}, got {gib}", hint="write the memory of one GPU in GiB, a number above 0")
+        raise InputError(f"{path}: key '{key(gfx, 'memory_gib')}' must be {what}, got {gib}",
+                         hint="write the memory of one GPU in GiB, a number above 0")
     return gib
 
 
@@ -298,7 +303,8 @@ def _wavefront(path: Path, gfx: str, value: Any) -> int:
     what = "the wavefront size, 64 (CDNA) or 32 (RDNA)"
     size: int = expect_type(value, int, path, key(gfx, "wavefront_size"), what)
     if size not in (32, 64):
-        raise InputError(f"{path}: key '{key(gfx, 'wavefront_size')}' must be {what}, got {size}", hint="write 32 or 64")
+        raise InputError(f"{path}: key '{key(gfx, 'wavefront_size')}' must be {what}, got {size}",
+                         hint="write 32 or 64")
     return size
 
 

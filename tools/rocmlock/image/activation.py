@@ -11,11 +11,12 @@ rattler_shell ``Activator::activation`` (crates/rattler_shell/src/activation.rs)
 4. the workspace's ``[activation.env]`` (after the scripts, so they win).
 A value with ``$`` in it is written in double quotes (expanded when sourced), any other shell-quoted (rattler_shell
 shell/mod.rs, ``Bash::set_env_var``). There the shell reads ``$NAME``, ``${NAME}`` and ``${NAME:-word}`` (and
-``-``, ``+``, ``=``, ``?``, with or without ``:``), which are honoured; a command substitution (`` `...` ``,
-``$(...)``, and bash's ``$[...]`` arithmetic, which runs what backticks in a variable it reads say), which pixi's bash would run and an unbalanced one of which (``a$(b``) leaves the script unparsable so
-that no command starts in the container, and any other ``${...}`` (``x${HOME`` is unparsable too) are refused, as are a NUL (no
-environment string holds one) and a variable of 128 KiB or more (Linux's MAX_ARG_STRLEN: every exec would fail
-with "Argument list too long"). The scripts run when the container starts, not when the image is built: the
+``-``, ``+``, ``=``, ``?``, with or without ``:``), which are honoured. Refused: a command substitution
+(`` `...` ``, ``$(...)``, and bash's ``$[...]`` arithmetic, which runs what backticks in a variable it reads say),
+which pixi's bash would run and an unbalanced one of which (``a$(b``) leaves the script unparsable so that no
+command starts in the container; any other ``${...}`` (``x${HOME`` is unparsable too); a NUL (no environment
+string holds one); a variable of 128 KiB or more (Linux's MAX_ARG_STRLEN: every exec would fail with "Argument
+list too long"). The scripts run when the container starts, not when the image is built: the
 ROCm an ``activate.d`` script looks for is the container's (its base image's, or one mounted into it).
 
 Differences, each on purpose: pixi's variables that name the building machine (``PIXI_PROJECT_ROOT``,

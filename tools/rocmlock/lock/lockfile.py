@@ -131,7 +131,8 @@ def lock_bytes(path: Path) -> bytes:
                             hint="put the lock file itself there (`git checkout pixi.lock`), or remove it and run "
                                  "`rocmlock lock`")
     except OSError as exc:
-        raise InputError(f"{path}: cannot read the lock file: {exc.strerror}", hint="check its permissions, or remove it and run rocmlock lock") from None
+        raise InputError(f"{path}: cannot read the lock file: {exc.strerror}",
+                         hint="check its permissions, or remove it and run rocmlock lock") from None
 
 
 def read_lockfile(path: Path) -> LockedWorkspace | None:

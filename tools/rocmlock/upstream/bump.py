@@ -185,7 +185,8 @@ def _validate(request: BumpRequest, table: Table) -> list[tuple[Upstream, str]]:
             if up.name not in named:
                 raise InputError(f"{option} {name}: {up.name} is not bumped", hint=f"add {up.name}=VERSION")
             if not pattern.fullmatch(value):
-                raise InputError(f"{option} {name}={value}: not {what}", hint="write NAME=VALUE as --help shows")
+                raise InputError(f"{option} {name}={value}: not {what}",
+                                 hint="write NAME=VALUE as --help shows")
     return ups
 
 

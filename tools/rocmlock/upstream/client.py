@@ -73,7 +73,8 @@ def check_root_url(url: str, option: str) -> None:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError as exc:  # "Invalid IPv6 URL" for http://[::1
-        raise InputError(f"{option}: not a URL ({exc})", hint="e.g. --index-url https://pypi.org/pypi") from None
+        raise InputError(f"{option}: not a URL ({exc})",
+                         hint="e.g. --index-url https://pypi.org/pypi") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InputError(f"{option}: not an http(s) URL", hint="e.g. --index-url https://pypi.org/pypi")
     refuse_query(url, option, what="a root URL rocmlock appends paths to cannot have",

@@ -213,7 +213,8 @@ def _follower(path: Path, where: tuple[Part, ...], row: dict[str, Any], upstream
                              f"but the rule's table ({key(*where, 'table')}) would pin it too",
                              hint="remove table (and record) from the rule, or the upstream")
     if follower == leader:
-        raise InputError(f"{path}: key '{name}': a rule pairs two upstreams; {follower} is its leader too", hint="give the rule another follower")
+        raise InputError(f"{path}: key '{name}': a rule pairs two upstreams; {follower} is its leader too",
+                         hint="give the rule another follower")
     return follower
 
 
@@ -247,7 +248,8 @@ def _series_table(path: Path, where: tuple[Part, ...], value: Any) -> tuple[tupl
     what = 'a table of leader series = follower series (major.minor), e.g. { "2.12" = "3.7" }'
     table = expect_type(value, dict, path, key(*where), what)
     if not table:
-        raise InputError(f"{path}: key '{key(*where)}' must be {what}, got an empty table", hint="fill it, or remove the key")
+        raise InputError(f"{path}: key '{key(*where)}' must be {what}, got an empty table",
+                         hint="fill it, or remove the key")
     for lead, follow in table.items():
         if not SERIES.fullmatch(lead):
             raise InputError(f"{path}: key '{key(*where, lead)}' is not a leader series (major.minor)",
@@ -265,7 +267,8 @@ def _table_series(data_dir: Traversable, name: str, leader: str) -> tuple[str, t
     data = read_toml(Path(str(data_dir.joinpath(name))), shown=where)
     version = data.get("version")
     if not isinstance(version, str):
-        raise InputError(f"{where}: key 'version' must be the release it pins (a string)", hint="write it as a string, e.g. \"2.14.0\"")
+        raise InputError(f"{where}: key 'version' must be the release it pins (a string)",
+                         hint="write it as a string, e.g. \"2.14.0\"")
     parse_version(version, f"{where}: key 'version'")
     series = data.get(leader)
     if not isinstance(series, list) or not series or not all(SERIES.fullmatch(str(s)) for s in series):

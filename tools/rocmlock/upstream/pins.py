@@ -223,7 +223,8 @@ def _upstream(path: Path, name: str, row: Any, companions: tuple[str, ...]) -> U
     what = f"a non-empty list of sources ([[{key(*where, 'source')}]] tables)"
     items = expect_type(row["source"], list, path, key(*where, "source"), what)
     if not items:
-        raise InputError(f"{path}: key '{key(*where, 'source')}' must be {what}, got an empty list", hint="list at least one source")
+        raise InputError(f"{path}: key '{key(*where, 'source')}' must be {what}, got an empty list",
+                         hint="list at least one source")
     sources: list[Source] = []
     for i, item in enumerate(items):
         sources.append(_source(path, (*where, "source", i), item, sources, companions))

@@ -51,7 +51,8 @@ def load(path: Path, text: str | None = None) -> Document:
             with path.open(newline="") as fh:  # as it is: read_text() turns CRLF into LF, which would be written back
                 text = fh.read()
         except FileNotFoundError:
-            raise InputError(f"{path}: not found", hint="pass --recipes-dir, or run from the rocmlock checkout (it has "
+            raise InputError(f"{path}: not found",
+                             hint="pass --recipes-dir, or run from the rocmlock checkout (it has "
                                                           "recipes/)") from None
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror})", hint="check its permissions") from None
@@ -66,9 +67,11 @@ def load(path: Path, text: str | None = None) -> Document:
         try:
             data = yaml.load(text)
         except YAMLError as exc:
-            raise InputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})", hint="fix the YAML at that line, or restore it from git") from None
+            raise InputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})",
+                             hint="fix the YAML at that line, or restore it from git") from None
         if not isinstance(data, CommentedMap):
-            raise InputError(f"{path}: expected a mapping at the top level", hint="restore recipes/variants.yaml from git")
+            raise InputError(f"{path}: expected a mapping at the top level",
+                             hint="restore recipes/variants.yaml from git")
         doc = Document(path, data, yaml, text)
         if doc.dump() == text:
             return doc

@@ -32,7 +32,8 @@ def read_toml(path: Path, shown: str | None = None) -> dict[str, Any]:
     except FileNotFoundError:
         raise InputError(f"{where}: not found", hint=f"restore tools/rocmlock/data/{path.name} from git") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: cannot read: {exc}", hint="check its permissions, or restore it from git") from None
+        raise InputError(f"{where}: cannot read: {exc}",
+                         hint="check its permissions, or restore it from git") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{where}: not valid TOML: {exc}", hint="fix the syntax, or restore it from git") from None
 

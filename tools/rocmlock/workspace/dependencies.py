@@ -128,7 +128,8 @@ def when_condition(value: Any, path: Path, key: str) -> str:
         if combinator in table:
             parts = expect_type(table[combinator], list, path, f"{key}.{combinator}", "a non-empty list")
             if not parts or len(table) != 1:
-                raise InputError(f"{path}: key '{key}.{combinator}' must be the only key and hold at least one condition", hint="give it alone, with a list of at least one condition")
+                raise InputError(f"{path}: key '{key}.{combinator}' must be the only key and hold at least one condition",
+                                 hint="give it alone, with a list of at least one condition")
             return "(" + word.join(when_condition(p, path, f"{key}.{combinator}[{i}]")
                                    for i, p in enumerate(parts)) + ")"
     package = expect_type(table.get("package"), str, path, f"{key}.package", "a package name")
@@ -152,7 +153,8 @@ def parse_dependencies(value: Any, path: Path, key: str) -> tuple[Dependency, ..
             out.append(_whole(Dependency(name, _pixi_version(spec, path, where)), path, where))
             continue
         if not isinstance(spec, dict):
-            raise InputError(f"{path}: key '{where}' must be a version string or a table", hint="write a match spec (\"3.12.*\") or a table ({ version = \"3.12.*\" })")
+            raise InputError(f"{path}: key '{where}' must be a version string or a table",
+                             hint="write a match spec (\"3.12.*\") or a table ({ version = \"3.12.*\" })")
         if is_source_dependency(spec):
             continue  # built or fetched by pixi: `rocmlock lock` refuses it, the rest of rocmlock skips it
         unknown = sorted(set(spec) - KNOWN_KEYS)

@@ -51,7 +51,8 @@ def load_workspace(path: str | Path) -> Workspace:
     except FileNotFoundError:
         raise InputError(f"{path}: no such manifest", hint="pass --manifest-path to a pixi.toml") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read manifest: {exc.strerror}", hint="check its permissions") from None
+        raise InputError(f"{path}: cannot read manifest: {exc.strerror}",
+                         hint="check its permissions") from None
     except UnicodeDecodeError as exc:  # pixi reads the manifest as UTF-8 too (TOML requires it)
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r})",
                          hint="save pixi.toml as UTF-8") from None

@@ -96,7 +96,8 @@ def parse_platforms(value: Any, path: Path, key: str) -> tuple[Platform, ...]:
     names = [p.name for p in out]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise InputError(f"{path}: key '{key}' lists platform '{dupes[0]}' twice", hint="list each platform once")
+        raise InputError(f"{path}: key '{key}' lists platform '{dupes[0]}' twice",
+                         hint="list each platform once")
     return tuple(out)
 
 
@@ -192,7 +193,8 @@ def _virtual_packages(item: dict[str, Any], path: Path, where: str) -> list[Virt
     for key, vname in FRIENDLY_KEYS[1:]:
         spellings = [k for k in (key, *(a for a, target in ALIASES.items() if target == key)) if k in item]
         if len(spellings) > 1:
-            raise InputError(f"{path}: key '{where}.{spellings[1]}' is an alias for '{key}'; set only one", hint="remove one of the two")
+            raise InputError(f"{path}: key '{where}.{spellings[1]}' is an alias for '{key}'; set only one",
+                             hint="remove one of the two")
         if spellings:
             raw = expect_type(item[spellings[0]], str, path, f"{where}.{spellings[0]}", "a string")
             declared.append(_friendly(vname, raw, path, f"{where}.{spellings[0]}"))
@@ -224,7 +226,8 @@ def _version(text: str, path: Path, where: str) -> str:
 def _friendly(vname: str, raw: str, path: Path, where: str) -> VirtualPackage:
     if vname == "__archspec":  # a microarchitecture: version 0, the name as build string
         if not raw:
-            raise InputError(f"{path}: key '{where}' needs a non-empty microarchitecture string", hint="write the microarchitecture, e.g. \"x86_64_v3\"")
+            raise InputError(f"{path}: key '{where}' needs a non-empty microarchitecture string",
+                             hint="write the microarchitecture, e.g. \"x86_64_v3\"")
         return (vname, "0", _archspec(raw, path, where))
     return (vname, _version(raw, path, where), "")
 
@@ -253,7 +256,8 @@ def _raw(key: str, value: Any, path: Path, where: str) -> VirtualPackage:
     try:
         name = PackageName(key).normalized
     except InvalidPackageNameError:
-        raise InputError(f"{path}: key '{where}' is not a valid virtual-package name", hint="virtual packages start with '__', e.g. __cuda") from None
+        raise InputError(f"{path}: key '{where}' is not a valid virtual-package name",
+                         hint="virtual packages start with '__', e.g. __cuda") from None
     text = expect_type(value, str, path, where, 'a string ("version" or "version=build")')
     version, _, build = text.partition("=")
     if name == "__archspec" and build:

@@ -186,7 +186,8 @@ def _find_links(value: Any, path: Path, key: str) -> tuple[str, ...]:
         entry = expect_type(item, dict, path, f"{key}[{i}]", "a { url } or { path } table")
         if len(entry) != 1 or not isinstance(next(iter(entry.values())), str) or next(iter(entry)) not in (
                 "url", "path"):
-            raise InputError(f"{path}: key '{key}[{i}]' must be {{ url = \"...\" }} or {{ path = \"...\" }}", hint="write { url = \"https://...\" } or { path = \"...\" }")
+            raise InputError(f"{path}: key '{key}[{i}]' must be {{ url = \"...\" }} or {{ path = \"...\" }}",
+                             hint="write { url = \"https://...\" } or { path = \"...\" }")
         # pixi reads a relative path against the workspace: kept so (the exports must not depend on where the
         # checkout is) and written relative to the file that names it (PypiIndexes.options).
         out.append(_url(entry["url"], path, f"{key}[{i}].url") if "url" in entry else posixpath.normpath(entry["path"]))

@@ -173,7 +173,8 @@ def _environment_table(spec: Any, path: Path, where: str,
     if isinstance(spec, list):
         return _feature_names(spec, path, where), None, False
     if not isinstance(spec, dict):
-        raise InputError(f"{path}: key '{where}' must be a list of features or a table, got {type(spec).__name__}", hint="write a list of features, e.g. [\"gfx942\"], or { features = [...] }")
+        raise InputError(f"{path}: key '{where}' must be a list of features or a table, got {type(spec).__name__}",
+                         hint="write a list of features, e.g. [\"gfx942\"], or { features = [...] }")
     feats = _feature_names(spec.get("features", []), path, f"{where}.features")
     group = spec.get("solve-group")
     if group is not None:
