@@ -123,29 +123,31 @@ def render_lockfile(locked: LockedWorkspace) -> str:
 LOCK_LIMIT = 256 << 20
 
 
-def lock_bytes(path: Path) -> bytes:
+def lock_bytes(path: Path, remedy: str | None = None) -> bytes:
     """The bytes of the lock at ``path``: a regular file (a FIFO would hang the reader, ``/dev/zero`` fill the
-    memory) of at most :data:`LOCK_LIMIT` bytes, else an InputError (exit 2)."""
+    memory) of at most :data:`LOCK_LIMIT` bytes, else an InputError (exit 2). ``remedy``: the hint for a lock that
+    is not the workspace's own (``rocmlock diff``'s arguments), in place of mending the workspace's pixi.lock."""
     try:
         return read_regular(path, LOCK_LIMIT, "a lock is a file",
-                            hint="put the lock file itself there (`git checkout pixi.lock`), or remove it and run "
-                                 "`rocmlock lock`")
+                            hint=remedy or "put the lock file itself there (`git checkout pixi.lock`), or remove it "
+                                           "and run `rocmlock lock`")
     except OSError as exc:
         raise InputError(f"{path}: cannot read the lock file: {exc.strerror}",
-                         hint="check its permissions, or remove it and run rocmlock lock") from None
+                         hint=remedy or "check its permissions, or remove it and run rocmlock lock") from None
 
 
-def read_lockfile(path: Path) -> LockedWorkspace | None:
+def read_lockfile(path: Path, remedy: str | None = None) -> LockedWorkspace | None:
     """Read ``path`` back; None when it does not exist. A lock rattler cannot parse is an input error, and so is
-    one that is no regular file or is too large (:func:`lock_bytes`), found before rattler opens it."""
+    one that is no regular file or is too large (:func:`lock_bytes`), found before rattler opens it. ``remedy``: see
+    :func:`lock_bytes`."""
     if not path.exists():
         return None
-    data = lock_bytes(path)
+    data = lock_bytes(path, remedy)
     refuse_anchors(data, path)  # before rattler expands an alias into a copy (issue 41 J)
     try:
         lock = LockFile.from_path(path)
     except (ParseCondaLockError, OSError, ValueError) as exc:
-        raise unreadable_lock(path, str(exc), data) from None
+        raise unreadable_lock(path, str(exc), data, remedy) from None
     return _from_lockfile(lock, path, _environment_options(data))
 
 
@@ -159,33 +161,36 @@ def conflict_markers(text: str) -> list[tuple[int, str]]:
     return [(n, m[1]) for n, line in enumerate(text.splitlines(), 1) if (m := _CONFLICT.match(line))]
 
 
-def unreadable_lock(path: Path, parser_error: str, data: bytes | None = None) -> InputError:
+def unreadable_lock(path: Path, parser_error: str, data: bytes | None = None,
+                    remedy: str | None = None) -> InputError:
     """One line saying what is wrong with the lock at ``path`` (merge conflict markers, a YAML syntax error's line
     and column, or what rattler's parser reports) and a hint that works. Never "delete it": a lock with PyPI or
-    source packages can only be made again by pixi, and a lock kept gives ``rocmlock lock`` its pins back."""
+    source packages can only be made again by pixi, and a lock kept gives ``rocmlock lock`` its pins back.
+    ``remedy``: see :func:`lock_bytes` (a lock written by a newer pixi keeps its own hint)."""
     if "newer lockfile format" in parser_error:
         return InputError(f"{path}: cannot read the lock file: {mask_queries(parser_error)}",
                           hint="it was written by a newer pixi than this py-rattler reads: upgrade py-rattler, or lock "
                                "with a pixi that writes format 7")
     try:
-        text = (lock_bytes(path) if data is None else data).decode("utf-8")
+        text = (lock_bytes(path, remedy) if data is None else data).decode("utf-8")
     except InputError as exc:
         return exc
     except UnicodeDecodeError as exc:
         what = f"not UTF-8 text (byte {exc.start})"
         return InputError(f"{path}: cannot read the lock file: {what}",
-                          hint=f"restore it (`git checkout pixi.lock`), then `rocmlock lock`; or {DISCARD_HINT}")
+                          hint=remedy or f"restore it (`git checkout pixi.lock`), then `rocmlock lock`; or "
+                                         f"{DISCARD_HINT}")
     markers = conflict_markers(text)
     if markers:
         first = ", ".join(f"{m} at line {n}" for n, m in markers[:3])
         count = sum(m == "<<<<<<<" for _, m in markers)
         return InputError(
             f"{path}: cannot read the lock file: {count or 1} unresolved merge conflict(s) ({first})",
-            hint="take one side whole, `git checkout --ours pixi.lock` (or `--theirs`), then `rocmlock lock` re-solves "
-                 f"what pixi.toml changed since; or {DISCARD_HINT} (every pin dropped)")
+            hint=remedy or "take one side whole, `git checkout --ours pixi.lock` (or `--theirs`), then `rocmlock "
+                           f"lock` re-solves what pixi.toml changed since; or {DISCARD_HINT} (every pin dropped)")
     return InputError(f"{path}: cannot read the lock file: {_yaml_problem(text) or mask_queries(parser_error)}",
-                      hint=f"restore it (`git checkout pixi.lock`), then `rocmlock lock`; or {DISCARD_HINT} "
-                           "(every pin dropped)")
+                      hint=remedy or f"restore it (`git checkout pixi.lock`), then `rocmlock lock`; or "
+                                     f"{DISCARD_HINT} (every pin dropped)")
 
 
 def _yaml_problem(text: str) -> str | None:

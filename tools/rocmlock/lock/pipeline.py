@@ -285,13 +285,19 @@ def pixi_diff(envs: Sequence[Environment], before: str | None, after: str, lock_
     return diff_locks(old, lock_packages(after, str(lock_path)) if new is None else new, explicit_marks(envs))
 
 
+_DIFF_HINT = ("rocmlock diff compares two pixi.lock files: pass two locks, e.g. `git show HEAD:pixi.lock > old.lock`, "
+              "then `rocmlock diff old.lock pixi.lock`")
+
+
 def diff_lock_files(old: Path, new: Path, explicit: Explicit | None = None) -> LockDiff:
     """pixi's diff from the pixi.lock ``old`` to ``new`` (``rocmlock diff``). Each is read by rattler first
     (:func:`rocmlock.lock.lockfile.read_lockfile`: a lock it cannot read is an input error naming the file);
     without ``explicit`` (no manifest) no package is explicit."""
     texts = []
     for path in (old, new):
-        if read_lockfile(path) is None:
+        # The readers' own hints mend the workspace's pixi.lock ("restore it, or --discard-lock", "remove it and run
+        # rocmlock lock"): here the file is one of diff's two arguments, and the workspace's lock is not at stake.
+        if read_lockfile(path, remedy=_DIFF_HINT) is None:
             raise InputError(f"{path}: no such file", hint="pass the old and the new pixi.lock")
         texts.append(path.read_text(encoding="utf-8"))
     return diff_locks(lock_packages(texts[0], str(old)), lock_packages(texts[1], str(new)), explicit)
@@ -305,20 +311,9 @@ def diff_workspace_locks(old: Path, new: Path, manifest_path: str | Path | None 
             raise InputError(f"{path}: a manifest (.toml) where a lock file was expected; rocmlock diff compares "
                              "two pixi.lock files",
                              hint="e.g. `git show HEAD:pixi.lock > old.lock`, then `rocmlock diff old.lock pixi.lock`")
-    marks = None if manifest_path is None else \
-        explicit_marks(load_workspace(existing_manifest(manifest_path)).environments())
-    try:
-        return diff_lock_files(old, new) if marks is None else diff_lock_files(old, new, marks)
-    except InputError as exc:
-        # The readers' hints are for the workspace's own pixi.lock ("restore it, or --discard-lock", "remove it and
-        # run rocmlock lock"): here the file is one of diff's two arguments, and the workspace's lock is not at stake.
-        if any(str(exc).startswith(f"{path}:") for path in (old, new)):
-            raise InputError(str(exc), hint=_DIFF_HINT) from None
-        raise
-
-
-_DIFF_HINT = ("rocmlock diff compares two pixi.lock files: pass two locks, e.g. `git show HEAD:pixi.lock > old.lock`, "
-              "then `rocmlock diff old.lock pixi.lock`")
+    if manifest_path is None:
+        return diff_lock_files(old, new)
+    return diff_lock_files(old, new, explicit_marks(load_workspace(existing_manifest(manifest_path)).environments()))
 
 
 def _check_update_names(ws: Workspace, old: LockedWorkspace | None, update: Sequence[str] | None) -> None:
