@@ -81,21 +81,23 @@ def _walk(start: list[str], todo: list[str], links: dict[str, str]) -> list[str]
     return resolved
 
 
-def _placed(links: dict[str, str]) -> dict[str, str]:
+def _placed(links: dict[str, str]) -> tuple[dict[str, str], dict[str, list[str]]]:
     """``links`` keyed by where each sits once the links of the directories above it are followed (``A -> .``
-    puts ``A/B/esc`` at ``B/esc``); an escape or a loop on the way is raised for the link it concerns."""
+    puts ``A/B/esc`` at ``B/esc``), and each link's directory so resolved; an escape or a loop on the way is raised
+    for the link it concerns."""
     placed = links
     for _ in range(_MAX_LINKS):
         moved: dict[str, str] = {}
+        dirs: dict[str, list[str]] = {}
         for name, target in sorted(links.items()):
             parts = _parts(name)
             try:
-                where = _walk([], parts[:-1], placed)
+                dirs[name] = _walk([], parts[:-1], placed)
             except _Escape as exc:
                 raise _Escape(str(exc), name) from None
-            moved.setdefault("/".join([*where, parts[-1]]), target)
+            moved.setdefault("/".join([*dirs[name], parts[-1]]), target)
         if moved == placed:
-            return placed
+            return placed, dirs
         placed = moved
     raise _Escape("loop", min(links))
 
@@ -112,13 +114,12 @@ def chain_problem(links: dict[str, str]) -> tuple[str, str] | None:
         return name, f"links to '{escape(links[name])}', which leaves the environment through its links"
 
     try:
-        placed = _placed(links)
+        placed, dirs = _placed(links)
     except _Escape as exc:
         return why(exc.args[1], exc.args[0])
     for name in sorted(links):
-        parts = _parts(name)
         try:
-            _walk(_walk([], parts[:-1], placed), _parts(links[name]), placed)
+            _walk(dirs[name], _parts(links[name]), placed)
         except _Escape as exc:
             return why(name, str(exc.args[0]))
     return None
