@@ -83,12 +83,16 @@ def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo | None, limit: in
     return None if fh is None else fh.read()
 
 
+def _not_a_bundle(shown: Path) -> InputError:
+    return InputError(f"{shown}: no {ROCMLOCK_METADATA}: not a bundle of `rocmlock pack`",
+                      hint="a plain pixi-pack bundle installs with `pixi-unpack`")
+
+
 def _admit(shown: Path, files: set[str], dirs: set[str], raw: bytes | None, signature: bytes | None,
            signers: Path | None, scratch: Path, directory: bool = False) -> Admitted:
     """The verified metadata and its bytes: signature (when asked for), strings, then the member list."""
     if raw is None:
-        raise InputError(f"{shown}: no {ROCMLOCK_METADATA}: not a bundle of `rocmlock pack`",
-                         hint="a plain pixi-pack bundle installs with `pixi-unpack`")
+        raise _not_a_bundle(shown)
     signer = None
     if signers is not None:
         from rocmlock.bundle.signing import verify_bytes
@@ -137,7 +141,7 @@ def extract(bundle: Path, dest: Path, signers: Path | None, scratch: Path) -> Ad
 def admit_directory(where: Path, signers: Path | None, scratch: Path) -> Admitted:
     """Admit an extracted bundle: its tree holds only directories and regular files (no link)."""
     if not (where / ROCMLOCK_METADATA).is_file():  # first: a directory that never was a bundle is not "damaged"
-        _admit(where, set(), set(), None, None, signers, scratch, directory=True)
+        raise _not_a_bundle(where)
     files: set[str] = set()
     dirs: set[str] = set()
     for top, dirnames, filenames in os.walk(where):
