@@ -29,7 +29,7 @@ from typing import Any, Literal
 from rocmlock.build.plan import Plan, Variant
 from rocmlock.errors import InputError
 from rocmlock.util.credentials import redact_url
-from rocmlock.util.fs import file_sha256, write_atomic
+from rocmlock.util.fs import file_sha256, path_problem, write_atomic
 from rocmlock.util.text import escape
 
 SourceKind = Literal["url", "git"]
@@ -109,9 +109,9 @@ class CachedSource:
         if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
             raise ValueError("an entry's paths is not a list of strings")
         for rel in paths:
-            parts = rel.split("/")
-            if not rel or rel.startswith("/") or ".." in parts or "" in parts or not rel.isprintable():
-                raise ValueError(f"the path {rel[:80]!r} leaves the cache (absolute, '..', or empty)")
+            problem = path_problem(rel) or ("has an empty part" if "" in rel.split("/") else None)
+            if problem:
+                raise ValueError(f"the path {rel[:80]!r} leaves the cache: it {problem}")
         return CachedSource(kind, data["url"], data[pin_key], data.get("file_name"), data["key"], tuple(paths),
                             data.get("commit"))
 

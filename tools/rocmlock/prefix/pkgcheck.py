@@ -21,22 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from rocmlock.errors import InputError
+from rocmlock.util.fs import path_problem
 from rocmlock.util.text import escape
 
 CONCURRENT = 4
 _MAX_LINKS = 40  # Linux's MAXSYMLINKS: path_resolution(7), "ELOOP"
 _ENTRY_POINT_NAME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-
-
-def path_problem(path: str) -> str | None:
-    """Why ``path`` (relative to the prefix) could land outside it or garble a line, else None."""
-    if not path or not path.isprintable():
-        return "is empty or holds a control character"
-    if path.startswith("/") or "\\" in path or (len(path) > 1 and path[1] == ":"):
-        return "is absolute"
-    if ".." in path.split("/"):
-        return "climbs out with '..'"
-    return None
 
 
 def link_problem(name: str, target: str) -> str | None:

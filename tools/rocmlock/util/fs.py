@@ -35,6 +35,18 @@ def _temp_beside(path: Path, data: bytes, suffix: str = ".tmp") -> Path:
     return tmp
 
 
+def path_problem(path: str) -> str | None:
+    """Why ``path``, relative to a directory that must hold it (a prefix, a source cache), could land outside it or
+    garble a line, else None. For paths from files rocmlock did not write (a package's, another host's manifest)."""
+    if not path or not path.isprintable():
+        return "is empty or holds a control character"
+    if path.startswith("/") or "\\" in path or (len(path) > 1 and path[1] == ":"):
+        return "is absolute"
+    if ".." in path.split("/"):
+        return "climbs out with '..'"
+    return None
+
+
 def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
     """Write ``text`` to ``path`` through a temporary file and ``os.replace`` (``path`` is never missing)."""
     target = Path(path)
