@@ -184,3 +184,21 @@ def test_a_query_that_fails_solves_each_platform_on_its_own(channel: Path, tmp_p
     assert solves == {("default", "linux-64-gfx90a"): 1, ("default", "linux-64-gfx942"): 1}
     assert _names(ws / "pixi.lock", "linux-64-gfx942") == _names(ws / "pixi.lock", "linux-64-gfx90a") \
         == ["extra", "plain"]
+
+
+def test_a_solve_keeps_its_gateway_only_until_the_next_and_never_reuses_it(tmp_path: Path) -> None:
+    """The gateway of the last solve is kept (freeing its parsed repodata cost the lock ~40 ms on the bench's
+    channel), but only one call's worth, and a second lock in the same process gets a gateway of its own and reads
+    the channel afresh. Planted: never freeing them (two held after two locks) and reusing the held one both fail."""
+    channel = build_channel(tmp_path / "ch", [Pkg("plain", "1")])
+    first = _workspace(tmp_path / "first", channel, "plain")
+    assert main(["lock", "--manifest-path", str(first)]) == 0
+    held = list(solve_mod._retired)
+    assert len(held) == 1
+    build_channel(channel, [Pkg("plain", "2")])
+    second = _workspace(tmp_path / "second", channel, "plain")
+    assert main(["lock", "--manifest-path", str(second)]) == 0
+    assert len(solve_mod._retired) == 1 and solve_mod._retired[0] is not held[0]
+    locked = read_lockfile(second / "pixi.lock")
+    assert locked is not None
+    assert [str(r.version) for r in locked.records("default", "linux-64-gfx942") or []] == ["2"]

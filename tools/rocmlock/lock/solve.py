@@ -18,6 +18,7 @@ from rattler import (
     BuildString,
     Channel,
     ChannelPriority,
+    Client,
     Gateway,
     GenericVirtualPackage,
     MatchSpec,
@@ -286,16 +287,30 @@ async def _gather(jobs: Sequence[SolveJob], gateway: Gateway) -> list[Outcome]:
     return [outcomes[i] for i in range(len(jobs))]
 
 
+# The gateways of the last solve_jobs call, freed when the next call starts (or never: the CLI leaves with os._exit,
+# rocmlock.cli.main.run). A gateway holds the repodata it parsed: freeing it takes the main thread, with the GIL,
+# about 40 ms for the 30k-record channel of benchmarks/bench_lock.py --big, on the lock's path between the solve and
+# its outputs (benchmarks/README.md, 2026-12-08). One call's worth is kept: a process that locks many times holds
+# no more.
+_retired: list[Gateway] = []
+
+
+def _gateway(cache: Path, client: Client, config: SourceConfig | None = None) -> Gateway:
+    gateway = Gateway(cache_dir=cache, client=client) if config is None else \
+        Gateway(cache_dir=cache, client=client, default_config=config)
+    _retired.append(gateway)
+    return gateway
+
+
 async def _solve_all(jobs: Sequence[SolveJob], cache_dir: Path) -> list[list[RepoDataRecord]]:
     # One gateway for all jobs (each channel's repodata fetched once), seeing clean channel URLs only (its cache
     # stores no secret); the client adds the URLs' credentials in memory, and its AuthenticationMiddleware reads
     # RATTLER_AUTH_FILE (keyed by host, without port), the keyring and ~/.rattler/credentials.json.
     _, client = client_for_urls(dict.fromkeys(c for job in jobs for c in job.channels))
     cache = private_dir(cache_dir)
-    results = await _gather(jobs, Gateway(cache_dir=cache, client=client))
+    results = await _gather(jobs, _gateway(cache, client))
     if any(isinstance(r, NotRevalidated) for r in results):  # see BARE_304: no conditional request this time
-        results = await _gather(jobs, Gateway(cache_dir=cache, client=client,
-                                              default_config=SourceConfig(cache_action="no-cache")))
+        results = await _gather(jobs, _gateway(cache, client, SourceConfig(cache_action="no-cache")))
     errors = [r for r in results if isinstance(r, BaseException)]
     failed = [e for e in errors if isinstance(e, Unsolvable)]
     if failed and len(failed) == len([e for e in errors if "coalesced request" not in str(e)]):
@@ -326,6 +341,7 @@ def solve_jobs(jobs: Sequence[SolveJob], cache_dir: Path) -> dict[SolveKey, list
     if not jobs:
         return {}
     check_local_channels(dict.fromkeys(c for job in jobs for c in job.channels))
+    _retired.clear()
     results = asyncio.run(_solve_all(jobs, cache_dir))
     return {job.key: recs for job, recs in zip(jobs, results)}
 
