@@ -12,12 +12,13 @@ ratio within 2x. No server is needed: a no-op lock reads no channel.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchenv import child_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,7 +38,7 @@ def main() -> int:
     if not (workspace / "pixi.lock").is_file():
         subprocess.run(["bash", str(REPO / "examples/offline/quickstart.sh"), "--workdir", str(args.workdir)],
                        check=True, stdout=subprocess.DEVNULL)
-    env = dict(os.environ, PYTHONPATH=str(REPO / "tools"))
+    env = child_env(PYTHONPATH=str(REPO / "tools"))
     lock = [sys.executable, "-m", "rocmlock", "lock"]
     floor = [sys.executable, "-c", "import rattler"]
     subprocess.run(lock, cwd=workspace, env=env, check=True)  # warm the stamp and the .pyc files

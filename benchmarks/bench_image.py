@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import rattler_build as rb
+from benchenv import child_env
 from rattler.index import index_fs
 
 TARGET_RATIO = 2.0
@@ -68,7 +69,7 @@ def prepare(workdir: Path, big: int, mb: int) -> Path:
     (ws / "pixi.toml").write_text(f'[workspace]\nname = "bench"\nchannels = ["{url}"]\n'
                                   f'platforms = ["linux-64"]\n\n[dependencies]\n{deps}\n')
     subprocess.run([sys.executable, "-m", "rocmlock", "lock", "--manifest-path", str(ws / "pixi.toml")], check=True,
-                   stdout=subprocess.DEVNULL)
+                   stdout=subprocess.DEVNULL, env=child_env())
     return ws
 
 
@@ -79,7 +80,7 @@ def timed(*cmds: list[str]) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     for cmd in cmds:
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime

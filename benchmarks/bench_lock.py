@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from benchenv import child_env
 from channels import Pkg, build_channel, py
 
 PY_MINORS = ("3.10", "3.11", "3.12", "3.13")
@@ -159,17 +160,8 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 def run_lock(ws: Path, cache: Path) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "rocmlock", "lock", "--manifest-path", str(ws / "pixi.toml")],
-                   check=True, capture_output=True, env={**_env(), "ROCMLOCK_CACHE_DIR": str(cache)})
+                   check=True, capture_output=True, env={**child_env(), "ROCMLOCK_CACHE_DIR": str(cache)})
     return time.perf_counter() - start
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    # PYTHONDONTWRITEBYTECODE would keep the warm-up run from writing the .pyc files: every timed run would then
-    # compile the modules changed since (a tree under test) or all of them (an unpacked tree) from source.
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("CONDA_", "PIXI_", "RATTLER_")) and k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def outputs(ws: Path) -> dict[str, bytes]:
@@ -219,7 +211,7 @@ def _timed(argv: list[str], cache: Path, cwd: Path | None = None, cpu: list[floa
     """Wall seconds of ``argv``; its CPU seconds (user + system, every thread) appended to ``cpu``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True, cwd=cwd, env={**_env(), "ROCMLOCK_CACHE_DIR": str(cache)})
+    subprocess.run(argv, check=True, capture_output=True, cwd=cwd, env={**child_env(), "ROCMLOCK_CACHE_DIR": str(cache)})
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if cpu is not None:

@@ -37,7 +37,7 @@ def main() -> int:
     trees = {"base": args.base.resolve(), "current": HERE_TOOLS}
 
     def run(tree: str) -> float:
-        env = {**bench._env(), "ROCMLOCK_CACHE_DIR": str(cache), "PYTHONPATH": str(trees[tree])}
+        env = {**bench.child_env(), "ROCMLOCK_CACHE_DIR": str(cache), "PYTHONPATH": str(trees[tree])}
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "rocmlock", "lock", "--manifest-path", str(ws / "pixi.toml")],
                        check=True, capture_output=True, env=env)

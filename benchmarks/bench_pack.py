@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import rattler_build as rb
+from benchenv import child_env
 from rattler.index import index_fs
 from rocmlock.channel.serve import serving
 
@@ -109,8 +110,7 @@ def main() -> int:
     names = sorted(f.name.rsplit("-", 2)[0] for f in files)
     auth = work / "auth.json"
     auth.write_text(json.dumps({"127.0.0.1": {"BasicHTTP": {"username": USER, "password": PASSWORD}}}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONDA_", "PIXI_", "RATTLER_"))}
-    env["RATTLER_AUTH_FILE"] = str(auth)
+    env = child_env(RATTLER_AUTH_FILE=str(auth))
     floors, packs, rss, floor_cpu, pack_cpu = [], [], [], [], []
     load = os.getloadavg()[0]
     with serving(channel, "bench", USER, PASSWORD) as url:

@@ -10,6 +10,8 @@ package URL whose channel is clean, and the other way round.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,12 +46,29 @@ PACKAGES = "packages:\n- conda: https://conda.example/linux-64/a-1.0-h0_0.conda\
      "      - conda: https://conda.example/linux-64/a-1.0-h0_0.conda\n\n    # pixi writes none, a hand may\n"
      "    options:\n      pypi-prerelease-mode: allow\n  cpu:\n    options:\n      channel-priority: strict\n"),
      {"gpu": {"pypi-prerelease-mode": "allow"}, "cpu": {"channel-priority": "strict"}}),
+    # the key quoted, and spelt with an escape: PyYAML is asked whenever a line could hold it
+    ('environments:\n  default:\n    "options": {channel-priority: disabled}\n',
+     {"default": {"channel-priority": "disabled"}}),
+    ('environments:\n  default:\n    "\\x6fptions":\n      solve-strategy: lowest\n',
+     {"default": {"solve-strategy": "lowest"}}),
 ])
 def test_environment_options_are_read_from_every_shape_of_the_block(tmp_path: Path, block: str,
                                                                       options: dict[str, dict[str, str]]) -> None:
     lock = tmp_path / "pixi.lock"
     lock.write_text(LOCK_HEAD + block + PACKAGES, encoding="utf-8")
     assert _environment_options(lock.read_bytes()) == options
+
+
+def test_a_lock_without_options_is_read_without_pyyaml(tmp_path: Path) -> None:
+    """Locks rattler writes have no ``options:``: reading one (install, image, unpack) does not load PyYAML."""
+    lock = tmp_path / "pixi.lock"
+    lock.write_text(LOCK_HEAD + "environments:\n  default:\n    channels:\n    - url: https://conda.example/\n"
+                    "    packages:\n      linux-64:\n      - conda: https://conda.example/linux-64/a-1.0-h0_0.conda\n"
+                    + PACKAGES, encoding="utf-8")
+    code = ("import sys; from rocmlock.lock.lockfile import _environment_options as o; "
+            f"assert o(open({str(lock)!r}, 'rb').read()) == {{}}; print('yaml' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
 
 
 def test_top_level_keys_outside_the_block_are_not_read_as_environments(tmp_path: Path) -> None:

@@ -338,6 +338,10 @@ def _environment_options(raw: bytes) -> dict[str, dict[str, str]]:
             skipping = line.strip().startswith("packages:")
         if inside and not skipping:
             kept.append(line)
+    if not any("options" in line or "\\" in line for line in kept):
+        # No key can read `options` (quoted or not; only an escape could spell it otherwise): PyYAML is not loaded
+        # (10 ms of `install`, `image` and `unpack`, which read every lock rattler writes, and rattler writes none).
+        return {}
     try:  # here, not at the top: `pack --with-installer`'s node-side rocmlock has py-rattler and tomli only, and
         import yaml  # unpack needs no solve options
     except ImportError:
