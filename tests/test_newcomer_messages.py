@@ -168,6 +168,22 @@ def test_audit_of_an_unknown_gpu_target_says_so(tmp_path: Path, capsys: pytest.C
     assert code == 0, err
 
 
+def test_audit_of_an_xnack_mode_on_a_gpu_without_xnack_says_so(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """gfx1100 has no XNACK (LLVM: "Unsupported"; clang refuses the target ID): gfx1100:xnack- was audited and
+    every file's verdict spoke of an xnack mode the GPU cannot have."""
+    (tmp_path / "conda-meta").mkdir()
+    for text, plain in (("gfx1100:xnack-", "gfx1100"), ("gfx1201:sramecc-:xnack+", "gfx1201:sramecc-")):
+        code, err, out = _run(["audit", "--target", text, "--prefix", str(tmp_path)], capsys)
+        assert code == 2 and out == ""
+        gpu = plain.split(":")[0]
+        assert err == [f"error: --target: '{text}': {gpu} has no XNACK, so no xnack mode to name",
+                       f"hint: pass {plain} (rocmlock's GPU table: xnack unsupported on {gpu})"]
+    for text in ("gfx942:xnack-", "gfx90a:xnack+", "gfx1100"):  # where the table says XNACK exists, or none named
+        code, err, _ = _run(["audit", "--target", text, "--prefix", str(tmp_path)], capsys)
+        assert code == 0, err
+
+
 def test_audit_of_a_wheel_says_what_audit_takes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wheel = tmp_path / "torch-2.9.0-cp312-cp312-manylinux_2_28_x86_64.whl"
     shutil.make_archive(str(wheel.with_suffix("")), "zip", tmp_path)

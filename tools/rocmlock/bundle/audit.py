@@ -107,6 +107,14 @@ def gpu_target(text: str, where: str = "--target") -> TargetId:
         ours = ", ".join(all_targets())
         raise InputError(f"{where}: unknown GPU target '{target.processor}'{did_you_mean(target.processor, known)}",
                          hint=f"rocmlock's targets: {ours}")
+    # A GPU without XNACK has no xnack mode: LLVM calls the setting "Unsupported" there (llvm-project 2291bd1,
+    # D85882) and clang refuses such a target ID (clang/lib/Basic/TargetID.cpp, the features a processor allows), so
+    # no code is built for gfx1100:xnack-. rocmlock's table says which of its GPUs have it (checked against AMD's).
+    row = all_targets().get(target.processor)
+    if row is not None and row.xnack == "unsupported" and target.xnack != "any":
+        plain = str(TargetId(target.processor, target.sramecc))
+        raise InputError(f"{where}: '{text}': {target.processor} has no XNACK, so no xnack mode to name",
+                         hint=f"pass {plain} (rocmlock's GPU table: xnack unsupported on {target.processor})")
     return target
 
 
