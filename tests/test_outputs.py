@@ -417,3 +417,47 @@ def test_a_kill_after_each_filesystem_step_of_bump_leaves_the_old_or_the_new_pai
     capsys.readouterr()
     assert step > 2 * len(changed), "fewer filesystem steps than files: does the child wrap them?"
     assert seen[0] == "old" and seen[-1] == "new" and seen == sorted(seen, reverse=True), seen
+
+
+# The child: SIGKILL itself right after rattler wrote pixi.lock's text for the lock being made (before the commit).
+KILL_AFTER_RENDER = textwrap.dedent("""
+    import os, signal, sys
+    from rattler import LockFile
+    from rocmlock.cli.main import main
+    real = LockFile.to_path
+    def to_path(self, path):
+        real(self, path)
+        os.kill(os.getpid(), signal.SIGKILL)
+    LockFile.to_path = to_path
+    main(sys.argv[1:])
+""")
+
+
+def test_a_lock_killed_while_rattler_writes_pixi_lock_leaves_no_scratch_file(sets: dict[str, Path],
+                                                                               tmp_path: Path) -> None:
+    """pixi.lock's text is written by rattler to an unnamed file (O_TMPFILE): killed there, the lock leaves the old
+    set and nothing in the temporary directory. Planted: the named scratch directory it used before stayed there
+    (rocmlock-XXXX/pixi.lock)."""
+    root, scratch = tmp_path / "ws", tmp_path / "tmp"
+    shutil.copytree(sets["a"], root)
+    scratch.mkdir()
+    proc = subprocess.run([sys.executable, "-c", KILL_AFTER_RENDER, "lock", "--manifest-path", str(root / "pixi.toml")],
+                          check=False, env={**_child_env(tmp_path / "cache"), "TMPDIR": str(scratch)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert list(scratch.rglob("*")) == []
+    assert _set(root) == _set(sets["a"])
+
+
+def test_pixi_lock_text_is_the_same_without_unnamed_files(sets: dict[str, Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where O_TMPFILE is missing (not Linux, or a file system without it), rattler writes to a named scratch file,
+    and the text is the same."""
+    from rocmlock.lock.lockfile import read_lockfile, render_lockfile
+
+    locked = read_lockfile(sets["a"] / "pixi.lock")
+    assert locked is not None
+    unnamed = render_lockfile(locked)
+    assert unnamed == (sets["a"] / "pixi.lock").read_text(encoding="utf-8")
+    monkeypatch.delattr(os, "O_TMPFILE")
+    assert render_lockfile(locked) == unnamed

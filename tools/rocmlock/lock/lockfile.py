@@ -113,10 +113,34 @@ def build_lockfile(locked: LockedWorkspace) -> LockFile:
 
 def render_lockfile(locked: LockedWorkspace) -> str:
     """The text of pixi.lock for ``locked`` (rattler writes it; nothing is hand-formatted)."""
+    lock = build_lockfile(locked)
+    text = _written_unnamed(lock)
+    if text is not None:
+        return text
     with tempfile.TemporaryDirectory(prefix="rocmlock-") as tmp:
         out = Path(tmp) / "pixi.lock"
-        build_lockfile(locked).to_path(out)
-        return out.read_text()
+        lock.to_path(out)
+        return out.read_text(encoding="utf-8")
+
+
+def _written_unnamed(lock: LockFile) -> str | None:
+    """``lock`` as rattler writes it, through an unnamed file, or None where there is none to write to.
+
+    py-rattler 0.28's ``LockFile`` writes only to a path. The path is an unnamed file here (``O_TMPFILE``, reached
+    through ``/proc/self/fd``), which vanishes with the process however it ends: a named scratch file was left in
+    the temporary directory by a lock killed while rattler wrote it."""
+    try:
+        fd = os.open(tempfile.gettempdir(), os.O_TMPFILE | os.O_RDWR, 0o600)
+    except (OSError, AttributeError):  # not Linux, or a file system without unnamed files
+        return None
+    try:
+        lock.to_path(Path(f"/proc/self/fd/{fd}"))
+        with open(fd, encoding="utf-8", closefd=False) as text:
+            return text.read()
+    except Exception:  # noqa: BLE001 - no /proc, say: written the named way, which reports what fails
+        return None
+    finally:
+        os.close(fd)
 
 
 # A pixi.lock of hundreds of environments and platforms is tens of MB; far more is no lock (a link to /dev/zero).
