@@ -103,6 +103,12 @@ _CURRENT: list[Path] = []
     # which skopeo and podman refuse ("invalid character 'I'"), with the build's exit 0.
     ({"config": lambda c: json.dumps(c).encode()[:-1] + b', "x-vendor": 1e400}'}, "the number 1e400 is beyond"),
     ({"config": lambda c: json.dumps(c).encode()[:-1] + b', "x-vendor": NaN}'}, "the number NaN is beyond"),
+    # An integer past 64 bits was copied digit for digit: Go's readers (int64 durations, float64 where untyped)
+    # refuse it. 401 digits, and one past uint64.
+    ({"config": lambda c: json.dumps(c).encode()[:-1] + b', "x-vendor": ' + b"9" * 401 + b"}"},
+     "the number " + "9" * 40 + " is beyond"),
+    ({"config": lambda c: c.setdefault("config", {}).update(Healthcheck={"Interval": 1 << 64})},
+     "the number 18446744073709551616 is"),
 ])
 def test_base_json_of_the_wrong_type_is_one_line(locked_ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                 edit: dict[str, Callable[[Json], Any]], says: str) -> None:

@@ -7,7 +7,8 @@ optional field (``"Entrypoint": null``), which is accepted; unknown keys are pas
 deeper than any image's is refused before Python's recursion limit is near. A number JSON tools cannot read back
 (``NaN``, ``Infinity``, which Python's ``json`` takes, or ``1e400``, which it reads as infinity) is refused: copied
 into the image's config or a layout's ``index.json`` it would come out as ``Infinity``, which skopeo, podman and
-umoci refuse ("invalid character 'I'"), and a layout written to with ``-o`` would become unreadable.
+umoci refuse ("invalid character 'I'"), and a layout written to with ``-o`` would become unreadable. So is an
+integer past 64 bits, which Python would copy digit for digit and Go's readers refuse.
 """
 
 from __future__ import annotations
@@ -70,13 +71,24 @@ def _finite(text: str) -> float:
     return number
 
 
+def _integer(text: str) -> int:
+    # Go's image tools read an integer into int64 (sizes, Healthcheck's durations) or, where untyped, float64 (one
+    # past 1.8e308 fails there); uint64 is the widest any of them declares. Python would copy 401 digits unchanged.
+    if len(text.lstrip("-")) > 20:
+        raise _NotANumber(text)
+    number = int(text)
+    if not -(1 << 63) <= number < (1 << 64):
+        raise _NotANumber(text)
+    return number
+
+
 def load(data: bytes, what: str, spec: Spec | None = None) -> dict[str, Any]:
     """``data`` parsed as a JSON object (and checked against ``spec``); ``what`` names it in errors."""
     try:
-        value = json.loads(data, parse_constant=_constant, parse_float=_finite)
+        value = json.loads(data, parse_constant=_constant, parse_float=_finite, parse_int=_integer)
     except _NotANumber as exc:
         raise InputError(f"{what}: the number {escape(str(exc)[:40])} is beyond what JSON readers take back "
-                         "(NaN, Infinity or past 1.8e308)", hint=DAMAGED) from None
+                         "(NaN, Infinity, past 1.8e308, or an integer past 64 bits)", hint=DAMAGED) from None
     except RecursionError:
         raise InputError(f"{what}: JSON nested too deeply", hint=DAMAGED) from None
     except ValueError:  # includes UnicodeDecodeError
