@@ -148,7 +148,7 @@ def discover_recipes(recipes_dir: Path) -> list[Path]:
     if not recipes_dir.is_dir():
         raise InputError(
             f"{recipes_dir}: no recipes directory",
-            hint="pass --recipes-dir, or run from the rocmlock checkout (it has recipes/)",
+            hint=variantkeys.NO_RECIPES_HINT,
         )
     found = sorted(p for p in recipes_dir.glob(f"*/{RECIPE_FILE}") if p.is_file())
     if not found:
@@ -174,9 +174,7 @@ def load_matrix(recipes_dir: Path) -> Matrix:
     path = recipes_dir / VARIANTS_FILE
     if not path.is_file():
         raise InputError(f"{path}: no variant configuration",
-                         hint="pass --recipes-dir, or run from the rocmlock "
-                                                                     "checkout (it has recipes/); there, restore it "
-                                                                     "from git")
+                         hint=f"{variantkeys.NO_RECIPES_HINT}; there, restore it from git")
     try:
         config = rb.VariantConfig.from_file(str(path))
     except Exception as exc:  # noqa: BLE001 - py-rattler-build raises its own hierarchy; one message is enough

@@ -356,6 +356,7 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
     if pushed is not None and pushed.tag is None:
         raise InputError(f"--push {pushed}: no tag", hint="name one: REGISTRY/REPO:TAG")
     dest = str(pushed) if pushed else None
+    plain_http = pushed is not None and (insecure or pushed.loopback)  # skopeo pushes it without TLS verification
     if tag is not None and not tag:
         raise InputError("--tag '': not an image tag", hint="letters, digits, '_', '.', '-' (at most 128), or leave "
                                                              "--tag out for --push's tag, else the environment's name")
@@ -404,7 +405,7 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
         image_digest = oci.finish_layout(layout, image_manifest, tag)
         if dest is not None:
             copy = ["copy", "--quiet", "--preserve-digests"]
-            if insecure or (pushed is not None and pushed.loopback):
+            if plain_http:
                 copy.append("--dest-tls-verify=false")
             _skopeo([*copy, f"oci:{layout.name}:{tag}", f"docker://{dest}"], f"pushing the image to {dest}",
                     layout.parent)
@@ -414,4 +415,4 @@ def build_image(lock_path: Path, environment: str, *, platform: str | None = Non
             oci.place_layout(layout, output)
     return ImageResult(image_digest, tag, environment, selected.platform.name, len(selected.records), size, epoch,
                        labels, output, dest, selected.left_out, prefix,
-                       base is not None, sif, dest is not None and (insecure or bool(pushed and pushed.loopback)))
+                       base is not None, sif, plain_http)

@@ -25,7 +25,7 @@ from rattler import RepoDataRecord
 
 from rocmlock.errors import OperationError, RocmlockError
 from rocmlock.util.credentials import mask_queries, mask_query, one_line, redact_text, redact_url
-from rocmlock.util.fs import open_regular
+from rocmlock.util.fs import open_regular, stream_digest
 
 CONCURRENT_DOWNLOADS = 8
 CHUNK = 1 << 20
@@ -183,16 +183,14 @@ def verify_local(records: list[RepoDataRecord], base: Path) -> None:
                 size = os.fstat(fh.fileno()).st_size
                 if record.size is not None and size != record.size:
                     raise _mismatch(record, f"{size} bytes, the lock says {record.size}")
-                digest = hashlib.new(kind)
-                while chunk := fh.read(CHUNK):
-                    digest.update(chunk)
+                got = stream_digest(fh, kind)
         except FileNotFoundError:
             raise _mismatch(record, "no such file") from None
         except OSError as exc:
             raise OperationError(f"{redact_url(record.url)}: cannot read: {exc.strerror}",
                                  hint="check its permissions") from None
-        if digest.hexdigest() != expected:
-            raise _mismatch(record, f"{kind} {digest.hexdigest()} differs from the lock's {expected}")
+        if got != expected:
+            raise _mismatch(record, f"{kind} {got} differs from the lock's {expected}")
 
     local = [(r, path) for r in records if (path := _local_path(r.url, base)) is not None]
     with ThreadPoolExecutor(max_workers=4) as pool:  # hashlib lets go of the GIL for large updates

@@ -17,6 +17,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
+from rocmlock.build.variantkeys import NO_RECIPES_HINT
 from rocmlock.errors import InputError
 
 
@@ -51,9 +52,7 @@ def load(path: Path, text: str | None = None) -> Document:
             with path.open(newline="") as fh:  # as it is: read_text() turns CRLF into LF, which would be written back
                 text = fh.read()
         except FileNotFoundError:
-            raise InputError(f"{path}: not found",
-                             hint="pass --recipes-dir, or run from the rocmlock checkout (it has "
-                                                          "recipes/)") from None
+            raise InputError(f"{path}: not found", hint=NO_RECIPES_HINT) from None
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror})", hint="check its permissions") from None
     if "\r" in text:

@@ -136,7 +136,6 @@ def redact_url(url: str) -> str:
 def _urls(text: str, replace: Callable[[str], str]) -> str:
     """``text`` with every URL in it (a scheme from its first letter, ``://``, what follows up to a space or
     quote) passed through ``replace``; linear in the length of ``text``."""
-
     return _URL_IN_TEXT.sub(lambda m: m[1] + replace(m[2]), text)  # m[1]: what precedes the scheme's first letter
 
 

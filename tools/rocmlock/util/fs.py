@@ -129,12 +129,18 @@ def relative_path(path: Path, root: Path) -> str:
 CHUNK = 1 << 20
 
 
-def stream_sha256(fh: BinaryIO) -> str:
-    """The sha256 of what is left in ``fh``, read in chunks (packages of several GB)."""
-    digest = hashlib.sha256()
+def stream_digest(fh: BinaryIO, algorithm: str = "sha256") -> str:
+    """The hex ``algorithm`` digest (a :func:`hashlib.new` name) of what is left in ``fh``, read in chunks (packages
+    of several GB)."""
+    digest = hashlib.new(algorithm)
     while chunk := fh.read(CHUNK):
         digest.update(chunk)
     return digest.hexdigest()
+
+
+def stream_sha256(fh: BinaryIO) -> str:
+    """The sha256 of what is left in ``fh``, read in chunks."""
+    return stream_digest(fh)
 
 
 def file_sha256(path: Path) -> str:
