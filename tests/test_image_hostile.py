@@ -377,6 +377,23 @@ def test_a_size_is_a_non_negative_int64(size: int, ok: bool) -> None:
             ocischema.load(desc, "d", ocischema.DESCRIPTOR)
 
 
+@pytest.mark.parametrize(("number", "ok"), [("18446744073709551615", True), ("18446744073709551616", False),
+                                            ("-9223372036854775808", True), ("-9223372036854775809", False),
+                                            ("9" * 401, False), ("9" * 5000, False)])
+def test_an_untyped_integer_is_read_up_to_64_bits(number: str, ok: bool) -> None:
+    """uint64's largest and int64's smallest are taken (an extension key may hold either), one past is refused, and
+    so is anything longer than 20 digits before Python converts it (past 4,300 digits int() itself refuses)."""
+    from rocmlock.errors import InputError
+    from rocmlock.image import ocischema
+
+    data = b'{"x-vendor": ' + number.encode() + b"}"
+    if ok:
+        assert ocischema.load(data, "blob")["x-vendor"] == int(number)
+    else:
+        with pytest.raises(InputError, match="is beyond what JSON readers take back"):
+            ocischema.load(data, "blob")
+
+
 def test_json_nesting_is_refused_past_64_levels_only() -> None:
     from rocmlock.errors import InputError
     from rocmlock.image import ocischema

@@ -152,6 +152,8 @@ def test_a_package_changed_in_a_channel_directory_after_the_lock_is_not_installe
         assert says in err and "nothing was installed" in err and "Traceback" not in err, err
         assert not (tmp_path / "-".join(drop)).exists()
         target.write_bytes(data)
+        if "md5" not in drop:  # the right bytes pass by their md5 (checked as md5, not as a sha256)
+            assert main([*args, "--prefix", str(tmp_path / "md5-only")]) == 0, capsys.readouterr().err
 
 
 def test_install_refuses_a_prefix_that_is_not_a_new_directory_or_an_environment(
